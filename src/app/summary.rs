@@ -1,0 +1,200 @@
+//! Figures derived from a run: aggregate throughput with spread, speedup and efficiency against
+//! k=1, probe medians, timeline overlap. Pure functions; docs/methods.md explains each.
+
+use super::state::{Aggregate, RunStatus, RunView};
+use crate::protocol::{Buckets, Probe, ProbeMode};
+
+/// Median of a slice (NaN-free input); `None` when empty.
+pub fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Aggregate samples/s of a run from its ranks' timed (non-warm-up) figures: per rank the
+/// `result` mean when present, else the mean of its timed epochs; the aggregate is their sum.
+pub fn aggregate(run: &RunView) -> Option<Aggregate> {
+    let mut per_rank = Vec::new();
+    for r in run.ranks.values() {
+        let sps = r.result_sps.or_else(|| {
+            let timed: Vec<f64> = r
+                .epochs
+                .iter()
+                .filter(|(_, _, warm)| !warm)
+                .map(|(_, s, _)| *s)
+                .collect();
+            (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64)
+        })?;
+        per_rank.push(sps);
+    }
+    if per_rank.is_empty() {
+        return None;
+    }
+    let rank_min = per_rank.iter().copied().fold(f64::INFINITY, f64::min);
+    let rank_max = per_rank.iter().copied().fold(0.0, f64::max);
+    Some(Aggregate {
+        samples_per_s: per_rank.iter().sum(),
+        per_rank,
+        rank_min,
+        rank_max,
+    })
+}
+
+/// Speedup and efficiency of `run` against the k=1 run with the same curve key: the same sweep
+/// when there is one, else the most recent completed one.
+pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<(f64, f64)> {
+    let agg = run.aggregate.as_ref()?;
+    if run.status != RunStatus::Completed {
+        return None;
+    }
+    let key = run.spec.curve_key();
+    let base = runs
+        .iter()
+        .filter(|b| {
+            b.spec.k == 1 && b.status == RunStatus::Completed && b.spec.curve_key() == key
+        })
+        .max_by_key(|b| {
+            (
+                b.sweep.is_some() && b.sweep == run.sweep,
+                (b.started_unix * 1000.0) as i64,
+            )
+        })?;
+    let base_sps = base.aggregate.as_ref()?.samples_per_s;
+    if base_sps <= 0.0 {
+        return None;
+    }
+    let speedup = agg.samples_per_s / base_sps;
+    Some((speedup, speedup / run.spec.k as f64))
+}
+
+/// Live aggregate throughput over the last `window_s` seconds of steps (all ranks).
+pub fn live_throughput(run: &RunView, now: std::time::Instant, window_s: f64) -> Option<f64> {
+    let mut total = 0.0;
+    let mut any = false;
+    for r in run.ranks.values() {
+        let recent: Vec<_> = r
+            .recent_samples
+            .iter()
+            .filter(|(t, _)| now.duration_since(*t).as_secs_f64() <= window_s)
+            .collect();
+        if recent.len() >= 2 {
+            let span = recent
+                .last()?
+                .0
+                .duration_since(recent.first()?.0)
+                .as_secs_f64();
+            if span > 0.0 {
+                let samples: u64 = recent.iter().skip(1).map(|(_, s)| *s).sum();
+                total += samples as f64 / span;
+                any = true;
+            }
+        }
+    }
+    any.then_some(total)
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeSide {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub blocks: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProbeSummary {
+    pub synced: ProbeSide,
+    pub no_sync: ProbeSide,
+    /// synced − no_sync median: exposed communication plus reducer overhead.
+    pub diff_ms: f64,
+}
+
+/// Median of block medians per mode (rank 0), with the range of block medians as spread.
+pub fn probe_summary(blocks: &[Probe]) -> Option<ProbeSummary> {
+    let side = |mode: ProbeMode| -> Option<ProbeSide> {
+        let meds: Vec<f64> = blocks
+            .iter()
+            .filter(|b| b.mode == mode && b.rank == 0)
+            .map(|b| b.median_ms)
+            .collect();
+        Some(ProbeSide {
+            median_ms: median(&meds)?,
+            min_ms: meds.iter().copied().fold(f64::INFINITY, f64::min),
+            max_ms: meds.iter().copied().fold(0.0, f64::max),
+            blocks: meds.len(),
+        })
+    };
+    let synced = side(ProbeMode::Synced)?;
+    let no_sync = side(ProbeMode::NoSync)?;
+    let diff_ms = synced.median_ms - no_sync.median_ms;
+    Some(ProbeSummary {
+        synced,
+        no_sync,
+        diff_ms,
+    })
+}
+
+/// Overlap % of a bucket timeline: the share of all-reduce time hidden under backward compute.
+pub fn overlap_pct(b: &Buckets) -> Option<f64> {
+    let comm: f64 = b.buckets.iter().map(|s| s.comm_ms()).sum();
+    if comm <= 0.0 {
+        return None;
+    }
+    let hidden: f64 = b
+        .buckets
+        .iter()
+        .map(|s| (s.done_ms.min(b.bwd_compute_ms) - s.start_ms.min(b.bwd_compute_ms)).max(0.0))
+        .sum();
+    Some((hidden / comm * 100.0).clamp(0.0, 100.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::BucketSpan;
+
+    #[test]
+    fn median_odd_even() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+
+    #[test]
+    fn overlap_counts_only_comm_before_backward_end() {
+        let b = Buckets {
+            rank: 0,
+            step: 1,
+            t: 0.0,
+            rebuilt: true,
+            bwd_compute_ms: 10.0,
+            exposed_ms: 1.0,
+            buckets: vec![
+                BucketSpan {
+                    index: 1,
+                    bytes: 1,
+                    ready_ms: 2.0,
+                    start_ms: 2.0,
+                    done_ms: 4.0,
+                },
+                BucketSpan {
+                    index: 0,
+                    bytes: 1,
+                    ready_ms: 10.0,
+                    start_ms: 10.0,
+                    done_ms: 12.0,
+                },
+            ],
+        };
+        // 2 ms hidden of 4 ms total.
+        assert_eq!(overlap_pct(&b), Some(50.0));
+    }
+}

@@ -1,0 +1,124 @@
+//! Newline framing with a hard per-line limit, over any async byte stream.
+//!
+//! Hand-rolled instead of `LinesCodec` because we need to tell "line too long" and "bad UTF-8"
+//! apart from EOF deterministically, and never buffer more than the limit.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt};
+
+/// Longest accepted line, excluding the newline.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+
+#[derive(Debug, PartialEq)]
+pub enum ReadOutcome {
+    Line(String),
+    /// The line exceeded the limit; the connection should be closed.
+    TooLong,
+    /// The bytes were not UTF-8; the connection should be closed.
+    BadUtf8,
+    Eof,
+}
+
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    pub fn new(inner: R) -> Self {
+        Self::with_max(inner, MAX_LINE_BYTES)
+    }
+
+    pub fn with_max(inner: R, max: usize) -> Self {
+        Self {
+            inner,
+            buf: Vec::new(),
+            max,
+        }
+    }
+
+    /// Read the next line. Cancel-safe only between calls (partial lines are kept in `buf`).
+    pub async fn next_line(&mut self) -> std::io::Result<ReadOutcome> {
+        loop {
+            let available = self.inner.fill_buf().await?;
+            if available.is_empty() {
+                // EOF: a trailing partial line without newline is still a line.
+                if self.buf.is_empty() {
+                    return Ok(ReadOutcome::Eof);
+                }
+                let line = std::mem::take(&mut self.buf);
+                return Ok(finish(line));
+            }
+            let (take, found) = match available.iter().position(|&b| b == b'\n') {
+                Some(i) => (i, true),
+                None => (available.len(), false),
+            };
+            if self.buf.len() + take > self.max {
+                let consumed = if found { take + 1 } else { take };
+                self.inner.consume(consumed);
+                self.buf.clear();
+                return Ok(ReadOutcome::TooLong);
+            }
+            self.buf.extend_from_slice(&available[..take]);
+            self.inner.consume(if found { take + 1 } else { take });
+            if found {
+                let line = std::mem::take(&mut self.buf);
+                return Ok(finish(line));
+            }
+        }
+    }
+}
+
+fn finish(mut line: Vec<u8>) -> ReadOutcome {
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    match String::from_utf8(line) {
+        Ok(s) => ReadOutcome::Line(s),
+        Err(_) => ReadOutcome::BadUtf8,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn read_all(input: &[u8], max: usize) -> Vec<ReadOutcome> {
+        let mut r = LineReader::with_max(tokio::io::BufReader::with_capacity(7, input), max);
+        let mut out = Vec::new();
+        loop {
+            let o = r.next_line().await.unwrap();
+            let eof = o == ReadOutcome::Eof;
+            out.push(o);
+            if eof || out.len() > 100 {
+                return out;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn splits_lines_across_small_buffers() {
+        let out = read_all(b"abc\r\ndefghijkl\nxy", 64).await;
+        assert_eq!(
+            out,
+            vec![
+                ReadOutcome::Line("abc".into()),
+                ReadOutcome::Line("defghijkl".into()),
+                ReadOutcome::Line("xy".into()),
+                ReadOutcome::Eof
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn too_long_line_is_reported_once() {
+        let out = read_all(b"0123456789abcdef\nok\n", 8).await;
+        assert_eq!(out[0], ReadOutcome::TooLong);
+    }
+
+    #[tokio::test]
+    async fn bad_utf8_is_reported() {
+        let out = read_all(b"\xff\xfe\n", 8).await;
+        assert_eq!(out[0], ReadOutcome::BadUtf8);
+    }
+}

@@ -1,0 +1,15 @@
+//! Protocol v1: the JSON Lines messages between workers and ddptop (see docs/protocol.md).
+//!
+//! `messages` holds the serde types, `validate` the rules serde cannot express (ranges,
+//! finiteness), `framing` the newline framing with its hard line limit.
+
+pub mod framing;
+pub mod messages;
+pub mod validate;
+
+pub use framing::{LineReader, MAX_LINE_BYTES, ReadOutcome};
+pub use messages::*;
+pub use validate::{ProtocolError, parse_control, parse_worker};
+
+/// The only protocol version this build speaks.
+pub const VERSION: u32 = 1;

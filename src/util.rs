@@ -1,0 +1,50 @@
+//! Small helpers with no better home.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+/// Human bytes with binary units: `26.5 MB` style is decimal, we keep MB = 1e6 to match NCCL.
+pub fn fmt_bytes(b: u64) -> String {
+    let b = b as f64;
+    if b >= 1e9 {
+        format!("{:.1} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.1} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{b:.0} B")
+    }
+}
+
+/// Power-of-two sizes as nccl-tests prints them: 1K, 64M, 256M.
+pub fn fmt_size_pow2(b: u64) -> String {
+    const K: u64 = 1024;
+    if b >= K * K * K && b % (K * K * K) == 0 {
+        format!("{}G", b / (K * K * K))
+    } else if b >= K * K && b % (K * K) == 0 {
+        format!("{}M", b / (K * K))
+    } else if b >= K && b % K == 0 {
+        format!("{}K", b / K)
+    } else {
+        format!("{b}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn sizes() {
+        assert_eq!(fmt_size_pow2(1024), "1K");
+        assert_eq!(fmt_size_pow2(64 << 20), "64M");
+        assert_eq!(fmt_size_pow2(1000), "1000");
+        assert_eq!(fmt_bytes(26_501_120), "26.5 MB");
+    }
+}
