@@ -1,0 +1,116 @@
+"""Bare fp32 all-reduce size sweep with nccl-tests' formulas (ddp-nccl-facts.md §4, §10.19).
+
+Per size: barrier + synchronize (ranks start together), `warmup` untimed ops, barrier +
+synchronize again, then `iters` back-to-back `all_reduce` calls bracketed by CUDA events on the
+current stream (host clock on CPU), time per op = total / iters. algbw = bytes / t,
+busbw = algbw * 2(k-1)/k, GB = 1e9 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.distributed as dist
+
+from .runtime import Runtime, WorkerError
+from .timing import Clock
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int, extra: list[int]) -> list[int]:
+    """min, min*factor, ... up to max, plus the extra sizes within [min, max]; sorted, unique,
+    each rounded down to a whole number of fp32 elements."""
+    if min_bytes < 4 or max_bytes < min_bytes or factor < 2:
+        raise WorkerError("need 4 <= --min-bytes <= --max-bytes and --factor >= 2")
+    out: set[int] = set()
+    s = min_bytes
+    while s <= max_bytes:
+        out.add(s)
+        s *= factor
+    out.update(e for e in extra if min_bytes <= e <= max_bytes)
+    return sorted({(b // 4) * 4 for b in out})
+
+
+def busbw_factor(k: int) -> float:
+    return 2.0 * (k - 1) / k if k > 1 else 0.0
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-bytes", type=int, default=1024, help="smallest size (1024)")
+    p.add_argument("--max-bytes", type=int, default=268435456, help="largest size (256 MiB)")
+    p.add_argument("--factor", type=int, default=4, help="size step factor (4)")
+    p.add_argument(
+        "--extra-bytes",
+        type=int,
+        action="append",
+        default=None,
+        help="extra size(s) to include, repeatable (default 67108864 = 64 MiB)",
+    )
+    p.add_argument("--warmup", type=int, default=5, help="untimed ops per size (5)")
+    p.add_argument("--iters", type=int, default=20, help="timed ops per size (20)")
+    p.add_argument("--backend", choices=("nccl", "gloo", "auto"), default="auto")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout (300)")
+
+
+def run(args: argparse.Namespace) -> int:
+    with Runtime("allreduce", args.backend, args.timeout_s) as rt:
+        extra = args.extra_bytes if args.extra_bytes is not None else [67108864]
+        plan = sizes(args.min_bytes, args.max_bytes, args.factor, extra)
+        if args.iters < 1 or args.warmup < 0:
+            raise WorkerError("--iters must be >= 1 and --warmup >= 0")
+        client = rt.client
+        clock = Clock(rt.device)
+        k = rt.world_size
+        client.phase = "bench"
+        client.log(
+            "info",
+            f"all-reduce sweep: k={k}, {len(plan)} sizes {plan[0]}..{plan[-1]} B, "
+            f"{args.warmup} warm-up + {args.iters} timed ops each, timing {clock.method}",
+        )
+        done = 0
+        for nbytes in plan:
+            buf = torch.ones(nbytes // 4, dtype=torch.float32, device=rt.device)
+            dist.barrier()
+            rt.synchronize()
+            for _ in range(args.warmup):
+                dist.all_reduce(buf)
+            dist.barrier()
+            rt.synchronize()
+            start = clock.mark()
+            for _ in range(args.iters):
+                dist.all_reduce(buf)
+            end = clock.mark()
+            Clock.wait(end)
+            rt.synchronize()
+            t_s = max(Clock.ms(start, end), 1e-6) / 1000.0 / args.iters
+            done += args.warmup + args.iters
+            client.step = done
+            algbw = nbytes / t_s / 1e9
+            row = {
+                "op": "all_reduce",
+                "bytes": nbytes,
+                "dtype": "float32",
+                "iters": args.iters,
+                "time_us": t_s * 1e6,
+                "algbw_gbs": algbw,
+                "busbw_gbs": algbw * busbw_factor(k),
+            }
+            client.send("bench", **row)
+            if rt.rank == 0:
+                print(
+                    f"{nbytes:>12} B  {row['time_us']:10.1f} us  algbw {algbw:8.2f} GB/s  "
+                    f"busbw {row['busbw_gbs']:8.2f} GB/s",
+                    flush=True,
+                )
+            del buf
+        client.send(
+            "result",
+            experiment="allreduce",
+            samples_per_s=None,
+            timed_epochs=0,
+            params=None,
+            grad_bytes=None,
+            bucket_bytes=[],
+        )
+    return 0
+

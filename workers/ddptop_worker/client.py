@@ -1,0 +1,411 @@
+"""Connection from one worker rank to ddptop over its Unix socket (docs/protocol.md).
+
+Standard library only (torch is imported lazily, inside the `dump_fr` handler). Without
+`DDPTOP_SOCKET` in the environment the client is disabled and every method is a no-op, so the
+worker scripts also run bare.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from types import TracebackType
+from typing import Any, Final
+
+from . import protocol
+
+DEADMAN_EXIT_CODE: Final = 70
+DEADMAN_GRACE_S: Final = 2.0
+HANDSHAKE_TIMEOUT_S: Final = 30.0
+
+
+class HandshakeError(RuntimeError):
+    """ddptop refused the connection (it answered `error`) or the handshake failed."""
+
+    def __init__(self, code: str, msg: str) -> None:
+        if code in protocol.ERROR_CODES:
+            super().__init__(f"ddptop refused the connection: {code}: {msg}")
+        else:
+            super().__init__(f"handshake with ddptop failed ({code}): {msg}")
+        self.code = code
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def torch_versions() -> dict[str, str | None]:
+    """torch / NCCL / CUDA versions if torch is already imported (never imports it)."""
+    out: dict[str, str | None] = {"torch": None, "nccl": None, "cuda": None}
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return out
+    out["torch"] = str(getattr(torch, "__version__", None) or "") or None
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    out["cuda"] = str(cuda) if cuda else None
+    try:
+        if torch.cuda.is_available():
+            v = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)
+    except Exception:  # noqa: BLE001 - versions are best effort
+        pass
+    return out
+
+
+def hello_message(
+    *,
+    token: str,
+    run_id: str,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    device: str,
+    backend: str,
+    worker: str,
+    versions: dict[str, str | None],
+) -> dict[str, Any]:
+    """The first line of every connection (docs/protocol.md `hello`)."""
+    return {
+        "v": protocol.VERSION,
+        "type": "hello",
+        "token": token,
+        "run_id": run_id,
+        "rank": rank,
+        "world_size": world_size,
+        "local_rank": local_rank,
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "device": device,
+        "backend": backend,
+        "worker": worker,
+        "torch": versions.get("torch"),
+        "nccl": versions.get("nccl"),
+        "cuda": versions.get("cuda"),
+        "t": time.monotonic(),
+    }
+
+
+class Client:
+    """One rank's connection to ddptop. Thread-safe `send`; heartbeat and reader threads."""
+
+    def __init__(
+        self,
+        sock: socket.socket | None,
+        *,
+        rank: int = 0,
+        token: str = "",
+        run_id: str = "",
+        validate: bool | None = None,
+        deadman: bool = True,
+    ) -> None:
+        self._sock = sock
+        self.deadman = deadman  # exit the process when ddptop's end closes (off only in tests)
+        self.rank = rank
+        self.token = token
+        self.run_id = run_id
+        self.validate = (
+            validate if validate is not None else os.environ.get("DDPTOP_VALIDATE", "") == "1"
+        )
+        self.step = 0
+        self.phase = "init"
+        self.heartbeat_s = 1.0
+        self._send_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._probe_requested = False
+        self._stop_requested = False
+        self._closing = False
+        self._closed = False
+        self._stop_threads = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.commands: list[str] = []  # every command received, in order (for tests and logs)
+        self.fr_dir = os.environ.get("DDPTOP_FR_DIR")
+        self._rfile: io.BufferedReader | None = None
+        self.disconnected = False  # ddptop's end closed while we were still running
+
+    # ------------------------------------------------------------------ construction
+
+    @property
+    def enabled(self) -> bool:
+        return self._sock is not None
+
+    @classmethod
+    def disabled(cls) -> Client:
+        return cls(None)
+
+    @classmethod
+    def from_env(
+        cls,
+        *,
+        worker: str,
+        backend: str,
+        device: str,
+        rank: int | None = None,
+        world_size: int | None = None,
+        local_rank: int | None = None,
+        versions: dict[str, str | None] | None = None,
+        validate: bool | None = None,
+        start_threads: bool = True,
+        deadman: bool = True,
+    ) -> Client:
+        """Connect to `$DDPTOP_SOCKET`, send hello, wait for welcome; a no-op client if unset.
+
+        rank / world_size / local_rank default to torchrun's RANK / WORLD_SIZE / LOCAL_RANK.
+        """
+        path = os.environ.get("DDPTOP_SOCKET")
+        rank = rank if rank is not None else _env_int("RANK", 0)
+        if not path:
+            c = cls(None, rank=rank)
+            return c
+        world_size = world_size if world_size is not None else _env_int("WORLD_SIZE", 1)
+        local_rank = local_rank if local_rank is not None else _env_int("LOCAL_RANK", 0)
+        token = os.environ.get("DDPTOP_TOKEN", "")
+        run_id = os.environ.get("DDPTOP_RUN_ID", "")
+        v = versions if versions is not None else torch_versions()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            try:
+                sock.connect(path)
+            except OSError as e:
+                raise HandshakeError("connect", f"cannot connect to DDPTOP_SOCKET={path}: {e}") from e
+            c = cls(
+                sock, rank=rank, token=token, run_id=run_id, validate=validate, deadman=deadman
+            )
+            hello = hello_message(
+                token=token,
+                run_id=run_id,
+                rank=rank,
+                world_size=world_size,
+                local_rank=local_rank,
+                device=device,
+                backend=backend,
+                worker=worker,
+                versions=v,
+            )
+            c._write(hello)
+            c._await_welcome()
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        if start_threads:
+            c.start()
+        return c
+
+    def _await_welcome(self) -> None:
+        assert self._sock is not None
+        self._rfile = self._sock.makefile("rb")
+        line = self._rfile.readline(protocol.MAX_LINE_BYTES + 2)
+        if not line:
+            raise HandshakeError("closed", "ddptop closed the connection before its welcome")
+        try:
+            msg = protocol.parse_line(line.rstrip(b"\n"), "ddptop")
+        except protocol.ProtocolError as e:
+            raise HandshakeError("bad_reply", f"ddptop's reply to hello is invalid: {e}") from None
+        if msg["type"] == "error":
+            raise HandshakeError(str(msg["code"]), str(msg["msg"]))
+        if msg["type"] != "welcome":
+            raise HandshakeError("bad_reply", f"expected welcome, got {msg['type']}")
+        hb = msg.get("heartbeat_s")
+        if isinstance(hb, (int, float)) and hb > 0:
+            self.heartbeat_s = float(hb)
+
+    def start(self) -> None:
+        """Start the heartbeat and reader daemon threads."""
+        if self._sock is None or self._threads:
+            return
+        for target, name in ((self._heartbeat_loop, "ddptop-heartbeat"), (self._reader_loop, "ddptop-reader")):
+            th = threading.Thread(target=target, name=name, daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    # ------------------------------------------------------------------ commands
+
+    @property
+    def probe_requested(self) -> bool:
+        with self._state_lock:
+            return self._probe_requested
+
+    @property
+    def stop_requested(self) -> bool:
+        with self._state_lock:
+            return self._stop_requested
+
+    def _handle_command(self, cmd: str) -> None:
+        with self._state_lock:
+            self.commands.append(cmd)
+            if cmd == "probe_on":
+                self._probe_requested = True
+            elif cmd == "probe_off":
+                self._probe_requested = False
+            elif cmd == "stop":
+                self._stop_requested = True
+        if cmd == "dump_fr":
+            self.dump_flight_recorder()
+
+    def dump_flight_recorder(self) -> str | None:
+        """Write the NCCL flight recorder to $DDPTOP_FR_DIR/fr_dump_rank{rank}.pkl; return the path."""
+        if not self.fr_dir:
+            self.log("warn", "dump_fr: DDPTOP_FR_DIR is not set; nothing written")
+            return None
+        try:
+            import torch  # lazy: client.py stays stdlib-only at import time
+
+            dump = torch._C._distributed_c10d._dump_nccl_trace()
+        except Exception as e:  # noqa: BLE001 - unavailable on builds without NCCL, or no PG
+            self.log("warn", f"dump_fr: flight recorder unavailable: {type(e).__name__}: {e}")
+            return None
+        path = os.path.join(self.fr_dir, f"fr_dump_rank{self.rank}.pkl")
+        try:
+            os.makedirs(self.fr_dir, exist_ok=True)
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(bytes(dump))
+            os.replace(tmp, path)
+        except OSError as e:
+            self.log("warn", f"dump_fr: cannot write {path}: {e}")
+            return None
+        self.log("info", f"flight recorder dumped to {path} ({len(dump)} bytes)")
+        return path
+
+    # ------------------------------------------------------------------ sending
+
+    def build(self, mtype: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """The message `send` would write: v/type/rank/step/t first, then the fields."""
+        msg: dict[str, Any] = {
+            "v": protocol.VERSION,
+            "type": mtype,
+            "rank": self.rank,
+            "step": self.step,
+            "t": time.monotonic(),
+        }
+        msg.update(fields)
+        return msg
+
+    def send(self, mtype: str, **fields: Any) -> None:
+        """Send one message; `step` defaults to `self.step`. No-op when disabled or closed."""
+        if self._sock is None or self._closed:
+            return
+        self._write(self.build(mtype, fields))
+
+    def _write(self, msg: dict[str, Any], *, final: bool = False) -> None:
+        if self.validate:
+            protocol.validate(msg, "worker")
+        try:
+            line = protocol.encode(msg)
+        except (ValueError, protocol.ProtocolError) as e:
+            if self.validate:
+                raise
+            print(f"ddptop_worker: dropped a {msg.get('type')} message: {e}", file=sys.stderr)
+            return
+        with self._send_lock:
+            sock = self._sock
+            if sock is None or self._closed:
+                return
+            try:
+                sock.sendall(line)
+            except OSError:
+                # ddptop's end is gone: the reader thread sees it too and fires the dead-man switch.
+                pass
+            if final:
+                self._closed = True
+
+    def log(self, level: str, msg: str) -> None:
+        self.send("log", level=level, msg=msg[:8000])
+
+    # ------------------------------------------------------------------ threads
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop_threads.wait(self.heartbeat_s):
+            if self._closing:
+                return
+            self.send("heartbeat", phase=self.phase)
+
+    def _reader_loop(self) -> None:
+        rfile = self._rfile
+        try:
+            while rfile is not None:
+                line = rfile.readline(protocol.MAX_LINE_BYTES + 2)
+                if not line:
+                    break
+                try:
+                    msg = protocol.parse_line(line.rstrip(b"\n"), "ddptop")
+                except protocol.ProtocolError as e:
+                    print(f"ddptop_worker: ignoring a bad line from ddptop: {e}", file=sys.stderr)
+                    continue
+                if msg["type"] == "command":
+                    self._handle_command(str(msg["cmd"]))
+                elif msg["type"] == "error":
+                    print(
+                        f"ddptop_worker: ddptop reported {msg['code']}: {msg['msg']}",
+                        file=sys.stderr,
+                    )
+        except (OSError, ValueError):
+            pass
+        if rfile is not None:
+            try:
+                rfile.close()
+            except OSError:
+                pass
+        if not self._closing:
+            self.disconnected = True
+            if self.deadman:
+                self._deadman()
+
+    def _deadman(self) -> None:
+        """ddptop's end closed: terminate this process now (SIGTERM, then _exit after a grace)."""
+        print(
+            "ddptop_worker: ddptop closed the connection; exiting (dead-man switch)",
+            file=sys.stderr,
+            flush=True,
+        )
+        self._closed = True
+
+        def _hard_exit() -> None:
+            time.sleep(DEADMAN_GRACE_S)
+            os._exit(DEADMAN_EXIT_CODE)
+
+        threading.Thread(target=_hard_exit, name="ddptop-deadman", daemon=True).start()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except OSError:
+            os._exit(DEADMAN_EXIT_CODE)
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self, reason: str = "done") -> None:
+        """Send `bye` and close the connection without triggering the dead-man switch."""
+        if self._sock is None or self._closed:
+            return
+        self.phase = "done"
+        self._closing = True
+        self._stop_threads.set()
+        self._write(self.build("bye", {"reason": reason}), final=True)
+        self._closed = True
+        sock = self._sock
+        with self._send_lock:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        for th in self._threads:
+            if th is not threading.current_thread():
+                th.join(timeout=2.0)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close("done" if exc_type is None else "error")

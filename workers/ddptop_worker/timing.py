@@ -1,0 +1,231 @@
+"""Step and per-bucket timing without a per-step synchronize.
+
+On CUDA every mark is a `torch.cuda.Event` recorded on the current stream and read one or two
+steps later (`Pending`); on CPU (gloo) marks are host `time.perf_counter()` readings, which are the
+real times there because CPU compute is synchronous.
+
+The per-bucket all-reduce timeline comes from a DDP comm hook (ddp-nccl-facts.md §1.8): a *ready*
+mark at hook entry (the bucket's gradients are complete on the compute stream), a *done* mark in
+the all-reduce future's `then` callback (on CUDA that callback runs on a stream that waits for the
+NCCL kernel, so an event recorded there completes with it; on gloo the future completes when the
+all-reduce has finished on the host). Kernel start ≈ max(ready_i, done_{i-1}) since all-reduces
+serialize in bucket order.
+
+No `from __future__ import annotations` here: DDP's `_check_comm_hook` compares the hook's
+annotations with the real `dist.GradBucket` / `torch.futures.Future[torch.Tensor]` objects.
+"""
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+import torch.distributed as dist
+
+Mark = Union["torch.cuda.Event", float]
+
+
+class Clock:
+    """Makes marks: CUDA events on cuda devices, perf_counter seconds elsewhere."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.method = "cuda_events" if self.cuda else "host"
+
+    def mark(self) -> Mark:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    @staticmethod
+    def ms(a: Mark, b: Mark) -> float:
+        """Milliseconds from mark a to mark b (both must be complete)."""
+        if isinstance(a, float) and isinstance(b, float):
+            return (b - a) * 1000.0
+        assert not isinstance(a, float) and not isinstance(b, float)
+        return float(a.elapsed_time(b))
+
+    @staticmethod
+    def done(m: Mark) -> bool:
+        return isinstance(m, float) or bool(m.query())
+
+    @staticmethod
+    def wait(m: Mark) -> None:
+        if not isinstance(m, float):
+            m.synchronize()
+
+
+@dataclass
+class BucketRecord:
+    index: int
+    nbytes: int
+    ready: Mark
+    done: Optional[Mark] = None
+
+
+@dataclass
+class StepMarks:
+    """The marks of one step, plus whatever the caller wants back when it resolves."""
+
+    marks: dict[str, Mark] = field(default_factory=dict)
+    buckets: Optional[list[BucketRecord]] = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def last(self) -> Mark:
+        return list(self.marks.values())[-1]
+
+
+class Pending:
+    """Steps waiting for their events: resolved when complete, or forced after `lag` steps."""
+
+    def __init__(self, lag: int = 2) -> None:
+        self.lag = lag
+        self._q: deque[StepMarks] = deque()
+
+    def push(self, s: StepMarks) -> None:
+        self._q.append(s)
+
+    def pop_ready(self, force_all: bool = False) -> list[StepMarks]:
+        out: list[StepMarks] = []
+        while self._q:
+            head = self._q[0]
+            complete = _complete(head)
+            if not complete and (force_all or len(self._q) > self.lag):
+                _wait(head)
+                complete = True
+            if not complete:
+                break
+            out.append(self._q.popleft())
+        return out
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+
+def _complete(s: StepMarks) -> bool:
+    if not Clock.done(s.last()):
+        return False
+    for b in s.buckets or []:
+        if b.done is None or not Clock.done(b.done):
+            return False
+    return True
+
+
+def _wait(s: StepMarks) -> None:
+    Clock.wait(s.last())
+    for b in s.buckets or []:
+        # The done callback runs once the all-reduce future completes; the step's last mark is
+        # after finalize_backward waited for every bucket, so this loop is short.
+        deadline = time.monotonic() + 60.0
+        while b.done is None and time.monotonic() < deadline:
+            time.sleep(0.0001)
+        if b.done is not None:
+            Clock.wait(b.done)
+
+
+@dataclass
+class BucketSpan:
+    index: int
+    nbytes: int
+    ready_ms: float
+    start_ms: float
+    done_ms: float
+
+
+def bucket_timeline(
+    records: list[BucketRecord], bwd_start: Mark, bwd_end: Mark
+) -> tuple[list[BucketSpan], float, float]:
+    """(spans in all-reduce order, bwd_compute_ms, exposed_ms) relative to backward start."""
+    spans: list[BucketSpan] = []
+    prev_done = 0.0
+    for r in records:
+        if r.done is None:
+            continue
+        ready = max(0.0, Clock.ms(bwd_start, r.ready))
+        done = max(ready, Clock.ms(bwd_start, r.done))
+        start = min(done, max(ready, prev_done))
+        spans.append(BucketSpan(r.index, r.nbytes, ready, start, done))
+        prev_done = done
+    if not spans:
+        return spans, 0.0, 0.0
+    last_ready = spans[-1].ready_ms
+    exposed = max(0.0, Clock.ms(bwd_start, bwd_end) - last_ready)
+    return spans, last_ready, exposed
+
+
+class BucketTimer:
+    """State of the timing comm hook. The hook always all-reduces (like DDP's default hook);
+    it records marks only while `recording` is on, into the list set by `begin_step`."""
+
+    def __init__(self, clock: Clock, process_group: Optional[dist.ProcessGroup] = None) -> None:
+        self.clock = clock
+        self.pg = process_group
+        self.recording = False
+        self._current: Optional[list[BucketRecord]] = None
+        self._lock = threading.Lock()
+
+    def begin_step(self) -> Optional[list[BucketRecord]]:
+        with self._lock:
+            self._current = [] if self.recording else None
+            return self._current
+
+    def end_step(self) -> None:
+        with self._lock:
+            self._current = None
+
+    def register(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
+        ddp.register_comm_hook(state=self, hook=timed_allreduce_hook)
+
+
+def timed_allreduce_hook(
+    state: BucketTimer, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP's default all-reduce (divide by world size first), with ready/done marks."""
+    buf = bucket.buffer()
+    with state._lock:
+        records = state._current
+    rec: Optional[BucketRecord] = None
+    if records is not None:
+        rec = BucketRecord(bucket.index(), buf.numel() * buf.element_size(), state.clock.mark())
+        records.append(rec)
+    group = state.pg if state.pg is not None else dist.group.WORLD
+    buf.div_(dist.get_world_size(group))
+    work = dist.all_reduce(buf, group=group, async_op=True)
+    assert work is not None
+    fut = work.get_future()
+    clock = state.clock
+
+    def _done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        if rec is not None:
+            rec.done = clock.mark()
+        return f.value()[0]
+
+    return fut.then(_done)
+
+
+def parse_bucket_sizes(value: Any) -> Optional[list[int]]:
+    """'1189928, 389760' -> [1189928, 389760]."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    parts = [p.strip() for p in str(value).split(",") if p.strip()]
+    try:
+        return [int(p) for p in parts] or None
+    except ValueError:
+        return None
+
+
+def rebuilt_bucket_sizes(ddp: torch.nn.parallel.DistributedDataParallel) -> Optional[list[int]]:
+    """Bucket bytes after DDP's rebuild (bucket index order), None until it is reported."""
+    try:
+        data = ddp._get_ddp_logging_data()
+    except Exception:  # noqa: BLE001 - private API, best effort
+        return None
+    if not data.get("has_rebuilt_buckets"):
+        return None
+    return parse_bucket_sizes(data.get("rebuilt_bucket_sizes"))

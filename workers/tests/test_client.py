@@ -1,0 +1,225 @@
+"""The client against a fake ddptop: handshake, heartbeats, commands, no-op mode, dead-man."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import WORKERS
+from fakeserver import RUN_ID, TOKEN, FakeDdptop
+
+from ddptop_worker import protocol
+from ddptop_worker.client import Client, HandshakeError
+
+VERSIONS: dict[str, str | None] = {"torch": "2.11.0+test", "nccl": None, "cuda": None}
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeDdptop]:
+    srv = FakeDdptop(heartbeat_s=0.1)
+    monkeypatch.setenv("DDPTOP_SOCKET", srv.path)
+    monkeypatch.setenv("DDPTOP_TOKEN", TOKEN)
+    monkeypatch.setenv("DDPTOP_RUN_ID", RUN_ID)
+    yield srv
+    srv.stop()
+
+
+def connect(**kw: object) -> Client:
+    return Client.from_env(
+        worker="train",
+        backend="gloo",
+        device="cpu",
+        rank=1,
+        world_size=2,
+        local_rank=1,
+        versions=VERSIONS,
+        validate=True,
+        deadman=False,  # never SIGTERM the pytest process; the real switch is tested below
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_handshake_sends_hello_and_awaits_welcome(server: FakeDdptop) -> None:
+    c = connect()
+    try:
+        assert c.enabled
+        assert server.wait_for(lambda: len(server.hellos()) == 1)
+        hello = server.hellos()[0]
+        assert protocol.validate(hello, "worker") == "hello"
+        assert hello["token"] == TOKEN and hello["run_id"] == RUN_ID
+        assert (hello["rank"], hello["world_size"], hello["local_rank"]) == (1, 2, 1)
+        assert hello["pid"] == os.getpid()
+        assert hello["backend"] == "gloo" and hello["worker"] == "train"
+        assert hello["device"] == "cpu" and hello["torch"] == "2.11.0+test" and hello["nccl"] is None
+        assert abs(hello["t"] - time.monotonic()) < 60
+        assert c.heartbeat_s == pytest.approx(0.1)  # taken from welcome
+    finally:
+        c.close()
+    assert server.wait_for(lambda: [m["reason"] for m in server.messages("bye")] == ["done"])
+    assert not c.disconnected
+
+
+def test_error_reply_raises_with_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    srv = FakeDdptop(reject_with="bad_token")
+    monkeypatch.setenv("DDPTOP_SOCKET", srv.path)
+    monkeypatch.setenv("DDPTOP_TOKEN", "00" * 32)
+    monkeypatch.setenv("DDPTOP_RUN_ID", RUN_ID)
+    try:
+        with pytest.raises(HandshakeError, match="bad_token") as ei:
+            connect()
+        assert ei.value.code == "bad_token"
+    finally:
+        srv.stop()
+
+
+def test_connect_failure_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DDPTOP_SOCKET", "/nonexistent/ddptop.sock")
+    with pytest.raises(HandshakeError, match="cannot connect"):
+        connect()
+
+
+def test_heartbeats_carry_step_and_phase(server: FakeDdptop) -> None:
+    c = connect()
+    try:
+        c.step = 42
+        c.phase = "train"
+        assert server.wait_for(lambda: len(server.messages("heartbeat")) >= 3, timeout=5)
+        hb = server.messages("heartbeat")[-1]
+        assert hb["rank"] == 1 and hb["step"] == 42 and hb["phase"] == "train"
+    finally:
+        c.close()
+
+
+def test_send_adds_common_fields_and_is_thread_safe(server: FakeDdptop) -> None:
+    import threading
+
+    c = connect()
+    try:
+        c.step = 3
+
+        def spam(i: int) -> None:
+            for j in range(50):
+                c.send("log", level="debug", msg=f"thread {i} line {j} " + "x" * 200)
+
+        threads = [threading.Thread(target=spam, args=(i,)) for i in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert server.wait_for(lambda: len(server.messages("log")) == 200)
+        m = server.messages("log")[0]
+        assert m["v"] == 1 and m["rank"] == 1 and m["step"] == 3 and isinstance(m["t"], float)
+        with pytest.raises(protocol.ProtocolError):
+            c.send("step", fwd_ms=1.0)  # validate mode: missing fields are caught before sending
+    finally:
+        c.close()
+    assert server.bad == []
+
+
+def test_commands_are_received(server: FakeDdptop, tmp_path: object) -> None:
+    c = connect()
+    c.fr_dir = str(tmp_path)
+    try:
+        assert not c.probe_requested and not c.stop_requested
+        assert server.command("probe_on") == 1
+        assert server.wait_for(lambda: c.probe_requested, timeout=5)
+        server.command("probe_off")
+        assert server.wait_for(lambda: not c.probe_requested, timeout=5)
+        server.command("dump_fr")
+        path = os.path.join(str(tmp_path), "fr_dump_rank1.pkl")
+        assert server.wait_for(lambda: os.path.exists(path), timeout=10)
+        assert os.path.getsize(path) > 0
+        server.command("stop")
+        assert server.wait_for(lambda: c.stop_requested, timeout=5)
+        assert c.commands == ["probe_on", "probe_off", "dump_fr", "stop"]
+        assert any("flight recorder dumped" in m["msg"] for m in server.messages("log"))
+    finally:
+        c.close("stopped")
+    assert server.wait_for(lambda: [m["reason"] for m in server.messages("bye")] == ["stopped"])
+
+
+def test_noop_without_socket(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DDPTOP_SOCKET", raising=False)
+    c = Client.from_env(worker="probe", backend="gloo", device="cpu", rank=0, world_size=1)
+    assert not c.enabled
+    c.send("log", level="info", msg="nobody listens")
+    c.log("info", "still nobody")
+    assert not c.probe_requested and not c.stop_requested
+    c.close()
+    c.close()
+
+
+DEADMAN_SCRIPT = r"""
+import signal, sys, time
+from ddptop_worker.client import Client
+if sys.argv[1] == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+c = Client.from_env(worker="train", backend="gloo", device="cpu", rank=0, world_size=1,
+                    versions={"torch": None, "nccl": None, "cuda": None})
+print("connected", flush=True)
+time.sleep(60)
+print("still alive", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "ignore-term"])
+def test_deadman_switch_exits_promptly(mode: str) -> None:
+    srv = FakeDdptop()
+    try:
+        env = srv.env(PYTHONPATH=WORKERS)
+        p = subprocess.Popen(
+            [sys.executable, "-c", DEADMAN_SCRIPT, mode],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "connected"
+            assert srv.wait_for(lambda: len(srv.hellos()) == 1)
+            t0 = time.monotonic()
+            srv.close_all()
+            rc = p.wait(timeout=5)
+            elapsed = time.monotonic() - t0
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert elapsed < 5
+        if mode == "default":
+            assert rc == -signal.SIGTERM
+        else:
+            assert rc == 70  # SIGTERM ignored: the os._exit fallback
+        assert "dead-man" in (p.stderr.read() if p.stderr else "")
+    finally:
+        srv.stop()
+
+
+def test_close_does_not_trigger_deadman() -> None:
+    srv = FakeDdptop()
+    script = (
+        "from ddptop_worker.client import Client\n"
+        "c = Client.from_env(worker='train', backend='gloo', device='cpu', rank=0, world_size=1)\n"
+        "c.close('done')\n"
+        "import time; time.sleep(0.5)\n"
+        "print('clean exit', flush=True)\n"
+    )
+    try:
+        p = subprocess.run(
+            [sys.executable, "-c", script],
+            env=srv.env(PYTHONPATH=WORKERS),
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+        assert p.returncode == 0, p.stderr
+        assert "clean exit" in p.stdout
+        assert [m["type"] for m in srv.messages()] == ["bye"]
+    finally:
+        srv.stop()

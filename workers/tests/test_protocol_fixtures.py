@@ -1,0 +1,106 @@
+"""The shared protocol fixtures (tests/fixtures/protocol/cases.jsonl) against the validator,
+and the messages the client builds against the validator."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+from conftest import REPO
+
+from ddptop_worker import protocol
+from ddptop_worker.client import Client, hello_message
+
+CASES_PATH = os.path.join(REPO, "tests", "fixtures", "protocol", "cases.jsonl")
+
+
+def load_cases() -> list[dict[str, Any]]:
+    with open(CASES_PATH, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+CASES = load_cases()
+
+
+def test_fixture_names_unique() -> None:
+    names = [c["name"] for c in CASES]
+    assert len(names) == len(set(names))
+    assert any(c["expect"] == "accept" for c in CASES)
+    assert any(c["expect"] == "reject" for c in CASES)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["expect"] == "accept"], ids=lambda c: c["name"])
+def test_accept(case: dict[str, Any]) -> None:
+    msg = protocol.parse_line(case["raw"], case["dir"])
+    assert msg["type"] == case["type"]
+    assert protocol.validate(msg, case["dir"]) == case["type"]
+    # bytes input works the same
+    assert protocol.parse_line(case["raw"].encode("utf-8"), case["dir"])["type"] == case["type"]
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c["expect"] == "reject"], ids=lambda c: c["name"])
+def test_reject(case: dict[str, Any]) -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_line(case["raw"], case["dir"])
+
+
+def doc_fields(mtype: str) -> dict[str, Any]:
+    """The type-specific fields of the doc_<type> fixture (common fields stripped)."""
+    case = next(c for c in CASES if c["name"] == f"doc_{mtype}")
+    msg: dict[str, Any] = json.loads(case["raw"])
+    for k in ("v", "type", "rank", "step", "t"):
+        msg.pop(k, None)
+    return msg
+
+
+WORKER_TYPES = sorted(t for t in protocol.WORKER_SCHEMAS if t != "hello")
+
+
+@pytest.mark.parametrize("mtype", WORKER_TYPES)
+def test_client_built_messages_validate(mtype: str) -> None:
+    c = Client(None, rank=1, validate=True)
+    c.step = 7
+    msg = c.build(mtype, doc_fields(mtype))
+    assert protocol.validate(msg, "worker") == mtype
+    assert msg["rank"] == 1 and msg["step"] == 7 and msg["v"] == 1
+    line = protocol.encode(msg)
+    assert line.endswith(b"\n") and b"\n" not in line[:-1]
+    assert protocol.parse_line(line[:-1], "worker")["type"] == mtype
+
+
+def test_client_hello_validates() -> None:
+    versions: dict[str, str | None] = {"torch": "2.11.0", "nccl": None, "cuda": None}
+    hello = hello_message(
+        token="ab" * 32,
+        run_id="r1",
+        rank=1,
+        world_size=2,
+        local_rank=1,
+        device="cpu",
+        backend="gloo",
+        worker="train",
+        versions=versions,
+    )
+    assert protocol.validate(hello, "worker") == "hello"
+    assert hello["pid"] == os.getpid() and "step" not in hello
+
+
+def test_validator_catches_bad_built_messages() -> None:
+    c = Client(None, validate=True)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.validate(c.build("step", {**doc_fields("step"), "fwd_ms": -1.0}), "worker")
+    with pytest.raises(protocol.ProtocolError):
+        protocol.validate(c.build("probe", {**doc_fields("probe"), "mode": "x"}), "worker")
+    with pytest.raises(protocol.ProtocolError):
+        protocol.validate(c.build("heartbeat", {"phase": "sleeping"}), "worker")
+    with pytest.raises(ValueError):
+        protocol.encode(c.build("bench", {**doc_fields("bench"), "time_us": float("nan")}))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.encode(c.build("log", {"level": "info", "msg": "x" * (protocol.MAX_LINE_BYTES + 1)}))
+
+
+def test_encode_is_compact_json_lines() -> None:
+    line = protocol.encode({"v": 1, "type": "bye", "rank": 0, "step": 1, "t": 1.0, "reason": "done"})
+    assert line == b'{"v":1,"type":"bye","rank":0,"step":1,"t":1.0,"reason":"done"}\n'
