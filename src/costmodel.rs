@@ -1,1 +1,364 @@
-//! (being written)
+//! The α-β cost model of DESIGN.md and the machine profiles the simulated worker runs on.
+//!
+//! `t_comm(bucket) = α + 2(k−1)/k · bytes / busbw(bytes)`; buckets serialize on one stream in
+//! all-reduce order, each starting at `max(ready_i, done_{i−1})`. See docs/methods.md.
+
+use std::collections::BTreeMap;
+
+/// Busbw at a size, interpolated on log2(size) between measured points (GB/s, GB = 1e9).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BusbwCurve {
+    /// (bytes, busbw GB/s), sorted by bytes.
+    pub points: Vec<(u64, f64)>,
+}
+
+impl BusbwCurve {
+    pub fn new(mut points: Vec<(u64, f64)>) -> Self {
+        points.retain(|(b, bw)| *b > 0 && bw.is_finite() && *bw > 0.0);
+        points.sort_by_key(|p| p.0);
+        points.dedup_by_key(|p| p.0);
+        BusbwCurve { points }
+    }
+
+    pub fn at(&self, bytes: u64) -> Option<f64> {
+        let pts = &self.points;
+        let first = pts.first()?;
+        let last = pts.last()?;
+        if bytes <= first.0 {
+            // Below the smallest size, time is latency-bound: keep the smallest point's time.
+            return Some(first.1 * bytes as f64 / first.0 as f64);
+        }
+        if bytes >= last.0 {
+            return Some(last.1);
+        }
+        let i = pts.iter().position(|p| p.0 >= bytes)?;
+        let (b0, w0) = pts[i - 1];
+        let (b1, w1) = pts[i];
+        let f = ((bytes as f64).log2() - (b0 as f64).log2()) / ((b1 as f64).log2() - (b0 as f64).log2());
+        Some(w0 + f * (w1 - w0))
+    }
+}
+
+/// Ring all-reduce time for one buffer at world size k, in ms. 0 at k=1.
+pub fn allreduce_ms(bytes: u64, k: u32, busbw_gbs: f64, alpha_us: f64) -> f64 {
+    if k <= 1 || busbw_gbs <= 0.0 {
+        return 0.0;
+    }
+    let factor = 2.0 * (k as f64 - 1.0) / k as f64;
+    alpha_us / 1e3 + factor * bytes as f64 / (busbw_gbs * 1e9) * 1e3
+}
+
+/// nccl-tests' formulas: (algbw, busbw) in GB/s for one all-reduce of `bytes` taking `time_us`.
+pub fn bandwidths(bytes: u64, k: u32, time_us: f64) -> (f64, f64) {
+    if time_us <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let algbw = bytes as f64 / (time_us * 1e-6) / 1e9;
+    let busbw = if k > 1 {
+        algbw * 2.0 * (k as f64 - 1.0) / k as f64
+    } else {
+        0.0
+    };
+    (algbw, busbw)
+}
+
+/// One bucket's span in a predicted timeline (ms from the start of backward).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanPrediction {
+    pub bytes: u64,
+    pub ready_ms: f64,
+    pub start_ms: f64,
+    pub done_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelinePrediction {
+    pub spans: Vec<SpanPrediction>,
+    pub bwd_compute_ms: f64,
+    /// done of the last bucket − end of backward compute (≥ 0).
+    pub exposed_ms: f64,
+}
+
+/// Serialize buckets on one stream: start = max(ready_i, done_{i−1}).
+pub fn predict_timeline(buckets: &[(u64, f64)], bwd_ms: f64, comm_ms: impl Fn(u64) -> f64) -> TimelinePrediction {
+    let mut prev_done: f64 = 0.0;
+    let mut spans = Vec::with_capacity(buckets.len());
+    for &(bytes, ready_frac) in buckets {
+        let ready = ready_frac.clamp(0.0, 1.0) * bwd_ms;
+        let start = ready.max(prev_done);
+        let done = start + comm_ms(bytes);
+        prev_done = done;
+        spans.push(SpanPrediction {
+            bytes,
+            ready_ms: ready,
+            start_ms: start,
+            done_ms: done,
+        });
+    }
+    let last_ready = spans.last().map(|s| s.ready_ms).unwrap_or(bwd_ms);
+    TimelinePrediction {
+        exposed_ms: (prev_done - last_ready.max(bwd_ms)).max(0.0),
+        bwd_compute_ms: bwd_ms,
+        spans,
+    }
+}
+
+/// A simulated machine. Calibration sources are in docs/methods.md.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Per-step compute at per-rank batch 256 (ms); scaled linearly with the batch.
+    pub fwd_ms: f64,
+    pub bwd_ms: f64,
+    pub opt_ms: f64,
+    pub data_ms: f64,
+    /// Fixed per-step cost that does not scale with batch (launch overhead).
+    pub fixed_ms: f64,
+    /// DDP reducer overhead per step at k > 1 (bucket copies, hook, finalize).
+    pub ddp_overhead_ms: f64,
+    pub alpha_us: f64,
+    /// Bare all-reduce busbw by size, per env setting (key: sorted `K=V` list, "" = default).
+    pub busbw: BTreeMap<&'static str, Vec<(u64, f64)>>,
+    /// Multiplier on busbw for all-reduces during backward (they share SMs and memory).
+    pub in_backward_factor: f64,
+    /// Extra multiplier on comm time per GPU beyond two (host-bridge contention on PCIe).
+    pub contention_per_extra_gpu: f64,
+    /// Env settings under which DDP training deadlocks on this machine (the book's warning).
+    pub hangs_with: Vec<&'static str>,
+    pub noise: f64,
+}
+
+/// Gradient buckets of the book's ResNet-18 after the rebuild, in all-reduce order, with the
+/// fraction of backward at which each becomes ready (h200-baseline.md).
+pub const RESNET18_BUCKETS: [(u64, f64); 3] = [(8_740_352, 0.15), (26_501_120, 0.55), (9_461_800, 1.0)];
+pub const RESNET18_PARAMS: u64 = 11_175_818;
+pub const RESNET18_GRAD_BYTES: u64 = 44_703_272;
+
+const MIB: u64 = 1 << 20;
+
+impl Profile {
+    pub fn names() -> [&'static str; 2] {
+        ["h200-nvlink", "book-pcie"]
+    }
+
+    pub fn get(name: &str) -> Option<Profile> {
+        match name {
+            "h200-nvlink" => Some(Self::h200_nvlink()),
+            "book-pcie" => Some(Self::book_pcie()),
+            _ => None,
+        }
+    }
+
+    /// 2×H200 NV18, calibrated to h200-baseline.md (book's model): k=1 ≈ 5.6k samples/s,
+    /// ≈1.96× at k=2, buckets ≈ 110/195/80 µs, the busbw table by size and env.
+    fn h200_nvlink() -> Profile {
+        let mut busbw = BTreeMap::new();
+        let small = [(1024, 0.05), (16 * 1024, 0.8), (256 * 1024, 5.0)];
+        let table = |rows: [(u64, f64); 5]| -> Vec<(u64, f64)> { small.iter().copied().chain(rows).collect() };
+        busbw.insert("", table([(MIB, 14.3), (4 * MIB, 68.4), (16 * MIB, 214.0), (64 * MIB, 261.0), (256 * MIB, 296.3)]));
+        busbw.insert(
+            "NCCL_SHM_USE_CUDA_MEMCPY=1",
+            table([(MIB, 22.0), (4 * MIB, 87.6), (16 * MIB, 217.7), (64 * MIB, 262.3), (256 * MIB, 296.7)]),
+        );
+        busbw.insert(
+            "NCCL_P2P_DISABLE=1",
+            table([(MIB, 16.0), (4 * MIB, 23.9), (16 * MIB, 26.3), (64 * MIB, 26.8), (256 * MIB, 26.0)]),
+        );
+        busbw.insert(
+            "NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1",
+            table([(MIB, 4.7), (4 * MIB, 16.9), (16 * MIB, 25.6), (64 * MIB, 29.2), (256 * MIB, 30.8)]),
+        );
+        Profile {
+            name: "h200-nvlink",
+            description: "2×H200 NV18 NVLink, calibrated to measured plain-PyTorch figures",
+            fwd_ms: 14.2,
+            bwd_ms: 28.9,
+            opt_ms: 2.1,
+            data_ms: 0.3,
+            fixed_ms: 0.2,
+            ddp_overhead_ms: 0.75,
+            alpha_us: 5.0,
+            busbw,
+            in_backward_factor: 0.6,
+            contention_per_extra_gpu: 0.0,
+            hangs_with: vec!["NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1"],
+            noise: 0.01,
+        }
+    }
+
+    /// The book's P2P-less PCIe box: ≈1.8× at k=2, ≈3.3× at k=4, effective β ≈ 4.5 GB/s
+    /// (2·algbw), ≈5× all-reduce bandwidth with NCCL_SHM_USE_CUDA_MEMCPY=1, and DDP training
+    /// deadlocks in that mode.
+    fn book_pcie() -> Profile {
+        let mut busbw = BTreeMap::new();
+        let base = vec![
+            (1024, 0.02),
+            (16 * 1024, 0.3),
+            (256 * 1024, 1.2),
+            (MIB, 1.8),
+            (4 * MIB, 2.15),
+            (16 * MIB, 2.25),
+            (64 * MIB, 2.25),
+            (256 * MIB, 2.25),
+        ];
+        let memcpy: Vec<(u64, f64)> = base.iter().map(|&(b, w)| (b, if b >= MIB { w * 5.0 } else { w })).collect();
+        busbw.insert("", base.clone());
+        busbw.insert("NCCL_P2P_DISABLE=1", base);
+        busbw.insert("NCCL_SHM_USE_CUDA_MEMCPY=1", memcpy.clone());
+        busbw.insert("NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1", memcpy);
+        Profile {
+            name: "book-pcie",
+            description: "the book's P2P-less PCIe box: 1.8× at k=2, 3.3× at k=4, β_eff ≈ 4.5 GB/s",
+            fwd_ms: 15.0,
+            bwd_ms: 30.0,
+            opt_ms: 2.0,
+            data_ms: 1.0,
+            fixed_ms: 0.5,
+            ddp_overhead_ms: 1.2,
+            alpha_us: 30.0,
+            busbw,
+            in_backward_factor: 1.0,
+            contention_per_extra_gpu: -0.03,
+            hangs_with: vec!["NCCL_SHM_USE_CUDA_MEMCPY=1", "NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1"],
+            noise: 0.01,
+        }
+    }
+
+    /// The env key used by `busbw` and `hangs_with`: only the NCCL switches the profile models.
+    pub fn env_key(env: &BTreeMap<String, Option<String>>) -> String {
+        const MODELED: [&str; 2] = ["NCCL_P2P_DISABLE", "NCCL_SHM_USE_CUDA_MEMCPY"];
+        env.iter()
+            .filter(|(k, v)| MODELED.contains(&k.as_str()) && v.as_deref() == Some("1"))
+            .map(|(k, _)| format!("{k}=1"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn curve(&self, env_key: &str) -> BusbwCurve {
+        let pts = self.busbw.get(env_key).or_else(|| self.busbw.get("")).cloned().unwrap_or_default();
+        BusbwCurve::new(pts)
+    }
+
+    pub fn training_hangs(&self, env_key: &str) -> bool {
+        self.hangs_with.contains(&env_key)
+    }
+
+    /// Compute times of one step at a per-rank batch (fwd, bwd, opt, data), in ms.
+    pub fn compute_ms(&self, per_rank_batch: u32) -> (f64, f64, f64, f64) {
+        let s = per_rank_batch as f64 / 256.0;
+        (self.fwd_ms * s + self.fixed_ms, self.bwd_ms * s, self.opt_ms, self.data_ms * s)
+    }
+
+    /// Bucket all-reduce time during backward, ms.
+    pub fn bucket_comm_ms(&self, bytes: u64, k: u32, curve: &BusbwCurve) -> f64 {
+        let bw = curve.at(bytes).unwrap_or(1.0) * self.in_backward_factor;
+        let contention = 1.0 + self.contention_per_extra_gpu * (k.saturating_sub(2)) as f64;
+        allreduce_ms(bytes, k, bw, self.alpha_us) * contention.max(0.1)
+    }
+
+    /// Noise-free model of one synced training step at world size k.
+    pub fn step(&self, per_rank_batch: u32, k: u32, env_key: &str) -> ModelStep {
+        let (fwd, bwd, opt, data) = self.compute_ms(per_rank_batch);
+        let curve = self.curve(env_key);
+        let tl = predict_timeline(&RESNET18_BUCKETS, bwd, |b| self.bucket_comm_ms(b, k, &curve));
+        let overhead = if k > 1 { self.ddp_overhead_ms } else { 0.0 };
+        let bwd_total = bwd + tl.exposed_ms + overhead;
+        ModelStep {
+            fwd_ms: fwd,
+            bwd_ms: bwd_total,
+            opt_ms: opt,
+            data_ms: data,
+            step_ms: fwd + bwd_total + opt + data,
+            timeline: tl,
+        }
+    }
+
+    /// Samples/s of all k ranks together for weak scaling at a per-rank batch.
+    pub fn weak_samples_per_s(&self, per_rank_batch: u32, k: u32, env_key: &str) -> f64 {
+        let s = self.step(per_rank_batch, k, env_key);
+        k as f64 * per_rank_batch as f64 / (s.step_ms / 1e3)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelStep {
+    pub fwd_ms: f64,
+    pub bwd_ms: f64,
+    pub opt_ms: f64,
+    pub data_ms: f64,
+    pub step_ms: f64,
+    pub timeline: TimelinePrediction,
+}
+
+/// Predicted exposed communication of a no_sync probe: Σ 2(k−1)/k·n_i/busbw(n_i) (= N/algbw),
+/// from a measured busbw curve. `None` without a curve.
+pub fn predicted_comm_ms(bucket_bytes: &[u64], k: u32, curve: &BusbwCurve, alpha_us: f64) -> Option<f64> {
+    if curve.points.is_empty() {
+        return None;
+    }
+    Some(bucket_bytes.iter().map(|&b| allreduce_ms(b, k, curve.at(b).unwrap_or(1.0), alpha_us)).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn speedups(p: &Profile) -> (f64, f64, f64) {
+        let k1 = p.weak_samples_per_s(256, 1, "");
+        (k1, p.weak_samples_per_s(256, 2, "") / k1, p.weak_samples_per_s(256, 4, "") / k1)
+    }
+
+    #[test]
+    fn h200_profile_matches_baseline() {
+        let p = Profile::get("h200-nvlink").unwrap();
+        let (k1, s2, _) = speedups(&p);
+        assert!((k1 - 5600.0).abs() < 150.0, "k1 {k1}");
+        assert!((s2 - 1.96).abs() < 0.02, "speedup {s2}");
+        let curve = p.curve("");
+        let us: Vec<f64> = RESNET18_BUCKETS.iter().map(|(b, _)| p.bucket_comm_ms(*b, 2, &curve) * 1e3).collect();
+        // measured 78 / 195 / 112 µs (all-reduce order); the first, smaller bucket ran faster in
+        // the measurement than a single in-backward factor predicts, hence the 40% band.
+        for (got, want) in us.iter().zip([78.1, 195.0, 111.6]) {
+            assert!((got / want - 1.0).abs() < 0.40, "bucket {got} µs vs {want}");
+        }
+    }
+
+    #[test]
+    fn book_profile_matches_book() {
+        let p = Profile::get("book-pcie").unwrap();
+        let (_, s2, s4) = speedups(&p);
+        assert!((s2 - 1.8).abs() < 0.05, "k=2 speedup {s2}");
+        assert!((s4 - 3.3).abs() < 0.08, "k=4 speedup {s4}");
+        let c0 = p.curve("");
+        let c1 = p.curve("NCCL_SHM_USE_CUDA_MEMCPY=1");
+        let ratio = c1.at(64 * MIB).unwrap() / c0.at(64 * MIB).unwrap();
+        assert!((ratio - 5.0).abs() < 0.01);
+        assert!(p.training_hangs("NCCL_SHM_USE_CUDA_MEMCPY=1"));
+        assert!(!p.training_hangs(""));
+    }
+
+    #[test]
+    fn interpolation_is_monotone_between_points() {
+        let c = BusbwCurve::new(vec![(MIB, 10.0), (4 * MIB, 40.0)]);
+        assert_eq!(c.at(MIB), Some(10.0));
+        assert_eq!(c.at(2 * MIB), Some(25.0));
+        assert_eq!(c.at(8 * MIB), Some(40.0));
+        assert!(c.at(1024).unwrap() < 0.1);
+    }
+
+    #[test]
+    fn nccl_tests_formulas() {
+        let (alg, bus) = bandwidths(64 * MIB, 2, 257.1);
+        assert!((alg - 261.0).abs() < 0.1 && (bus - alg).abs() < 1e-9);
+        let (alg4, bus4) = bandwidths(1_000_000_000, 4, 1e6);
+        assert!((alg4 - 1.0).abs() < 1e-9 && (bus4 - 1.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn timeline_serializes_buckets() {
+        let tl = predict_timeline(&[(1, 0.1), (1, 0.2)], 10.0, |_| 5.0);
+        assert_eq!(tl.spans[1].start_ms, 6.0); // waits for bucket 0 (1 + 5)
+        assert_eq!(tl.exposed_ms, 1.0); // done 11 − backward end 10
+    }
+}

@@ -9,6 +9,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod costmodel;
+pub mod detect;
 pub mod engine;
 pub mod gpu;
 pub mod headless;

@@ -1,1 +1,452 @@
-//! (being written)
+//! The run database: SQLite (bundled), WAL, in the data directory.
+//!
+//! Every run's spec, exact command and environment, versions, status and timestamps; per-rank
+//! and aggregate results with their spread; and the events needed to redraw it. Writes are
+//! synchronous and small; a run's final figures are committed before anything reports them.
+
+use crate::app::{Aggregate, Experiment, ModelName, RankView, RunSpec, RunStatus, RunView};
+use crate::protocol::{Backend, Bench, Buckets, Probe, WorkerMsg};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::{Path, PathBuf};
+
+pub struct Store {
+    conn: Connection,
+    pub path: PathBuf,
+}
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    k INTEGER NOT NULL,
+    backend TEXT NOT NULL,
+    profile TEXT,
+    model TEXT NOT NULL,
+    batch INTEGER NOT NULL,
+    per_rank_batch INTEGER NOT NULL,
+    global_batch INTEGER NOT NULL,
+    epochs INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+    toggles_json TEXT NOT NULL,
+    inject TEXT,
+    control INTEGER NOT NULL DEFAULT 0,
+    sweep TEXT,
+    command TEXT NOT NULL,
+    argv_json TEXT NOT NULL,
+    environ_json TEXT NOT NULL,
+    versions_json TEXT NOT NULL DEFAULT '{}',
+    ddptop_version TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT,
+    started_unix REAL NOT NULL,
+    ended_unix REAL,
+    samples_per_s REAL,
+    rank_min REAL,
+    rank_max REAL,
+    speedup REAL,
+    efficiency REAL,
+    transport TEXT,
+    run_dir TEXT NOT NULL,
+    owner_pid INTEGER NOT NULL,
+    pids_json TEXT NOT NULL DEFAULT '[]',
+    bad_lines INTEGER NOT NULL DEFAULT 0,
+    rejected INTEGER NOT NULL DEFAULT 0,
+    hang_report_json TEXT NOT NULL DEFAULT '[]',
+    grad_bytes INTEGER,
+    bucket_bytes_json TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS rank_results (
+    run_id TEXT NOT NULL REFERENCES runs(id),
+    rank INTEGER NOT NULL,
+    samples_per_s REAL,
+    epochs_json TEXT NOT NULL,
+    pid INTEGER,
+    device TEXT,
+    bad_lines INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (run_id, rank)
+);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    unix REAL NOT NULL,
+    rank INTEGER,
+    type TEXT NOT NULL,
+    body TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_run ON events(run_id, type);
+"#;
+
+/// An event row waiting to be written.
+#[derive(Debug, Clone)]
+pub struct EventRow {
+    pub run_id: String,
+    pub unix: f64,
+    pub rank: Option<u32>,
+    pub kind: String,
+    pub body: String,
+}
+
+impl EventRow {
+    pub fn from_msg(run_id: &str, msg: &WorkerMsg) -> Option<EventRow> {
+        // Heartbeats carry nothing to redraw; everything else is kept.
+        if matches!(msg, WorkerMsg::Heartbeat(_)) {
+            return None;
+        }
+        Some(EventRow {
+            run_id: run_id.to_string(),
+            unix: crate::util::unix_now(),
+            rank: Some(msg.rank()),
+            kind: msg.type_name().to_string(),
+            body: serde_json::to_string(msg).ok()?,
+        })
+    }
+
+    /// One of ddptop's own messages about a run (hang verdict, rejection, …).
+    pub fn note(run_id: &str, text: &str) -> EventRow {
+        EventRow {
+            run_id: run_id.to_string(),
+            unix: crate::util::unix_now(),
+            rank: None,
+            kind: "ddptop".into(),
+            body: serde_json::json!({ "msg": text }).to_string(),
+        }
+    }
+}
+
+/// What is written when a run starts.
+pub struct NewRun<'a> {
+    pub id: &'a str,
+    pub spec: &'a RunSpec,
+    pub sweep: Option<&'a str>,
+    pub command: &'a crate::supervisor::launch::CommandLine,
+    pub started_unix: f64,
+    pub run_dir: &'a Path,
+}
+
+impl Store {
+    /// Open (creating) the database. Runs left `running` by a ddptop that is no longer alive
+    /// are marked failed, so history never shows a ghost run as in progress.
+    pub fn open(path: &Path) -> anyhow::Result<Store> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let conn = Connection::open(path)
+            .map_err(|e| anyhow::anyhow!("cannot open the run database {}: {e}", path.display()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute_batch(SCHEMA)?;
+        let store = Store { conn, path: path.to_path_buf() };
+        store.mark_orphaned_runs()?;
+        Ok(store)
+    }
+
+    fn mark_orphaned_runs(&self) -> anyhow::Result<()> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT id, owner_pid FROM runs WHERE status IN ('starting','running')")?;
+        let rows: Vec<(String, u32)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (id, owner) in rows {
+            if owner != std::process::id() && !crate::supervisor::procs::alive(owner) {
+                self.conn.execute(
+                    "UPDATE runs SET status='failed', reason=?2, ended_unix=COALESCE(ended_unix, ?3) WHERE id=?1",
+                    params![id, format!("ddptop (pid {owner}) ended before this run finished"), crate::util::unix_now()],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn insert_run(&self, r: &NewRun) -> anyhow::Result<()> {
+        let s = r.spec;
+        let mut environ = r.command.env.clone();
+        // The token authenticates a live run only; never keep it.
+        if let Some(v) = environ.get_mut("DDPTOP_TOKEN") {
+            *v = Some("<redacted>".into());
+        }
+        self.conn.execute(
+            "INSERT INTO runs (id, experiment, k, backend, profile, model, batch, per_rank_batch, global_batch,
+              epochs, samples, toggles_json, inject, control, sweep, command, argv_json, environ_json,
+              ddptop_version, status, started_unix, run_dir, owner_pid)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22)",
+            params![
+                r.id,
+                s.experiment.as_str(),
+                s.k,
+                s.backend.as_str(),
+                s.profile,
+                s.model.as_str(),
+                s.batch,
+                s.per_rank_batch(),
+                s.global_batch(),
+                s.epochs,
+                s.samples as i64,
+                serde_json::to_string(&s.env)?,
+                s.inject,
+                s.control,
+                r.sweep,
+                r.command.shell(),
+                serde_json::to_string(&r.command.argv)?,
+                serde_json::to_string(&environ)?,
+                env!("CARGO_PKG_VERSION"),
+                r.started_unix,
+                r.run_dir.display().to_string(),
+                std::process::id(),
+            ],
+        )?;
+        Ok(())
+    }
+
+    pub fn set_running(&self, id: &str, pids: &[u32], versions: &std::collections::BTreeMap<String, String>) -> anyhow::Result<()> {
+        self.conn.execute(
+            "UPDATE runs SET status = CASE WHEN status='starting' THEN 'running' ELSE status END, pids_json=?2, versions_json=?3 WHERE id=?1",
+            params![id, serde_json::to_string(pids)?, serde_json::to_string(versions)?],
+        )?;
+        Ok(())
+    }
+
+    pub fn add_events(&mut self, rows: &[EventRow]) -> anyhow::Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut stmt = tx.prepare_cached("INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,?3,?4,?5)")?;
+            for e in rows {
+                stmt.execute(params![e.run_id, e.unix, e.rank, e.kind, e.body])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Commit a run's final status and figures in one transaction.
+    pub fn finalize(&mut self, run: &RunView, scaling: Option<(f64, f64)>) -> anyhow::Result<()> {
+        let tx = self.conn.transaction()?;
+        let agg = run.aggregate.as_ref();
+        let pids: Vec<u32> = run.ranks.values().filter_map(|r| r.pid).collect();
+        tx.execute(
+            "UPDATE runs SET status=?2, reason=?3, ended_unix=?4, samples_per_s=?5, rank_min=?6, rank_max=?7,
+              speedup=?8, efficiency=?9, transport=?10, pids_json=?11, bad_lines=?12, rejected=?13,
+              hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17 WHERE id=?1",
+            params![
+                run.id,
+                run.status.as_str(),
+                run.reason,
+                run.ended_unix,
+                agg.map(|a| a.samples_per_s),
+                agg.map(|a| a.rank_min),
+                agg.map(|a| a.rank_max),
+                scaling.map(|s| s.0),
+                scaling.map(|s| s.1),
+                run.transport,
+                serde_json::to_string(&pids)?,
+                run.bad_lines() as i64,
+                run.rejected as i64,
+                serde_json::to_string(&run.hang_report)?,
+                run.grad_bytes.map(|b| b as i64),
+                serde_json::to_string(&run.bucket_bytes)?,
+                serde_json::to_string(&run.versions)?,
+            ],
+        )?;
+        for r in run.ranks.values() {
+            tx.execute(
+                "INSERT OR REPLACE INTO rank_results (run_id, rank, samples_per_s, epochs_json, pid, device, bad_lines)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7)",
+                params![
+                    run.id,
+                    r.rank,
+                    r.result_sps,
+                    serde_json::to_string(&r.epochs)?,
+                    r.pid,
+                    r.device,
+                    r.bad_lines as i64
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    pub fn status_of(&self, id: &str) -> anyhow::Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT status FROM runs WHERE id=?1", [id], |r| r.get(0))
+            .optional()?)
+    }
+
+    /// The most recent runs, newest first, rebuilt far enough to redraw them.
+    pub fn load_runs(&self, limit: usize) -> anyhow::Result<Vec<RunView>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT id, experiment, k, backend, profile, model, batch, epochs, samples, toggles_json, inject,
+                    control, sweep, status, reason, started_unix, ended_unix, samples_per_s, rank_min, rank_max,
+                    transport, versions_json, hang_report_json, grad_bytes, bucket_bytes_json, rejected
+             FROM runs ORDER BY started_unix DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map([limit as i64], |r| {
+            let spec = RunSpec {
+                experiment: Experiment::parse(&r.get::<_, String>(1)?).unwrap_or(Experiment::Weak),
+                k: r.get(2)?,
+                backend: match r.get::<_, String>(3)?.as_str() {
+                    "nccl" => Backend::Nccl,
+                    "gloo" => Backend::Gloo,
+                    _ => Backend::Sim,
+                },
+                profile: r.get(4)?,
+                model: if r.get::<_, String>(5)? == "tiny" { ModelName::Tiny } else { ModelName::Resnet18 },
+                batch: r.get(6)?,
+                epochs: r.get(7)?,
+                samples: r.get::<_, i64>(8)? as u64,
+                env: serde_json::from_str(&r.get::<_, String>(9)?).unwrap_or_default(),
+                inject: r.get(10)?,
+                control: r.get(11)?,
+            };
+            let mut run = RunView::new(r.get(0)?, spec, std::time::Instant::now(), r.get(15)?);
+            run.started = None;
+            run.live = false;
+            run.sweep = r.get(12)?;
+            run.status = RunStatus::parse(&r.get::<_, String>(13)?).unwrap_or(RunStatus::Failed);
+            run.reason = r.get(14)?;
+            run.ended_unix = r.get(16)?;
+            let sps: Option<f64> = r.get(17)?;
+            run.aggregate = sps.map(|s| Aggregate {
+                samples_per_s: s,
+                per_rank: Vec::new(),
+                rank_min: r.get::<_, Option<f64>>(18).ok().flatten().unwrap_or(0.0),
+                rank_max: r.get::<_, Option<f64>>(19).ok().flatten().unwrap_or(0.0),
+            });
+            run.transport = r.get(20)?;
+            run.versions = serde_json::from_str(&r.get::<_, String>(21)?).unwrap_or_default();
+            run.hang_report = serde_json::from_str(&r.get::<_, String>(22)?).unwrap_or_default();
+            run.grad_bytes = r.get::<_, Option<i64>>(23)?.map(|b| b as u64);
+            run.bucket_bytes = serde_json::from_str(&r.get::<_, String>(24)?).unwrap_or_default();
+            run.rejected = r.get::<_, i64>(25)? as u64;
+            Ok(run)
+        })?;
+        let mut runs: Vec<RunView> = rows.collect::<Result<_, _>>()?;
+        for run in &mut runs {
+            self.load_details(run)?;
+        }
+        Ok(runs)
+    }
+
+    fn load_details(&self, run: &mut RunView) -> anyhow::Result<()> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT rank, samples_per_s, epochs_json, pid, device FROM rank_results WHERE run_id=?1 ORDER BY rank")?;
+        let ranks = stmt.query_map([&run.id], |r| {
+            Ok(RankView {
+                rank: r.get(0)?,
+                result_sps: r.get(1)?,
+                epochs: serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+                pid: r.get(3)?,
+                device: r.get(4)?,
+                ..Default::default()
+            })
+        })?;
+        for rv in ranks {
+            let rv = rv?;
+            run.ranks.insert(rv.rank, rv);
+        }
+        if let Some(a) = run.aggregate.as_mut() {
+            a.per_rank = run.ranks.values().filter_map(|r| r.result_sps).collect();
+        }
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT type, body FROM events WHERE run_id=?1 AND type IN ('probe','bench','buckets','log','ddptop') ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([&run.id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        for row in rows {
+            let (kind, body) = row?;
+            match kind.as_str() {
+                "ddptop" => {
+                    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                    if let Some(m) = v["msg"].as_str() {
+                        crate::app::reduce::push_tail(run, format!("ddptop: {m}"));
+                    }
+                }
+                _ => match serde_json::from_str::<WorkerMsg>(&body) {
+                    Ok(WorkerMsg::Probe(p)) => run.probe.push(p as Probe),
+                    Ok(WorkerMsg::Bench(b)) => run.bench.push(b as Bench),
+                    Ok(WorkerMsg::Buckets(b)) => {
+                        if let Some(rv) = run.ranks.get_mut(&b.rank) {
+                            rv.buckets = Some(b as Buckets);
+                        }
+                    }
+                    Ok(WorkerMsg::Log(l)) => crate::app::reduce::push_tail(run, format!("[rank {}] {:?}: {}", l.rank, l.level, l.msg)),
+                    _ => {}
+                },
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervisor::launch::CommandLine;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            experiment: Experiment::Weak,
+            k: 2,
+            backend: Backend::Sim,
+            profile: Some("book-pcie".into()),
+            model: ModelName::Resnet18,
+            batch: 256,
+            epochs: 2,
+            samples: 1000,
+            env: [("NCCL_P2P_DISABLE".to_string(), Some("1".to_string()))].into(),
+            inject: None,
+            control: false,
+        }
+    }
+
+    #[test]
+    fn run_round_trips_with_token_redacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let cmd = CommandLine {
+            argv: vec!["ddptop".into(), "worker".into()],
+            env: [("DDPTOP_TOKEN".to_string(), Some("secret".to_string()))].into(),
+            cwd: dir.path().into(),
+        };
+        let s = spec();
+        store
+            .insert_run(&NewRun { id: "r1", spec: &s, sweep: Some("s1"), command: &cmd, started_unix: 5.0, run_dir: dir.path() })
+            .unwrap();
+        let mut run = RunView::new("r1".into(), s.clone(), std::time::Instant::now(), 5.0);
+        run.status = RunStatus::Completed;
+        run.ended_unix = Some(9.0);
+        run.ranks.get_mut(&0).unwrap().result_sps = Some(100.0);
+        run.ranks.get_mut(&1).unwrap().result_sps = Some(90.0);
+        run.aggregate = crate::app::summary::aggregate(&run);
+        store.finalize(&run, Some((1.9, 0.95))).unwrap();
+        let loaded = store.load_runs(10).unwrap();
+        assert_eq!(loaded.len(), 1);
+        let l = &loaded[0];
+        assert_eq!(l.status, RunStatus::Completed);
+        assert_eq!(l.spec, s);
+        assert_eq!(l.aggregate.as_ref().unwrap().samples_per_s, 190.0);
+        let environ: String = store.conn.query_row("SELECT environ_json FROM runs", [], |r| r.get(0)).unwrap();
+        assert!(!environ.contains("secret") && environ.contains("<redacted>"));
+    }
+
+    #[test]
+    fn ghost_runs_of_dead_owners_are_marked_failed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let store = Store::open(&path).unwrap();
+        let cmd = CommandLine { argv: vec!["x".into()], env: Default::default(), cwd: dir.path().into() };
+        store
+            .insert_run(&NewRun { id: "ghost", spec: &spec(), sweep: None, command: &cmd, started_unix: 1.0, run_dir: dir.path() })
+            .unwrap();
+        // Pretend a dead process owned it (pid 0x7fff_fff0 does not exist).
+        store.conn.execute("UPDATE runs SET owner_pid=2147483632", []).unwrap();
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.status_of("ghost").unwrap().as_deref(), Some("failed"));
+    }
+}

@@ -48,3 +48,28 @@ mod tests {
         assert_eq!(fmt_bytes(26_501_120), "26.5 MB");
     }
 }
+
+/// (year, month, day, hour, minute, second) in UTC for a unix time (civil-from-days).
+pub fn utc_parts(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
+}
+
+#[cfg(test)]
+mod time_tests {
+    #[test]
+    fn utc_parts_known_date() {
+        // 2026-11-30 01:15:00 UTC
+        assert_eq!(super::utc_parts(1_796_001_300), (2026, 11, 30, 1, 15, 0));
+    }
+}

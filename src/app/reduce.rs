@@ -1,0 +1,200 @@
+//! Applying worker messages to a run. Pure apart from the `now` it is given.
+
+use super::state::{MAX_LOG_TAIL, RunStatus, RunView};
+use super::summary;
+use crate::protocol::WorkerMsg;
+use std::time::Instant;
+
+const RECENT_STEPS: usize = 64;
+const RECENT_GAPS: usize = 32;
+
+/// Fold one validated message into its run. Messages for a finished run change nothing: a
+/// failed, hung or stopped run keeps what it had when it ended.
+pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
+    if run.status.is_final() {
+        return;
+    }
+    let rank_id = msg.rank();
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    rank.last_seen = Some(now);
+    if let Some(step) = msg.step()
+        && step > rank.step
+    {
+        rank.step = step;
+        if let Some(prev) = rank.last_progress {
+            run.progress_gaps.push_back(now.duration_since(prev).as_secs_f64());
+            while run.progress_gaps.len() > RECENT_GAPS {
+                run.progress_gaps.pop_front();
+            }
+        }
+        rank.last_progress = Some(now);
+        run.last_progress = Some(now);
+    }
+    match msg {
+        WorkerMsg::Hello(h) => {
+            rank.pid = Some(h.pid);
+            rank.device = Some(h.device.clone());
+            rank.connected = true;
+            if run.status == RunStatus::Starting {
+                run.status = RunStatus::Running;
+            }
+            for (k, v) in [("torch", &h.torch), ("nccl", &h.nccl), ("cuda", &h.cuda)] {
+                if let Some(v) = v {
+                    run.versions.insert(k.into(), v.clone());
+                }
+            }
+            run.versions.insert("host".into(), h.host.clone());
+        }
+        WorkerMsg::Heartbeat(hb) => {
+            if hb.phase.is_some() {
+                rank.phase = hb.phase;
+            }
+        }
+        WorkerMsg::Step(s) => {
+            rank.recent_step_ms.push_back(s.step_ms);
+            while rank.recent_step_ms.len() > RECENT_STEPS {
+                rank.recent_step_ms.pop_front();
+            }
+            if !s.warmup {
+                rank.recent_samples.push_back((now, s.samples));
+                while rank.recent_samples.len() > RECENT_STEPS {
+                    rank.recent_samples.pop_front();
+                }
+            }
+            rank.last_step = Some(s.clone());
+        }
+        WorkerMsg::Buckets(b) => rank.buckets = Some(b.clone()),
+        WorkerMsg::Epoch(e) => {
+            rank.epochs.push((e.epoch, e.samples_per_s, e.warmup));
+            run.aggregate = summary::aggregate(run);
+        }
+        WorkerMsg::Probe(p) => run.probe.push(p.clone()),
+        WorkerMsg::Bench(b) => {
+            if b.rank == 0 {
+                run.bench.retain(|x| x.bytes != b.bytes);
+                run.bench.push(b.clone());
+                run.bench.sort_by_key(|x| x.bytes);
+            }
+        }
+        WorkerMsg::Memory(m) => rank.memory = Some(m.clone()),
+        WorkerMsg::Hlo(_) => {}
+        WorkerMsg::Log(l) => push_tail(run, format!("[rank {rank_id}] {:?}: {}", l.level, l.msg)),
+        WorkerMsg::Result(r) => {
+            rank.result_sps = r.samples_per_s;
+            if run.grad_bytes.is_none() {
+                run.grad_bytes = r.grad_bytes;
+            }
+            if run.bucket_bytes.is_empty() {
+                run.bucket_bytes = r.bucket_bytes.clone();
+            }
+            run.aggregate = summary::aggregate(run);
+        }
+        WorkerMsg::Bye(_) => {
+            rank.said_bye = true;
+            rank.phase = Some(crate::protocol::Phase::Done);
+        }
+    }
+}
+
+pub fn push_tail(run: &mut RunView, line: String) {
+    run.log_tail.push_back(line);
+    while run.log_tail.len() > MAX_LOG_TAIL {
+        run.log_tail.pop_front();
+    }
+}
+
+/// Record the live aggregate throughput about once a second while the run is going.
+pub fn sample_throughput(run: &mut RunView, now: Instant) {
+    let Some(start) = run.started else { return };
+    let t = now.duration_since(start).as_secs_f64();
+    if run.throughput.last().is_some_and(|(last, _)| t - last < 1.0) {
+        return;
+    }
+    if let Some(sps) = summary::live_throughput(run, now, 5.0) {
+        run.throughput.push((t, sps));
+        if run.throughput.len() > 600 {
+            run.throughput.remove(0);
+        }
+    }
+}
+
+/// End a run: set its final status and reason. Clearing figures that a non-completed run must
+/// not show is the caller's choice of status: `Aggregate` stays for the record, and the views
+/// show it only when `status.shows_results()`.
+pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix: f64) {
+    if run.status.is_final() {
+        return;
+    }
+    run.status = status;
+    run.reason = reason;
+    run.ended_unix = Some(unix);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::{Experiment, ModelName, RunSpec};
+    use crate::protocol::*;
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            experiment: Experiment::Weak,
+            k: 2,
+            backend: Backend::Sim,
+            profile: Some("h200-nvlink".into()),
+            model: ModelName::Resnet18,
+            batch: 256,
+            epochs: 2,
+            samples: 1000,
+            env: Default::default(),
+            inject: None,
+            control: false,
+        }
+    }
+
+    fn epoch(rank: u32, e: u32, sps: f64, warmup: bool) -> WorkerMsg {
+        WorkerMsg::Epoch(Epoch {
+            rank,
+            step: 10 * (e as u64 + 1),
+            epoch: e,
+            t: 1.0,
+            warmup,
+            samples: 100,
+            seconds: 1.0,
+            samples_per_s: sps,
+            data_wait_ms: 0.0,
+        })
+    }
+
+    #[test]
+    fn aggregate_ignores_warmup_and_sums_ranks() {
+        let now = Instant::now();
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        for m in [epoch(0, 0, 1.0, true), epoch(1, 0, 1.0, true), epoch(0, 1, 100.0, false), epoch(1, 1, 90.0, false)] {
+            apply_worker(&mut run, &m, now);
+        }
+        let a = run.aggregate.clone().unwrap();
+        assert_eq!(a.samples_per_s, 190.0);
+        assert_eq!((a.rank_min, a.rank_max), (90.0, 100.0));
+    }
+
+    #[test]
+    fn finished_runs_ignore_late_messages() {
+        let now = Instant::now();
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        finish(&mut run, RunStatus::Failed, Some("rank 1 exited with 3".into()), 1.0);
+        apply_worker(&mut run, &epoch(0, 1, 100.0, false), now);
+        assert!(run.aggregate.is_none());
+        assert_eq!(run.status, RunStatus::Failed);
+    }
+
+    #[test]
+    fn unknown_ranks_are_ignored() {
+        let now = Instant::now();
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        apply_worker(&mut run, &epoch(7, 1, 100.0, false), now);
+        assert!(run.aggregate.is_none());
+    }
+}

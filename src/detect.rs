@@ -1,0 +1,64 @@
+//! Which backend to use: `auto` picks nccl when torch sees CUDA, gloo when torch imports, sim
+//! otherwise, and says which it picked and why.
+
+use crate::cli::BackendArg;
+use crate::protocol::Backend;
+use crate::supervisor::launch::{PythonEnv, find_python, probe_torch};
+use std::path::Path;
+
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub backend: Backend,
+    pub python: Option<PythonEnv>,
+    pub torch: Option<String>,
+    /// GPUs torch sees (0 without CUDA).
+    pub gpus: u32,
+    /// One line for the user: what was picked and why.
+    pub note: String,
+}
+
+pub fn resolve(arg: BackendArg, python: Option<&Path>, workers: Option<&Path>) -> anyhow::Result<Resolved> {
+    if arg == BackendArg::Sim {
+        return Ok(Resolved {
+            backend: Backend::Sim,
+            python: None,
+            torch: None,
+            gpus: 0,
+            note: "backend sim: SIMULATED (cost model + noise)".into(),
+        });
+    }
+    let torch = find_python(python, workers).and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
+    match (arg, torch) {
+        (BackendArg::Auto, Err(why)) => Ok(Resolved {
+            backend: Backend::Sim,
+            python: None,
+            torch: None,
+            gpus: 0,
+            note: format!("backend auto → sim (SIMULATED): {why}"),
+        }),
+        (_, Err(why)) => anyhow::bail!("backend {arg:?} is not available: {why}"),
+        (arg, Ok((py, (version, gpus)))) => {
+            let backend = match arg {
+                BackendArg::Nccl if gpus == 0 => {
+                    anyhow::bail!("backend nccl needs CUDA, but torch {version} sees no GPU; use --backend gloo")
+                }
+                BackendArg::Nccl => Backend::Nccl,
+                BackendArg::Gloo => Backend::Gloo,
+                _ if gpus > 0 => Backend::Nccl,
+                _ => Backend::Gloo,
+            };
+            let note = match (arg, backend) {
+                (BackendArg::Auto, Backend::Nccl) => format!("backend auto → nccl: torch {version} sees {gpus} GPU(s)"),
+                (BackendArg::Auto, _) => format!("backend auto → gloo (CPU): torch {version} sees no GPU"),
+                _ => format!("backend {}: torch {version}, {gpus} GPU(s)", backend.as_str()),
+            };
+            Ok(Resolved {
+                backend,
+                python: Some(py),
+                torch: Some(version),
+                gpus,
+                note,
+            })
+        }
+    }
+}

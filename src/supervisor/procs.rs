@@ -1,0 +1,107 @@
+//! Process liveness and signalling by pid and process group, read from /proc.
+//! Never by name: ddptop only touches processes it started or that said `hello` to it.
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use std::time::{Duration, Instant};
+
+/// (pid, pgid, state) of a process, from /proc/PID/stat.
+pub fn stat(pid: u32) -> Option<(u32, u32, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // comm may contain spaces and parens: split after the last ')'.
+    let rest = &s[s.rfind(')')? + 2..];
+    let mut it = rest.split_whitespace();
+    let state = it.next()?.chars().next()?;
+    let _ppid = it.next()?;
+    let pgid = it.next()?.parse().ok()?;
+    Some((pid, pgid, state))
+}
+
+/// Alive = exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    matches!(stat(pid), Some((_, _, st)) if st != 'Z' && st != 'X')
+}
+
+/// Live (non-zombie) pids whose process group is one of `pgids`.
+pub fn members(pgids: &[u32]) -> Vec<u32> {
+    if pgids.is_empty() {
+        return Vec::new();
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(stat)
+        .filter(|(_, pg, st)| pgids.contains(pg) && *st != 'Z' && *st != 'X')
+        .map(|(pid, _, _)| pid)
+        .collect()
+}
+
+/// Every live process of the run: members of its groups plus the worker pids themselves.
+pub fn survivors(pgids: &[u32], pids: &[u32]) -> Vec<u32> {
+    let mut v = members(pgids);
+    v.extend(pids.iter().copied().filter(|p| alive(*p)));
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Signal a group when `pgid` really leads one, else just the pid (it may have been reused or
+/// may not lead a group).
+pub fn signal_group_or_pid(pid: u32, sig: Signal) {
+    match stat(pid) {
+        Some((_, pgid, _)) if pgid == pid => {
+            let _ = killpg(Pid::from_raw(pid as i32), sig);
+        }
+        Some(_) => {
+            let _ = kill(Pid::from_raw(pid as i32), sig);
+        }
+        None => {}
+    }
+}
+
+/// Stop a run's process tree: SIGINT → grace → SIGTERM → grace → SIGKILL, to the launcher's
+/// group and to every worker's own group. Returns the last signal needed and any survivors.
+pub async fn stop_tree(launcher_pgid: Option<u32>, worker_pids: &[u32], graces: [Duration; 2]) -> (&'static str, Vec<u32>) {
+    let mut groups: Vec<u32> = launcher_pgid.into_iter().collect();
+    groups.extend(worker_pids.iter().copied());
+    groups.sort_unstable();
+    groups.dedup();
+    let steps: [(Signal, &'static str, Duration); 3] = [
+        (Signal::SIGINT, "SIGINT", graces[0]),
+        (Signal::SIGTERM, "SIGTERM", graces[1]),
+        (Signal::SIGKILL, "SIGKILL", Duration::from_secs(3)),
+    ];
+    for (sig, name, grace) in steps {
+        if survivors(&groups, worker_pids).is_empty() {
+            return (if sig == Signal::SIGINT { "none" } else { name_before(name) }, Vec::new());
+        }
+        for &g in &groups {
+            signal_group_or_pid(g, sig);
+        }
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if survivors(&groups, worker_pids).is_empty() {
+                return (name, Vec::new());
+            }
+        }
+    }
+    ("SIGKILL", survivors(&groups, worker_pids))
+}
+
+fn name_before(name: &'static str) -> &'static str {
+    match name {
+        "SIGTERM" => "SIGINT",
+        "SIGKILL" => "SIGTERM",
+        _ => "none",
+    }
+}
+
+/// Raise the soft open-files limit to the hard one, so bursts of connections do not hit EMFILE.
+pub fn raise_nofile_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard.min(65_536), hard);
+    }
+}

@@ -1,0 +1,301 @@
+//! The authenticated socket server: private directory, one token per run, SO_PEERCRED check,
+//! `hello` first, duplicate ranks refused. Connection tasks forward validated messages to the
+//! engine and write commands back.
+
+use super::SupEvent;
+use crate::protocol::{
+    ControlMsg, ErrorCode, LineReader, ReadOutcome, WorkerMsg, parse_worker,
+};
+use std::collections::{HashMap, HashSet};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::mpsc;
+
+/// A run's admission record.
+struct RunAuth {
+    token: String,
+    world_size: u32,
+    open: bool,
+    seen_ranks: HashSet<u32>,
+    senders: HashMap<u32, mpsc::UnboundedSender<ControlMsg>>,
+}
+
+#[derive(Clone, Default)]
+pub struct Registry(Arc<Mutex<HashMap<String, RunAuth>>>);
+
+impl Registry {
+    pub fn open_run(&self, run: &str, token: &str, world_size: u32) {
+        self.lock().insert(
+            run.to_string(),
+            RunAuth {
+                token: token.to_string(),
+                world_size,
+                open: true,
+                seen_ranks: HashSet::new(),
+                senders: HashMap::new(),
+            },
+        );
+    }
+
+    /// Refuse new connections and drop the command channels, which closes every connection of
+    /// the run: the workers' dead-man switches fire.
+    pub fn close_run(&self, run: &str) {
+        if let Some(a) = self.lock().get_mut(run) {
+            a.open = false;
+            a.senders.clear();
+        }
+    }
+
+    /// Send a command to every connected rank of a run; returns how many got it.
+    pub fn command(&self, run: &str, msg: ControlMsg) -> usize {
+        let g = self.lock();
+        let Some(a) = g.get(run) else { return 0 };
+        a.senders.values().filter(|s| s.send(msg.clone()).is_ok()).count()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunAuth>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Admit a `hello`, or say why not.
+    fn admit(
+        &self,
+        h: &crate::protocol::Hello,
+        tx: mpsc::UnboundedSender<ControlMsg>,
+    ) -> Result<(), (ErrorCode, String)> {
+        let mut g = self.lock();
+        let Some(a) = g.get_mut(&h.run_id) else {
+            return Err((ErrorCode::UnknownRun, format!("no run `{}` here", h.run_id)));
+        };
+        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
+            return Err((ErrorCode::BadToken, format!("token does not match run {}", h.run_id)));
+        }
+        if !a.open {
+            return Err((ErrorCode::UnknownRun, format!("run {} has finished", h.run_id)));
+        }
+        if h.world_size != a.world_size {
+            return Err((
+                ErrorCode::BadMessage,
+                format!("world_size {} but run {} has k={}", h.world_size, h.run_id, a.world_size),
+            ));
+        }
+        if !a.seen_ranks.insert(h.rank) {
+            return Err((ErrorCode::DuplicateRank, format!("rank {} is already connected", h.rank)));
+        }
+        a.senders.insert(h.rank, tx);
+        Ok(())
+    }
+
+    fn drop_sender(&self, run: &str, rank: u32) {
+        if let Some(a) = self.lock().get_mut(run) {
+            a.senders.remove(&rank);
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A fresh 256-bit token, hex.
+pub fn new_token() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The listening socket and its private directory; both are removed on drop.
+pub struct SocketServer {
+    pub dir: PathBuf,
+    pub path: PathBuf,
+    pub registry: Registry,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SocketServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+const SUN_PATH_MAX: usize = 107;
+
+impl SocketServer {
+    /// Bind in a private dir under `parent` (0700, socket 0600). A stale socket from a dead
+    /// ddptop with the same pid-named dir is replaced.
+    pub fn start(parent: &Path, events: mpsc::Sender<SupEvent>) -> anyhow::Result<SocketServer> {
+        let mut dir = parent.join(format!("ddptop-{}", std::process::id()));
+        if dir.join("s.sock").as_os_str().len() > SUN_PATH_MAX {
+            dir = std::env::temp_dir().join(format!("ddptop-{}", std::process::id()));
+        }
+        if dir.join("s.sock").as_os_str().len() > SUN_PATH_MAX {
+            anyhow::bail!("socket path {} is longer than 107 bytes; set XDG_RUNTIME_DIR or TMPDIR to a shorter directory", dir.display());
+        }
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        let path = dir.join("s.sock");
+        if path.exists() {
+            std::fs::remove_file(&path)?;
+        }
+        let listener = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let registry = Registry::default();
+        let reg = registry.clone();
+        let task = tokio::spawn(accept_loop(listener, reg, events));
+        Ok(SocketServer {
+            dir,
+            path,
+            registry,
+            task,
+        })
+    }
+}
+
+async fn accept_loop(listener: UnixListener, reg: Registry, events: mpsc::Sender<SupEvent>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve(stream, reg.clone(), events.clone()));
+            }
+            // EMFILE and friends: back off instead of spinning.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// How long a connection may sit before sending its `hello`.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Error answers per connection; later bad lines are only counted.
+const MAX_ERROR_REPLIES: u64 = 16;
+
+async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>) {
+    let (rd, mut wr) = stream.into_split();
+    let peer_uid = wr.as_ref().peer_cred().map(|c| c.uid()).ok();
+    let reject = |code: ErrorCode, msg: String| ControlMsg::Error { code, msg };
+    if peer_uid != Some(nix::unistd::getuid().as_raw()) {
+        let m = reject(ErrorCode::PeerUid, "peer runs as another user".into());
+        let _ = write_line(&mut wr, &m).await;
+        let _ = events.send(SupEvent::Rejected { run: None, detail: format!("connection from uid {peer_uid:?} refused") }).await;
+        return;
+    }
+    let mut lines = LineReader::new(BufReader::new(rd));
+    let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
+    let hello = match first {
+        Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
+            Ok(WorkerMsg::Hello(h)) => h,
+            Ok(other) => {
+                let detail = format!("first line was `{}`, not hello", other.type_name());
+                let _ = write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
+                let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
+                return;
+            }
+            Err(e) => {
+                let detail = format!("first line is not a valid hello: {e}");
+                let _ = write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
+                let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
+                return;
+            }
+        },
+        Ok(Ok(ReadOutcome::TooLong)) => {
+            let _ = write_line(&mut wr, &reject(ErrorCode::LineTooLong, "line over 1 MiB".into())).await;
+            let _ = events.send(SupEvent::Rejected { run: None, detail: "first line over 1 MiB".into() }).await;
+            return;
+        }
+        // Idle, EOF, bad UTF-8 or I/O error before hello: just close.
+        _ => return,
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    if let Err((code, msg)) = reg.admit(&hello, tx) {
+        let _ = write_line(&mut wr, &reject(code, msg.clone())).await;
+        let _ = events
+            .send(SupEvent::Rejected { run: Some(hello.run_id.clone()), detail: format!("rank {}: {msg}", hello.rank) })
+            .await;
+        return;
+    }
+    let run = hello.run_id.clone();
+    let rank = hello.rank;
+    let welcome = ControlMsg::Welcome { run_id: run.clone(), rank, heartbeat_s: 1.0 };
+    if write_line(&mut wr, &welcome).await.is_err() {
+        reg.drop_sender(&run, rank);
+        return;
+    }
+    let _ = events.send(SupEvent::Worker { run: run.clone(), msg: WorkerMsg::Hello(hello) }).await;
+
+    let mut bad: u64 = 0;
+    let mut pending_bad: u64 = 0;
+    let mut last_error = String::new();
+    loop {
+        tokio::select! {
+            out = rx.recv() => match out {
+                Some(msg) => { if write_line(&mut wr, &msg).await.is_err() { break; } }
+                // The run was closed: hang up, the worker's dead-man switch does the rest.
+                None => break,
+            },
+            line = lines.next_line() => {
+                let line = match line {
+                    Ok(ReadOutcome::Line(l)) => l,
+                    Ok(ReadOutcome::TooLong) => {
+                        let _ = write_line(&mut wr, &reject(ErrorCode::LineTooLong, "line over 1 MiB; closing".into())).await;
+                        pending_bad += 1;
+                        last_error = "line over 1 MiB".into();
+                        break;
+                    }
+                    Ok(ReadOutcome::BadUtf8) => { pending_bad += 1; last_error = "invalid UTF-8".into(); break; }
+                    Ok(ReadOutcome::Eof) | Err(_) => break,
+                };
+                match parse_worker(&line) {
+                    Ok(msg) if msg.rank() == rank && !matches!(msg, WorkerMsg::Hello(_)) => {
+                        if pending_bad > 0 {
+                            flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
+                        }
+                        if events.send(SupEvent::Worker { run: run.clone(), msg }).await.is_err() { break; }
+                    }
+                    other => {
+                        let detail = match other {
+                            Ok(WorkerMsg::Hello(_)) => "a second hello".to_string(),
+                            Ok(m) => format!("rank {} on rank {rank}'s connection", m.rank()),
+                            Err(e) => e.to_string(),
+                        };
+                        bad += 1;
+                        pending_bad += 1;
+                        if bad <= MAX_ERROR_REPLIES {
+                            let _ = write_line(&mut wr, &reject(ErrorCode::BadMessage, detail.clone())).await;
+                        }
+                        last_error = detail;
+                        if pending_bad >= 1024 {
+                            flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if pending_bad > 0 {
+        flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
+    }
+    reg.drop_sender(&run, rank);
+    let _ = events.send(SupEvent::Disconnected { run, rank }).await;
+}
+
+async fn flush_bad(events: &mpsc::Sender<SupEvent>, run: &str, rank: u32, pending: &mut u64, last: &str) {
+    let _ = events
+        .send(SupEvent::BadLines { run: run.to_string(), rank, count: *pending, last_error: last.to_string() })
+        .await;
+    *pending = 0;
+}
+
+async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, msg: &ControlMsg) -> std::io::Result<()> {
+    let mut line = msg.to_line();
+    line.push('\n');
+    // A peer that never reads must not stall this task forever.
+    tokio::time::timeout(Duration::from_secs(2), wr.write_all(line.as_bytes()))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "peer not reading"))?
+}
