@@ -460,7 +460,7 @@ impl Engine {
         if let Some(v) = self.state.run(run) {
             for r in v.ranks.values() {
                 let last = r.last_progress.map(|p| format!("{:.1} s ago", now.duration_since(p).as_secs_f64())).unwrap_or_else(|| "never".into());
-                report.push(format!("rank {}: step {}, phase {:?}, last progress {last}", r.rank, r.step, r.phase));
+                report.push(format!("rank {}: step {}, phase {}, last progress {last}", r.rank, r.step, r.phase.map(|p| format!("{p:?}").to_lowercase()).unwrap_or_else(|| "unknown".into())));
             }
         }
         self.pending.push(EventRow::note(run, &report.join(" | ")));

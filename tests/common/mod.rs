@@ -1,0 +1,39 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_ddptop")
+}
+
+/// `ddptop` with an isolated data dir and config.
+pub fn ddptop(data: &std::path::Path) -> Command {
+    let mut c = Command::new(bin());
+    c.env("DDPTOP_DATA_DIR", data)
+        .env("DDPTOP_CONFIG", data.join("config.toml"))
+        .env("XDG_RUNTIME_DIR", data)
+        .env_remove("DDPTOP_PYTHON");
+    c
+}
+
+pub fn run_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
+    let out = ddptop(data).args(["run"]).args(args).arg("--json").output().unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    (out, doc)
+}
+
+/// Every worker pid of every run in a report, and their process groups, are gone.
+pub fn assert_no_survivors(doc: &Value) {
+    let pids: Vec<u32> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["worker_pids"].as_array().cloned().unwrap_or_default())
+        .map(|p| p.as_u64().unwrap() as u32)
+        .collect();
+    let alive = ddptop::supervisor::procs::survivors(&pids, &pids);
+    assert!(alive.is_empty(), "processes left behind: {alive:?}");
+}
