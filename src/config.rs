@@ -1,1 +1,879 @@
-//! (being written)
+//! `~/.config/ddptop/config.toml`: theme, key map, refresh rates, watchdog thresholds, launcher
+//! paths and NCCL presets.
+//!
+//! The file is written as a commented default on first run. A broken file gives one error line
+//! naming the file, the line and column, and the problem (`ConfigError`'s `Display`). Unknown keys
+//! are errors too, so a typo never silently does nothing. docs/ui.md documents every field.
+
+use crate::app::Action;
+use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use toml::Spanned;
+
+/// The commented default config written on first run. Every setting in it is the built-in default.
+pub const DEFAULT_CONFIG: &str = r##"# ddptop configuration (written on first run; every value below is the built-in default).
+# Delete this file to get the defaults back. Reference: docs/ui.md in the ddptop sources.
+
+# Colour theme: dark, light, high-contrast, monochrome, or NAME for themes/NAME.toml next to
+# this file. `t` cycles themes at run time. NO_COLOR=1 in the environment forces monochrome.
+theme = "dark"
+
+# Launchers (default: found on PATH).
+# python = "/usr/bin/python3"
+# torchrun = "/usr/local/bin/torchrun"
+
+[refresh]
+gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250)
+max_fps = 20           # redraws per second at most (1..120); nothing is redrawn while idle
+
+[watchdog]
+hang_floor_s = 10.0    # a run is hung after at least this many seconds without step progress,
+hang_factor = 10.0     # or this many times its median step time, whichever is larger
+startup_s = 180.0      # time allowed from launch to the first step
+
+[keys]
+# "key" = "action". Keys: a character ("p" and "P" differ), Tab, Enter, Esc, Space, Up, Down,
+# Left, Right, PageUp, PageDown, Home, End, Backspace, Delete, Insert, F1..F24, with Ctrl-, Alt-
+# or Shift- in front ("Ctrl-c"). Entries here are added to the defaults; "none" removes a default.
+# Actions and their default keys:
+# "1" = "launch-k1"
+# "2" = "launch-k2"
+# "4" = "launch-k4"
+# "a" = "sweep"
+# "s" = "switch-experiment"
+# "p" = "probe"
+# "b" = "bench"
+# "n" = "toggle-shm-memcpy"
+# "P" = "toggle-p2p-disable"
+# "r" = "rerun"
+# "x" = "stop"
+# "Tab" = "next-pane"
+# "Up" = "up"            # also "k"
+# "Down" = "down"        # also "j"
+# "Enter" = "focus"
+# "]" = "next-rank"
+# "f" = "freeze"
+# "t" = "next-theme"
+# "?" = "help"
+# "q" = "quit"           # also "Ctrl-c"
+
+# NCCL presets: named sets of environment variables for a launch. A value is a string; false
+# (or the string "unset") removes the variable from the launch's environment. NCCL reads these
+# once, at communicator init, so they apply to the next launch.
+[presets.shm-memcpy]
+NCCL_SHM_USE_CUDA_MEMCPY = "1"
+
+[presets.no-p2p]
+NCCL_P2P_DISABLE = "1"
+
+[presets.defaults]
+NCCL_SHM_USE_CUDA_MEMCPY = false
+NCCL_P2P_DISABLE = false
+NCCL_SHM_DISABLE = false
+NCCL_ALGO = false
+NCCL_PROTO = false
+"##;
+
+/// Names of the themes built into the binary (`themes/*.toml`).
+pub const BUILTIN_THEMES: [&str; 4] = ["dark", "light", "high-contrast", "monochrome"];
+
+/// One line: `config error: FILE:LINE:COL: problem`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub path: PathBuf,
+    /// 1-based line and column, when the problem has a place in the file.
+    pub line: Option<usize>,
+    pub col: Option<usize>,
+    pub msg: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "config error: {}", self.path.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.col {
+                write!(f, ":{col}")?;
+            }
+        }
+        write!(f, ": {}", self.msg)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ConfigError {
+    /// An error at a byte span of `text` (the file's contents).
+    pub fn at(path: &Path, text: &str, span: Option<std::ops::Range<usize>>, msg: &str) -> Self {
+        let (line, col) = match span {
+            Some(s) => {
+                let (l, c) = line_col(text, s.start);
+                (Some(l), Some(c))
+            }
+            None => (None, None),
+        };
+        ConfigError {
+            path: path.to_path_buf(),
+            line,
+            col,
+            msg: one_line(msg),
+        }
+    }
+
+    fn whole(path: &Path, msg: impl Into<String>) -> Self {
+        ConfigError {
+            path: path.to_path_buf(),
+            line: None,
+            col: None,
+            msg: one_line(&msg.into()),
+        }
+    }
+
+    fn from_toml(path: &Path, text: &str, e: &toml::de::Error) -> Self {
+        ConfigError::at(path, text, e.span(), e.message())
+    }
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..floor_char_boundary(text, offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before
+        .rsplit_once('\n')
+        .map_or(before, |(_, l)| l)
+        .chars()
+        .count()
+        + 1;
+    (line, col)
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn one_line(s: &str) -> String {
+    s.trim()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+// ------------------------------------------------------------------------------------------------
+// Keys
+
+/// A key as written in the config: a character, or a named key, with Ctrl/Alt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    pub code: KeyName,
+    pub ctrl: bool,
+    pub alt: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeyName {
+    Char(char),
+    Tab,
+    BackTab,
+    Enter,
+    Esc,
+    Space,
+    Backspace,
+    Delete,
+    Insert,
+    Up,
+    Down,
+    Left,
+    Right,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    F(u8),
+}
+
+const NAMED: [(&str, KeyName); 16] = [
+    ("Tab", KeyName::Tab),
+    ("BackTab", KeyName::BackTab),
+    ("Enter", KeyName::Enter),
+    ("Esc", KeyName::Esc),
+    ("Space", KeyName::Space),
+    ("Backspace", KeyName::Backspace),
+    ("Delete", KeyName::Delete),
+    ("Insert", KeyName::Insert),
+    ("Up", KeyName::Up),
+    ("Down", KeyName::Down),
+    ("Left", KeyName::Left),
+    ("Right", KeyName::Right),
+    ("PageUp", KeyName::PageUp),
+    ("PageDown", KeyName::PageDown),
+    ("Home", KeyName::Home),
+    ("End", KeyName::End),
+];
+
+impl Key {
+    pub const fn plain(code: KeyName) -> Key {
+        Key {
+            code,
+            ctrl: false,
+            alt: false,
+        }
+    }
+
+    pub const fn ch(c: char) -> Key {
+        Key::plain(KeyName::Char(c))
+    }
+
+    /// Parse `p`, `P`, `?`, `Tab`, `Shift-Tab`, `Ctrl-c`, `Alt-x`, `F5`, `Space`. Named keys and
+    /// modifiers are case-insensitive and may be joined with `-` or `+`; a single character is
+    /// taken as written (`p` and `P` differ).
+    pub fn parse(s: &str) -> Result<Key, String> {
+        // [ctrl, alt, shift]
+        let mut mods = [false; 3];
+        let mut rest = s;
+        'strip: loop {
+            let lower = rest.to_ascii_lowercase();
+            for (prefix, m) in [
+                ("ctrl-", 0),
+                ("ctrl+", 0),
+                ("c-", 0),
+                ("alt-", 1),
+                ("alt+", 1),
+                ("m-", 1),
+                ("shift-", 2),
+                ("shift+", 2),
+            ] {
+                if lower.starts_with(prefix) && rest.len() > prefix.len() {
+                    mods[m] = true;
+                    rest = &rest[prefix.len()..];
+                    continue 'strip;
+                }
+            }
+            break;
+        }
+        let [ctrl, alt, shift] = mods;
+        let mut chars = rest.chars();
+        let code = match (chars.next(), chars.next()) {
+            (None, _) => return Err("empty key".into()),
+            (Some(c), None) => {
+                if ctrl {
+                    KeyName::Char(c.to_ascii_lowercase())
+                } else if shift {
+                    KeyName::Char(c.to_ascii_uppercase())
+                } else {
+                    KeyName::Char(c)
+                }
+            }
+            _ => {
+                let lower = rest.to_ascii_lowercase();
+                if let Some((_, k)) = NAMED.iter().find(|(n, _)| n.to_ascii_lowercase() == lower) {
+                    if *k == KeyName::Tab && shift {
+                        KeyName::BackTab
+                    } else {
+                        *k
+                    }
+                } else if lower == "return" {
+                    KeyName::Enter
+                } else if lower == "escape" {
+                    KeyName::Esc
+                } else if let Some(n) = lower
+                    .strip_prefix('f')
+                    .and_then(|n| n.parse::<u8>().ok())
+                    .filter(|n| (1..=24).contains(n))
+                {
+                    KeyName::F(n)
+                } else {
+                    return Err(format!(
+                        "unknown key {s:?} (use a character, Tab, Enter, Esc, Space, Up, Down, Left, Right, PageUp, PageDown, Home, End, Backspace, Delete, Insert, F1..F24, with Ctrl-/Alt-/Shift- prefixes)"
+                    ));
+                }
+            }
+        };
+        Ok(Key { code, ctrl, alt })
+    }
+
+    /// The key as an incoming terminal event maps it; `None` for releases and keys we don't name.
+    pub fn from_event(ev: &KeyEvent) -> Option<Key> {
+        if ev.kind == KeyEventKind::Release {
+            return None;
+        }
+        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
+        let alt = ev.modifiers.contains(KeyModifiers::ALT);
+        let code = match ev.code {
+            KeyCode::Char(' ') => KeyName::Space,
+            KeyCode::Char(c) if ctrl => KeyName::Char(c.to_ascii_lowercase()),
+            KeyCode::Char(c) => KeyName::Char(c),
+            KeyCode::Tab if ev.modifiers.contains(KeyModifiers::SHIFT) => KeyName::BackTab,
+            KeyCode::Tab => KeyName::Tab,
+            KeyCode::BackTab => KeyName::BackTab,
+            KeyCode::Enter => KeyName::Enter,
+            KeyCode::Esc => KeyName::Esc,
+            KeyCode::Backspace => KeyName::Backspace,
+            KeyCode::Delete => KeyName::Delete,
+            KeyCode::Insert => KeyName::Insert,
+            KeyCode::Up => KeyName::Up,
+            KeyCode::Down => KeyName::Down,
+            KeyCode::Left => KeyName::Left,
+            KeyCode::Right => KeyName::Right,
+            KeyCode::PageUp => KeyName::PageUp,
+            KeyCode::PageDown => KeyName::PageDown,
+            KeyCode::Home => KeyName::Home,
+            KeyCode::End => KeyName::End,
+            KeyCode::F(n) => KeyName::F(n),
+            _ => return None,
+        };
+        Some(Key { code, ctrl, alt })
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.ctrl {
+            f.write_str("Ctrl-")?;
+        }
+        if self.alt {
+            f.write_str("Alt-")?;
+        }
+        match self.code {
+            KeyName::Char(c) => write!(f, "{c}"),
+            KeyName::F(n) => write!(f, "F{n}"),
+            k => {
+                let name = NAMED.iter().find(|(_, n)| *n == k).map_or("?", |(s, _)| *s);
+                f.write_str(name)
+            }
+        }
+    }
+}
+
+/// Key → action. Built from the defaults, then the config's `[keys]` table on top.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyMap {
+    map: BTreeMap<Key, Action>,
+}
+
+/// The default bindings, in the order the help screen lists them.
+pub const DEFAULT_KEYS: [(&str, Action); 23] = [
+    ("1", Action::LaunchK1),
+    ("2", Action::LaunchK2),
+    ("4", Action::LaunchK4),
+    ("a", Action::Sweep),
+    ("s", Action::SwitchExperiment),
+    ("p", Action::Probe),
+    ("b", Action::Bench),
+    ("n", Action::ToggleShmMemcpy),
+    ("P", Action::ToggleP2pDisable),
+    ("r", Action::Rerun),
+    ("x", Action::Stop),
+    ("Tab", Action::NextPane),
+    ("Up", Action::Up),
+    ("k", Action::Up),
+    ("Down", Action::Down),
+    ("j", Action::Down),
+    ("Enter", Action::Focus),
+    ("]", Action::NextRank),
+    ("f", Action::Freeze),
+    ("t", Action::NextTheme),
+    ("?", Action::Help),
+    ("q", Action::Quit),
+    ("Ctrl-c", Action::Quit),
+];
+
+impl Default for KeyMap {
+    fn default() -> Self {
+        let map = DEFAULT_KEYS
+            .iter()
+            .map(|(k, a)| (Key::parse(k).expect("default keys parse"), *a))
+            .collect();
+        KeyMap { map }
+    }
+}
+
+impl KeyMap {
+    pub fn empty() -> Self {
+        KeyMap {
+            map: BTreeMap::new(),
+        }
+    }
+
+    pub fn bind(&mut self, key: Key, action: Action) {
+        self.map.insert(key, action);
+    }
+
+    pub fn unbind(&mut self, key: &Key) {
+        self.map.remove(key);
+    }
+
+    pub fn get(&self, key: &Key) -> Option<Action> {
+        self.map.get(key).copied()
+    }
+
+    /// The action a terminal key event triggers, if any.
+    pub fn resolve(&self, ev: &KeyEvent) -> Option<Action> {
+        let key = Key::from_event(ev)?;
+        if ev.kind == KeyEventKind::Repeat
+            && !matches!(self.map.get(&key), Some(Action::Up | Action::Down))
+        {
+            // Holding a key repeats navigation only, never launches.
+            return None;
+        }
+        self.map.get(&key).copied()
+    }
+
+    /// Resolve a key written as in the config (`"p"`, `"Tab"`), for `--script`.
+    pub fn resolve_str(&self, key: &str) -> Option<Action> {
+        Key::parse(key).ok().and_then(|k| self.get(&k))
+    }
+
+    /// Every key bound to `action`, characters first, in a stable order.
+    pub fn keys_for(&self, action: Action) -> Vec<Key> {
+        let mut keys: Vec<Key> = self
+            .map
+            .iter()
+            .filter(|(_, a)| **a == action)
+            .map(|(k, _)| *k)
+            .collect();
+        // Prefer a plain key for the hint bar: no modifiers, then characters, then named keys.
+        keys.sort_by_key(|k| (k.ctrl || k.alt, !matches!(k.code, KeyName::Char(_)), *k));
+        keys
+    }
+
+    /// The key the hint bar shows for `action`.
+    pub fn first_key(&self, action: Action) -> Option<Key> {
+        self.keys_for(action).into_iter().next()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Action)> {
+        self.map.iter()
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Config
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refresh {
+    /// GPU (NVML) and worker CPU/RSS sampling period, ms. At least 250.
+    pub gpu_sample_ms: u64,
+    /// Redraws per second at most.
+    pub max_fps: u32,
+}
+
+impl Default for Refresh {
+    fn default() -> Self {
+        Refresh {
+            gpu_sample_ms: 1000,
+            max_fps: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Watchdog {
+    /// A run is hung after at least this many seconds without step progress.
+    pub hang_floor_s: f64,
+    /// ... or this many times its recent median step time, whichever is larger.
+    pub hang_factor: f64,
+    /// Time allowed from launch to the first step (imports, NCCL init, dataset download).
+    pub startup_s: f64,
+}
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Watchdog {
+            hang_floor_s: 10.0,
+            hang_factor: 10.0,
+            startup_s: 180.0,
+        }
+    }
+}
+
+/// One environment preset: variable → value, `None` removes the variable for the launch.
+pub type Preset = BTreeMap<String, Option<String>>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub theme: String,
+    pub keys: KeyMap,
+    pub refresh: Refresh,
+    pub watchdog: Watchdog,
+    pub python: Option<PathBuf>,
+    pub torchrun: Option<PathBuf>,
+    pub presets: BTreeMap<String, Preset>,
+    /// The file this came from (`None`: built-in defaults only).
+    pub path: Option<PathBuf>,
+    /// True when this load wrote the commented default file.
+    pub created: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            theme: "dark".into(),
+            keys: KeyMap::default(),
+            refresh: Refresh::default(),
+            watchdog: Watchdog::default(),
+            python: None,
+            torchrun: None,
+            presets: default_presets(),
+            path: None,
+            created: false,
+        }
+    }
+}
+
+fn default_presets() -> BTreeMap<String, Preset> {
+    let p = |pairs: &[(&str, Option<&str>)]| -> Preset {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
+            .collect()
+    };
+    BTreeMap::from([
+        (
+            "shm-memcpy".to_string(),
+            p(&[("NCCL_SHM_USE_CUDA_MEMCPY", Some("1"))]),
+        ),
+        ("no-p2p".to_string(), p(&[("NCCL_P2P_DISABLE", Some("1"))])),
+        (
+            "defaults".to_string(),
+            p(&[
+                ("NCCL_SHM_USE_CUDA_MEMCPY", None),
+                ("NCCL_P2P_DISABLE", None),
+                ("NCCL_SHM_DISABLE", None),
+                ("NCCL_ALGO", None),
+                ("NCCL_PROTO", None),
+            ]),
+        ),
+    ])
+}
+
+/// The directory holding config.toml and user themes: `$XDG_CONFIG_HOME/ddptop`, else
+/// `~/.config/ddptop`.
+pub fn config_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|x| !x.is_empty()) {
+        let p = PathBuf::from(x);
+        if p.is_absolute() {
+            return Some(p.join("ddptop"));
+        }
+    }
+    use etcetera::BaseStrategy;
+    etcetera::choose_base_strategy()
+        .ok()
+        .map(|s| s.config_dir().join("ddptop"))
+}
+
+/// `~/.config/ddptop/config.toml`.
+pub fn default_path() -> Option<PathBuf> {
+    config_dir().map(|d| d.join("config.toml"))
+}
+
+/// True when `NO_COLOR` is set to a non-empty value (https://no-color.org).
+pub fn no_color_env() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    theme: Option<Spanned<String>>,
+    python: Option<PathBuf>,
+    torchrun: Option<PathBuf>,
+    #[serde(default)]
+    refresh: RawRefresh,
+    #[serde(default)]
+    watchdog: RawWatchdog,
+    #[serde(default)]
+    keys: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    presets: BTreeMap<String, BTreeMap<String, Spanned<EnvValue>>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRefresh {
+    gpu_sample_ms: Option<Spanned<u64>>,
+    max_fps: Option<Spanned<u32>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawWatchdog {
+    hang_floor_s: Option<Spanned<f64>>,
+    hang_factor: Option<Spanned<f64>>,
+    startup_s: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum EnvValue {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+}
+
+impl Config {
+    /// Load `path`, or the default path when `None`. A missing file is created with the commented
+    /// defaults (if that fails, e.g. a read-only home, the defaults are used all the same).
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None => match default_path() {
+                Some(p) => p,
+                None => return Ok(Config::default()),
+            },
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                let mut cfg = Config::parse(&text, &path)?;
+                cfg.path = Some(path);
+                Ok(cfg)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut cfg = Config::default();
+                cfg.created = write_default(&path).is_ok();
+                cfg.path = Some(path);
+                Ok(cfg)
+            }
+            Err(e) => Err(ConfigError::whole(&path, format!("cannot read: {e}"))),
+        }
+    }
+
+    /// Parse config text; `path` only names the file in errors and locates user themes.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError::from_toml(path, text, &e))?;
+        let err = |span: std::ops::Range<usize>, msg: String| {
+            ConfigError::at(path, text, Some(span), &msg)
+        };
+        let mut cfg = Config::default();
+        if let Some(theme) = raw.theme {
+            let name = theme.get_ref().trim().to_string();
+            let dir = path.parent().map(|d| d.join("themes"));
+            if !crate::ui::theme::theme_exists(&name, dir.as_deref()) {
+                return Err(err(
+                    theme.span(),
+                    format!(
+                        "unknown theme {name:?} (built in: {}; or put {name}.toml in {})",
+                        BUILTIN_THEMES.join(", "),
+                        dir.map_or("the config dir's themes/".into(), |d| d
+                            .display()
+                            .to_string())
+                    ),
+                ));
+            }
+            cfg.theme = name;
+        }
+        cfg.python = raw.python;
+        cfg.torchrun = raw.torchrun;
+        if let Some(v) = raw.refresh.gpu_sample_ms {
+            if *v.get_ref() < 250 {
+                return Err(err(
+                    v.span(),
+                    format!(
+                        "gpu_sample_ms = {} is below the minimum of 250",
+                        v.get_ref()
+                    ),
+                ));
+            }
+            cfg.refresh.gpu_sample_ms = v.into_inner();
+        }
+        if let Some(v) = raw.refresh.max_fps {
+            if !(1..=120).contains(v.get_ref()) {
+                return Err(err(
+                    v.span(),
+                    format!("max_fps = {} is outside 1..=120", v.get_ref()),
+                ));
+            }
+            cfg.refresh.max_fps = v.into_inner();
+        }
+        for (field, slot) in [
+            (raw.watchdog.hang_floor_s, &mut cfg.watchdog.hang_floor_s),
+            (raw.watchdog.hang_factor, &mut cfg.watchdog.hang_factor),
+            (raw.watchdog.startup_s, &mut cfg.watchdog.startup_s),
+        ] {
+            if let Some(v) = field {
+                let x = *v.get_ref();
+                if !x.is_finite() || x <= 0.0 {
+                    return Err(err(v.span(), format!("{x} must be a positive number")));
+                }
+                *slot = x;
+            }
+        }
+        for (key, action) in raw.keys {
+            let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
+            let name = action.get_ref().trim();
+            if name == "none" || name.is_empty() {
+                cfg.keys.unbind(&k);
+                continue;
+            }
+            let a = Action::from_name(name).ok_or_else(|| {
+                err(
+                    action.span(),
+                    format!(
+                        "unknown action {name:?} for key {:?} (actions: {}, or \"none\" to unbind)",
+                        key.get_ref(),
+                        Action::ALL.map(|a| a.name()).join(", ")
+                    ),
+                )
+            })?;
+            cfg.keys.bind(k, a);
+        }
+        for (name, vars) in raw.presets {
+            let mut preset = Preset::new();
+            for (var, val) in vars {
+                let span = val.span();
+                let v = match val.into_inner() {
+                    EnvValue::Bool(false) => None,
+                    EnvValue::Bool(true) => Some("1".to_string()),
+                    EnvValue::Int(i) => Some(i.to_string()),
+                    EnvValue::Float(f) => Some(f.to_string()),
+                    EnvValue::Str(s) if s.eq_ignore_ascii_case("unset") => None,
+                    EnvValue::Str(s) => Some(s),
+                };
+                if !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || var.is_empty() {
+                    return Err(err(
+                        span,
+                        format!("{var:?} is not an environment variable name"),
+                    ));
+                }
+                preset.insert(var, v);
+            }
+            cfg.presets.insert(name, preset);
+        }
+        Ok(cfg)
+    }
+
+    /// The directory user themes are read from: `themes/` next to the config file.
+    pub fn themes_dir(&self) -> Option<PathBuf> {
+        self.path
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(|d| d.join("themes"))
+            .or_else(|| config_dir().map(|d| d.join("themes")))
+    }
+
+    pub fn preset(&self, name: &str) -> Option<&Preset> {
+        self.presets.get(name)
+    }
+}
+
+/// Write the commented default config (creating the directory), never overwriting a file.
+pub fn write_default(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(DEFAULT_CONFIG.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossterm::event::KeyEventState;
+
+    fn ev(code: KeyCode, m: KeyModifiers) -> KeyEvent {
+        KeyEvent {
+            code,
+            modifiers: m,
+            kind: KeyEventKind::Press,
+            state: KeyEventState::NONE,
+        }
+    }
+
+    #[test]
+    fn default_file_parses_to_the_defaults() {
+        let cfg = Config::parse(DEFAULT_CONFIG, Path::new("config.toml")).unwrap();
+        assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn key_strings_round_trip() {
+        for s in [
+            "p", "P", "?", "]", "Tab", "Ctrl-c", "Alt-x", "F5", "Enter", "Up", "Space",
+        ] {
+            assert_eq!(Key::parse(s).unwrap().to_string(), s);
+        }
+        assert_eq!(Key::parse("ctrl+C").unwrap(), Key::parse("Ctrl-c").unwrap());
+        assert_eq!(Key::parse("shift-tab").unwrap().code, KeyName::BackTab);
+        assert!(Key::parse("Hyper-q").is_err());
+        assert!(Key::parse("").is_err());
+    }
+
+    #[test]
+    fn default_map_resolves_events() {
+        let km = KeyMap::default();
+        let shift = KeyModifiers::SHIFT;
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Char('P'), shift)),
+            Some(Action::ToggleP2pDisable)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Char('p'), KeyModifiers::NONE)),
+            Some(Action::Probe)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+            Some(Action::Quit)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Tab, KeyModifiers::NONE)),
+            Some(Action::NextPane)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Char('?'), shift)),
+            Some(Action::Help)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Char('z'), KeyModifiers::NONE)),
+            None
+        );
+        let mut rep = ev(KeyCode::Char('2'), KeyModifiers::NONE);
+        rep.kind = KeyEventKind::Repeat;
+        assert_eq!(km.resolve(&rep), None, "held keys never relaunch");
+        let mut rel = ev(KeyCode::Char('q'), KeyModifiers::NONE);
+        rel.kind = KeyEventKind::Release;
+        assert_eq!(km.resolve(&rel), None);
+    }
+
+    #[test]
+    fn every_action_has_a_default_key() {
+        let km = KeyMap::default();
+        for a in Action::ALL {
+            assert!(km.first_key(a).is_some(), "{} unbound", a.name());
+        }
+        assert_eq!(km.first_key(Action::Up).unwrap().to_string(), "k");
+        assert_eq!(km.first_key(Action::Quit).unwrap().to_string(), "q");
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+    }
+
+    #[test]
+    fn presets_unset_and_values() {
+        let text = "[presets.mine]\nA = \"1\"\nB = false\nC = \"unset\"\nD = 4\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        let p = cfg.preset("mine").unwrap();
+        assert_eq!(p["A"], Some("1".into()));
+        assert_eq!(p["B"], None);
+        assert_eq!(p["C"], None);
+        assert_eq!(p["D"], Some("4".into()));
+        assert!(cfg.preset("shm-memcpy").is_some(), "built-in presets stay");
+    }
+}

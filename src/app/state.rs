@@ -301,6 +301,10 @@ pub struct GpuView {
     /// Compute processes on this GPU (pids).
     pub pids: Vec<u32>,
     pub util_history: VecDeque<u64>,
+    /// Why this GPU could not be sampled at all (its row shows this instead of figures).
+    pub error: Option<String>,
+    /// What `link_rx_kbs`/`link_tx_kbs` measure: "NVLink" or "PCIe".
+    pub link: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]

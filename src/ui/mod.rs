@@ -1,1 +1,464 @@
-//! (being written)
+//! Pure drawing: `draw(frame, &State, &Theme)` paints one frame from the state and nothing else
+//! (no clock, no I/O), so every screen can be tested with ratatui's `TestBackend`.
+//!
+//! `layout` decides where panes go from the terminal size and GPU count; each pane module renders
+//! into a `Buffer` rect; `model` derives what the panes show; `theme` loads the colour themes.
+
+pub mod bench;
+pub mod fmt;
+pub mod gpus;
+pub mod layout;
+pub mod log;
+pub mod model;
+pub mod probe;
+pub mod runs;
+pub mod scaling;
+pub mod theme;
+pub mod timeline;
+
+use crate::app::{Action, State};
+use crate::config::KeyMap;
+use layout::{Mode, PaneId};
+use ratatui::Frame;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Alignment, Rect};
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Widget, Wrap};
+pub use theme::{Theme, ThemeSet};
+
+/// Everything a pane needs to draw.
+pub struct Ctx<'a> {
+    pub state: &'a State,
+    pub theme: &'a Theme,
+    pub keys: &'a KeyMap,
+}
+
+/// Draw one frame with the default key map.
+pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
+    draw_with(frame, state, theme, &KeyMap::default());
+}
+
+/// Draw one frame; the hint bar and help come from `keys`.
+pub fn draw_with(frame: &mut Frame, state: &State, theme: &Theme, keys: &KeyMap) {
+    let area = frame.area();
+    render(&Ctx { state, theme, keys }, area, frame.buffer_mut());
+}
+
+/// Draw the whole screen into `buf` at `area`.
+pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let theme = ctx.theme;
+    buf.set_style(area, theme.base);
+    let l = layout::compute(area, ctx.state.gpus.len());
+    if l.mode == Mode::TooSmall {
+        too_small(ctx, area, buf);
+        return;
+    }
+    header(ctx, l.header, buf);
+    if let Some(t) = l.tabs {
+        tabs(ctx, t, buf);
+    }
+    for (id, r) in l.visible(ctx.state.pane) {
+        pane(ctx, *id, *r, buf);
+    }
+    hints(ctx, l.hints, buf);
+    if ctx.state.show_help {
+        // Everything but the hint bar: the help must fit 80×24 in one column.
+        let r = Rect::new(area.x, area.y, area.width, area.height.saturating_sub(1));
+        help(ctx, r, buf);
+    }
+}
+
+fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
+    match id {
+        PaneId::Gpus => gpus::render_gpus(ctx, r, buf),
+        PaneId::Ranks => gpus::render_ranks(ctx, r, buf),
+        PaneId::Runs => runs::render(ctx, r, buf),
+        PaneId::Scaling => scaling::render(ctx, r, buf),
+        PaneId::Timeline => timeline::render(ctx, r, buf),
+        PaneId::Probe => probe::render(ctx, r, buf),
+        PaneId::Bench => bench::render(ctx, r, buf),
+        PaneId::Log => log::render(ctx, r, buf),
+        PaneId::Detail => {
+            use crate::app::Experiment;
+            match model::subject(ctx.state) {
+                Some(run) if !run.status.shows_results() => runs::render_status(ctx, run, r, buf),
+                Some(run) if run.spec.experiment == Experiment::Probe => probe::render(ctx, r, buf),
+                Some(run) if run.spec.experiment == Experiment::Allreduce => {
+                    bench::render(ctx, r, buf)
+                }
+                _ => scaling::render(ctx, r, buf),
+            }
+        }
+    }
+}
+
+/// A pane's frame: rounded border, title, focus colour when `State.pane` points at it. Returns
+/// the inner rect.
+pub fn frame_block(
+    ctx: &Ctx,
+    id: PaneId,
+    title: Vec<Span<'static>>,
+    r: Rect,
+    buf: &mut Buffer,
+) -> Rect {
+    let t = ctx.theme;
+    let focused = id.pane() == ctx.state.pane;
+    let (bs, ts) = if focused {
+        (t.border_focus, t.title_focus)
+    } else {
+        (t.border, t.title)
+    };
+    let mut spans = vec![Span::styled(" ", bs)];
+    for s in title {
+        if s.style == Style::default() {
+            spans.push(Span::styled(s.content, ts));
+        } else {
+            spans.push(s);
+        }
+    }
+    spans.push(Span::styled(" ", bs));
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .border_type(BorderType::Rounded)
+        .border_style(bs)
+        .title(Line::from(spans));
+    let inner = b.inner(r);
+    b.render(r, buf);
+    inner
+}
+
+/// Write one line at row `y` of `area` (clipped), returning nothing; lines past the bottom are
+/// dropped.
+pub fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line) {
+    if y >= area.height {
+        return;
+    }
+    buf.set_line(area.x, area.y + y, line, area.width);
+}
+
+/// A dim one-line hint centred vertically, for empty panes.
+pub fn empty_note(ctx: &Ctx, area: Rect, text: &str, buf: &mut Buffer) {
+    let p = Paragraph::new(text.to_string())
+        .style(ctx.theme.dim)
+        .wrap(Wrap { trim: true });
+    p.render(area, buf);
+}
+
+/// Join segments with separators; when the line is too wide, drop the least important segments
+/// (highest `prio`, rightmost first).
+fn fit_segments(
+    mut segs: Vec<(u8, Vec<Span<'static>>)>,
+    width: usize,
+    sep: Span<'static>,
+) -> Line<'static> {
+    let total = |segs: &[(u8, Vec<Span<'static>>)]| -> usize {
+        segs.iter()
+            .map(|(_, sp)| sp.iter().map(Span::width).sum::<usize>())
+            .sum::<usize>()
+            + sep.width() * segs.len().saturating_sub(1)
+    };
+    while total(&segs) > width {
+        let Some(worst) = segs.iter().map(|s| s.0).max().filter(|p| *p > 0) else {
+            break;
+        };
+        let pos = segs.iter().rposition(|s| s.0 == worst).expect("exists");
+        segs.remove(pos);
+    }
+    let mut spans = Vec::new();
+    for (i, (_, sp)) in segs.into_iter().enumerate() {
+        if i > 0 {
+            spans.push(sep.clone());
+        }
+        spans.extend(sp);
+    }
+    Line::from(spans)
+}
+
+fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let w = r.width as usize;
+    let sep = Span::styled(" │ ", t.dim);
+    let mut l1: Vec<(u8, Vec<Span<'static>>)> = vec![(
+        0,
+        vec![
+            Span::styled(" ddptop ", t.title_focus),
+            Span::styled(" host ", t.label),
+            Span::styled(
+                if s.host.hostname.is_empty() {
+                    "?".to_string()
+                } else {
+                    s.host.hostname.clone()
+                },
+                t.header,
+            ),
+        ],
+    )];
+    let gpus = match (&s.host.gpu_summary, s.gpus.len()) {
+        (Some(g), _) => Span::styled(g.clone(), t.header),
+        (None, 0) => Span::styled("no GPU", t.dim),
+        (None, n) => Span::styled(format!("{n} GPUs"), t.header),
+    };
+    l1.push((1, vec![gpus]));
+    let label = s.host.backend_label.trim();
+    let sim = label.to_ascii_lowercase().contains("sim")
+        || (label.is_empty()
+            && s.runs
+                .iter()
+                .any(|r| r.is_simulated() && !r.status.is_final()));
+    let backend = if sim {
+        let rest = if label.to_ascii_uppercase().contains("SIMULATED") {
+            label.to_string()
+        } else if label.is_empty() {
+            "SIMULATED".to_string()
+        } else {
+            format!(
+                "SIMULATED {}",
+                label
+                    .trim_start_matches(|c: char| c.is_ascii_alphabetic())
+                    .trim()
+            )
+        };
+        Span::styled(format!(" {} ", rest.trim()), t.sim)
+    } else if label.is_empty() {
+        Span::styled("backend ?", t.dim)
+    } else {
+        Span::styled(label.to_string(), t.header)
+    };
+    l1.push((0, vec![backend]));
+    if let Some(ic) = &s.host.interconnect {
+        l1.insert(2, (3, vec![Span::styled(ic.clone(), t.text)]));
+    }
+    // Versions: the host's, else what the latest run's workers reported.
+    let latest = s
+        .runs
+        .iter()
+        .filter(|r| !r.versions.is_empty())
+        .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix));
+    let ver = |host: &Option<String>, key: &str| {
+        host.clone()
+            .or_else(|| latest.and_then(|r| r.versions.get(key).cloned()))
+    };
+    let mut vers = Vec::new();
+    if let Some(v) = ver(&s.host.torch, "torch") {
+        vers.push(format!("torch {v}"));
+    }
+    if let Some(v) = ver(&s.host.nccl, "nccl") {
+        vers.push(format!("NCCL {v}"));
+    }
+    if !vers.is_empty() {
+        l1.push((2, vec![Span::styled(vers.join(" · "), t.text)]));
+    }
+    put_line(buf, r, 0, &fit_segments(l1, w, sep.clone()));
+
+    let exp = s.next.experiment;
+    let batch = match exp {
+        crate::app::Experiment::Strong => format!("global batch {}", exp.default_batch()),
+        _ => format!("batch {}/rank", exp.default_batch()),
+    };
+    let mut l2: Vec<(u8, Vec<Span<'static>>)> = vec![(
+        0,
+        vec![
+            Span::styled(" next ", t.label),
+            Span::styled(exp.as_str().to_string(), t.value),
+            Span::styled(format!(" ({batch})"), t.dim),
+        ],
+    )];
+    let mut nccl = vec![Span::styled("NCCL ", t.label)];
+    if s.next.env.is_empty() {
+        nccl.push(Span::styled("defaults", t.dim));
+    } else {
+        for (i, (k, v)) in s.next.env.iter().enumerate() {
+            if i > 0 {
+                nccl.push(Span::raw(" "));
+            }
+            let b = match v {
+                Some(v) => format!("{k}={v}"),
+                None => format!("unset {k}"),
+            };
+            nccl.push(Span::styled(format!(" {b} "), t.badge));
+        }
+    }
+    l2.push((0, nccl));
+    l2.push((
+        2,
+        vec![if s.max_k > 0 {
+            Span::styled(format!("k≤{}", s.max_k), t.text)
+        } else {
+            Span::styled("CPU/sim launches", t.dim)
+        }],
+    ));
+    let active = s.active_runs().count();
+    if active > 0 {
+        l2.push((1, vec![Span::styled(format!("{active} active"), t.running)]));
+    }
+    if s.frozen {
+        l2.push((0, vec![Span::styled(" FROZEN ", t.frozen)]));
+    }
+    l2.push((3, vec![Span::styled(format!("theme {}", t.name), t.dim)]));
+    put_line(buf, r, 1, &fit_segments(l2, w, sep));
+}
+
+fn tabs(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let mut spans = vec![Span::raw(" ")];
+    for (i, p) in layout::PAGES.iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(" ", t.dim));
+        }
+        let style = if *p == ctx.state.pane {
+            t.tab_active
+        } else {
+            t.tab
+        };
+        spans.push(Span::styled(format!(" {} ", layout::page_title(*p)), style));
+    }
+    if let Some(k) = ctx.keys.first_key(Action::NextPane) {
+        spans.push(Span::styled(format!("  {k}: next"), t.dim));
+    }
+    put_line(buf, r, 0, &Line::from(spans));
+}
+
+/// The hint bar: the bound key of every action that has a hint, in `Action::ALL` order; when it
+/// doesn't fit, the least important hints go first (help and quit always stay).
+fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let mut items: Vec<(u8, String, String)> = Vec::new();
+    for a in Action::ALL {
+        let (Some(h), Some(k)) = (a.hint(), ctx.keys.first_key(a)) else {
+            continue;
+        };
+        let prio = match a {
+            Action::Help | Action::Quit => 0,
+            Action::LaunchK1
+            | Action::LaunchK2
+            | Action::LaunchK4
+            | Action::Probe
+            | Action::Stop => 1,
+            Action::Bench | Action::Sweep => 2,
+            Action::ToggleShmMemcpy | Action::ToggleP2pDisable | Action::SwitchExperiment => 3,
+            _ => 4,
+        };
+        let mut label = h.to_string();
+        // Show a toggle's current state.
+        let on = |var: &str| ctx.state.next.env.get(var).is_some_and(|v| v.is_some());
+        match a {
+            Action::ToggleShmMemcpy if on("NCCL_SHM_USE_CUDA_MEMCPY") => label.push_str(" ON"),
+            Action::ToggleP2pDisable if on("NCCL_P2P_DISABLE") => label.push_str(" ON"),
+            _ => {}
+        }
+        items.push((prio, k.to_string(), label));
+    }
+    let width = |items: &[(u8, String, String)]| -> usize {
+        items
+            .iter()
+            .map(|(_, k, l)| fmt::unicode_width_shim::width(k) + l.chars().count() + 5)
+            .sum::<usize>()
+    };
+    while width(&items) > r.width as usize {
+        let Some(worst) = items.iter().map(|i| i.0).max().filter(|p| *p > 0) else {
+            break;
+        };
+        let pos = items.iter().rposition(|i| i.0 == worst).expect("exists");
+        items.remove(pos);
+    }
+    let mut spans = Vec::new();
+    for (_, k, l) in items {
+        spans.push(Span::styled(format!(" {k} "), t.hint_key));
+        spans.push(Span::styled(format!(" {l}  "), t.hint_text));
+    }
+    put_line(buf, r, 0, &Line::from(spans));
+}
+
+/// The help screen, generated from the key map and `Action::describe`.
+pub fn help_lines(keys: &KeyMap) -> Vec<(String, &'static str, &'static str)> {
+    Action::ALL
+        .iter()
+        .map(|a| {
+            let ks: Vec<String> = keys.keys_for(*a).iter().map(|k| k.to_string()).collect();
+            let ks = if ks.is_empty() {
+                "(unbound)".to_string()
+            } else {
+                ks.join(" ")
+            };
+            (ks, a.name(), a.describe())
+        })
+        .collect()
+}
+
+fn help(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let lines = help_lines(ctx.keys);
+    let key_w = lines
+        .iter()
+        .map(|(k, _, _)| fmt::unicode_width_shim::width(k))
+        .max()
+        .unwrap_or(4)
+        .clamp(4, 16);
+    let want_w = (key_w + 2 + 70 + 2) as u16;
+    let want_h = lines.len() as u16 + 2;
+    let w = want_w.min(area.width);
+    let h = want_h.min(area.height);
+    let r = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    Clear.render(r, buf);
+    buf.set_style(r, t.base);
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .border_type(BorderType::Double)
+        .border_style(t.border_focus)
+        .title(Line::from(Span::styled(
+            " Help: keys (from your key map) ",
+            t.title_focus,
+        )))
+        .title_bottom(Line::from(Span::styled(
+            " ? or Esc closes · keys are set in config.toml [keys] ",
+            t.dim,
+        )));
+    let inner = b.inner(r);
+    b.render(r, buf);
+    if inner.height == 0 {
+        return;
+    }
+    // One column when it fits, else as many as needed.
+    let rows = inner.height as usize;
+    let cols = lines.len().div_ceil(rows).max(1);
+    let col_w = inner.width as usize / cols;
+    let desc_w = col_w.saturating_sub(key_w + 3);
+    for (i, (k, _name, d)) in lines.iter().enumerate() {
+        let (c, y) = (i / rows, i % rows);
+        let line = Line::from(vec![
+            Span::styled(format!("{:>key_w$}  ", fmt::trunc(k, key_w)), t.help_key),
+            Span::styled(fmt::trunc(d, desc_w), t.text),
+        ]);
+        let x = inner.x + (c * col_w) as u16;
+        buf.set_line(x, inner.y + y as u16, &line, col_w as u16);
+    }
+}
+
+fn too_small(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let msg = format!(
+        "Terminal too small: {}×{}. ddptop needs at least {}×{} (80×24 or larger recommended). Enlarge the window, or press q to quit.",
+        area.width,
+        area.height,
+        layout::MIN_W,
+        layout::MIN_H
+    );
+    let h = 4.min(area.height);
+    let r = Rect::new(
+        area.x,
+        area.y + (area.height.saturating_sub(h)) / 2,
+        area.width,
+        h,
+    );
+    Paragraph::new(msg)
+        .style(ctx.theme.warn)
+        .alignment(Alignment::Center)
+        .wrap(Wrap { trim: true })
+        .render(r, buf);
+}

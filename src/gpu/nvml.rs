@@ -1,0 +1,227 @@
+//! The NVML source. NVML is loaded at run time (dlopen of libnvidia-ml.so.1), once; every metric
+//! is read on its own so that a `NotSupported` answer costs only that field.
+//!
+//! Link throughput: NVLink data counters (cumulative KiB, summed over the active links, as a rate
+//! between two ticks) when the GPU has active NVLinks, else NVML's PCIe throughput (KB/s over a
+//! 20 ms window).
+
+use super::{GpuError, GpuInfo, GpuSample, GpuSource};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+};
+use std::time::Instant;
+
+/// Most NVLinks a GPU has (NVML_NVLINK_MAX_LINKS).
+const MAX_LINKS: u32 = 18;
+
+pub struct NvmlSource {
+    nvml: Nvml,
+    info: GpuInfo,
+    /// Active NVLink indices per GPU (empty: PCIe).
+    links: Vec<Vec<u32>>,
+    /// Previous NVLink counters per GPU: (when, rx KiB, tx KiB).
+    prev: Vec<Option<(Instant, u64, u64)>>,
+}
+
+/// A one-line reason for an NVML init failure.
+pub fn explain(e: &NvmlError) -> String {
+    match e {
+        NvmlError::LibloadingError(l) => {
+            let s = l.to_string();
+            if s.contains("cannot open shared object") {
+                "libnvidia-ml.so.1 not found (no NVIDIA driver)".into()
+            } else {
+                s
+            }
+        }
+        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".into(),
+        NvmlError::LibraryNotFound => "libnvidia-ml.so.1 not found".into(),
+        NvmlError::NoPermission => "no permission to use the GPU driver".into(),
+        other => other.to_string(),
+    }
+}
+
+impl NvmlSource {
+    /// Open NVML and read the static facts. `Err` carries a one-line reason.
+    pub fn new() -> Result<NvmlSource, String> {
+        let nvml = Nvml::init().map_err(|e| explain(&e))?;
+        let count = nvml.device_count().map_err(|e| explain(&e))?;
+        if count == 0 {
+            return Err("NVML sees no GPU".into());
+        }
+        let mut names = Vec::new();
+        let mut links = Vec::new();
+        let mut pcie = None;
+        for i in 0..count {
+            match nvml.device_by_index(i) {
+                Ok(d) => {
+                    names.push(d.name().unwrap_or_else(|_| format!("GPU {i}")));
+                    let mut active = Vec::new();
+                    for l in 0..MAX_LINKS {
+                        match d.link_wrapper_for(l).is_active() {
+                            Ok(true) => active.push(l),
+                            Ok(false) => {}
+                            Err(_) => break,
+                        }
+                    }
+                    links.push(active);
+                    if pcie.is_none()
+                        && let (Ok(g), Ok(w)) =
+                            (d.current_pcie_link_gen(), d.current_pcie_link_width())
+                    {
+                        pcie = Some(format!("PCIe Gen{g} x{w}"));
+                    }
+                }
+                Err(e) => {
+                    names.push(format!("GPU {i} ({})", explain(&e)));
+                    links.push(Vec::new());
+                }
+            }
+        }
+        let max_links = links.iter().map(Vec::len).max().unwrap_or(0);
+        let interconnect = if max_links > 0 {
+            Some(format!("NVLink ({max_links} links/GPU)"))
+        } else {
+            pcie
+        };
+        let driver = nvml.sys_driver_version().ok();
+        let prev = vec![None; count as usize];
+        Ok(NvmlSource {
+            nvml,
+            info: GpuInfo {
+                names,
+                interconnect,
+                driver,
+            },
+            links,
+            prev,
+        })
+    }
+
+    /// Cumulative NVLink data counters (rx, tx) in KiB summed over `links`, read through the raw
+    /// field-values call so that each link can be named in `scopeId` (nvml-wrapper leaves it 0).
+    fn nvlink_counters(&self, d: &nvml_wrapper::Device, links: &[u32]) -> Option<(u64, u64)> {
+        if links.is_empty() {
+            return None;
+        }
+        let lib = self.nvml.lib();
+        // SAFETY: the handle belongs to a live `Device` of this `Nvml`; the values array is
+        // zero-initialised plain C data sized to the count we pass.
+        unsafe {
+            let handle = d.handle();
+            let mut vals = Vec::with_capacity(links.len() * 2);
+            for &l in links {
+                for id in [
+                    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+                    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                ] {
+                    let mut v = zeroed_arg(|p| lib.nvmlDeviceGetFieldValues(handle, 1, p));
+                    v.fieldId = id;
+                    v.scopeId = l;
+                    vals.push(v);
+                }
+            }
+            let rc = lib.nvmlDeviceGetFieldValues(handle, vals.len() as i32, vals.as_mut_ptr());
+            if rc != 0 {
+                return None;
+            }
+            let (mut rx, mut tx) = (0u64, 0u64);
+            for v in &vals {
+                if v.nvmlReturn != 0 {
+                    return None;
+                }
+                // Counters are unsigned long long (valueType 5); read them as such.
+                let x = v.value.ullVal;
+                if v.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX {
+                    rx = rx.saturating_add(x);
+                } else {
+                    tx = tx.saturating_add(x);
+                }
+            }
+            Some((rx, tx))
+        }
+    }
+}
+
+/// A zeroed value of the pointee type of the closure's argument: lets us build NVML's C structs
+/// without naming their type (it lives in nvml-wrapper-sys, which is not a direct dependency).
+unsafe fn zeroed_arg<T, R>(_f: impl FnOnce(*mut T) -> R) -> T {
+    // SAFETY: only used for plain-old-data C structs, for which all-zero is a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+impl GpuSource for NvmlSource {
+    fn info(&self) -> &GpuInfo {
+        &self.info
+    }
+
+    fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
+        let count = self.info.names.len() as u32;
+        let mut out = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let d = match self.nvml.device_by_index(i) {
+                Ok(d) => d,
+                Err(NvmlError::Uninitialized | NvmlError::DriverNotLoaded) => {
+                    return Err(GpuError::Unavailable("the NVIDIA driver went away".into()));
+                }
+                Err(e) => {
+                    out.push(GpuSample {
+                        index: i,
+                        name: self.info.names.get(i as usize).cloned(),
+                        error: Some(explain(&e)),
+                        ..Default::default()
+                    });
+                    continue;
+                }
+            };
+            let mem = d.memory_info().ok();
+            let mut s = GpuSample {
+                index: i,
+                name: self.info.names.get(i as usize).cloned(),
+                util_pct: d.utilization_rates().ok().map(|u| u.gpu),
+                mem_used: mem.as_ref().map(|m| m.used),
+                mem_total: mem.as_ref().map(|m| m.total),
+                power_w: d.power_usage().ok().map(|mw| mw as f64 / 1000.0),
+                temp_c: d.temperature(TemperatureSensor::Gpu).ok(),
+                pids: d
+                    .running_compute_processes()
+                    .map(|ps| ps.into_iter().map(|p| p.pid).collect())
+                    .unwrap_or_default(),
+                ..Default::default()
+            };
+            let links = self.links.get(i as usize).cloned().unwrap_or_default();
+            if !links.is_empty() {
+                s.link = Some("NVLink");
+                let now = Instant::now();
+                if let Some((rx, tx)) = self.nvlink_counters(&d, &links) {
+                    if let Some((t0, rx0, tx0)) = self.prev[i as usize] {
+                        let dt = now.duration_since(t0).as_secs_f64();
+                        if dt > 0.0 {
+                            // KiB → KB/s.
+                            let rate =
+                                |a: u64, b: u64| (a.saturating_sub(b) as f64 * 1.024 / dt) as u64;
+                            s.link_rx_kbs = Some(rate(rx, rx0));
+                            s.link_tx_kbs = Some(rate(tx, tx0));
+                        }
+                    }
+                    self.prev[i as usize] = Some((now, rx, tx));
+                }
+            } else {
+                s.link = Some("PCIe");
+                s.link_rx_kbs = d
+                    .pcie_throughput(PcieUtilCounter::Receive)
+                    .ok()
+                    .map(u64::from);
+                s.link_tx_kbs = d.pcie_throughput(PcieUtilCounter::Send).ok().map(u64::from);
+                if s.link_rx_kbs.is_none() && s.link_tx_kbs.is_none() {
+                    s.link = None;
+                }
+            }
+            out.push(s);
+        }
+        Ok(out)
+    }
+}

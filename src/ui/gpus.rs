@@ -1,0 +1,352 @@
+//! The GPUs pane (a row per GPU with a minute of utilisation, and which run/rank is on it) and the
+//! Ranks pane (each worker process: pid, step, step time, CPU %, RSS, torch memory).
+
+use super::fmt::{self, NA};
+use super::layout::PaneId;
+use super::{Ctx, empty_note, frame_block, model, put_line};
+use crate::app::summary::median;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Paragraph, Widget, Wrap};
+
+fn lpad(s: &str, w: usize) -> String {
+    let s = fmt::trunc(s, w);
+    let n = fmt::unicode_width_shim::width(&s);
+    format!("{}{s}", " ".repeat(w.saturating_sub(n)))
+}
+
+fn rpad(s: &str, w: usize) -> String {
+    let s = fmt::trunc(s, w);
+    let n = fmt::unicode_width_shim::width(&s);
+    format!("{s}{}", " ".repeat(w.saturating_sub(n)))
+}
+
+/// "NVIDIA H200" → "H200", "NVIDIA GeForce RTX 4090" → "RTX 4090".
+pub fn short_gpu_name(n: &str) -> String {
+    n.trim()
+        .trim_start_matches("NVIDIA ")
+        .trim_start_matches("GeForce ")
+        .to_string()
+}
+
+struct Cols {
+    name: usize,
+    spark: usize,
+    link: bool,
+    owner: usize,
+}
+
+fn gpu_cols(w: usize) -> Cols {
+    // idx 2, name, util spark + " 100%", mem 12, power 5, temp 5, [link 22], owner.
+    let base = 2 + 1 + 8 + 1 + 8 + 5 + 1 + 12 + 1 + 5 + 1 + 5 + 1 + 8;
+    let link = w >= base + 23;
+    let mut extra = w.saturating_sub(base + if link { 23 } else { 0 });
+    let name = 8 + extra.min(8);
+    extra -= extra.min(8);
+    let spark = 8 + extra.min(22);
+    extra -= extra.min(22);
+    let owner = 8 + extra;
+    Cols {
+        name,
+        spark,
+        link,
+        owner,
+    }
+}
+
+pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let title = vec![
+        Span::raw("GPUs"),
+        Span::styled(
+            if s.gpus.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", s.gpus.len())
+            },
+            t.dim,
+        ),
+    ];
+    let inner = frame_block(ctx, PaneId::Gpus, title, area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    if s.gpus.is_empty() {
+        let note = s
+            .gpu_note
+            .clone()
+            .unwrap_or_else(|| "no GPU samples yet".to_string());
+        let mut lines = vec![Line::from(Span::styled(note, t.warn))];
+        if s.active_runs().next().is_some() {
+            lines.push(Line::from(Span::styled(
+                "Workers run on the CPU: Ranks shows their CPU % and memory.",
+                t.dim,
+            )));
+        }
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: true })
+            .render(inner, buf);
+        return;
+    }
+    let w = inner.width as usize;
+    let c = gpu_cols(w);
+    let mut head = format!(
+        "{} {} {} {} {} {}",
+        rpad("#", 2),
+        rpad("name", c.name),
+        rpad("util (last minute)", c.spark + 5),
+        lpad("mem GiB", 12),
+        lpad("power", 5),
+        lpad("temp", 5),
+    );
+    if c.link {
+        head.push_str(&format!(" {}", rpad("link ↓rx ↑tx B/s", 22)));
+    }
+    head.push_str(&format!(" {}", rpad("run·rank", c.owner)));
+    put_line(buf, inner, 0, &Line::from(Span::styled(head, t.label)));
+    let rows = inner.height.saturating_sub(1) as usize;
+    let n = s.gpus.len();
+    let shown = if n > rows { rows.saturating_sub(1) } else { n };
+    for (i, g) in s.gpus.iter().take(shown).enumerate() {
+        let y = (i + 1) as u16;
+        let mut spans = vec![
+            Span::styled(rpad(&g.index.to_string(), 2), t.value),
+            Span::raw(" "),
+            Span::styled(
+                rpad(
+                    &g.name
+                        .as_deref()
+                        .map(short_gpu_name)
+                        .unwrap_or_else(|| NA.into()),
+                    c.name,
+                ),
+                t.text,
+            ),
+            Span::raw(" "),
+        ];
+        if let Some(err) = &g.error {
+            spans.push(Span::styled(
+                fmt::trunc(&format!("error: {err}"), w.saturating_sub(c.name + 4)),
+                t.bad,
+            ));
+            put_line(buf, inner, y, &Line::from(spans));
+            continue;
+        }
+        let hist: Vec<u64> = g.util_history.iter().copied().collect();
+        spans.push(Span::styled(fmt::spark(&hist, c.spark, 100), t.spark));
+        spans.push(Span::styled(
+            lpad(&fmt::opt(g.util_pct, |u| format!("{u}%")), 5),
+            t.value,
+        ));
+        spans.push(Span::raw(" "));
+        let mem = match (g.mem_used, g.mem_total) {
+            (Some(u), Some(tot)) => format!("{}/{}", fmt::gib(u), fmt::gib(tot)),
+            (Some(u), None) => format!("{}/{NA}", fmt::gib(u)),
+            (None, Some(tot)) => format!("{NA}/{}", fmt::gib(tot)),
+            (None, None) => NA.into(),
+        };
+        spans.push(Span::styled(lpad(&mem, 12), t.text));
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(
+            lpad(&fmt::opt(g.power_w, |p| format!("{p:.0}W")), 5),
+            t.text,
+        ));
+        spans.push(Span::raw(" "));
+        let temp_style = match g.temp_c {
+            Some(c) if c >= 85 => t.bad,
+            Some(c) if c >= 75 => t.warn,
+            _ => t.text,
+        };
+        spans.push(Span::styled(
+            lpad(&fmt::opt(g.temp_c, |c| format!("{c}°C")), 5),
+            temp_style,
+        ));
+        if c.link {
+            let kind = g.link.as_deref().unwrap_or("link");
+            let l = match (g.link_rx_kbs, g.link_tx_kbs) {
+                (None, None) => NA.to_string(),
+                (rx, tx) => format!(
+                    "{kind} ↓{} ↑{}",
+                    fmt::opt(rx, fmt::kbs),
+                    fmt::opt(tx, fmt::kbs)
+                ),
+            };
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(rpad(&l, 22), t.text));
+        }
+        spans.push(Span::raw(" "));
+        let owners = model::gpu_owners(s, g);
+        let foreign = model::foreign_pids(s, g);
+        let mut own = owners
+            .iter()
+            .map(|(id, r)| format!("{} r{r}", fmt::tiny_id(id)))
+            .collect::<Vec<_>>()
+            .join(",");
+        if foreign > 0 {
+            if !own.is_empty() {
+                own.push_str(", ");
+            }
+            own.push_str(&format!("+{foreign} other"));
+        }
+        let own_style = if owners.is_empty() { t.dim } else { t.running };
+        if own.is_empty() {
+            own = "idle".into();
+        }
+        spans.push(Span::styled(fmt::trunc(&own, c.owner), own_style));
+        put_line(buf, inner, y, &Line::from(spans));
+    }
+    if shown < n {
+        put_line(
+            buf,
+            inner,
+            (shown + 1) as u16,
+            &Line::from(Span::styled(
+                format!("+{} more GPUs (a taller terminal shows them)", n - shown),
+                t.dim,
+            )),
+        );
+    }
+}
+
+pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let runs = model::ranks_runs(s);
+    let title = vec![Span::raw("Ranks"), Span::styled(" worker processes", t.dim)];
+    let inner = frame_block(ctx, PaneId::Ranks, title, area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    if runs.iter().all(|r| r.ranks.is_empty()) {
+        empty_note(
+            ctx,
+            inner,
+            "no workers: launch a run (1, 2, 4) to see each rank's pid, step time, CPU % and memory",
+            buf,
+        );
+        return;
+    }
+    let w = inner.width as usize;
+    let wide = w >= 72;
+    let mut head = format!(
+        "{} {} {} {} {} {} {}",
+        rpad("run", 4),
+        rpad("rank", 4),
+        lpad("pid", 7),
+        lpad("step", 6),
+        lpad("step ms", 7),
+        lpad("CPU%", 4),
+        lpad("RSS", 5),
+    );
+    if wide {
+        head.push_str(&format!(
+            " {} {}",
+            rpad("device", 7),
+            lpad("alloc/peak", 11)
+        ));
+    }
+    head.push_str(" state");
+    put_line(
+        buf,
+        inner,
+        0,
+        &Line::from(Span::styled(fmt::trunc(&head, w), t.label)),
+    );
+    let mut y = 1u16;
+    let total: usize = runs.iter().map(|r| r.ranks.len()).sum();
+    let rows = inner.height.saturating_sub(1) as usize;
+    let mut drawn = 0usize;
+    'outer: for run in &runs {
+        for r in run.ranks.values() {
+            if drawn + 1 == rows && total > rows {
+                put_line(
+                    buf,
+                    inner,
+                    y,
+                    &Line::from(Span::styled(
+                        format!("+{} more ranks", total - drawn),
+                        t.dim,
+                    )),
+                );
+                break 'outer;
+            }
+            if drawn >= rows {
+                break 'outer;
+            }
+            let ps = r.pid.and_then(|p| s.proc_stats.get(&p));
+            let recent: Vec<f64> = r.recent_step_ms.iter().copied().collect();
+            let step_ms = median(&recent)
+                .or_else(|| r.last_step.as_ref().map(|st| st.step_ms))
+                .map_or_else(|| "-".to_string(), fmt::ms_num);
+            let (state, st_style) = if run.status.is_final() {
+                (run.status.as_str().to_string(), t.status(run.status))
+            } else if r.said_bye {
+                ("bye".to_string(), t.dim)
+            } else if r.connected {
+                (
+                    r.phase
+                        .map(|p| format!("{p:?}").to_lowercase())
+                        .unwrap_or_else(|| "ok".into()),
+                    t.good,
+                )
+            } else if r.pid.is_some() {
+                ("lost".to_string(), t.bad)
+            } else {
+                ("waiting".to_string(), t.dim)
+            };
+            let mut spans = vec![
+                Span::styled(rpad(fmt::tiny_id(&run.id), 4), t.dim),
+                Span::raw(" "),
+                Span::styled(rpad(&format!("r{}", r.rank), 4), t.value),
+                Span::raw(" "),
+                Span::styled(lpad(&fmt::opt(r.pid, |p| p.to_string()), 7), t.text),
+                Span::raw(" "),
+                Span::styled(lpad(&r.step.to_string(), 6), t.text),
+                Span::raw(" "),
+                Span::styled(lpad(&step_ms, 7), t.value),
+                Span::raw(" "),
+                Span::styled(
+                    lpad(
+                        &ps.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cpu_pct)),
+                        4,
+                    ),
+                    t.text,
+                ),
+                Span::raw(" "),
+                Span::styled(
+                    lpad(
+                        &ps.map_or_else(|| "-".into(), |p| fmt::bytes_short(p.rss_bytes)),
+                        5,
+                    ),
+                    t.text,
+                ),
+            ];
+            if wide {
+                let mem = r.memory.as_ref().map_or_else(
+                    || "-".to_string(),
+                    |m| {
+                        format!(
+                            "{}/{}",
+                            fmt::bytes_short(m.allocated_bytes),
+                            fmt::bytes_short(m.peak_bytes)
+                        )
+                    },
+                );
+                spans.push(Span::raw(" "));
+                spans.push(Span::styled(
+                    rpad(r.device.as_deref().unwrap_or("-"), 7),
+                    t.text,
+                ));
+                spans.push(Span::raw(" "));
+                spans.push(Span::styled(lpad(&mem, 11), t.text));
+            }
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(state, st_style));
+            put_line(buf, inner, y, &Line::from(spans));
+            y += 1;
+            drawn += 1;
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The Probe pane: the no_sync probe done right. Synced and no_sync step time (median of block
+//! medians and their range), their difference, the k=1 control and the cost-model prediction,
+//! each labelled with where it comes from.
+
+use super::fmt;
+use super::layout::PaneId;
+use super::model::{self, Prediction};
+use super::{Ctx, empty_note, frame_block, put_line};
+use crate::app::summary::ProbeSide;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+
+pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let view = model::probe_view(s);
+    let mut title = vec![Span::raw("Probe"), Span::styled(" no_sync", t.dim)];
+    if let Some(v) = &view {
+        title.push(Span::styled(
+            format!(" · {} k={}", fmt::tiny_id(&v.run.id), v.run.spec.k),
+            t.dim,
+        ));
+        if v.run.is_simulated() {
+            title.push(Span::raw(" "));
+            title.push(Span::styled(" SIMULATED ", t.sim));
+        }
+    }
+    let inner = frame_block(ctx, PaneId::Probe, title, area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    let Some(v) = view else {
+        empty_note(
+            ctx,
+            inner,
+            "no probe yet: p launches the no_sync probe (interleaved synced / no_sync blocks, with a k=1 control), or toggles it live on a running run",
+            buf,
+        );
+        return;
+    };
+    let w = inner.width as usize;
+    let run = v.run;
+    let mut y = 0u16;
+    if !run.status.shows_results() {
+        put_line(
+            buf,
+            inner,
+            y,
+            &Line::from(vec![
+                Span::styled(
+                    format!(" {} ", run.status.as_str().to_uppercase()),
+                    t.status(run.status),
+                ),
+                Span::styled(
+                    fmt::trunc(
+                        &format!(" {}", run.reason.as_deref().unwrap_or("no reason recorded")),
+                        w.saturating_sub(10),
+                    ),
+                    t.text,
+                ),
+            ]),
+        );
+        put_line(
+            buf,
+            inner,
+            1,
+            &Line::from(Span::styled(
+                "no figures from a run that did not complete",
+                t.dim,
+            )),
+        );
+        return;
+    }
+    let src = if run.is_simulated() {
+        "SIMULATED"
+    } else {
+        "measured"
+    };
+    let src_style = if run.is_simulated() {
+        t.sim
+    } else {
+        t.measured
+    };
+    let Some(sum) = &v.summary else {
+        let blocks = run.probe.iter().filter(|b| b.rank == 0).count();
+        put_line(
+            buf,
+            inner,
+            y,
+            &Line::from(Span::styled(
+                fmt::trunc(
+                    &format!(
+                        "{}: waiting for synced and no_sync blocks ({blocks} so far)",
+                        run.status.as_str()
+                    ),
+                    w,
+                ),
+                t.dim,
+            )),
+        );
+        y += 1;
+        model_line(ctx, &v.prediction, inner, y, buf);
+        return;
+    };
+    let wide = w >= 52;
+    let name_w = 10usize;
+    let val_w = 9usize;
+    let side = |name: &str, p: &ProbeSide| -> Line<'static> {
+        let mut spans = vec![
+            Span::styled(format!("{name:<name_w$}"), t.label),
+            Span::styled(format!("{:>val_w$}", fmt::ms(p.median_ms)), t.value),
+        ];
+        if wide {
+            spans.push(Span::styled(
+                format!(
+                    "  [{}–{}] {:>2} blk  ",
+                    fmt::ms_num(p.min_ms),
+                    fmt::ms_num(p.max_ms),
+                    p.blocks
+                ),
+                t.dim,
+            ));
+        } else {
+            spans.push(Span::raw("  "));
+        }
+        spans.push(Span::styled(src.to_string(), src_style));
+        Line::from(spans)
+    };
+    let header = if wide {
+        format!("{:<name_w$}{:>val_w$}  [block range] blocks", "", "median")
+    } else {
+        format!("{:<name_w$}{:>val_w$}", "", "median")
+    };
+    put_line(buf, inner, y, &Line::from(Span::styled(header, t.label)));
+    y += 1;
+    put_line(buf, inner, y, &side("synced", &sum.synced));
+    y += 1;
+    put_line(buf, inner, y, &side("no_sync", &sum.no_sync));
+    y += 1;
+    let diff_style = if sum.diff_ms < 0.0 { t.warn } else { t.value };
+    let mut diff = vec![
+        Span::styled(format!("{:<name_w$}", "difference"), t.label),
+        Span::styled(format!("{:>val_w$}", fmt::ms(sum.diff_ms)), diff_style),
+        Span::raw("  "),
+        Span::styled(src.to_string(), src_style),
+    ];
+    if wide {
+        diff.push(Span::styled(" ≈ exposed comm + reducer", t.dim));
+    }
+    put_line(buf, inner, y, &Line::from(diff));
+    y += 1;
+    // k=1 control.
+    let ctrl = match &v.control {
+        None => Line::from(vec![
+            Span::styled(format!("{:<name_w$}", "k=1 ctrl"), t.label),
+            Span::styled(format!("{:>val_w$}", "none"), t.dim),
+            Span::styled("  k=1 control", t.control),
+        ]),
+        Some((c, _)) if !c.status.shows_results() => Line::from(vec![
+            Span::styled(format!("{:<name_w$}", "k=1 ctrl"), t.label),
+            Span::styled(format!("{:>val_w$}", c.status.as_str()), t.status(c.status)),
+            Span::styled("  k=1 control", t.control),
+        ]),
+        Some((_, None)) => Line::from(vec![
+            Span::styled(format!("{:<name_w$}", "k=1 ctrl"), t.label),
+            Span::styled(format!("{:>val_w$}", "pending"), t.dim),
+            Span::styled("  k=1 control", t.control),
+        ]),
+        Some((_, Some(cs))) => Line::from(vec![
+            Span::styled(format!("{:<name_w$}", "k=1 ctrl"), t.label),
+            Span::styled(format!("{:>val_w$}", fmt::ms(cs.diff_ms)), t.value),
+            Span::styled("  k=1 control", t.control),
+            Span::styled(
+                if wide {
+                    " (Δ without comm: reducer only)"
+                } else {
+                    ""
+                },
+                t.dim,
+            ),
+        ]),
+    };
+    put_line(buf, inner, y, &ctrl);
+    y += 1;
+    model_line(ctx, &v.prediction, inner, y, buf);
+    y += 1;
+    if let (Prediction::Ms { ms, .. }, true) = (&v.prediction, y < inner.height) {
+        if *ms > 0.0 {
+            let ratio = sum.diff_ms / ms;
+            put_line(
+                buf,
+                inner,
+                y,
+                &Line::from(vec![
+                    Span::styled(format!("{:<name_w$}", "meas/model"), t.label),
+                    Span::styled(format!("{:>val_w$}", format!("{ratio:.2}×")), t.value),
+                ]),
+            );
+        }
+    }
+}
+
+fn model_line(ctx: &Ctx, p: &Prediction, inner: Rect, y: u16, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let w = inner.width as usize;
+    let line = match p {
+        Prediction::Ms { ms, source } => Line::from(vec![
+            Span::styled(format!("{:<10}", "predicted"), t.label),
+            Span::styled(format!("{:>9}", fmt::ms(*ms)), t.value),
+            Span::styled("  model", t.model),
+            Span::styled(
+                fmt::trunc(
+                    &format!(" Σ2(k−1)/k·B/busbw, busbw from {}", fmt::tiny_id(source)),
+                    w.saturating_sub(28),
+                ),
+                t.dim,
+            ),
+        ]),
+        Prediction::Na(why) => Line::from(vec![
+            Span::styled(format!("{:<10}", "predicted"), t.label),
+            Span::styled(fmt::trunc(&format!(" {why}"), w.saturating_sub(18)), t.dim),
+            Span::styled("  model", t.model),
+        ]),
+    };
+    put_line(buf, inner, y, &line);
+}

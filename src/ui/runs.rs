@@ -1,0 +1,373 @@
+//! The Runs pane: this session's runs and stored history, one row each. Figures appear only for
+//! runs that may show them: a completed run shows its aggregate, a running one its live rate, a
+//! failed, hung or stopped one its status and reason and never a number.
+
+use super::fmt;
+use super::layout::PaneId;
+use super::theme::status_glyph;
+use super::{Ctx, empty_note, frame_block, model};
+use crate::app::summary;
+use crate::app::{Experiment, RunStatus, RunView};
+use crate::protocol::Backend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Cell, Row, StatefulWidget, Table, TableState};
+
+/// What a run shows in the numbers columns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figures {
+    /// Samples/s column (or the experiment's headline figure).
+    pub main: String,
+    /// Efficiency column.
+    pub eff: String,
+    /// Reason, transport, sweep.
+    pub note: String,
+    /// The main figure is live (running), not final.
+    pub live: bool,
+}
+
+pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
+    let dash = "—".to_string();
+    let mut note = Vec::new();
+    match run.status {
+        RunStatus::Failed | RunStatus::Hung | RunStatus::Stopped => {
+            return Figures {
+                main: dash.clone(),
+                eff: dash,
+                note: run
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "no reason recorded".into()),
+                live: false,
+            };
+        }
+        _ => {}
+    }
+    if let Some(tr) = &run.transport {
+        note.push(tr.clone());
+    }
+    if let Some(sw) = &run.sweep {
+        note.push(format!("sweep {sw}"));
+    }
+    if run.spec.control {
+        note.push("k=1 control".into());
+    }
+    if run.bad_lines() + run.rejected > 0 {
+        note.push(format!("{} bad lines", run.bad_lines() + run.rejected));
+    }
+    let live = !run.status.is_final();
+    let (main, eff) = match (run.spec.experiment, run.status) {
+        (e, RunStatus::Completed) if e.has_throughput() => match &run.aggregate {
+            Some(agg) => {
+                let main = format!(
+                    "{} ±{:.1}%",
+                    fmt::rate(agg.samples_per_s),
+                    model::spread_pct(agg)
+                );
+                let eff = if run.spec.k == 1 {
+                    "k=1 base".to_string()
+                } else {
+                    match summary::scaling(run, runs) {
+                        Some((sp, eff)) => format!("{sp:.2}× {:.0}%", eff * 100.0),
+                        None => "no k=1".to_string(),
+                    }
+                };
+                (main, eff)
+            }
+            None => ("no result".to_string(), dash.clone()),
+        },
+        (e, _) if e.has_throughput() => {
+            let main = match run.throughput.last() {
+                Some((_, sps)) => format!("live {}", fmt::rate(*sps)),
+                None => match run.ranks.values().map(|r| r.step).max() {
+                    Some(s) if s > 0 => format!("step {s}"),
+                    _ => "starting…".into(),
+                },
+            };
+            (main, dash.clone())
+        }
+        (Experiment::Probe, st) => {
+            let main = match summary::probe_summary(&run.probe) {
+                Some(p) => format!("Δ {}", fmt::ms(p.diff_ms)),
+                None if st == RunStatus::Completed => "no probe data".into(),
+                None => format!(
+                    "{} blocks",
+                    run.probe.iter().filter(|b| b.rank == 0).count()
+                ),
+            };
+            (
+                if live && main.starts_with('Δ') {
+                    format!("live {main}")
+                } else {
+                    main
+                },
+                dash.clone(),
+            )
+        }
+        (Experiment::Allreduce, _) => {
+            let peak = model::bench_table(&run.bench)
+                .values()
+                .map(|(bus, _)| *bus)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+            let main = match peak {
+                Some(p) => format!("{}{p:.1} GB/s bus", if live { "live " } else { "" }),
+                None => "no sizes yet".into(),
+            };
+            (main, dash.clone())
+        }
+        _ => (dash.clone(), dash.clone()),
+    };
+    Figures {
+        main,
+        eff,
+        note: note.join(" · "),
+        live,
+    }
+}
+
+pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let live = s.runs.iter().filter(|r| r.live).count();
+    let hist = s.runs.len() - live;
+    let mut title = vec![Span::raw("Runs")];
+    if !s.runs.is_empty() {
+        title.push(Span::styled(
+            format!(" {live} this session, {hist} stored"),
+            t.dim,
+        ));
+    }
+    let inner = frame_block(ctx, PaneId::Runs, title, area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    if s.runs.is_empty() {
+        empty_note(
+            ctx,
+            inner,
+            "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench",
+            buf,
+        );
+        return;
+    }
+    let w = inner.width as usize;
+    let wide = w >= 100;
+    let id_w = if w >= 150 { 21 } else { 11 };
+    let focused = s.focused.as_deref();
+    let header_style = t.label;
+    let rows: Vec<Row> = s
+        .runs
+        .iter()
+        .map(|r| {
+            let f = figures(r, &s.runs);
+            let mark = if Some(r.id.as_str()) == focused {
+                "●"
+            } else {
+                " "
+            };
+            let id = if id_w >= 21 {
+                r.id.clone()
+            } else {
+                fmt::short_id(&r.id).to_string()
+            };
+            let id_style = if r.live { t.text } else { t.dim };
+            let be_style = if r.spec.backend == Backend::Sim {
+                t.sim
+            } else {
+                t.text
+            };
+            let be = if wide {
+                fmt::backend(&r.spec)
+            } else if r.spec.backend == Backend::Sim {
+                "SIM".into()
+            } else {
+                r.spec.backend.as_str().to_string()
+            };
+            let status = Span::styled(
+                format!("{} {}", status_glyph(r.status), r.status.as_str()),
+                t.status(r.status),
+            );
+            let main_style = if f.live {
+                t.running
+            } else if r.status == RunStatus::Completed {
+                t.value
+            } else {
+                t.dim
+            };
+            let exp = if r.spec.control {
+                format!("{}*", r.spec.experiment.as_str())
+            } else {
+                r.spec.experiment.as_str().to_string()
+            };
+            let mut cells = vec![
+                Cell::from(Span::styled(mark, t.running)),
+                Cell::from(Span::styled(id, id_style)),
+                Cell::from(Span::styled(exp, t.text)),
+                Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
+                Cell::from(Span::styled(be, be_style)),
+            ];
+            if wide {
+                let note_style = if r.status.shows_results() {
+                    t.dim
+                } else {
+                    t.status(r.status)
+                };
+                cells.extend([
+                    Cell::from(Span::styled(
+                        fmt::toggles_short(&r.spec),
+                        if r.spec.env.is_empty() { t.dim } else { t.text },
+                    )),
+                    Cell::from(status),
+                    Cell::from(Span::styled(f.main, main_style)),
+                    Cell::from(Span::styled(f.eff, t.value)),
+                    Cell::from(Span::styled(f.note, note_style)),
+                ]);
+            } else {
+                let result = if r.status.shows_results() {
+                    let mut v = vec![Span::styled(f.main, main_style)];
+                    if f.eff != "—" {
+                        v.push(Span::styled(format!("  {}", f.eff), t.value));
+                    }
+                    Line::from(v)
+                } else {
+                    Line::from(Span::styled(f.note, t.status(r.status)))
+                };
+                cells.extend([Cell::from(status), Cell::from(result)]);
+            }
+            Row::new(cells)
+        })
+        .collect();
+    let (header, widths): (Vec<&str>, Vec<Constraint>) = if wide {
+        let be_w = s
+            .runs
+            .iter()
+            .map(|r| fmt::backend(&r.spec).chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(7, 18) as u16;
+        let tog_w = s
+            .runs
+            .iter()
+            .map(|r| fmt::toggles_short(&r.spec).chars().count())
+            .max()
+            .unwrap_or(7)
+            .clamp(12, 28) as u16;
+        (
+            vec![
+                "",
+                "run",
+                "exp",
+                "k",
+                "backend",
+                "NCCL toggles",
+                "status",
+                "samples/s ±rank",
+                "speedup eff",
+                "note",
+            ],
+            vec![
+                Constraint::Length(1),
+                Constraint::Length(id_w as u16),
+                Constraint::Length(9),
+                Constraint::Length(2),
+                Constraint::Length(be_w),
+                Constraint::Length(tog_w),
+                Constraint::Length(11),
+                Constraint::Length(16),
+                Constraint::Length(11),
+                Constraint::Min(4),
+            ],
+        )
+    } else {
+        (
+            vec![
+                "",
+                "run",
+                "exp",
+                "k",
+                "be",
+                "status",
+                "samples/s · eff / reason",
+            ],
+            vec![
+                Constraint::Length(1),
+                Constraint::Length(id_w as u16),
+                Constraint::Length(9),
+                Constraint::Length(2),
+                Constraint::Length(4),
+                Constraint::Length(11),
+                Constraint::Min(8),
+            ],
+        )
+    };
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(header_style))
+        .column_spacing(1)
+        .row_highlight_style(t.selected);
+    let mut ts = TableState::default().with_selected(Some(s.selected.min(s.runs.len() - 1)));
+    StatefulWidget::render(table, inner, buf, &mut ts);
+}
+
+/// The detail pane for a run that did not complete: its status, the full reason, the watchdog's
+/// evidence and its last output lines. Never a figure.
+pub fn render_status(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
+    use ratatui::widgets::{Paragraph, Widget, Wrap};
+    let t = ctx.theme;
+    let title = vec![
+        Span::raw("Run "),
+        Span::styled(fmt::short_id(&run.id).to_string(), t.text),
+        Span::raw(" "),
+        Span::styled(
+            format!(
+                " {} {} ",
+                status_glyph(run.status),
+                run.status.as_str().to_uppercase()
+            ),
+            t.status(run.status),
+        ),
+    ];
+    let inner = frame_block(ctx, PaneId::Detail, title, area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    let mut lines = vec![Line::from(vec![
+        Span::styled(
+            format!(
+                "{} k={} {} ",
+                run.spec.experiment.as_str(),
+                run.spec.k,
+                fmt::backend(&run.spec)
+            ),
+            t.label,
+        ),
+        Span::styled(fmt::toggles_short(&run.spec), t.dim),
+    ])];
+    lines.push(Line::from(vec![
+        Span::styled("why: ", t.label),
+        Span::styled(
+            run.reason
+                .clone()
+                .unwrap_or_else(|| "no reason recorded".into()),
+            t.text,
+        ),
+    ]));
+    for l in run.hang_report.iter().skip(1) {
+        lines.push(Line::from(Span::styled(l.clone(), t.dim)));
+    }
+    if !run.log_tail.is_empty() {
+        lines.push(Line::from(Span::styled("last output:", t.label)));
+        let room = (inner.height as usize).saturating_sub(lines.len()).max(1);
+        let skip = run.log_tail.len().saturating_sub(room);
+        for l in run.log_tail.iter().skip(skip) {
+            lines.push(Line::from(Span::styled(l.clone(), t.log)));
+        }
+    }
+    lines.push(Line::from(Span::styled(
+        "no figures are shown for a run that did not complete; r reruns it",
+        t.dim,
+    )));
+    Paragraph::new(lines)
+        .wrap(Wrap { trim: false })
+        .render(inner, buf);
+}

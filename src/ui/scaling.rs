@@ -1,0 +1,204 @@
+//! The Scaling pane: throughput and efficiency against k for the selected run's curve (bars, with
+//! the ideal-scaling mark), weak and strong side by side, and a live throughput sparkline for a
+//! run of the curve in progress.
+
+use super::fmt;
+use super::layout::PaneId;
+use super::model::{self, Curve};
+use super::{Ctx, empty_note, frame_block, put_line};
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+
+pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let curves = model::curves(ctx.state);
+    let inner = frame_block(
+        ctx,
+        PaneId::Scaling,
+        vec![
+            Span::raw("Scaling"),
+            Span::styled(" samples/s and efficiency vs k", t.dim),
+        ],
+        area,
+        buf,
+    );
+    if inner.height == 0 {
+        return;
+    }
+    if curves.is_empty() {
+        empty_note(
+            ctx,
+            inner,
+            "no weak/strong runs yet: press 1, 2, 4 (or a to sweep) to draw the scaling curve; s switches weak/strong",
+            buf,
+        );
+        return;
+    }
+    if curves.len() == 2 && inner.width >= 70 {
+        let cols = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)])
+            .spacing(1)
+            .split(inner);
+        draw_curve(ctx, &curves[0], cols[0], buf);
+        draw_curve(ctx, &curves[1], cols[1], buf);
+    } else {
+        let mut y = 0;
+        for c in &curves {
+            let h = curve_height(c).min(inner.height.saturating_sub(y));
+            if h == 0 {
+                break;
+            }
+            draw_curve(ctx, c, Rect::new(inner.x, inner.y + y, inner.width, h), buf);
+            y += h;
+        }
+    }
+}
+
+fn curve_height(c: &Curve) -> u16 {
+    2 + c.points.len().max(1) as u16 + u16::from(c.live.is_some())
+}
+
+fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let w = r.width as usize;
+    let batch = match c.experiment {
+        crate::app::Experiment::Strong => format!("global batch {}", c.batch),
+        _ => format!("batch {}/rank", c.batch),
+    };
+    let parts: Vec<&str> = c.curve_key.split('|').collect();
+    let setting = format!(
+        "{} {}{}",
+        parts.get(1).copied().unwrap_or(""),
+        parts.get(3).copied().unwrap_or(""),
+        match parts.get(5).copied().unwrap_or("") {
+            "" => String::new(),
+            tg => format!(" {tg}"),
+        }
+    );
+    let mut title = vec![
+        Span::styled(c.experiment.as_str().to_string(), t.value),
+        Span::styled(format!(" · {batch} · {setting}"), t.dim),
+    ];
+    if c.simulated {
+        title.push(Span::raw(" "));
+        title.push(Span::styled(" SIMULATED ", t.sim));
+    }
+    let mut y = 0u16;
+    put_line(buf, r, y, &Line::from(title));
+    y += 1;
+    if c.points.is_empty() {
+        put_line(
+            buf,
+            r,
+            y,
+            &Line::from(Span::styled(
+                fmt::trunc("no completed run on this curve yet", w),
+                t.dim,
+            )),
+        );
+        y += 1;
+    } else {
+        let base = c.points.iter().find(|p| p.k == 1).map(|p| p.sps);
+        let scale = c
+            .points
+            .iter()
+            .map(|p| p.sps.max(base.map_or(0.0, |b| b * p.k as f64)))
+            .fold(0.0, f64::max)
+            .max(1.0);
+        // "k=4 " + bar + " 11.8k ±1.0% " + "eff 95% " + effbar
+        let val_w = 13usize;
+        let eff_w = if w >= 44 { 9 } else { 0 };
+        let effbar_w = if w >= 60 { 10 } else { 0 };
+        let bar_w = w.saturating_sub(4 + 1 + val_w + eff_w + effbar_w).max(1);
+        put_line(
+            buf,
+            r,
+            y,
+            &Line::from(Span::styled(
+                fmt::trunc(
+                    &format!(
+                        "{:<4}{:<bar_w$} {:<val_w$}{}",
+                        "k",
+                        "samples/s (│ = ideal)",
+                        "",
+                        if eff_w > 0 { "eff" } else { "" }
+                    ),
+                    w,
+                ),
+                t.label,
+            )),
+        );
+        y += 1;
+        for p in &c.points {
+            if y >= r.height {
+                break;
+            }
+            let frac = p.sps / scale;
+            let bar = fmt::hbar(frac, bar_w);
+            let bar_len = bar.chars().count();
+            let mut spans = vec![
+                Span::styled(format!("{:<4}", format!("k={}", p.k)), t.value),
+                Span::styled(bar, t.bar),
+            ];
+            let ideal_pos =
+                base.map(|b| ((b * p.k as f64 / scale) * bar_w as f64).round() as usize);
+            match ideal_pos {
+                Some(pos) if p.k > 1 && pos > bar_len && pos <= bar_w => {
+                    spans.push(Span::raw(" ".repeat(pos - 1 - bar_len.min(pos - 1))));
+                    spans.push(Span::styled("│", t.bar_ideal));
+                    spans.push(Span::raw(" ".repeat(bar_w - pos)));
+                }
+                _ => spans.push(Span::raw(" ".repeat(bar_w - bar_len))),
+            }
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(
+                format!(
+                    "{:<val_w$}",
+                    format!("{} ±{:.1}%", fmt::rate(p.sps), p.spread_pct)
+                ),
+                t.value,
+            ));
+            if eff_w > 0 {
+                let (txt, style) = match p.efficiency {
+                    Some(e) if p.k == 1 => (format!("{:>4.0}% ", e * 100.0), t.dim),
+                    Some(e) => (
+                        format!("{:>4.0}% ", e * 100.0),
+                        if e >= 0.9 {
+                            t.good
+                        } else if e >= 0.7 {
+                            t.warn
+                        } else {
+                            t.bad
+                        },
+                    ),
+                    None => ("  n/a ".to_string(), t.dim),
+                };
+                spans.push(Span::styled(format!("{txt:<eff_w$}"), style));
+                if effbar_w > 0 {
+                    if let Some(e) = p.efficiency {
+                        spans.push(Span::styled(fmt::hbar(e.min(1.0), effbar_w), t.eff_bar));
+                    }
+                }
+            }
+            put_line(buf, r, y, &Line::from(spans));
+            y += 1;
+        }
+    }
+    if let Some((id, k, tp)) = &c.live {
+        if y < r.height {
+            let label = format!("live {} k={k} ", fmt::tiny_id(id));
+            let last = tp.last().copied();
+            let tail = format!(" {}", fmt::opt(last, |x| format!("{}/s", fmt::rate(x))));
+            let sw = w.saturating_sub(label.chars().count() + tail.chars().count());
+            let vals: Vec<u64> = tp.iter().map(|x| x.max(0.0).round() as u64).collect();
+            let max = vals.iter().copied().max().unwrap_or(1);
+            let start = vals.len().saturating_sub(sw * 2);
+            let line = Line::from(vec![
+                Span::styled(label, t.running),
+                Span::styled(fmt::spark(&vals[start..], sw, max), t.throughput),
+                Span::styled(tail, t.value),
+            ]);
+            put_line(buf, r, y, &line);
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The Timeline pane: the focused run's latest complete step on the chosen rank, as a Gantt chart
+//! drawn cell by cell into the buffer: backward compute, each bucket's all-reduce (hidden under
+//! compute, or exposed after it, and the wait between a bucket being ready and its all-reduce
+//! starting), then the optimizer. Overlap % and exposed comm ms on top.
+
+use super::fmt;
+use super::layout::PaneId;
+use super::{Ctx, empty_note, frame_block, model, put_line};
+use crate::app::summary::overlap_pct;
+use crate::app::{Experiment, RunView};
+use crate::protocol::Buckets;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+
+pub const COMPUTE: char = '█';
+pub const COMM_HIDDEN: char = '▓';
+pub const COMM_HIDDEN_ALT: char = '▒';
+pub const COMM_EXPOSED: char = '█';
+pub const WAIT: char = '░';
+pub const OPT: char = '█';
+
+pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let run = model::subject(s);
+    let mut title = vec![Span::raw("Timeline")];
+    if let Some(r) = run {
+        title.push(Span::styled(
+            format!(
+                " {} k={} rank {}",
+                fmt::tiny_id(&r.id),
+                r.spec.k,
+                model::timeline_rank(s, r)
+            ),
+            t.dim,
+        ));
+    }
+    if s.frozen {
+        title.push(Span::raw(" "));
+        title.push(Span::styled(" FROZEN ", t.frozen));
+    }
+    let inner = frame_block(ctx, PaneId::Timeline, title, area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    let Some(run) = run else {
+        empty_note(
+            ctx,
+            inner,
+            "no run focused: select a run and press Enter; the timeline shows its latest complete step",
+            buf,
+        );
+        return;
+    };
+    let mut y = 0u16;
+    if !run.status.shows_results() {
+        let why = run.reason.as_deref().unwrap_or("no reason recorded");
+        let prefix = format!("{}: ", run.status.as_str());
+        let why = why.strip_prefix(prefix.as_str()).unwrap_or(why);
+        put_line(
+            buf,
+            inner,
+            y,
+            &Line::from(vec![
+                Span::styled(
+                    format!(" {} ", run.status.as_str().to_uppercase()),
+                    t.status(run.status),
+                ),
+                Span::styled(format!(" {why}"), t.text),
+            ]),
+        );
+        y += 1;
+        for l in run.hang_report.iter().take(2) {
+            put_line(
+                buf,
+                inner,
+                y,
+                &Line::from(Span::styled(fmt::trunc(l, inner.width as usize), t.dim)),
+            );
+            y += 1;
+        }
+    }
+    if run.spec.experiment == Experiment::Allreduce {
+        put_line(
+            buf,
+            inner,
+            y,
+            &Line::from(Span::styled(
+                "an all-reduce bench has no training step: see the Bench pane",
+                t.dim,
+            )),
+        );
+        return;
+    }
+    let rank = model::timeline_rank(s, run);
+    let rv = run.ranks.get(&rank);
+    let Some(b) = rv.and_then(|r| r.buckets.as_ref()) else {
+        let msg = if run.status.is_final() {
+            format!("rank {rank} reported no bucket timeline")
+        } else {
+            format!("rank {rank}: waiting for the first complete step (] picks another rank)")
+        };
+        put_line(buf, inner, y, &Line::from(Span::styled(msg, t.dim)));
+        return;
+    };
+    let opt_ms = rv
+        .and_then(|r| r.last_step.as_ref())
+        .filter(|st| st.step == b.step || st.step == b.step + 1 || st.step + 1 == b.step)
+        .map(|st| st.opt_ms);
+    let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
+    gantt(ctx, run, b, opt_ms, sub, buf);
+}
+
+/// Draw the chart for one step into `r`.
+pub fn gantt(
+    ctx: &Ctx,
+    run: &RunView,
+    b: &Buckets,
+    opt_ms: Option<f64>,
+    r: Rect,
+    buf: &mut Buffer,
+) {
+    let t = ctx.theme;
+    let w = r.width as usize;
+    let mut y = 0u16;
+    let comm_total: f64 = b.buckets.iter().map(|s| s.comm_ms()).sum();
+    let total_bytes: u64 = b.buckets.iter().map(|s| s.bytes).sum();
+    let mut info = vec![
+        Span::styled(format!("step {}", b.step), t.value),
+        Span::styled(
+            format!(
+                " · {} buckets {} · ",
+                b.buckets.len(),
+                crate::util::fmt_bytes(total_bytes)
+            ),
+            t.dim,
+        ),
+        Span::styled("overlap ", t.label),
+        Span::styled(fmt::opt(overlap_pct(b), |p| format!("{p:.0}%")), t.value),
+        Span::styled(" · exposed comm ", t.label),
+        Span::styled(
+            fmt::ms(b.exposed_ms),
+            if b.exposed_ms > 0.05 * b.bwd_compute_ms.max(1e-9) {
+                t.warn
+            } else {
+                t.good
+            },
+        ),
+        Span::styled(format!(" of {}", fmt::ms(comm_total)), t.dim),
+    ];
+    if run.is_simulated() {
+        info.push(Span::raw(" "));
+        info.push(Span::styled(" SIMULATED ", t.sim));
+    }
+    if b.rebuilt {
+        info.push(Span::styled(" · buckets rebuilt", t.dim));
+    }
+    put_line(buf, r, y, &Line::from(info));
+    y += 1;
+    if y >= r.height {
+        return;
+    }
+
+    let bwd_end = b.bwd_compute_ms.max(0.0);
+    let comm_end = b.buckets.iter().map(|s| s.done_ms).fold(0.0, f64::max);
+    let opt_start = bwd_end.max(comm_end);
+    let t_end = (opt_start + opt_ms.unwrap_or(0.0)).max(1e-6);
+
+    let label_w = 5usize;
+    // Right-hand labels for bucket rows when there is room.
+    let right_w = if w >= 60 { 20 } else { 0 };
+    let cw = w.saturating_sub(label_w + right_w).max(4);
+    let x_of = |ms: f64| -> usize { ((ms / t_end).clamp(0.0, 1.0) * cw as f64).round() as usize };
+    let chart_x = r.x + label_w as u16;
+
+    // Rows available for bars: info 1 already used; bwd 1, opt 1, axis 1, legend 1 (optional).
+    let avail = r.height.saturating_sub(y) as usize;
+    let n = b.buckets.len();
+    let per_bucket = avail >= n + 3;
+    let legend = avail > n + 3 || (!per_bucket && avail >= 5);
+
+    // Paint one span [a, b) ms on row y with glyph and style; at least one cell when a < b.
+    let paint = |buf: &mut Buffer, y: u16, a: f64, e: f64, glyph: char, style: Style| {
+        if e <= a || y >= r.height {
+            return;
+        }
+        let x0 = x_of(a);
+        let x1 = x_of(e).max(x0 + 1).min(cw);
+        for x in x0..x1 {
+            let cell = &mut buf[(chart_x + x as u16, r.y + y)];
+            cell.set_char(glyph).set_style(style);
+        }
+    };
+    let label = |buf: &mut Buffer, y: u16, s: &str, style: Style| {
+        if y < r.height {
+            buf.set_stringn(r.x, r.y + y, s, label_w, style);
+        }
+    };
+
+    // Backward compute.
+    label(buf, y, "bwd", t.label);
+    paint(buf, y, 0.0, bwd_end, COMPUTE, t.compute);
+    if right_w > 0 {
+        buf.set_stringn(
+            chart_x + cw as u16 + 1,
+            r.y + y,
+            format!("{} compute", fmt::ms(bwd_end)),
+            right_w - 1,
+            t.dim,
+        );
+    }
+    y += 1;
+
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| b.buckets[i].start_ms.total_cmp(&b.buckets[j].start_ms));
+    let draw_bucket = |buf: &mut Buffer, y: u16, k: usize, i: usize| {
+        let s = &b.buckets[i];
+        let (glyph, style) = if k % 2 == 0 {
+            (COMM_HIDDEN, t.comm)
+        } else {
+            (COMM_HIDDEN_ALT, t.comm_alt)
+        };
+        if s.ready_ms < s.start_ms {
+            paint(buf, y, s.ready_ms, s.start_ms, WAIT, t.dim);
+        }
+        paint(
+            buf,
+            y,
+            s.start_ms,
+            s.done_ms.min(bwd_end).max(s.start_ms),
+            glyph,
+            style,
+        );
+        paint(
+            buf,
+            y,
+            s.start_ms.max(bwd_end),
+            s.done_ms,
+            COMM_EXPOSED,
+            t.exposed,
+        );
+    };
+    if per_bucket {
+        for (k, &i) in order.iter().enumerate() {
+            let s = &b.buckets[i];
+            label(buf, y, &format!("b{}", s.index), t.label);
+            draw_bucket(buf, y, k, i);
+            if right_w > 0 {
+                buf.set_stringn(
+                    chart_x + cw as u16 + 1,
+                    r.y + y,
+                    format!(
+                        "{} {}",
+                        crate::util::fmt_bytes(s.bytes),
+                        fmt::ms(s.comm_ms())
+                    ),
+                    right_w - 1,
+                    t.dim,
+                );
+            }
+            y += 1;
+        }
+    } else if n > 0 {
+        label(buf, y, "comm", t.label);
+        for (k, &i) in order.iter().enumerate() {
+            draw_bucket(buf, y, k, i);
+        }
+        if right_w > 0 {
+            buf.set_stringn(
+                chart_x + cw as u16 + 1,
+                r.y + y,
+                format!("{n} buckets {}", fmt::ms(comm_total)),
+                right_w - 1,
+                t.dim,
+            );
+        }
+        y += 1;
+    }
+    if y < r.height {
+        label(buf, y, "opt", t.label);
+        match opt_ms {
+            Some(o) => {
+                paint(buf, y, opt_start, opt_start + o, OPT, t.optimizer);
+                if right_w > 0 {
+                    buf.set_stringn(
+                        chart_x + cw as u16 + 1,
+                        r.y + y,
+                        format!("{} optimizer", fmt::ms(o)),
+                        right_w - 1,
+                        t.dim,
+                    );
+                }
+            }
+            None => {
+                buf.set_stringn(chart_x, r.y + y, "n/a", cw, t.dim);
+            }
+        }
+        y += 1;
+    }
+    // Axis: 0 … end, with the end of backward marked.
+    if y < r.height {
+        let mut axis: Vec<char> = vec!['─'; cw];
+        let xb = x_of(bwd_end).min(cw.saturating_sub(1));
+        axis[xb] = '┴';
+        let s: String = axis.into_iter().collect();
+        buf.set_stringn(chart_x, r.y + y, &s, cw, t.axis);
+        buf.set_stringn(r.x, r.y + y, "0", label_w, t.axis);
+        if right_w > 0 {
+            buf.set_stringn(
+                chart_x + cw as u16 + 1,
+                r.y + y,
+                fmt::ms(t_end),
+                right_w - 1,
+                t.axis,
+            );
+        }
+        y += 1;
+    }
+    if legend && y < r.height {
+        let l = Line::from(vec![
+            Span::styled(COMPUTE.to_string(), t.compute),
+            Span::styled(" backward  ", t.dim),
+            Span::styled(COMM_HIDDEN.to_string(), t.comm),
+            Span::styled(" all-reduce hidden  ", t.dim),
+            Span::styled(COMM_EXPOSED.to_string(), t.exposed),
+            Span::styled(" exposed  ", t.dim),
+            Span::styled(WAIT.to_string(), t.dim),
+            Span::styled(" queued  ", t.dim),
+            Span::styled(OPT.to_string(), t.optimizer),
+            Span::styled(" optimizer", t.dim),
+        ]);
+        put_line(buf, r, y, &l);
+    }
+}

@@ -1,0 +1,465 @@
+//! Hand-built `State`s for the screen tests (included by the other `ui_*` tests with
+//! `#[path = "ui_fixtures.rs"] mod fixtures;`). Everything is deterministic: no clock, no I/O.
+#![allow(dead_code)]
+
+use ddptop::app::{
+    Aggregate, Experiment, GpuView, HostInfo, Level, Message, ModelName, ProcStat, RunSpec,
+    RunStatus, RunView, State,
+};
+use ddptop::protocol::{
+    Backend, Bench, BucketSpan, Buckets, Memory, Phase, Probe, ProbeMode, Step, Timing,
+};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+pub fn host_laptop() -> HostInfo {
+    HostInfo {
+        hostname: "laptop".into(),
+        gpu_summary: None,
+        interconnect: None,
+        backend_label: "sim h200-nvlink".into(),
+        torch: None,
+        nccl: None,
+    }
+}
+
+pub fn host_gpubox(n: usize) -> HostInfo {
+    HostInfo {
+        hostname: "gpubox".into(),
+        gpu_summary: Some(format!("{n}× NVIDIA H200")),
+        interconnect: Some("NVLink (18 links/GPU)".into()),
+        backend_label: "nccl".into(),
+        torch: Some("2.11.0+cu130".into()),
+        nccl: Some("2.28.9".into()),
+    }
+}
+
+pub fn spec(exp: Experiment, k: u32, backend: Backend) -> RunSpec {
+    RunSpec {
+        experiment: exp,
+        k,
+        backend,
+        profile: (backend == Backend::Sim).then(|| "h200-nvlink".to_string()),
+        model: ModelName::Resnet18,
+        batch: exp.default_batch(),
+        epochs: 2,
+        samples: 60_000,
+        env: BTreeMap::new(),
+        inject: None,
+        control: false,
+    }
+}
+
+/// A run id whose time part orders runs: `r20261130-0115SS-xxxx`.
+pub fn id(n: u32) -> String {
+    format!("r20261130-0115{:02}-{:04x}", n % 60, 0x3f20 + n)
+}
+
+pub fn run(n: u32, spec: RunSpec, status: RunStatus) -> RunView {
+    let mut r = RunView::new(
+        id(n),
+        spec,
+        Instant::now(),
+        1_764_465_300.0 + n as f64 * 60.0,
+    );
+    r.status = status;
+    if status.is_final() {
+        r.ended_unix = Some(r.started_unix + 50.0);
+    }
+    r
+}
+
+/// A completed throughput run with `per_rank` samples/s on each of its k ranks.
+pub fn completed(n: u32, spec: RunSpec, per_rank: &[f64]) -> RunView {
+    let mut r = run(n, spec, RunStatus::Completed);
+    set_aggregate(&mut r, per_rank);
+    for rk in r.ranks.values_mut() {
+        rk.said_bye = true;
+        rk.step = 468;
+    }
+    r
+}
+
+pub fn set_aggregate(r: &mut RunView, per_rank: &[f64]) {
+    let per_rank: Vec<f64> = per_rank.to_vec();
+    r.aggregate = Some(Aggregate {
+        samples_per_s: per_rank.iter().sum(),
+        rank_min: per_rank.iter().copied().fold(f64::INFINITY, f64::min),
+        rank_max: per_rank.iter().copied().fold(0.0, f64::max),
+        per_rank,
+    });
+}
+
+pub fn step(rank: u32, step: u64) -> Step {
+    Step {
+        rank,
+        step,
+        epoch: 1,
+        t: 10.0,
+        warmup: false,
+        sync: true,
+        samples: 256,
+        fwd_ms: 14.0,
+        bwd_ms: 28.0,
+        opt_ms: 2.4,
+        data_ms: 0.3,
+        step_ms: 45.1,
+        timing: Timing::Model,
+    }
+}
+
+/// Three ResNet-18-like buckets: the first two hidden under backward, the last one exposed.
+pub fn buckets(rank: u32, step: u64) -> Buckets {
+    Buckets {
+        rank,
+        step,
+        t: 10.0,
+        rebuilt: false,
+        bwd_compute_ms: 28.0,
+        exposed_ms: 3.1,
+        buckets: vec![
+            BucketSpan {
+                index: 0,
+                bytes: 2_048_000,
+                ready_ms: 6.0,
+                start_ms: 6.0,
+                done_ms: 7.2,
+            },
+            BucketSpan {
+                index: 1,
+                bytes: 26_214_400,
+                ready_ms: 15.0,
+                start_ms: 15.0,
+                done_ms: 22.5,
+            },
+            BucketSpan {
+                index: 2,
+                bytes: 16_449_000,
+                ready_ms: 26.5,
+                start_ms: 26.5,
+                done_ms: 31.1,
+            },
+        ],
+    }
+}
+
+/// Give every rank of `r` a pid, device, steps and a timeline.
+pub fn live_ranks(r: &mut RunView, first_pid: u32, on_gpu: bool) {
+    for (i, rk) in r.ranks.values_mut().enumerate() {
+        rk.pid = Some(first_pid + i as u32);
+        rk.device = Some(if on_gpu {
+            format!("cuda:{i}")
+        } else {
+            "cpu".into()
+        });
+        rk.connected = true;
+        rk.step = 120 + i as u64;
+        rk.phase = Some(Phase::Train);
+        rk.last_step = Some(step(rk.rank, 120));
+        rk.recent_step_ms = [45.0, 45.2, 44.9, 45.1].into_iter().collect();
+        rk.buckets = Some(buckets(rk.rank, 120));
+        rk.memory = Some(Memory {
+            rank: rk.rank,
+            step: 120,
+            t: 10.0,
+            allocated_bytes: 3 << 30,
+            reserved_bytes: 4 << 30,
+            peak_bytes: 5 << 30,
+        });
+    }
+}
+
+pub fn probe_blocks(run: &mut RunView, synced: &[f64], no_sync: &[f64]) {
+    let mut b = 0;
+    for (s, n) in synced.iter().zip(no_sync) {
+        for (mode, ms) in [(ProbeMode::Synced, *s), (ProbeMode::NoSync, *n)] {
+            run.probe.push(Probe {
+                rank: 0,
+                step: 100 + b as u64,
+                t: 5.0 + b as f64,
+                block: b,
+                mode,
+                steps: 20,
+                median_ms: ms,
+                min_ms: ms - 0.3,
+                max_ms: ms + 0.4,
+            });
+            b += 1;
+        }
+    }
+}
+
+/// nccl-tests-like busbw rows for sizes 1K..256M (powers of 4), peaking at `peak` GB/s.
+pub fn bench_rows(k: u32, peak: f64) -> Vec<Bench> {
+    let mut v = Vec::new();
+    let mut bytes: u64 = 1024;
+    while bytes <= 256 << 20 {
+        let frac = (bytes as f64).log2() / 28.0;
+        let bus = peak * frac.powi(4);
+        let factor = 2.0 * (k as f64 - 1.0) / k as f64;
+        let alg = bus / factor;
+        v.push(Bench {
+            rank: 0,
+            step: 0,
+            t: 1.0,
+            op: "all_reduce".into(),
+            bytes,
+            dtype: "float32".into(),
+            iters: 20,
+            time_us: bytes as f64 / (alg * 1e3),
+            algbw_gbs: alg,
+            busbw_gbs: bus,
+        });
+        bytes *= 4;
+    }
+    v
+}
+
+pub fn gpus(n: usize, pids: &[(usize, u32)]) -> Vec<GpuView> {
+    (0..n)
+        .map(|i| {
+            let util = ((i * 37 + 11) % 100) as u32;
+            GpuView {
+                index: i as u32,
+                name: Some("NVIDIA H200".into()),
+                util_pct: Some(util),
+                mem_used: Some((20 + i as u64 * 9) << 30),
+                mem_total: Some(143_771 << 20),
+                power_w: Some(120.0 + util as f64 * 5.0),
+                temp_c: Some(35 + util / 3),
+                link_rx_kbs: Some(u64::from(util) * 1_200_000),
+                link_tx_kbs: Some(u64::from(util) * 1_190_000),
+                pids: pids
+                    .iter()
+                    .filter(|(g, _)| *g == i)
+                    .map(|(_, p)| *p)
+                    .collect(),
+                util_history: (0..60u64).map(|t| (t * 7 + i as u64 * 13) % 101).collect(),
+                error: None,
+                link: Some("NVLink".into()),
+            }
+        })
+        .collect()
+}
+
+pub fn msg(level: Level, run: Option<&str>, text: &str) -> Message {
+    Message {
+        unix: 1_764_465_300.0,
+        level,
+        run: run.map(str::to_string),
+        text: text.into(),
+    }
+}
+
+/// Laptop, no NVML, a SIMULATED weak run at k=2 in progress plus two stored runs.
+pub fn laptop_sim_running() -> State {
+    let mut st = State::new(host_laptop());
+    st.gpu_note = Some(
+        "NVML not available: libnvidia-ml.so.1 not found (no NVIDIA driver) — GPU rows off, everything else works"
+            .into(),
+    );
+    let mut running = run(
+        3,
+        spec(Experiment::Weak, 2, Backend::Sim),
+        RunStatus::Running,
+    );
+    live_ranks(&mut running, 4242, false);
+    running.throughput = (0..40)
+        .map(|t| (t as f64, 9_000.0 + (t as f64 * 40.0).min(1_900.0)))
+        .collect();
+    running.log_tail = [
+        "[rank 0] Info: epoch 0 warm-up done (discarded)",
+        "[rank 1] Info: epoch 0 warm-up done (discarded)",
+        "[rank 0] Info: step 120 45.1 ms",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    let mut k1 = completed(1, spec(Experiment::Weak, 1, Backend::Sim), &[5_580.0]);
+    k1.live = false;
+    let mut k2old = completed(
+        2,
+        spec(Experiment::Weak, 2, Backend::Sim),
+        &[5_470.0, 5_452.0],
+    );
+    k2old.live = false;
+    st.runs = vec![running, k2old, k1];
+    st.selected = 0;
+    st.focused = Some(id(3));
+    st.proc_stats.insert(
+        4242,
+        ProcStat {
+            cpu_pct: 97.5,
+            rss_bytes: 1_900 << 20,
+        },
+    );
+    st.proc_stats.insert(
+        4243,
+        ProcStat {
+            cpu_pct: 95.0,
+            rss_bytes: 1_880 << 20,
+        },
+    );
+    st.messages.push_back(msg(
+        Level::Info,
+        Some(&id(3)),
+        "launched weak k=2 on sim (SIMULATED)",
+    ));
+    st.generation = 7;
+    st
+}
+
+/// 8 H200s, a weak k=4 run in progress on GPUs 0-3, a completed k=1/k=2 curve and a strong curve.
+pub fn gpubox_8() -> State {
+    let mut st = State::new(host_gpubox(8));
+    st.max_k = 8;
+    let mut running = run(
+        9,
+        spec(Experiment::Weak, 4, Backend::Nccl),
+        RunStatus::Running,
+    );
+    live_ranks(&mut running, 5100, true);
+    running.throughput = (0..50)
+        .map(|t| (t as f64, 21_000.0 + (t % 7) as f64 * 100.0))
+        .collect();
+    running
+        .versions
+        .insert("torch".into(), "2.11.0+cu130".into());
+    let k1 = completed(1, spec(Experiment::Weak, 1, Backend::Nccl), &[5_600.0]);
+    let k2 = completed(
+        2,
+        spec(Experiment::Weak, 2, Backend::Nccl),
+        &[5_490.0, 5_470.0],
+    );
+    let s1 = completed(3, spec(Experiment::Strong, 1, Backend::Nccl), &[5_610.0]);
+    let s2 = completed(
+        4,
+        spec(Experiment::Strong, 2, Backend::Nccl),
+        &[5_100.0, 5_080.0],
+    );
+    st.runs = vec![running, s2, s1, k2, k1];
+    st.focused = Some(id(9));
+    st.gpus = gpus(8, &[(0, 5100), (1, 5101), (2, 5102), (3, 5103), (6, 777)]);
+    for (i, p) in (5100..5104).enumerate() {
+        st.proc_stats.insert(
+            p,
+            ProcStat {
+                cpu_pct: 100.0 + i as f32,
+                rss_bytes: 6 << 30,
+            },
+        );
+    }
+    st.generation = 3;
+    st
+}
+
+/// A hung NCCL run with the watchdog's report, focused.
+pub fn hung_run() -> State {
+    let mut st = gpubox_8();
+    st.gpus = gpus(2, &[]);
+    st.host = host_gpubox(2);
+    st.max_k = 2;
+    let mut h = run(
+        10,
+        spec(Experiment::Weak, 2, Backend::Nccl),
+        RunStatus::Hung,
+    );
+    h.spec
+        .env
+        .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+    live_ranks(&mut h, 6100, true);
+    h.reason = Some(
+        "hung: no step progress for 12.0 s (threshold 10.0 s); ranks alive (process tree stopped with SIGKILL)"
+            .into(),
+    );
+    h.hang_report = vec![
+        "hang detected: no step progress for 12.0 s (threshold 10.0 s)".into(),
+        "rank 0: step 120, phase Some(Train), last progress 12.0 s ago".into(),
+    ];
+    // Figures it had before hanging must not show as results.
+    set_aggregate(&mut h, &[5_000.0, 5_000.0]);
+    st.runs = vec![h, st.runs[3].clone(), st.runs[4].clone()];
+    st.selected = 0;
+    st.focused = Some(id(10));
+    st.messages.push_back(msg(
+        Level::Error,
+        Some(&id(10)),
+        "HUNG: no step progress for 12.0 s; collecting evidence, then stopping it",
+    ));
+    st
+}
+
+/// A failed run that had partial figures, after a completed one at the same k.
+pub fn failed_run() -> State {
+    let mut st = State::new(host_gpubox(2));
+    st.max_k = 2;
+    st.gpus = gpus(2, &[]);
+    let ok = completed(
+        1,
+        spec(Experiment::Weak, 2, Backend::Nccl),
+        &[5_491.0, 5_473.0],
+    );
+    let mut bad = run(
+        2,
+        spec(Experiment::Weak, 2, Backend::Nccl),
+        RunStatus::Failed,
+    );
+    bad.reason =
+        Some("launcher exited with code 1; rank 1 exited with 3: CUDA error: out of memory".into());
+    set_aggregate(&mut bad, &[7_777.0, 7_777.0]);
+    bad.throughput = vec![(1.0, 15_554.0)];
+    bad.log_tail = ["[rank 1] Error: CUDA error: out of memory".to_string()]
+        .into_iter()
+        .collect();
+    st.runs = vec![bad, ok];
+    st.selected = 0;
+    st.focused = Some(id(2));
+    st
+}
+
+/// A probe run with a k=1 control and a bench run to predict from.
+pub fn probe_state(backend: Backend) -> State {
+    let mut st = if backend == Backend::Sim {
+        State::new(host_laptop())
+    } else {
+        State::new(host_gpubox(2))
+    };
+    let mut p = completed(5, spec(Experiment::Probe, 2, backend), &[]);
+    p.aggregate = None;
+    probe_blocks(&mut p, &[45.6, 45.9, 45.4], &[43.1, 43.3, 43.0]);
+    p.bucket_bytes = vec![2_048_000, 26_214_400, 16_449_000];
+    let mut c = completed(4, spec(Experiment::Probe, 1, backend), &[]);
+    c.aggregate = None;
+    c.spec.control = true;
+    probe_blocks(&mut c, &[40.5, 40.6, 40.4], &[40.3, 40.4, 40.2]);
+    let mut b = completed(3, spec(Experiment::Allreduce, 2, backend), &[]);
+    b.aggregate = None;
+    b.bench = bench_rows(2, 360.0);
+    b.transport = Some("via P2P/CUMEM".into());
+    st.runs = vec![p, c, b];
+    st.focused = Some(id(5));
+    st
+}
+
+/// Two bench settings: defaults and NCCL_SHM_USE_CUDA_MEMCPY=1 on a P2P-less box.
+pub fn bench_state() -> State {
+    let mut st = State::new(host_gpubox(2));
+    st.host.interconnect = Some("PCIe Gen4 x16".into());
+    let mut a = completed(1, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
+    a.aggregate = None;
+    a.bench = bench_rows(2, 4.5);
+    a.transport = Some("via SHM".into());
+    let mut b = completed(2, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
+    b.aggregate = None;
+    b.spec
+        .env
+        .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+    b.bench = bench_rows(2, 22.0);
+    b.transport = Some("via SHM/CE".into());
+    st.runs = vec![b, a];
+    st.focused = Some(id(2));
+    st.next
+        .env
+        .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+    st
+}

@@ -1,0 +1,290 @@
+//! Whole screens drawn from hand-built states into ratatui's TestBackend, kept as insta snapshots
+//! (tests/snapshots/). `INSTA_UPDATE=always cargo test --test ui_screens` accepts changes.
+
+#[path = "ui_fixtures.rs"]
+mod fixtures;
+
+use ddptop::app::{Pane, State};
+use ddptop::config::{Key, KeyMap};
+use ddptop::protocol::Backend;
+use ddptop::ui::{self, Theme};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+fn draw(state: &State, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| ui::draw(f, state, &Theme::dark())).unwrap();
+    t
+}
+
+fn text(t: &Terminal<TestBackend>) -> String {
+    let buf = t.backend().buffer();
+    let mut s = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[test]
+fn laptop_no_gpu_sim_run_80x24() {
+    let st = fixtures::laptop_sim_running();
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(s.contains("SIMULATED"), "{s}");
+    assert!(s.contains("Runs·Scaling"), "tabs at 80x24: {s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn laptop_no_gpu_sim_run_gpus_tab() {
+    let mut st = fixtures::laptop_sim_running();
+    st.pane = Pane::Gpus;
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(s.contains("NVML not available"), "{s}");
+    // Per-rank CPU % and RSS of the workers.
+    assert!(s.contains("98") && s.contains("1.9G"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn laptop_no_gpu_sim_run_120x40_full() {
+    let st = fixtures::laptop_sim_running();
+    let t = draw(&st, 120, 40);
+    let s = text(&t);
+    assert!(s.contains("SIMULATED"));
+    assert!(s.contains("Timeline") && s.contains("Probe") && s.contains("Bench"));
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn eight_gpus_240x70() {
+    let st = fixtures::gpubox_8();
+    let t = draw(&st, 240, 70);
+    let s = text(&t);
+    assert!(s.contains("8× NVIDIA H200"));
+    for i in 0..8 {
+        assert!(
+            s.contains(&format!("\n│{i}  H200")),
+            "GPU row {i} missing:\n{s}"
+        );
+    }
+    // GPU 0 runs rank 0 of the k=4 run; GPU 6 has a process that is not ours.
+    assert!(s.contains("3f29 r0"), "{s}");
+    assert!(s.contains("+1 other"), "{s}");
+    assert!(!s.contains("SIMULATED"));
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn eight_gpus_80x24_gpus_tab() {
+    let mut st = fixtures::gpubox_8();
+    st.pane = Pane::Gpus;
+    let t = draw(&st, 80, 24);
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn hung_run_shows_status_and_reason_not_figures() {
+    let st = fixtures::hung_run();
+    let t = draw(&st, 160, 45);
+    let s = text(&t);
+    assert!(s.contains("hung"), "{s}");
+    assert!(s.contains("no step progress"), "{s}");
+    assert!(
+        !s.contains("10.0k"),
+        "a hung run must not show its partial aggregate:\n{s}"
+    );
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn failed_run_shows_no_stale_numbers() {
+    let st = fixtures::failed_run();
+    let t = draw(&st, 120, 40);
+    let s = text(&t);
+    assert!(s.contains("failed"));
+    assert!(s.contains("out of memory"), "{s}");
+    // Neither its own partial figures nor the older completed run's numbers on its row.
+    assert!(!s.contains("15.6k") && !s.contains("15554"), "{s}");
+    let row = s
+        .lines()
+        .find(|l| l.contains("011502"))
+        .expect("failed run row");
+    assert!(
+        !row.contains("10.9k"),
+        "failed row shows the other run's figure: {row}"
+    );
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn failed_run_80x24() {
+    let st = fixtures::failed_run();
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(s.contains("✗ failed"), "{s}");
+    assert!(!s.contains("15.6k"));
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn probe_panel_real_backend() {
+    let st = fixtures::probe_state(Backend::Nccl);
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    for want in [
+        "synced",
+        "no_sync",
+        "difference",
+        "k=1 ctrl",
+        "predicted",
+        "measured",
+        "model",
+    ] {
+        assert!(s.contains(want), "{want} missing:\n{s}");
+    }
+    assert!(!s.contains("SIMULATED"));
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn probe_panel_simulated_is_labelled() {
+    let mut st = fixtures::probe_state(Backend::Sim);
+    st.pane = Pane::Timeline;
+    let t = draw(&st, 100, 30);
+    let s = text(&t);
+    assert!(s.contains("SIMULATED"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn probe_without_bench_says_run_b_first() {
+    let mut st = fixtures::probe_state(Backend::Nccl);
+    st.runs
+        .retain(|r| r.spec.experiment != ddptop::app::Experiment::Allreduce);
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(s.contains("run `b` first"), "{s}");
+}
+
+#[test]
+fn bench_panel_two_settings_and_ratio() {
+    let mut st = fixtures::bench_state();
+    st.pane = Pane::Timeline;
+    let t = draw(&st, 120, 32);
+    let s = text(&t);
+    assert!(s.contains("SHM_USE_CUDA_MEMCPY=1"), "{s}");
+    assert!(s.contains("4.89×"), "ratio 22/4.5 missing:\n{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn help_screen_from_the_key_map() {
+    let mut st = fixtures::laptop_sim_running();
+    st.show_help = true;
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(s.contains("sweep k = 1, 2, 4"));
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn help_follows_a_remapped_key() {
+    let mut st = fixtures::laptop_sim_running();
+    st.show_help = true;
+    let mut keys = KeyMap::default();
+    keys.unbind(&Key::parse("q").unwrap());
+    keys.bind(Key::parse("F10").unwrap(), ddptop::app::Action::Quit);
+    let mut t = Terminal::new(TestBackend::new(100, 30)).unwrap();
+    t.draw(|f| ui::draw_with(f, &st, &Theme::dark(), &keys))
+        .unwrap();
+    let s = text(&t);
+    let quit = s.lines().find(|l| l.contains("quit (stops runs")).unwrap();
+    assert!(quit.contains("F10") && !quit.contains(" q "), "{quit}");
+    // The hint bar follows too.
+    let last = s.lines().last().unwrap();
+    assert!(last.contains("F10"), "{last}");
+}
+
+#[test]
+fn too_small_terminal_gets_a_message() {
+    let st = fixtures::gpubox_8();
+    let t = draw(&st, 50, 12);
+    let s = text(&t);
+    assert!(s.contains("too small"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn empty_state_explains_what_to_press() {
+    let st = State::new(fixtures::host_laptop());
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(s.contains("press 1, 2 or 4"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn every_theme_draws_every_fixture_at_every_size() {
+    let states = [
+        fixtures::laptop_sim_running(),
+        fixtures::gpubox_8(),
+        fixtures::hung_run(),
+        fixtures::failed_run(),
+        fixtures::probe_state(Backend::Sim),
+        fixtures::bench_state(),
+        State::new(fixtures::host_laptop()),
+    ];
+    let themes = ["dark", "light", "high-contrast", "monochrome"];
+    for (w, h) in [
+        (60, 16),
+        (80, 24),
+        (100, 30),
+        (120, 40),
+        (160, 50),
+        (240, 70),
+        (300, 90),
+    ] {
+        for st in &states {
+            for pane in [Pane::Runs, Pane::Gpus, Pane::Timeline, Pane::Log] {
+                for th in themes {
+                    let mut s = st.clone_for_test();
+                    s.pane = pane;
+                    s.show_help = pane == Pane::Log;
+                    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+                    t.draw(|f| ui::draw(f, &s, &Theme::builtin(th).unwrap()))
+                        .unwrap();
+                }
+            }
+        }
+    }
+}
+
+trait CloneForTest {
+    fn clone_for_test(&self) -> State;
+}
+
+impl CloneForTest for State {
+    fn clone_for_test(&self) -> State {
+        let mut s = State::new(self.host.clone());
+        s.gpus = self.gpus.clone();
+        s.gpu_note = self.gpu_note.clone();
+        s.runs = self.runs.clone();
+        s.selected = self.selected;
+        s.focused = self.focused.clone();
+        s.timeline_rank = self.timeline_rank;
+        s.frozen = self.frozen;
+        s.messages = self.messages.clone();
+        s.next = self.next.clone();
+        s.pane = self.pane;
+        s.show_help = self.show_help;
+        s.proc_stats = self.proc_stats.clone();
+        s.max_k = self.max_k;
+        s
+    }
+}
