@@ -257,7 +257,7 @@ class Client:
         try:
             import torch  # lazy: client.py stays stdlib-only at import time
 
-            dump = torch._C._distributed_c10d._dump_nccl_trace()
+            dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace")()
         except Exception as e:  # noqa: BLE001 - unavailable on builds without NCCL, or no PG
             self.log("warn", f"dump_fr: flight recorder unavailable: {type(e).__name__}: {e}")
             return None

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             net,
             device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
             broadcast_buffers=False,  # the first no_sync forward would still broadcast BN buffers
-            **({"bucket_cap_mb": spec.bucket_cap_mb} if spec.bucket_cap_mb is not None else {}),
+            bucket_cap_mb=spec.bucket_cap_mb,  # None: DDP's default 25 MiB + 1 MiB first bucket
         )
         clock = Clock(rt.device)
         loss_fn = nn.CrossEntropyLoss()

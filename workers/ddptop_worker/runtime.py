@@ -118,10 +118,16 @@ class Runtime:
             rank=self.rank,
             world_size=self.world_size,
             timeout=timedelta(seconds=self.timeout_s),
+            # nccl: bind the communicator to this rank's GPU (no "guessing device ID" warning;
+            # NCCL is then initialized eagerly, here, rather than at the first collective)
+            device_id=self.device if self.device.type == "cuda" else None,
         )
         if self.world_size > 1:
             self.ctl_group = dist.new_group(backend="gloo")
-        dist.barrier()
+        if self.device.type == "cuda":
+            dist.barrier(device_ids=[self.local_rank])
+        else:
+            dist.barrier()
         if not self.quiet:
             self.client.log(
                 "info",

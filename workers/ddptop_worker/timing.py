@@ -23,6 +23,7 @@ from typing import Any, Optional, Union
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import GradBucket  # the same object as dist.GradBucket
 
 Mark = Union["torch.cuda.Event", float]
 
@@ -36,7 +37,7 @@ class Clock:
 
     def mark(self) -> Mark:
         if self.cuda:
-            ev = torch.cuda.Event(enable_timing=True)
+            ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             ev.record()
             return ev
         return time.perf_counter()
@@ -51,7 +52,7 @@ class Clock:
 
     @staticmethod
     def done(m: Mark) -> bool:
-        return isinstance(m, float) or bool(m.query())
+        return isinstance(m, float) or bool(m.query())  # type: ignore[no-untyped-call]
 
     @staticmethod
     def wait(m: Mark) -> None:
@@ -182,7 +183,7 @@ class BucketTimer:
 
 
 def timed_allreduce_hook(
-    state: BucketTimer, bucket: dist.GradBucket
+    state: BucketTimer, bucket: GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
     """DDP's default all-reduce (divide by world size first), with ready/done marks."""
     buf = bucket.buffer()
@@ -204,7 +205,8 @@ def timed_allreduce_hook(
             rec.done = clock.mark()
         return f.value()[0]
 
-    return fut.then(_done)
+    out: torch.futures.Future[torch.Tensor] = fut.then(_done)
+    return out
 
 
 def parse_bucket_sizes(value: Any) -> Optional[list[int]]:
@@ -223,7 +225,7 @@ def parse_bucket_sizes(value: Any) -> Optional[list[int]]:
 def rebuilt_bucket_sizes(ddp: torch.nn.parallel.DistributedDataParallel) -> Optional[list[int]]:
     """Bucket bytes after DDP's rebuild (bucket index order), None until it is reported."""
     try:
-        data = ddp._get_ddp_logging_data()
+        data = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
     except Exception:  # noqa: BLE001 - private API, best effort
         return None
     if not data.get("has_rebuilt_buckets"):

@@ -328,7 +328,7 @@ def run(args: argparse.Namespace) -> int:
         ddp = DDP(
             net,
             device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
-            **({"bucket_cap_mb": spec.bucket_cap_mb} if spec.bucket_cap_mb is not None else {}),
+            bucket_cap_mb=spec.bucket_cap_mb,  # None: DDP's default 25 MiB + 1 MiB first bucket
         )
         opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
         clock = Clock(rt.device)
@@ -356,7 +356,8 @@ def run(args: argparse.Namespace) -> int:
         layout = tr.layout or rebuilt_bucket_sizes(ddp)
         if layout is None:
             try:
-                layout = parse_bucket_sizes(ddp._get_ddp_logging_data().get("bucket_sizes"))
+                info = ddp._get_ddp_logging_data()  # type: ignore[no-untyped-call]
+                layout = parse_bucket_sizes(info.get("bucket_sizes"))
             except Exception:  # noqa: BLE001 - private API
                 layout = None
         client.send(

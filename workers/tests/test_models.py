@@ -13,6 +13,7 @@ def test_d2l_resnet18_has_the_books_parameter_count() -> None:
     assert len(list(net.parameters())) == 76
     assert not any(isinstance(p, nn.parameter.UninitializedParameter) for p in net.parameters())
     # the book's shape: 3x3 stride-1 stem with bias, BN, ReLU, no max-pool; avgpool + fc
+    assert isinstance(net, nn.Sequential)
     stem = net[0]
     assert isinstance(stem, nn.Conv2d) and stem.kernel_size == (3, 3) and stem.stride == (1, 1)
     assert stem.bias is not None
