@@ -277,31 +277,6 @@ pub fn bench_table(rows: &[Bench]) -> BTreeMap<u64, (f64, f64)> {
         .collect()
 }
 
-/// busbw (GB/s) at `bytes`, interpolated log-log between measured sizes, clamped at the ends.
-pub fn busbw_at(table: &BTreeMap<u64, (f64, f64)>, bytes: u64) -> Option<f64> {
-    let pts: Vec<(f64, f64)> = table
-        .iter()
-        .filter(|(b, (bw, _))| **b > 0 && *bw > 0.0)
-        .map(|(b, (bw, _))| (*b as f64, *bw))
-        .collect();
-    let (first, last) = (pts.first()?, pts.last()?);
-    let x = bytes.max(1) as f64;
-    if x <= first.0 {
-        return Some(first.1);
-    }
-    if x >= last.0 {
-        return Some(last.1);
-    }
-    for w in pts.windows(2) {
-        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
-        if x >= x0 && x <= x1 {
-            let t = (x.ln() - x0.ln()) / (x1.ln() - x0.ln());
-            return Some((y0.ln() + t * (y1.ln() - y0.ln())).exp());
-        }
-    }
-    None
-}
-
 /// Predicted all-reduce time of one step: Σ 2(k−1)/k · bytes / busbw(bytes), from bench rows of
 /// the run itself, else of the latest completed bench run at the same backend, profile, toggles
 /// and k.
@@ -348,16 +323,13 @@ pub fn predict_comm(state: &State, run: &RunView) -> Prediction {
             None => return Prediction::Na("n/a (run `b` first)".into()),
         }
     };
-    let mut total_s = 0.0;
-    for bytes in buckets {
-        let Some(bw) = busbw_at(&table, bytes) else {
-            return Prediction::Na("n/a (run `b` first)".into());
-        };
-        total_s += 2.0 * (k as f64 - 1.0) / k as f64 * bytes as f64 / (bw * 1e9);
-    }
-    Prediction::Ms {
-        ms: total_s * 1e3,
-        source,
+    // The project's cost model: Σ 2(k−1)/k · bytes / busbw(bytes), busbw interpolated from the
+    // measured sweep (α left out: the sweep's small sizes already carry the latency).
+    let curve =
+        crate::costmodel::BusbwCurve::new(table.iter().map(|(b, (bus, _))| (*b, *bus)).collect());
+    match crate::costmodel::predicted_comm_ms(&buckets, k, &curve, 0.0) {
+        Some(ms) => Prediction::Ms { ms, source },
+        None => Prediction::Na("n/a (run `b` first)".into()),
     }
 }
 
