@@ -22,7 +22,12 @@ def _parser() -> argparse.ArgumentParser:
         ("allreduce", "bare fp32 all-reduce size sweep", allreduce.add_args, allreduce.run),
     ]
     for name, help_, add_args, run in commands:
-        sp = sub.add_parser(name, help=help_, description=help_)
+        sp = sub.add_parser(
+            name,
+            help=help_,
+            description=help_,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         add_args(sp)
         sp.set_defaults(func=run)
     return p

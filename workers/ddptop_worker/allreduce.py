@@ -36,25 +36,28 @@ def busbw_factor(k: int) -> float:
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--min-bytes", type=int, default=1024, help="smallest size (1024)")
-    p.add_argument("--max-bytes", type=int, default=268435456, help="largest size (256 MiB)")
-    p.add_argument("--factor", type=int, default=4, help="size step factor (4)")
+    p.add_argument("--min-bytes", type=int, default=1024, help="smallest size")
+    p.add_argument("--max-bytes", type=int, default=268435456, help="largest size")
+    p.add_argument("--factor", type=int, default=4, help="size step factor")
     p.add_argument(
         "--extra-bytes",
         type=int,
         action="append",
-        default=None,
-        help="extra size(s) to include, repeatable (default 67108864 = 64 MiB)",
+        default=[67108864],
+        help="extra sizes, repeatable, added to the default (64 MiB); only those within "
+        "[min, max] are run",
     )
-    p.add_argument("--warmup", type=int, default=5, help="untimed ops per size (5)")
-    p.add_argument("--iters", type=int, default=20, help="timed ops per size (20)")
-    p.add_argument("--backend", choices=("nccl", "gloo", "auto"), default="auto")
-    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout (300)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed ops per size")
+    p.add_argument("--iters", type=int, default=20, help="timed ops per size")
+    p.add_argument(
+        "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
+    )
+    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
 
 
 def run(args: argparse.Namespace) -> int:
     with Runtime("allreduce", args.backend, args.timeout_s) as rt:
-        extra = args.extra_bytes if args.extra_bytes is not None else [67108864]
+        extra: list[int] = args.extra_bytes
         plan = sizes(args.min_bytes, args.max_bytes, args.factor, extra)
         if args.iters < 1 or args.warmup < 0:
             raise WorkerError("--iters must be >= 1 and --warmup >= 0")

@@ -62,21 +62,23 @@ def run_block(
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--batch", type=int, default=256, help="per-rank batch (default 256)")
-    p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18")
+    p.add_argument("--batch", type=int, default=256, help="per-rank batch")
+    p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18", help="model")
     p.add_argument(
         "--blocks",
         type=int,
         default=15,
-        help="blocks per mode: N synced and N no_sync blocks, interleaved A B A B (default 15)",
+        help="blocks per mode: N synced and N no_sync blocks, interleaved A B A B",
     )
-    p.add_argument("--block-steps", type=int, default=10, help="steps per block (default 10)")
+    p.add_argument("--block-steps", type=int, default=10, help="steps per block")
     p.add_argument(
-        "--warmup-steps", type=int, default=5, help="warm-up steps per mode, not reported (5)"
+        "--warmup-steps", type=int, default=5, help="warm-up steps per mode, not reported"
     )
-    p.add_argument("--backend", choices=("nccl", "gloo", "auto"), default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout (300)")
+    p.add_argument(
+        "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
+    )
+    p.add_argument("--seed", type=int, default=0, help="data and init seed")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
 
 
 def run(args: argparse.Namespace) -> int:

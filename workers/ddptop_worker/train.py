@@ -38,40 +38,52 @@ MEMORY_EVERY = 50
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--experiment", choices=("weak", "strong"), default="weak")
+    p.add_argument(
+        "--experiment", choices=("weak", "strong"), default="weak", help="scaling experiment"
+    )
     p.add_argument(
         "--batch",
         type=int,
         default=256,
-        help="weak: per-rank batch; strong: global batch, per-rank = B // k (default 256)",
+        help="weak: per-rank batch; strong: global batch, per-rank = B // k",
     )
-    p.add_argument("--epochs", type=int, default=2, help="epochs, epoch 0 is warm-up (2)")
+    p.add_argument("--epochs", type=int, default=2, help="epochs, epoch 0 is warm-up")
     p.add_argument(
-        "--samples", type=int, default=60000, help="samples per epoch, split across ranks (60000)"
+        "--samples", type=int, default=60000, help="samples per epoch, split across ranks"
     )
-    p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18")
-    p.add_argument("--data", choices=("synthetic", "real", "auto"), default="synthetic")
-    p.add_argument("--data-path", choices=("loader", "device"), default="device")
+    p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18", help="model")
+    p.add_argument(
+        "--data",
+        choices=("synthetic", "real", "auto"),
+        default="synthetic",
+        help="auto: real if --data-dir has the raw files",
+    )
+    p.add_argument(
+        "--data-path", choices=("loader", "device"), default="device", help="input pipeline"
+    )
     p.add_argument("--data-dir", default=None, help="folder with FashionMNIST raw files")
-    p.add_argument("--backend", choices=("nccl", "gloo", "auto"), default="auto")
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
+    )
+    p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
+    p.add_argument("--seed", type=int, default=0, help="data and init seed")
     p.add_argument(
         "--no-instrument",
         dest="instrument",
         action="store_false",
-        help="bare DDP loop: no hook, no events, only hello/result/bye (overhead baseline)",
+        help="bare DDP loop: no hook, no events, only hello/result/bye (overhead baseline)"
+        "%(default).0s",
     )
     p.add_argument(
-        "--buckets-every", type=int, default=1, help="send a buckets message every N steps (1)"
+        "--buckets-every", type=int, default=1, help="send a buckets message every N steps"
     )
     p.add_argument(
-        "--control-every", type=int, default=5, help="ranks agree on commands every N steps (5)"
+        "--control-every", type=int, default=5, help="ranks agree on commands every N steps"
     )
     p.add_argument(
         "--probe-block-steps", type=int, default=10, help="steps per probe block (probe_on)"
     )
-    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout (300)")
+    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
 
 
 @dataclass

@@ -1,0 +1,124 @@
+"""Data sources/paths and the timing arithmetic, without any process group."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+
+import pytest
+import torch
+
+from ddptop_worker import data as data_mod
+from ddptop_worker.data import Data, DataConfig, DataError
+from ddptop_worker.timing import (
+    BucketRecord,
+    Clock,
+    Pending,
+    StepMarks,
+    bucket_timeline,
+    parse_bucket_sizes,
+)
+
+
+def write_idx(folder: str, n: int, gz: bool) -> None:
+    os.makedirs(folder, exist_ok=True)
+    images = bytes((i * 7) % 256 for i in range(n * 28 * 28))
+    labels = bytes(i % 10 for i in range(n))
+    blobs = {
+        data_mod.IMAGES_FILE: struct.pack(">IIII", 2051, n, 28, 28) + images,
+        data_mod.LABELS_FILE: struct.pack(">II", 2049, n) + labels,
+    }
+    for name, blob in blobs.items():
+        if gz:
+            with gzip.open(os.path.join(folder, name + ".gz"), "wb") as f:
+                f.write(blob)
+        else:
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(blob)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_real_fashion_mnist_files_are_read(tmp_path: object, gz: bool) -> None:
+    root = str(tmp_path)
+    write_idx(os.path.join(root, "FashionMNIST", "raw"), 40, gz)
+    assert data_mod.find_raw_dir(root) == os.path.join(root, "FashionMNIST/raw")
+    images, labels, desc = data_mod.source(DataConfig("real", "device", root, 32, 0))
+    assert images.shape == (32, 28, 28) and images.dtype == torch.uint8
+    assert labels.tolist()[:12] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+    assert "FashionMNIST" in desc
+
+
+def test_real_data_missing_is_a_clear_error(tmp_path: object) -> None:
+    with pytest.raises(DataError, match="nothing is downloaded"):
+        data_mod.source(DataConfig("real", "device", str(tmp_path), 32, 0))
+    # auto falls back to synthetic
+    _, _, desc = data_mod.source(DataConfig("auto", "device", str(tmp_path), 8, 0))
+    assert desc.startswith("synthetic")
+
+
+def test_synthetic_is_deterministic() -> None:
+    a, la = data_mod.synthetic_fashion_mnist(16, 3)
+    b, lb = data_mod.synthetic_fashion_mnist(16, 3)
+    assert torch.equal(a, b) and torch.equal(la, lb)
+    assert a.shape == (16, 28, 28) and int(la.max()) <= 9
+
+
+@pytest.mark.parametrize("path", ["device", "loader"])
+def test_both_paths_give_full_batches_per_rank(path: str) -> None:
+    cpu = torch.device("cpu")
+    d0 = Data(DataConfig("synthetic", path, None, 100, 0), batch=8, rank=0, world_size=2, device=cpu)
+    d1 = Data(DataConfig("synthetic", path, None, 100, 0), batch=8, rank=1, world_size=2, device=cpu)
+    assert d0.steps_per_epoch == d1.steps_per_epoch == 50 // 8
+    batches = list(d0.epoch(0))
+    assert len(batches) == 6
+    x, y = batches[0]
+    assert x.shape == (8, 1, 64, 64) and x.dtype == torch.float32 and y.shape == (8,)
+    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    # each epoch reshuffles; the two ranks see different samples
+    xs0 = torch.cat([b[0] for b in batches])
+    xs0_next = torch.cat([b[0] for b in d0.epoch(1)])
+    xs1 = torch.cat([b[0] for b in d1.epoch(0)])
+    assert not torch.equal(xs0, xs0_next)
+    assert not torch.equal(xs0, xs1)
+
+
+def test_too_few_samples() -> None:
+    with pytest.raises(DataError, match="fewer than one batch"):
+        Data(DataConfig("synthetic", "device", None, 10, 0), batch=8, rank=0, world_size=2,
+             device=torch.device("cpu"))
+
+
+def test_bucket_timeline_arithmetic() -> None:
+    # backward starts at t=10 s; buckets ready at +1, +2, +6 ms; all-reduces serialize
+    t0 = 10.0
+    recs = [
+        BucketRecord(0, 100, t0 + 0.001, t0 + 0.0030),  # runs 1..3 ms
+        BucketRecord(1, 200, t0 + 0.002, t0 + 0.0050),  # waits for bucket 0: starts at 3
+        BucketRecord(2, 300, t0 + 0.006, t0 + 0.0065),  # starts at ready (6)
+    ]
+    spans, bwd_compute, exposed = bucket_timeline(recs, t0, t0 + 0.007)
+    assert [s.index for s in spans] == [0, 1, 2]
+    assert [round(s.start_ms, 6) for s in spans] == [1.0, 3.0, 6.0]
+    assert [round(s.done_ms, 6) for s in spans] == [3.0, 5.0, 6.5]
+    assert bwd_compute == pytest.approx(6.0)
+    assert exposed == pytest.approx(1.0)
+    # an unfinished record is skipped, not reported as zero
+    spans2, _, _ = bucket_timeline([BucketRecord(0, 1, t0 + 0.001, None)], t0, t0 + 0.002)
+    assert spans2 == []
+
+
+def test_pending_resolves_host_marks_immediately() -> None:
+    p = Pending(lag=2)
+    for i in range(3):
+        p.push(StepMarks(marks={"a": float(i), "b": float(i) + 0.5}, info={"i": i}))
+    done = p.pop_ready()
+    assert [s.info["i"] for s in done] == [0, 1, 2] and len(p) == 0
+    assert Clock.ms(0.0, 0.5) == 500.0
+
+
+def test_parse_bucket_sizes() -> None:
+    assert parse_bucket_sizes("9461800, 26501120, 8740352") == [9461800, 26501120, 8740352]
+    assert parse_bucket_sizes(None) is None
+    assert parse_bucket_sizes("") is None
+    assert parse_bucket_sizes("x,y") is None
