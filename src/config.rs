@@ -638,10 +638,12 @@ impl Config {
                 Ok(cfg)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let mut cfg = Config::default();
-                cfg.created = write_default(&path).is_ok();
-                cfg.path = Some(path);
-                Ok(cfg)
+                let created = write_default(&path).is_ok();
+                Ok(Config {
+                    created,
+                    path: Some(path),
+                    ..Config::default()
+                })
             }
             Err(e) => Err(ConfigError::whole(&path, format!("cannot read: {e}"))),
         }

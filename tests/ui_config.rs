@@ -33,8 +33,10 @@ fn default_is_written_on_first_run_and_reloads() {
     assert_eq!(std::fs::read_to_string(&p).unwrap(), DEFAULT_CONFIG);
     let again = Config::load(Some(&p)).unwrap();
     assert!(!again.created);
-    let mut expect = Config::default();
-    expect.path = Some(p.clone());
+    let expect = Config {
+        path: Some(p.clone()),
+        ..Config::default()
+    };
     assert_eq!(again, expect);
     assert_eq!(again.refresh.gpu_sample_ms, 1000);
     assert_eq!(again.refresh.max_fps, 20);
@@ -159,7 +161,7 @@ fn user_themes_load_from_the_config_dir() {
     let first = set.current().name.clone();
     let mut seen = vec![first.clone()];
     loop {
-        let n = set.next().name.clone();
+        let n = set.cycle().name.clone();
         if n == first {
             break;
         }
@@ -176,7 +178,7 @@ fn user_themes_load_from_the_config_dir() {
 fn no_color_means_monochrome_only() {
     let mut set = ThemeSet::load("dark", None, true).unwrap();
     assert_eq!(set.current().name, "monochrome");
-    assert_eq!(set.next().name, "monochrome", "t cannot bring colour back");
+    assert_eq!(set.cycle().name, "monochrome", "t cannot bring colour back");
     let t = set.current();
     for style in [t.failed, t.completed, t.sim, t.bar, t.comm, t.exposed] {
         assert_eq!((style.fg, style.bg), (None, None));

@@ -49,10 +49,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let mut y = 0u16;
     // Header: setting labels, then transports / status.
     let mut h1 = vec![Span::styled(format!("{:<size_w$}", "size"), t.label)];
-    let mut h2 = vec![Span::styled(
-        format!("{:<size_w$}", if show_alg { "" } else { "" }),
-        t.label,
-    )];
+    let mut h2 = vec![Span::styled(format!("{:<size_w$}", ""), t.label)];
     for s in &settings {
         h1.push(Span::styled(
             format!("{:>col_w$}", fmt::trunc(&s.label, col_w - 1)),
@@ -87,7 +84,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
     put_line(buf, inner, y, &Line::from(h1));
     y += 1;
-    if y < inner.height {
+    // Transports / status under the labels, when there is room for sizes as well.
+    if inner.height >= 5 {
         put_line(buf, inner, y, &Line::from(h2));
         y += 1;
     }

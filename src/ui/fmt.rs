@@ -164,7 +164,7 @@ pub fn hbar(frac: f64, width: usize) -> String {
     let eighths = (frac.clamp(0.0, 1.0) * width as f64 * 8.0).round() as usize;
     let full = eighths / 8;
     let mut s = "█".repeat(full);
-    if full < width && eighths % 8 > 0 {
+    if full < width && !eighths.is_multiple_of(8) {
         s.push(PART[eighths % 8]);
     }
     s

@@ -193,7 +193,7 @@ fn full_layout(area: Rect, n_gpus: usize) -> Layout {
         ]);
     } else {
         let a = split_h(analysis, &[Percentage(55), Min(0)]);
-        let probe_h = 8.min(analysis_h / 2).max(7);
+        let probe_h = if analysis_h >= 17 { 9 } else { 7 };
         let right = split_v(a[1], &[Length(probe_h), Min(0)]);
         panes.extend([
             (PaneId::Timeline, a[0]),
@@ -292,7 +292,8 @@ mod tests {
         assert_eq!(compute(Rect::new(0, 0, 240, 70), 8).mode, Mode::Full);
         assert_eq!(compute(Rect::new(0, 0, 120, 40), 8).mode, Mode::Full);
         assert_eq!(compute(Rect::new(0, 0, 120, 39), 8).mode, Mode::Tabs);
-        assert_eq!(compute(Rect::new(0, 0, 120, 35), 0).mode, Mode::Full);
+        assert_eq!(compute(Rect::new(0, 0, 120, 36), 0).mode, Mode::Full);
+        assert_eq!(compute(Rect::new(0, 0, 120, 35), 0).mode, Mode::Tabs);
     }
 
     #[test]

@@ -32,6 +32,8 @@ pub struct Ctx<'a> {
     pub state: &'a State,
     pub theme: &'a Theme,
     pub keys: &'a KeyMap,
+    /// The timeline step captured when `f` froze it (drawn while `State.frozen`).
+    pub frozen: Option<&'a timeline::FrozenStep>,
 }
 
 /// Draw one frame with the default key map.
@@ -41,8 +43,26 @@ pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
 
 /// Draw one frame; the hint bar and help come from `keys`.
 pub fn draw_with(frame: &mut Frame, state: &State, theme: &Theme, keys: &KeyMap) {
+    draw_view(frame, state, theme, keys, None);
+}
+
+/// Draw one frame with everything the loop holds besides `State`: the key map and the frozen
+/// timeline step.
+pub fn draw_view(
+    frame: &mut Frame,
+    state: &State,
+    theme: &Theme,
+    keys: &KeyMap,
+    frozen: Option<&timeline::FrozenStep>,
+) {
     let area = frame.area();
-    render(&Ctx { state, theme, keys }, area, frame.buffer_mut());
+    let ctx = Ctx {
+        state,
+        theme,
+        keys,
+        frozen,
+    };
+    render(&ctx, area, frame.buffer_mut());
 }
 
 /// Draw the whole screen into `buf` at `area`.

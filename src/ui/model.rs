@@ -213,7 +213,7 @@ pub struct ProbeView<'a> {
 pub fn probe_run(state: &State) -> Option<&RunView> {
     subject(state)
         .filter(|r| {
-            (r.spec.experiment == Experiment::Probe && !r.spec.control) || !r.probe.is_empty()
+            !r.spec.control && (r.spec.experiment == Experiment::Probe || !r.probe.is_empty())
         })
         .or_else(|| {
             state

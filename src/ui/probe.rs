@@ -132,8 +132,11 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     } else {
         format!("{:<name_w$}{:>val_w$}", "", "median")
     };
-    put_line(buf, inner, y, &Line::from(Span::styled(header, t.label)));
-    y += 1;
+    // The column header only when the five figures still fit under it.
+    if inner.height >= 6 {
+        put_line(buf, inner, y, &Line::from(Span::styled(header, t.label)));
+        y += 1;
+    }
     put_line(buf, inner, y, &side("synced", &sum.synced));
     y += 1;
     put_line(buf, inner, y, &side("no_sync", &sum.no_sync));
@@ -185,19 +188,19 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     y += 1;
     model_line(ctx, &v.prediction, inner, y, buf);
     y += 1;
-    if let (Prediction::Ms { ms, .. }, true) = (&v.prediction, y < inner.height) {
-        if *ms > 0.0 {
-            let ratio = sum.diff_ms / ms;
-            put_line(
-                buf,
-                inner,
-                y,
-                &Line::from(vec![
-                    Span::styled(format!("{:<name_w$}", "meas/model"), t.label),
-                    Span::styled(format!("{:>val_w$}", format!("{ratio:.2}×")), t.value),
-                ]),
-            );
-        }
+    if let (Prediction::Ms { ms, .. }, true) = (&v.prediction, y < inner.height)
+        && *ms > 0.0
+    {
+        let ratio = sum.diff_ms / ms;
+        put_line(
+            buf,
+            inner,
+            y,
+            &Line::from(vec![
+                Span::styled(format!("{:<name_w$}", "meas/model"), t.label),
+                Span::styled(format!("{:>val_w$}", format!("{ratio:.2}×")), t.value),
+            ]),
+        );
     }
 }
 

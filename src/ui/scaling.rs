@@ -174,31 +174,31 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
                     None => ("  n/a ".to_string(), t.dim),
                 };
                 spans.push(Span::styled(format!("{txt:<eff_w$}"), style));
-                if effbar_w > 0 {
-                    if let Some(e) = p.efficiency {
-                        spans.push(Span::styled(fmt::hbar(e.min(1.0), effbar_w), t.eff_bar));
-                    }
+                if effbar_w > 0
+                    && let Some(e) = p.efficiency
+                {
+                    spans.push(Span::styled(fmt::hbar(e.min(1.0), effbar_w), t.eff_bar));
                 }
             }
             put_line(buf, r, y, &Line::from(spans));
             y += 1;
         }
     }
-    if let Some((id, k, tp)) = &c.live {
-        if y < r.height {
-            let label = format!("live {} k={k} ", fmt::tiny_id(id));
-            let last = tp.last().copied();
-            let tail = format!(" {}", fmt::opt(last, |x| format!("{}/s", fmt::rate(x))));
-            let sw = w.saturating_sub(label.chars().count() + tail.chars().count());
-            let vals: Vec<u64> = tp.iter().map(|x| x.max(0.0).round() as u64).collect();
-            let max = vals.iter().copied().max().unwrap_or(1);
-            let start = vals.len().saturating_sub(sw * 2);
-            let line = Line::from(vec![
-                Span::styled(label, t.running),
-                Span::styled(fmt::spark(&vals[start..], sw, max), t.throughput),
-                Span::styled(tail, t.value),
-            ]);
-            put_line(buf, r, y, &line);
-        }
+    if let Some((id, k, tp)) = &c.live
+        && y < r.height
+    {
+        let label = format!("live {} k={k} ", fmt::tiny_id(id));
+        let last = tp.last().copied();
+        let tail = format!(" {}", fmt::opt(last, |x| format!("{}/s", fmt::rate(x))));
+        let sw = w.saturating_sub(label.chars().count() + tail.chars().count());
+        let vals: Vec<u64> = tp.iter().map(|x| x.max(0.0).round() as u64).collect();
+        let max = vals.iter().copied().max().unwrap_or(1);
+        let start = vals.len().saturating_sub(sw * 2);
+        let line = Line::from(vec![
+            Span::styled(label, t.running),
+            Span::styled(fmt::spark(&vals[start..], sw, max), t.throughput),
+            Span::styled(tail, t.value),
+        ]);
+        put_line(buf, r, y, &line);
     }
 }

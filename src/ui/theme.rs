@@ -353,7 +353,7 @@ impl ThemeSet {
     }
 
     /// Switch to the next theme and return it.
-    pub fn next(&mut self) -> &Theme {
+    pub fn cycle(&mut self) -> &Theme {
         self.current = (self.current + 1) % self.themes.len();
         self.current()
     }
@@ -418,11 +418,11 @@ mod tests {
     fn theme_set_cycles_and_honours_no_color() {
         let mut s = ThemeSet::load("light", None, false).unwrap();
         assert_eq!(s.current().name, "light");
-        assert_eq!(s.next().name, "high-contrast");
-        assert_eq!(s.next().name, "monochrome");
-        assert_eq!(s.next().name, "dark");
+        assert_eq!(s.cycle().name, "high-contrast");
+        assert_eq!(s.cycle().name, "monochrome");
+        assert_eq!(s.cycle().name, "dark");
         let mut m = ThemeSet::load("light", None, true).unwrap();
         assert_eq!(m.current().name, "monochrome");
-        assert_eq!(m.next().name, "monochrome");
+        assert_eq!(m.cycle().name, "monochrome");
     }
 }

@@ -21,10 +21,44 @@ pub const COMM_EXPOSED: char = '█';
 pub const WAIT: char = '░';
 pub const OPT: char = '█';
 
+/// A timeline step held still by `f` (freeze): the loop captures it, the pane draws it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrozenStep {
+    pub run_id: String,
+    pub rank: u32,
+    pub buckets: Buckets,
+    pub opt_ms: Option<f64>,
+}
+
+/// The step the timeline shows right now, to freeze.
+pub fn capture(state: &crate::app::State) -> Option<FrozenStep> {
+    let run = model::subject(state)?;
+    let rank = model::timeline_rank(state, run);
+    let rv = run.ranks.get(&rank)?;
+    let b = rv.buckets.clone()?;
+    Some(FrozenStep {
+        run_id: run.id.clone(),
+        rank,
+        opt_ms: opt_ms_for(rv, &b),
+        buckets: b,
+    })
+}
+
+fn opt_ms_for(rv: &crate::app::RankView, b: &Buckets) -> Option<f64> {
+    rv.last_step
+        .as_ref()
+        .filter(|st| st.step.abs_diff(b.step) <= 1)
+        .map(|st| st.opt_ms)
+}
+
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
-    let run = model::subject(s);
+    let frozen = ctx.frozen.filter(|_| s.frozen);
+    let run = match frozen {
+        Some(f) => s.run(&f.run_id).or_else(|| model::subject(s)),
+        None => model::subject(s),
+    };
     let mut title = vec![Span::raw("Timeline")];
     if let Some(r) = run {
         title.push(Span::styled(
@@ -94,6 +128,11 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         );
         return;
     }
+    if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
+        let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
+        gantt(ctx, run, &f.buckets, f.opt_ms, sub, buf);
+        return;
+    }
     let rank = model::timeline_rank(s, run);
     let rv = run.ranks.get(&rank);
     let Some(b) = rv.and_then(|r| r.buckets.as_ref()) else {
@@ -105,10 +144,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         put_line(buf, inner, y, &Line::from(Span::styled(msg, t.dim)));
         return;
     };
-    let opt_ms = rv
-        .and_then(|r| r.last_step.as_ref())
-        .filter(|st| st.step == b.step || st.step == b.step + 1 || st.step + 1 == b.step)
-        .map(|st| st.opt_ms);
+    let opt_ms = rv.and_then(|r| opt_ms_for(r, b));
     let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
     gantt(ctx, run, b, opt_ms, sub, buf);
 }
@@ -217,7 +253,7 @@ pub fn gantt(
     order.sort_by(|&i, &j| b.buckets[i].start_ms.total_cmp(&b.buckets[j].start_ms));
     let draw_bucket = |buf: &mut Buffer, y: u16, k: usize, i: usize| {
         let s = &b.buckets[i];
-        let (glyph, style) = if k % 2 == 0 {
+        let (glyph, style) = if k.is_multiple_of(2) {
             (COMM_HIDDEN, t.comm)
         } else {
             (COMM_HIDDEN_ALT, t.comm_alt)

@@ -1,0 +1,180 @@
+//! `ddptop --script "2,wait-run,p,sleep:3,q" [--screen-dump FILE]`: the dashboard without a
+//! terminal, for tests, docs and CI. Each step is an action name (`launch-k2`), a key as the
+//! config writes it (`2`, `Tab`, `Enter`), `wait-run` (until no run is active or queued) or
+//! `sleep:S` (seconds). Frames are drawn into an in-memory buffer as the engine runs; at the end
+//! runs are stopped (unless `--detach`) and the final screen is written to FILE as plain text
+//! (or to stdout). The screen is 120×40 unless `DDPTOP_SCREEN=WxH` says otherwise.
+
+use super::App;
+use crate::app::Action;
+use crate::gpu;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Longest a `wait-run` waits.
+const WAIT_RUN_MAX: Duration = Duration::from_secs(30 * 60);
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Act(Action),
+    WaitRun,
+    Sleep(Duration),
+}
+
+/// Parse a script; an unknown step is an error naming it.
+pub fn parse(script: &str, keys: &crate::config::KeyMap) -> anyhow::Result<Vec<Step>> {
+    script
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s == "wait-run" {
+                return Ok(Step::WaitRun);
+            }
+            if let Some(sec) = s.strip_prefix("sleep:") {
+                let v: f64 = sec
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("script step `{s}`: sleep:S needs seconds"))?;
+                if !(v.is_finite() && v >= 0.0) {
+                    anyhow::bail!("script step `{s}`: seconds must be ≥ 0");
+                }
+                return Ok(Step::Sleep(Duration::from_secs_f64(v)));
+            }
+            Action::from_name(s)
+                .or_else(|| keys.resolve_str(s))
+                .map(Step::Act)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "unknown script step `{s}` (use an action name such as launch-k2, a bound key such as 2, wait-run, or sleep:S)"
+                    )
+                })
+        })
+        .collect()
+}
+
+fn screen_size() -> (u16, u16) {
+    std::env::var("DDPTOP_SCREEN")
+        .ok()
+        .and_then(|s| {
+            let (w, h) = s.split_once('x')?;
+            Some((w.trim().parse().ok()?, h.trim().parse().ok()?))
+        })
+        .unwrap_or((120, 40))
+}
+
+/// The buffer as text, one line per row, trailing blanks trimmed.
+pub fn screen_text(t: &Terminal<TestBackend>) -> String {
+    let buf = t.backend().buffer();
+    let mut out = String::new();
+    for y in 0..buf.area.height {
+        let mut line = String::new();
+        for x in 0..buf.area.width {
+            line.push_str(buf[(x, y)].symbol());
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Process engine events, GPU samples and ticks until `until` or until `done` holds.
+async fn drive(app: &mut App, until: Instant, done: impl Fn(&App) -> bool) {
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    while !done(app) && Instant::now() < until {
+        tokio::select! {
+            ev = app.engine.next_event() => {
+                app.engine.apply(ev);
+                app.after_event();
+            }
+            Some(u) = app.gpu_rx.recv() => gpu::apply_update(app.engine.state_mut(), u),
+            _ = tick.tick() => {
+                if app.engine.has_active_runs() {
+                    app.engine.tick();
+                }
+                app.after_event();
+            }
+            _ = tokio::time::sleep_until(until.into()) => {}
+        }
+    }
+}
+
+pub async fn run(mut app: App, script: &str, dump: Option<&Path>) -> anyhow::Result<i32> {
+    let steps = parse(script, &app.config.keys)?;
+    let (w, h) = screen_size();
+    let mut term = Terminal::new(TestBackend::new(w, h))?;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let body = async {
+        for step in &steps {
+            match step {
+                Step::Act(a) => {
+                    if app.act(*a) {
+                        break;
+                    }
+                    // Let the launch or command take effect before the next step.
+                    drive(&mut app, Instant::now() + Duration::from_millis(50), |_| {
+                        false
+                    })
+                    .await;
+                }
+                Step::WaitRun => {
+                    drive(&mut app, Instant::now() + WAIT_RUN_MAX, |a| {
+                        a.ctrl.idle(&a.engine)
+                    })
+                    .await;
+                }
+                Step::Sleep(d) => drive(&mut app, Instant::now() + *d, |_| false).await,
+            }
+            term.draw(|f| app.draw(f))?;
+        }
+        anyhow::Ok(())
+    };
+    let interrupted = tokio::select! {
+        r = body => { r?; false }
+        _ = sigterm.recv() => true,
+        _ = sigint.recv() => true,
+    };
+    app.engine.shutdown(app.detach).await;
+    term.draw(|f| app.draw(f))?;
+    let text = screen_text(&term);
+    match dump {
+        Some(p) => std::fs::write(p, &text)?,
+        None => print!("{text}"),
+    }
+    app.sampler.stop();
+    Ok(if interrupted { 130 } else { 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::KeyMap;
+
+    #[test]
+    fn parses_names_keys_waits_and_sleeps() {
+        let k = KeyMap::default();
+        let s = parse("2, wait-run,p,sleep:1.5,launch-k4,Tab,q", &k).unwrap();
+        assert_eq!(
+            s,
+            vec![
+                Step::Act(Action::LaunchK2),
+                Step::WaitRun,
+                Step::Act(Action::Probe),
+                Step::Sleep(Duration::from_millis(1500)),
+                Step::Act(Action::LaunchK4),
+                Step::Act(Action::NextPane),
+                Step::Act(Action::Quit),
+            ]
+        );
+        assert!(
+            parse("2,jump", &k)
+                .unwrap_err()
+                .to_string()
+                .contains("`jump`")
+        );
+        assert!(parse("sleep:x", &k).is_err());
+    }
+}
