@@ -101,7 +101,7 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
         PaneId::Log => log::render(ctx, r, buf),
         PaneId::Detail => {
             use crate::app::Experiment;
-            match model::subject(ctx.state) {
+            match model::selected(ctx.state).or_else(|| model::subject(ctx.state)) {
                 Some(run) if !run.status.shows_results() => runs::render_status(ctx, run, r, buf),
                 Some(run) if run.spec.experiment == Experiment::Probe => probe::render(ctx, r, buf),
                 Some(run) if run.spec.experiment == Experiment::Allreduce => {

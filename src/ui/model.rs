@@ -150,8 +150,11 @@ fn curve(state: &State, key: &str, exp: Experiment, batch: u32, sim: bool) -> Cu
 /// The scaling curves to draw: the subject run's curve (or the latest weak/strong run's when the
 /// subject is a probe or bench), plus the other experiment's curve at the same setting.
 pub fn curves(state: &State) -> Vec<Curve> {
-    let anchor = subject(state)
-        .filter(|r| r.spec.experiment.has_throughput() && !r.spec.control)
+    // The selected run (arrows browse curves), else the focused one, else the latest.
+    let anchor = [selected(state), subject(state)]
+        .into_iter()
+        .flatten()
+        .find(|r| r.spec.experiment.has_throughput() && !r.spec.control)
         .or_else(|| {
             state
                 .runs
@@ -208,11 +211,14 @@ pub struct ProbeView<'a> {
     pub prediction: Prediction,
 }
 
-/// The run the probe pane shows: the subject when it is a probe run or has probe blocks, else the
-/// latest probe run.
+/// The run the probe pane shows.
 pub fn probe_run(state: &State) -> Option<&RunView> {
-    subject(state)
-        .filter(|r| {
+    // The selected run when it is a probe (or carries live probe blocks), else the focused one,
+    // else the latest probe run.
+    [selected(state), subject(state)]
+        .into_iter()
+        .flatten()
+        .find(|r| {
             !r.spec.control && (r.spec.experiment == Experiment::Probe || !r.probe.is_empty())
         })
         .or_else(|| {
