@@ -362,3 +362,37 @@ fn scripted_mode_dumps_the_final_screen() {
     assert!(dir.join("config.toml").is_file(), "default config written");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn no_color_draws_without_colours() {
+    let Some(mut t) = Tmux::new("nocolor") else {
+        return;
+    };
+    let dir = tempdir();
+    t.start(&format!("env NO_COLOR=1 {}", ddptop_cmd(&dir, "20")));
+    let dash: u32 = t.display("#{pane_pid}").parse().unwrap();
+    t.wait_for("the dashboard", 30, Some(dash), |s| s.contains("Runs"));
+    t.keys(&["t"]);
+    t.wait_for("the theme message", 10, Some(dash), |s| {
+        s.contains("NO_COLOR")
+    });
+    let o = t.run(&["capture-pane", "-p", "-e", "-t", "t"]);
+    let styled = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        styled.contains("\x1b["),
+        "attributes (bold, reverse) are still used"
+    );
+    for sgr in styled.split("\x1b[").skip(1) {
+        let params = sgr.split('m').next().unwrap_or("");
+        for p in params.split(';') {
+            let n: u32 = p.parse().unwrap_or(0);
+            assert!(
+                !((30..=38).contains(&n) || (40..=48).contains(&n) || (90..=107).contains(&n)),
+                "colour SGR {params:?} with NO_COLOR"
+            );
+        }
+    }
+    t.keys(&["q"]);
+    t.assert_no_leftovers(Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&dir);
+}
