@@ -108,6 +108,10 @@ impl NvmlSource {
             return None;
         }
         let lib = self.nvml.lib();
+        // Old drivers lack the symbol; the generated wrapper would panic on calling it.
+        if lib.nvmlDeviceGetFieldValues.is_err() {
+            return None;
+        }
         // SAFETY: the handle belongs to a live `Device` of this `Nvml`; the values array is
         // zero-initialised plain C data sized to the count we pass.
         unsafe {
