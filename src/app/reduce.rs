@@ -48,8 +48,13 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             run.versions.insert("host".into(), h.host.clone());
         }
         WorkerMsg::Heartbeat(hb) => {
-            if hb.phase.is_some() {
+            if hb.phase.is_some() && hb.phase != rank.phase {
+                // Entering a phase is progress: a rank that hangs in its very first collective
+                // (DDP's parameter broadcast) is then judged by the step threshold from here,
+                // not by the long start-up allowance.
                 rank.phase = hb.phase;
+                rank.last_progress = Some(now);
+                run.last_progress = Some(now);
             }
         }
         WorkerMsg::Step(s) => {
@@ -188,6 +193,22 @@ mod tests {
         apply_worker(&mut run, &epoch(0, 1, 100.0, false), now);
         assert!(run.aggregate.is_none());
         assert_eq!(run.status, RunStatus::Failed);
+    }
+
+    #[test]
+    fn entering_a_phase_counts_as_progress() {
+        let t0 = Instant::now();
+        let mut run = RunView::new("r".into(), spec(), t0, 0.0);
+        let hb = |phase| {
+            WorkerMsg::Heartbeat(Heartbeat { rank: 0, step: 0, t: 1.0, phase: Some(phase) })
+        };
+        apply_worker(&mut run, &hb(Phase::Init), t0);
+        let t1 = t0 + std::time::Duration::from_secs(5);
+        apply_worker(&mut run, &hb(Phase::Train), t1);
+        assert_eq!(run.ranks[&0].last_progress, Some(t1));
+        // The same phase again is not progress.
+        apply_worker(&mut run, &hb(Phase::Train), t1 + std::time::Duration::from_secs(5));
+        assert_eq!(run.ranks[&0].last_progress, Some(t1));
     }
 
     #[test]
