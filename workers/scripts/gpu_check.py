@@ -3,7 +3,7 @@
     python3 workers/scripts/gpu_check.py OUT_DIR [scenario ...]
 
 Scenarios (default: all, in this order): train1 train2 bare2 loader2 probe2 probe1 allreduce2
-control2. Each is a torchrun launch; every message is validated against the protocol and saved
+deadman2 control2. Each is a torchrun launch; every message is validated against the protocol and saved
 to OUT_DIR/messages.jsonl, and a digest per scenario goes to OUT_DIR/summary.json (and stdout).
 The numbers are meant to be compared with shared/reference/h200-baseline.md.
 """
@@ -35,6 +35,7 @@ SCENARIOS: dict[str, tuple[int, list[str]]] = {
     "probe2": (2, ["probe", "--model", "resnet18", "--batch", "256", "--backend", "nccl"]),
     "probe1": (1, ["probe", "--model", "resnet18", "--batch", "256", "--backend", "nccl"]),
     "allreduce2": (2, ["allreduce", "--backend", "nccl"]),
+    "deadman2": (2, TRAIN),
     "control2": (2, ["train", "--model", "resnet18", "--batch", "256", "--samples", "60000",
                      "--epochs", "3", "--backend", "nccl"]),
 }
@@ -126,7 +127,7 @@ def control(srv: FakeDdptop, log: list[str]) -> None:
     """probe_on / probe_off / dump_fr / stop while control2 trains."""
     def n(t: str) -> int:
         return len(srv.messages(t))
-    srv.wait_for(lambda: n("step") >= 30, timeout=120)
+    srv.wait_for(lambda: n("step") >= 300, timeout=120)  # into epoch 1 (timed) on both ranks
     log.append(f"probe_on sent to {srv.command('probe_on')}")
     srv.wait_for(lambda: n("probe") >= 4, timeout=60)
     log.append(f"probe_off sent to {srv.command('probe_off')}")
@@ -172,6 +173,15 @@ def main() -> int:
             ctl_log: list[str] = []
             if name == "control2":
                 control(srv, ctl_log)
+            elif name == "deadman2":  # ddptop "dies" mid-training: every rank must exit promptly
+                srv.wait_for(lambda: len(srv.messages("step")) >= 40, timeout=120)
+                t_close = time.monotonic()
+                srv.close_all()
+                try:
+                    p.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    pass
+                ctl_log.append(f"closed the sockets; torchrun exited {time.monotonic() - t_close:.2f} s later, rc {p.poll()}")
             try:
                 so, se = p.communicate(timeout=240)
             except subprocess.TimeoutExpired:

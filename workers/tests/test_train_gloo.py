@@ -157,6 +157,25 @@ def test_train_probe_on_off_then_stop(server: FakeDdptop) -> None:
         assert len(by_rank(server, "step")[r]) < 20000 // 2 // 16  # stopped early
 
 
+def test_deadman_ends_a_real_run(server: FakeDdptop) -> None:
+    args = ["train", "--model", "tiny", "--samples", "20000", "--batch", "16", "--backend", "gloo"]
+    proc = subprocess.Popen(launcher(2) + args, env=server.env(PYTHONPATH=WORKERS),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.wait_for(lambda: len(server.messages("step")) >= 6, timeout=30)
+        t0 = time.monotonic()
+        server.close_all()  # ddptop is gone
+        _, err = proc.communicate(timeout=15)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert elapsed < 5
+    assert proc.returncode != 0
+    assert err.count("dead-man switch") == 2
+
+
 def test_probe_two_ranks_interleaved(server: FakeDdptop) -> None:
     p = run(server, ["probe", "--model", "tiny", "--batch", "16", "--blocks", "3", "--block-steps", "3",
                      "--warmup-steps", "2", "--backend", "gloo"])
