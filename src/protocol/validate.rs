@@ -41,9 +41,9 @@ const CONTROL_TYPES: &[&str] = &["welcome", "error", "command"];
 
 /// Parse and validate one worker → ddptop line.
 pub fn parse_worker(line: &str) -> Result<WorkerMsg, ProtocolError> {
-    let value = envelope(line, WORKER_TYPES)?;
-    let kind = value["type"].as_str().unwrap_or_default().to_string();
-    let msg: WorkerMsg = serde_json::from_value(value).map_err(|e| ProtocolError::BadFields {
+    let kind = envelope(line, WORKER_TYPES)?;
+    // Straight from the text into the typed message: no intermediate `Value` tree.
+    let msg: WorkerMsg = serde_json::from_str(line).map_err(|e| ProtocolError::BadFields {
         kind,
         detail: e.to_string(),
     })?;
@@ -53,26 +53,40 @@ pub fn parse_worker(line: &str) -> Result<WorkerMsg, ProtocolError> {
 
 /// Parse and validate one ddptop → worker line (used by the sim worker and the tests).
 pub fn parse_control(line: &str) -> Result<ControlMsg, ProtocolError> {
-    let value = envelope(line, CONTROL_TYPES)?;
-    let kind = value["type"].as_str().unwrap_or_default().to_string();
-    serde_json::from_value(value).map_err(|e| ProtocolError::BadFields {
+    let kind = envelope(line, CONTROL_TYPES)?;
+    serde_json::from_str(line).map_err(|e| ProtocolError::BadFields {
         kind,
         detail: e.to_string(),
     })
 }
 
-/// Checks shared by both directions: JSON object, `v == 1`, a known `type`.
-fn envelope(line: &str, types: &[&str]) -> Result<Value, ProtocolError> {
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| ProtocolError::NotJson(e.to_string()))?;
-    let Value::Object(map) = &value else {
-        return Err(ProtocolError::NotObject);
+/// Only the envelope fields; serde skips the rest of the object without building it.
+#[derive(serde::Deserialize)]
+struct Envelope<'a> {
+    v: Option<Value>,
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// Checks shared by both directions: a JSON object, `v == 1`, a known `type`. Returns the type.
+fn envelope(line: &str, types: &[&str]) -> Result<String, ProtocolError> {
+    let env: Envelope = match serde_json::from_str(line) {
+        Ok(e) => e,
+        Err(e) if e.is_data() => {
+            // Valid JSON of the wrong shape (array, string, number…) or a mistyped `type`.
+            return match serde_json::from_str::<Value>(line) {
+                Ok(Value::Object(_)) => Err(ProtocolError::UnknownType),
+                Ok(_) => Err(ProtocolError::NotObject),
+                Err(e) => Err(ProtocolError::NotJson(e.to_string())),
+            };
+        }
+        Err(e) => return Err(ProtocolError::NotJson(e.to_string())),
     };
-    if map.get("v").and_then(Value::as_u64) != Some(u64::from(super::VERSION)) {
+    if env.v.as_ref().and_then(Value::as_u64) != Some(u64::from(super::VERSION)) {
         return Err(ProtocolError::BadVersion);
     }
-    match map.get("type").and_then(Value::as_str) {
-        Some(t) if types.contains(&t) => Ok(value),
+    match env.kind.as_deref() {
+        Some(t) if types.contains(&t) => Ok(t.to_string()),
         _ => Err(ProtocolError::UnknownType),
     }
 }
