@@ -43,29 +43,31 @@ pub fn dump_files(run_dir: &Path) -> Vec<PathBuf> {
 }
 
 const SUMMARIZE_PY: &str = r#"
-import pickle, sys
+import pickle, re, sys
+SIZE = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Long": 8, "Int": 4, "Byte": 1, "Char": 1, "Bool": 1}
 for path in sys.argv[1:]:
+    name = path.rsplit('/', 1)[-1]
     try:
         with open(path, 'rb') as f:
             d = pickle.load(f)
     except Exception as e:
-        print(f"{path}: unreadable dump ({type(e).__name__})"); continue
+        print(f"{name}: unreadable dump ({type(e).__name__})"); continue
     entries = d.get('entries', []) if isinstance(d, dict) else []
-    st = d.get('pg_status', {}) if isinstance(d, dict) else {}
-    name = path.rsplit('/', 1)[-1]
+    m = re.search(r'rank_?(\d+)', name)
+    who = f"rank {m.group(1)}" if m else name
     if not entries:
-        print(f"{name}: no collectives recorded"); continue
+        print(f"{who} ({name}): no collectives recorded"); continue
     e = entries[-1]
-    sizes = e.get('input_sizes') or []
     nbytes = 0
-    for s in sizes:
+    for shape, dt in zip(e.get('input_sizes') or [], e.get('input_dtypes') or []):
         n = 1
-        for x in s: n *= int(x)
-        nbytes += n * 4
-    print(f"{name}: last collective #{e.get('collective_seq_id')} {e.get('profiling_name')} "
-          f"({nbytes/1e6:.1f} MB) state={e.get('state')}; "
-          f"enqueued={st.get('last_enqueued_collective')} started={st.get('last_started_collective')} "
-          f"completed={st.get('last_completed_collective')}")
+        for x in shape: n *= int(x)
+        nbytes += n * SIZE.get(dt, 4)
+    st = (d.get('pg_status') or {}).get(str(e.get('pg_id', 0)), {})
+    done = e.get('state') == 'completed'
+    print(f"{who} ({name}): last collective {e.get('profiling_name')} #{e.get('collective_seq_id')} "
+          f"({nbytes:,} B) {e.get('state')}{'' if done else ', not completed'}; "
+          f"last completed #{st.get('last_completed_collective')}, last started #{st.get('last_started_collective')}")
 "#;
 
 /// One line per dump; a note when there is none.
