@@ -135,7 +135,8 @@ pub struct RunArgs {
     pub samples: u64,
     #[arg(long, value_enum, default_value_t = ModelArg::Resnet18)]
     pub model: ModelArg,
-    /// Fault injection (sim backend): crash:STEP, hang:STEP, silent:STEP, garbage.
+    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP (sim and real workers),
+    /// garbage[:LINES] (sim only).
     #[arg(long, value_parser = parse_fault)]
     pub inject: Option<String>,
     /// Print one JSON document instead of a table.

@@ -17,9 +17,6 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     };
     let resolved = crate::detect::resolve(a.backend, g.python.as_deref(), g.workers_dir.as_deref())?;
     eprintln!("ddptop: {}", resolved.note);
-    if a.inject.is_some() && resolved.backend != Backend::Sim {
-        anyhow::bail!("--inject works only with --backend sim");
-    }
     if resolved.backend == Backend::Nccl
         && let Some(&k) = a.k.iter().find(|&&k| k > resolved.gpus)
     {

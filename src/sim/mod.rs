@@ -33,7 +33,7 @@ pub struct SimArgs {
     /// NCCL switches the run was launched with (KEY=VAL), which the profile models.
     #[arg(long = "env", value_name = "KEY=VAL")]
     pub env: Vec<String>,
-    /// Fault injection: crash:STEP, hang:STEP, silent:STEP, garbage.
+    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, garbage[:LINES].
     #[arg(long)]
     pub inject: Option<String>,
     /// Wall-clock speed-up: 10 runs ten times faster than the modelled machine (figures unchanged).
@@ -48,10 +48,16 @@ pub struct SimArgs {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
+    /// The last rank exits with code 3 at STEP.
     Crash(u64),
+    /// The last rank raises an exception at STEP (real workers: a Python exception; sim: exit 1).
+    Raise(u64),
+    /// Every rank stops making progress at STEP; heartbeats continue.
     Hang(u64),
+    /// The last rank stops at STEP and sends nothing more, heartbeats included.
     Silent(u64),
-    Garbage,
+    /// Rank 0 sends N bad lines on its own connection (default 4) and two intruder connections.
+    Garbage(u64),
 }
 
 impl Fault {
@@ -63,11 +69,13 @@ impl Fault {
         };
         match kind {
             "crash" => Ok(Fault::Crash(step()?)),
+            "raise" => Ok(Fault::Raise(step()?)),
             "hang" => Ok(Fault::Hang(step()?)),
             "silent" => Ok(Fault::Silent(step()?)),
-            "garbage" if arg.is_empty() => Ok(Fault::Garbage),
+            "garbage" if arg.is_empty() => Ok(Fault::Garbage(4)),
+            "garbage" => Ok(Fault::Garbage(step()?)),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, hang:STEP, silent:STEP or garbage"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP or garbage[:LINES]"
             )),
         }
     }
@@ -100,7 +108,9 @@ mod tests {
         assert_eq!(Fault::parse("crash:5"), Ok(Fault::Crash(5)));
         assert_eq!(Fault::parse("hang:12"), Ok(Fault::Hang(12)));
         assert_eq!(Fault::parse("silent:3"), Ok(Fault::Silent(3)));
-        assert_eq!(Fault::parse("garbage"), Ok(Fault::Garbage));
+        assert_eq!(Fault::parse("garbage"), Ok(Fault::Garbage(4)));
+        assert_eq!(Fault::parse("garbage:100000"), Ok(Fault::Garbage(100_000)));
+        assert_eq!(Fault::parse("raise:7"), Ok(Fault::Raise(7)));
         assert!(Fault::parse("hang").is_err());
         assert!(Fault::parse("explode:1").is_err());
     }

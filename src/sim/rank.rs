@@ -44,8 +44,10 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
         fault: args.inject.as_deref().map(Fault::parse).transpose().map_err(anyhow::Error::msg)?,
         step: 0,
     };
-    if sim.fault == Some(Fault::Garbage) && rank == 0 {
-        sim.send_garbage();
+    if let Some(Fault::Garbage(n)) = sim.fault
+        && rank == 0
+    {
+        sim.send_garbage(n);
     }
     let code = match args.experiment.as_str() {
         "weak" | "strong" => sim.train(),
@@ -102,6 +104,11 @@ impl Sim<'_> {
             Some(Fault::Crash(s)) if self.step >= s && last_rank => {
                 self.log(LogLevel::Error, format!("injected crash at step {}", self.step));
                 std::process::exit(3);
+            }
+            Some(Fault::Raise(s)) if self.step >= s && last_rank => {
+                self.log(LogLevel::Error, format!("injected exception at step {}", self.step));
+                eprintln!("Traceback (simulated): RuntimeError: injected exception at step {}", self.step);
+                std::process::exit(1);
             }
             Some(Fault::Hang(s)) if self.step >= s => self.hang_forever("injected hang"),
             Some(Fault::Silent(s)) if self.step >= s && last_rank => {
@@ -360,14 +367,15 @@ impl Sim<'_> {
 
     /// The `garbage` fault: bad lines on our own connection (dropped and counted, connection
     /// kept) and two intruder connections (wrong token, duplicate rank) that must be refused.
-    fn send_garbage(&mut self) {
-        for line in [
+    fn send_garbage(&mut self, lines: u64) {
+        const BAD: [&str; 4] = [
             "this is not json",
             "{\"v\":2,\"type\":\"step\"}",
             "{\"v\":1,\"type\":\"teleport\",\"rank\":0}",
             "[1,2,3]",
-        ] {
-            self.client.send_raw(line);
+        ];
+        for i in 0..lines {
+            self.client.send_raw(BAD[(i % 4) as usize]);
         }
         let Some(path) = std::env::var_os("DDPTOP_SOCKET") else { return };
         for (label, token) in [("wrong token", "0".repeat(64)), ("duplicate rank", std::env::var("DDPTOP_TOKEN").unwrap_or_default())] {

@@ -108,8 +108,12 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             let py = ctx.python.ok_or_else(|| {
                 anyhow::anyhow!("backend {} needs Python with torch; none was found (set --python or `python` in the config)", spec.backend.as_str())
             })?;
-            if spec.inject.is_some() {
-                anyhow::bail!("--inject works only with --backend sim");
+            if let Some(f) = &spec.inject {
+                if f.starts_with("garbage") {
+                    anyhow::bail!("the garbage fault exists only on --backend sim");
+                }
+                // The Python workers read the fault from their environment (train loop).
+                env.insert("DDPTOP_INJECT".into(), Some(f.clone()));
             }
             let d = ctx.run_dir.display();
             env.insert("PYTHONPATH".into(), Some(py.workers_dir.display().to_string()));
