@@ -321,10 +321,16 @@ class Client:
 
     # ------------------------------------------------------------------ threads
 
+    def silence(self) -> None:
+        """Stop heartbeats while staying connected (fault injection: a silent rank)."""
+        self._silent = True
+
     def _heartbeat_loop(self) -> None:
         while not self._stop_threads.wait(self.heartbeat_s):
             if self._closing:
                 return
+            if getattr(self, "_silent", False):
+                continue
             self.send("heartbeat", phase=self.phase)
 
     def _reader_loop(self) -> None:

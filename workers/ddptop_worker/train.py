@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import models
 from .client import Client
+from .faults import Fault
 from .data import Data, DataConfig
 from .probe import run_block
 from .runtime import Runtime, WorkerError
@@ -119,6 +120,7 @@ class Trainer:
     probe_block: int = 0
     layout: list[int] | None = None
     last_loss: torch.Tensor | None = None
+    fault: Fault | None = field(default_factory=Fault.from_env)
 
     @property
     def instrument(self) -> bool:
@@ -275,6 +277,8 @@ class Trainer:
                 sm.marks["start"] = self.clock.mark()
             x, y = next(it)
             data_ms = (time.perf_counter() - t0) * 1000.0
+            if self.fault and self.fault.due(self.global_step, self.rt.rank, self.rt.world_size):
+                self.fault.fire(self.client)
             self.step(x, y, sm)
             last = (x, y)
             i += 1
