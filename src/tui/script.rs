@@ -1,9 +1,10 @@
 //! `ddptop --script "2,wait-run,p,sleep:3,q" [--screen-dump FILE]`: the dashboard without a
 //! terminal, for tests, docs and CI. Each step is an action name (`launch-k2`), a key as the
-//! config writes it (`2`, `Tab`, `Enter`), `wait-run` (until no run is active or queued) or
-//! `sleep:S` (seconds). Frames are drawn into an in-memory buffer as the engine runs; at the end
-//! runs are stopped (unless `--detach`) and the final screen is written to FILE as plain text
-//! (or to stdout). The screen is 120×40 unless `DDPTOP_SCREEN=WxH` says otherwise.
+//! config writes it (`2`, `Tab`, `Enter`), `wait-run` (until no run is active or queued),
+//! `sleep:S` (seconds) or `dump:FILE` (write the screen as it is now). Frames are drawn into an
+//! in-memory buffer as the engine runs; at the end runs are stopped (unless `--detach`) and the
+//! final screen is written to FILE as plain text (or to stdout). The screen is 120×40 unless
+//! `DDPTOP_SCREEN=WxH` says otherwise.
 
 use super::App;
 use crate::app::Action;
@@ -21,6 +22,8 @@ pub enum Step {
     Act(Action),
     WaitRun,
     Sleep(Duration),
+    /// Write the screen as it is now to this file.
+    Dump(std::path::PathBuf),
 }
 
 /// Parse a script; an unknown step is an error naming it.
@@ -32,6 +35,12 @@ pub fn parse(script: &str, keys: &crate::config::KeyMap) -> anyhow::Result<Vec<S
         .map(|s| {
             if s == "wait-run" {
                 return Ok(Step::WaitRun);
+            }
+            if let Some(path) = s.strip_prefix("dump:") {
+                if path.is_empty() {
+                    anyhow::bail!("script step `{s}`: dump:FILE needs a file");
+                }
+                return Ok(Step::Dump(path.into()));
             }
             if let Some(sec) = s.strip_prefix("sleep:") {
                 let v: f64 = sec
@@ -127,6 +136,10 @@ pub async fn run(mut app: App, script: &str, dump: Option<&Path>) -> anyhow::Res
                     .await;
                 }
                 Step::Sleep(d) => drive(&mut app, Instant::now() + *d, |_| false).await,
+                Step::Dump(p) => {
+                    term.draw(|f| app.draw(f))?;
+                    std::fs::write(p, screen_text(&term))?;
+                }
             }
             term.draw(|f| app.draw(f))?;
         }
@@ -156,7 +169,11 @@ mod tests {
     #[test]
     fn parses_names_keys_waits_and_sleeps() {
         let k = KeyMap::default();
-        let s = parse("2, wait-run,p,sleep:1.5,launch-k4,Tab,q", &k).unwrap();
+        let s = parse(
+            "2, wait-run,p,sleep:1.5,launch-k4,Tab,dump:/tmp/x.txt,q",
+            &k,
+        )
+        .unwrap();
         assert_eq!(
             s,
             vec![
@@ -166,6 +183,7 @@ mod tests {
                 Step::Sleep(Duration::from_millis(1500)),
                 Step::Act(Action::LaunchK4),
                 Step::Act(Action::NextPane),
+                Step::Dump("/tmp/x.txt".into()),
                 Step::Act(Action::Quit),
             ]
         );
