@@ -24,10 +24,10 @@ fn lines(n: usize) -> Vec<String> {
             v.push(format!(
                 r#"{{"v":1,"type":"buckets","rank":{rank},"step":{step},"t":1.0,"rebuilt":true,"bwd_compute_ms":27.6,"exposed_ms":0.09,"buckets":[{{"index":2,"bytes":8740352,"ready_ms":4.1,"start_ms":4.1,"done_ms":4.18}},{{"index":1,"bytes":26501120,"ready_ms":15.3,"start_ms":15.3,"done_ms":15.5}},{{"index":0,"bytes":9461800,"ready_ms":27.6,"start_ms":27.6,"done_ms":27.69}}]}}"#
             ));
-            if step % 20 == 0 {
+            if step.is_multiple_of(20) {
                 v.push(format!(r#"{{"v":1,"type":"heartbeat","rank":{rank},"step":{step},"t":2.0,"phase":"train"}}"#));
             }
-            if step % 200 == 0 {
+            if step.is_multiple_of(200) {
                 v.push(format!(
                     r#"{{"v":1,"type":"epoch","rank":{rank},"step":{step},"epoch":1,"t":3.0,"warmup":false,"samples":30000,"seconds":5.36,"samples_per_s":5597.0,"data_wait_ms":12.5}}"#
                 ));

@@ -182,8 +182,12 @@ fn parse_fault(s: &str) -> Result<String, String> {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Cmd::Worker { kind: WorkerCmd::Sim(a) }) => crate::sim::main(a),
-        Some(Cmd::Run(a)) => runtime().and_then(|rt| rt.block_on(crate::headless::run(&cli.global, a))),
+        Some(Cmd::Worker {
+            kind: WorkerCmd::Sim(a),
+        }) => crate::sim::main(a),
+        Some(Cmd::Run(a)) => {
+            runtime().and_then(|rt| rt.block_on(crate::headless::run(&cli.global, a)))
+        }
         Some(Cmd::Runs(a)) => crate::headless::list_runs(&cli.global, &a),
         None => crate::tui::main(&cli.global, &cli.tui),
     };

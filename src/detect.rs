@@ -17,7 +17,11 @@ pub struct Resolved {
     pub note: String,
 }
 
-pub fn resolve(arg: BackendArg, python: Option<&Path>, workers: Option<&Path>) -> anyhow::Result<Resolved> {
+pub fn resolve(
+    arg: BackendArg,
+    python: Option<&Path>,
+    workers: Option<&Path>,
+) -> anyhow::Result<Resolved> {
     if arg == BackendArg::Sim {
         return Ok(Resolved {
             backend: Backend::Sim,
@@ -27,7 +31,8 @@ pub fn resolve(arg: BackendArg, python: Option<&Path>, workers: Option<&Path>) -
             note: "backend sim: SIMULATED (cost model + noise)".into(),
         });
     }
-    let torch = find_python(python, workers).and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
+    let torch =
+        find_python(python, workers).and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
     match (arg, torch) {
         (BackendArg::Auto, Err(why)) => Ok(Resolved {
             backend: Backend::Sim,
@@ -40,7 +45,9 @@ pub fn resolve(arg: BackendArg, python: Option<&Path>, workers: Option<&Path>) -
         (arg, Ok((py, (version, gpus)))) => {
             let backend = match arg {
                 BackendArg::Nccl if gpus == 0 => {
-                    anyhow::bail!("backend nccl needs CUDA, but torch {version} sees no GPU; use --backend gloo")
+                    anyhow::bail!(
+                        "backend nccl needs CUDA, but torch {version} sees no GPU; use --backend gloo"
+                    )
                 }
                 BackendArg::Nccl => Backend::Nccl,
                 BackendArg::Gloo => Backend::Gloo,
@@ -48,9 +55,16 @@ pub fn resolve(arg: BackendArg, python: Option<&Path>, workers: Option<&Path>) -
                 _ => Backend::Gloo,
             };
             let note = match (arg, backend) {
-                (BackendArg::Auto, Backend::Nccl) => format!("backend auto → nccl: torch {version} sees {gpus} GPU(s)"),
-                (BackendArg::Auto, _) => format!("backend auto → gloo (CPU): torch {version} sees no GPU"),
-                _ => format!("backend {}: torch {version}, {gpus} GPU(s)", backend.as_str()),
+                (BackendArg::Auto, Backend::Nccl) => {
+                    format!("backend auto → nccl: torch {version} sees {gpus} GPU(s)")
+                }
+                (BackendArg::Auto, _) => {
+                    format!("backend auto → gloo (CPU): torch {version} sees no GPU")
+                }
+                _ => format!(
+                    "backend {}: torch {version}, {gpus} GPU(s)",
+                    backend.as_str()
+                ),
             };
             Ok(Resolved {
                 backend,

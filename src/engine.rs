@@ -88,7 +88,11 @@ impl Engine {
         if engine.opts.history > 0 {
             match engine.store.load_runs(engine.opts.history) {
                 Ok(runs) => engine.state.runs = runs,
-                Err(e) => engine.state.push_message(Level::Warn, None, format!("history not loaded: {e}")),
+                Err(e) => {
+                    engine
+                        .state
+                        .push_message(Level::Warn, None, format!("history not loaded: {e}"))
+                }
             }
         }
         Ok(engine)
@@ -114,7 +118,8 @@ impl Engine {
     pub fn launch(&mut self, spec: RunSpec, sweep: Option<String>) -> anyhow::Result<String> {
         let r = self.try_launch(spec, sweep);
         if let Err(e) = &r {
-            self.state.push_message(Level::Error, None, format!("not launched: {e}"));
+            self.state
+                .push_message(Level::Error, None, format!("not launched: {e}"));
         }
         r
     }
@@ -124,7 +129,12 @@ impl Engine {
             anyhow::bail!("k must be at least 1");
         }
         if spec.backend == Backend::Nccl && self.state.max_k > 0 && spec.k > self.state.max_k {
-            anyhow::bail!("k={} needs {} GPUs; this machine has {}", spec.k, spec.k, self.state.max_k);
+            anyhow::bail!(
+                "k={} needs {} GPUs; this machine has {}",
+                spec.k,
+                spec.k,
+                self.state.max_k
+            );
         }
         let id = new_run_id();
         let run_dir = self.opts.data_dir.join("runs").join(&id);
@@ -156,7 +166,12 @@ impl Engine {
             Err(e) => {
                 self.server.registry.close_run(&id);
                 let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
-                reduce::finish(&mut run, RunStatus::Failed, Some(e.to_string()), crate::util::unix_now());
+                reduce::finish(
+                    &mut run,
+                    RunStatus::Failed,
+                    Some(e.to_string()),
+                    crate::util::unix_now(),
+                );
                 let _ = self.store.finalize(&run, None);
                 self.state.runs.insert(0, run);
                 return Err(e);
@@ -174,7 +189,13 @@ impl Engine {
                 }
                 Err(_) => (None, None),
             };
-            let _ = tx.send(SupEvent::Exited { run: rid, code, signal }).await;
+            let _ = tx
+                .send(SupEvent::Exited {
+                    run: rid,
+                    code,
+                    signal,
+                })
+                .await;
         });
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
@@ -184,7 +205,11 @@ impl Engine {
             run.spec.experiment.as_str(),
             run.spec.k,
             run.spec.backend.as_str(),
-            if run.is_simulated() { " (SIMULATED)" } else { "" }
+            if run.is_simulated() {
+                " (SIMULATED)"
+            } else {
+                ""
+            }
         );
         self.state.runs.insert(0, run);
         self.state.selected = 0;
@@ -222,11 +247,18 @@ impl Engine {
 
     /// Send a command to every rank of a running run.
     pub fn command(&mut self, run_id: &str, cmd: Command) -> anyhow::Result<()> {
-        let n = self.server.registry.command(run_id, ControlMsg::Command { cmd });
+        let n = self
+            .server
+            .registry
+            .command(run_id, ControlMsg::Command { cmd });
         if n == 0 {
             anyhow::bail!("run {run_id} has no connected ranks");
         }
-        self.state.push_message(Level::Info, Some(run_id), format!("sent {cmd:?} to {n} rank(s)"));
+        self.state.push_message(
+            Level::Info,
+            Some(run_id),
+            format!("sent {cmd:?} to {n} rank(s)"),
+        );
         Ok(())
     }
 
@@ -244,19 +276,30 @@ impl Engine {
                 if let Some(row) = EventRow::from_msg(&run, &msg) {
                     self.pending.push(row);
                 }
-                let Some(view) = self.state.run_mut(&run) else { return };
+                let Some(view) = self.state.run_mut(&run) else {
+                    return;
+                };
                 let was_starting = view.status == RunStatus::Starting;
                 apply_worker(view, &msg, now);
                 if let WorkerMsg::Hello(h) = &msg {
                     let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
                     let versions = view.versions.clone();
                     if was_starting {
-                        self.state.push_message(Level::Info, Some(&run), format!("rank {} connected (pid {}, {})", h.rank, h.pid, h.device));
+                        self.state.push_message(
+                            Level::Info,
+                            Some(&run),
+                            format!("rank {} connected (pid {}, {})", h.rank, h.pid, h.device),
+                        );
                     }
                     let _ = self.store.set_running(&run, &pids, &versions);
                 }
             }
-            SupEvent::BadLines { run, rank, count, last_error } => {
+            SupEvent::BadLines {
+                run,
+                rank,
+                count,
+                last_error,
+            } => {
                 if let Some(v) = self.state.run_mut(&run)
                     && let Some(r) = v.ranks.get_mut(&rank)
                 {
@@ -271,9 +314,16 @@ impl Engine {
                     && let Some(v) = self.state.run_mut(id)
                 {
                     v.rejected += 1;
-                    self.pending.push(EventRow::note(id, &format!("connection rejected: {detail}")));
+                    self.pending.push(EventRow::note(
+                        id,
+                        &format!("connection rejected: {detail}"),
+                    ));
                 }
-                self.state.push_message(Level::Warn, run.as_deref(), format!("connection rejected: {detail}"));
+                self.state.push_message(
+                    Level::Warn,
+                    run.as_deref(),
+                    format!("connection rejected: {detail}"),
+                );
             }
             SupEvent::Disconnected { run, rank } => {
                 if let Some(v) = self.state.run_mut(&run)
@@ -283,7 +333,11 @@ impl Engine {
                 }
             }
             SupEvent::Exited { run, code, signal } => self.on_exit(&run, code, signal),
-            SupEvent::StopDone { run, escalated_to, survivors } => self.on_stop_done(&run, escalated_to, survivors),
+            SupEvent::StopDone {
+                run,
+                escalated_to,
+                survivors,
+            } => self.on_stop_done(&run, escalated_to, survivors),
             SupEvent::Evidence { run, lines } => {
                 if let Some(v) = self.state.run_mut(&run) {
                     v.hang_report.extend(lines.iter().cloned());
@@ -297,19 +351,32 @@ impl Engine {
 
     fn on_exit(&mut self, run: &str, code: Option<i32>, signal: Option<i32>) {
         let detail = self.exit_details(run);
-        let Some(l) = self.launches.get_mut(run) else { return };
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
         l.exit = Some((code, signal));
         if l.ending.is_none() {
             let ending = match (code, signal) {
                 (Some(0), _) => {
                     let view = self.state.run(run);
                     let missing: Vec<u32> = view
-                        .map(|v| v.ranks.values().filter(|r| !r.said_bye).map(|r| r.rank).collect())
+                        .map(|v| {
+                            v.ranks
+                                .values()
+                                .filter(|r| !r.said_bye)
+                                .map(|r| r.rank)
+                                .collect()
+                        })
                         .unwrap_or_default();
                     if missing.is_empty() {
                         (RunStatus::Completed, None)
                     } else {
-                        (RunStatus::Failed, Some(format!("launcher exited 0 but rank(s) {missing:?} sent no result")))
+                        (
+                            RunStatus::Failed,
+                            Some(format!(
+                                "launcher exited 0 but rank(s) {missing:?} sent no result"
+                            )),
+                        )
                     }
                 }
                 (c, s) => {
@@ -337,7 +404,10 @@ impl Engine {
         let mut found: Vec<String> = Vec::new();
         for line in text.lines().rev().take(400) {
             let t = line.trim();
-            if t.contains("exited with") || t.starts_with("exitcode") || t.starts_with("rank ") && t.contains("exitcode") {
+            if t.contains("exited with")
+                || t.starts_with("exitcode")
+                || t.starts_with("rank ") && t.contains("exitcode")
+            {
                 found.push(t.chars().take(160).collect());
             }
             if found.len() >= 4 {
@@ -349,17 +419,24 @@ impl Engine {
     }
 
     fn begin_stop(&mut self, run: &str, status: RunStatus, why: Option<String>) {
-        let Some(l) = self.launches.get_mut(run) else { return };
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
         if l.ending.is_none() {
             l.ending = Some((status, why));
         }
         // Ask nicely first: a worker finishing its step sends result and bye.
-        let _ = self.server.registry.command(run, ControlMsg::Command { cmd: Command::Stop });
+        let _ = self
+            .server
+            .registry
+            .command(run, ControlMsg::Command { cmd: Command::Stop });
         self.spawn_stop(run);
     }
 
     fn spawn_stop(&mut self, run: &str) {
-        let Some(l) = self.launches.get_mut(run) else { return };
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
         if l.stopping {
             return;
         }
@@ -375,12 +452,20 @@ impl Engine {
         let rid = run.to_string();
         tokio::spawn(async move {
             let (escalated_to, survivors) = procs::stop_tree(pgid, &pids, graces).await;
-            let _ = tx.send(SupEvent::StopDone { run: rid, escalated_to, survivors }).await;
+            let _ = tx
+                .send(SupEvent::StopDone {
+                    run: rid,
+                    escalated_to,
+                    survivors,
+                })
+                .await;
         });
     }
 
     fn on_stop_done(&mut self, run: &str, escalated_to: &'static str, survivors: Vec<u32>) {
-        let Some(l) = self.launches.get(run) else { return };
+        let Some(l) = self.launches.get(run) else {
+            return;
+        };
         // The launcher may still be ours to reap; wait for its exit before finalizing.
         if l.exit.is_none() && l.pgid.is_some_and(procs::alive) {
             if let Some(l) = self.launches.get_mut(run) {
@@ -389,7 +474,10 @@ impl Engine {
             self.spawn_stop(run);
             return;
         }
-        let (status, mut reason) = l.ending.clone().unwrap_or((RunStatus::Failed, Some("ended".into())));
+        let (status, mut reason) = l
+            .ending
+            .clone()
+            .unwrap_or((RunStatus::Failed, Some("ended".into())));
         if escalated_to != "none" && status != RunStatus::Completed {
             let r = reason.get_or_insert_with(String::new);
             r.push_str(&format!(" (process tree stopped with {escalated_to})"));
@@ -403,18 +491,28 @@ impl Engine {
         self.flush_events();
         let transport = nccl_log::transport_of_run(&run_dir);
         let unix = crate::util::unix_now();
-        let Some(view) = self.state.run_mut(run) else { return };
+        let Some(view) = self.state.run_mut(run) else {
+            return;
+        };
         view.transport = transport;
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();
         let scaling = summary::scaling(&view_snapshot, &self.state.runs);
         // The store first: a result is durable before anything reports it as final.
         if let Err(e) = self.store.finalize(&view_snapshot, scaling) {
-            self.state.push_message(Level::Error, Some(run), format!("could not store the result: {e}"));
+            self.state.push_message(
+                Level::Error,
+                Some(run),
+                format!("could not store the result: {e}"),
+            );
         }
         self.server.registry.close_run(run);
         self.launches.remove(run);
-        let level = if status == RunStatus::Completed { Level::Info } else { Level::Warn };
+        let level = if status == RunStatus::Completed {
+            Level::Info
+        } else {
+            Level::Warn
+        };
         let mut text = format!("{run} {}", status.as_str());
         if let Some(r) = &view_snapshot.reason {
             text.push_str(&format!(": {r}"));
@@ -433,7 +531,9 @@ impl Engine {
         let ids: Vec<String> = self.state.active_runs().map(|r| r.id.clone()).collect();
         for id in &ids {
             self.pull_output(id);
-            let Some(view) = self.state.run_mut(id) else { continue };
+            let Some(view) = self.state.run_mut(id) else {
+                continue;
+            };
             reduce::sample_throughput(view, now);
             let verdict = watchdog::check(view, now, &self.opts.watchdog);
             if let Some(why) = verdict {
@@ -449,7 +549,9 @@ impl Engine {
     }
 
     fn declare_hung(&mut self, run: &str, why: String, now: Instant) {
-        let Some(l) = self.launches.get_mut(run) else { return };
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
         if l.hung_at.is_some() || l.ending.is_some() {
             return;
         }
@@ -459,33 +561,60 @@ impl Engine {
         let mut report = vec![format!("hang detected: {why}")];
         if let Some(v) = self.state.run(run) {
             for r in v.ranks.values() {
-                let last = r.last_progress.map(|p| format!("{:.1} s ago", now.duration_since(p).as_secs_f64())).unwrap_or_else(|| "never".into());
-                report.push(format!("rank {}: step {}, phase {}, last progress {last}", r.rank, r.step, r.phase.map(|p| format!("{p:?}").to_lowercase()).unwrap_or_else(|| "unknown".into())));
+                let last = r
+                    .last_progress
+                    .map(|p| format!("{:.1} s ago", now.duration_since(p).as_secs_f64()))
+                    .unwrap_or_else(|| "never".into());
+                report.push(format!(
+                    "rank {}: step {}, phase {}, last progress {last}",
+                    r.rank,
+                    r.step,
+                    r.phase
+                        .map(|p| format!("{p:?}").to_lowercase())
+                        .unwrap_or_else(|| "unknown".into())
+                ));
             }
         }
         self.pending.push(EventRow::note(run, &report.join(" | ")));
         if let Some(v) = self.state.run_mut(run) {
             v.hang_report = report.clone();
         }
-        self.state.push_message(Level::Error, Some(run), format!("{run} HUNG: {why}; collecting evidence, then stopping it"));
+        self.state.push_message(
+            Level::Error,
+            Some(run),
+            format!("{run} HUNG: {why}; collecting evidence, then stopping it"),
+        );
         // Ask for a flight-recorder dump two ways (the worker's own thread, and torch's pipe),
         // give it a moment, then stop the tree.
-        let _ = self.server.registry.command(run, ControlMsg::Command { cmd: Command::DumpFr });
+        let _ = self.server.registry.command(
+            run,
+            ControlMsg::Command {
+                cmd: Command::DumpFr,
+            },
+        );
         crate::supervisor::flight::request_dump(&run_dir);
         let tx = self.tx.clone();
         let rid = run.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
-            let lines = tokio::task::spawn_blocking(move || crate::supervisor::flight::summarize(&run_dir))
-                .await
-                .unwrap_or_default();
-            let _ = tx.send(SupEvent::Evidence { run: rid.clone(), lines }).await;
+            let lines =
+                tokio::task::spawn_blocking(move || crate::supervisor::flight::summarize(&run_dir))
+                    .await
+                    .unwrap_or_default();
+            let _ = tx
+                .send(SupEvent::Evidence {
+                    run: rid.clone(),
+                    lines,
+                })
+                .await;
         });
         self.spawn_stop_after_evidence(run);
     }
 
     fn spawn_stop_after_evidence(&mut self, run: &str) {
-        let Some(l) = self.launches.get_mut(run) else { return };
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
         if l.stopping {
             return;
         }
@@ -502,21 +631,37 @@ impl Engine {
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3) + Duration::from_millis(300)).await;
             let (escalated_to, survivors) = procs::stop_tree(pgid, &pids, graces).await;
-            let _ = tx.send(SupEvent::StopDone { run: rid, escalated_to, survivors }).await;
+            let _ = tx
+                .send(SupEvent::StopDone {
+                    run: rid,
+                    escalated_to,
+                    survivors,
+                })
+                .await;
         });
     }
 
     /// Append new lines of the run's output.log to its log tail.
     fn pull_output(&mut self, run: &str) {
-        let Some(l) = self.launches.get_mut(run) else { return };
-        let Ok(mut f) = std::fs::File::open(l.run_dir.join("output.log")) else { return };
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
+        let Ok(mut f) = std::fs::File::open(l.run_dir.join("output.log")) else {
+            return;
+        };
         if f.seek(SeekFrom::Start(l.log_pos)).is_err() {
             return;
         }
         let mut buf = Vec::new();
-        let Ok(n) = f.take(256 * 1024).read_to_end(&mut buf) else { return };
+        let Ok(n) = f.take(256 * 1024).read_to_end(&mut buf) else {
+            return;
+        };
         // Only whole lines; a partial last line waits for the next tick.
-        let end = buf.iter().rposition(|&b| b == b'\n').map(|i| i + 1).unwrap_or(if n >= 256 * 1024 { n } else { 0 });
+        let end = buf
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map(|i| i + 1)
+            .unwrap_or(if n >= 256 * 1024 { n } else { 0 });
         l.log_pos += end as u64;
         if end == 0 {
             return;
@@ -537,7 +682,8 @@ impl Engine {
         }
         let rows = std::mem::take(&mut self.pending);
         if let Err(e) = self.store.add_events(&rows) {
-            self.state.push_message(Level::Error, None, format!("store: {e}"));
+            self.state
+                .push_message(Level::Error, None, format!("store: {e}"));
         }
     }
 
@@ -548,9 +694,14 @@ impl Engine {
             return;
         }
         self.stop_all("ddptop is exiting");
-        let deadline = Instant::now() + self.opts.stop_grace[0] + self.opts.stop_grace[1] + Duration::from_secs(10);
+        let deadline = Instant::now()
+            + self.opts.stop_grace[0]
+            + self.opts.stop_grace[1]
+            + Duration::from_secs(10);
         while self.has_active_runs() && Instant::now() < deadline {
-            if let Ok(ev) = tokio::time::timeout(Duration::from_millis(100), self.next_event()).await {
+            if let Ok(ev) =
+                tokio::time::timeout(Duration::from_millis(100), self.next_event()).await
+            {
                 self.apply(ev);
             }
         }
@@ -578,5 +729,8 @@ fn new_run_id() -> String {
     use rand::Rng;
     let secs = crate::util::unix_now() as i64;
     let (y, mo, d, h, mi, s) = crate::util::utc_parts(secs);
-    format!("r{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{:04x}", rand::rng().random::<u16>())
+    format!(
+        "r{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{:04x}",
+        rand::rng().random::<u16>()
+    )
 }

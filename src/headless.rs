@@ -15,7 +15,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         ExperimentArg::Probe => Experiment::Probe,
         ExperimentArg::Allreduce => Experiment::Allreduce,
     };
-    let resolved = crate::detect::resolve(a.backend, g.python.as_deref(), g.workers_dir.as_deref())?;
+    let resolved =
+        crate::detect::resolve(a.backend, g.python.as_deref(), g.workers_dir.as_deref())?;
     eprintln!("ddptop: {}", resolved.note);
     if resolved.backend == Backend::Nccl
         && let Some(&k) = a.k.iter().find(|&&k| k > resolved.gpus)
@@ -26,7 +27,10 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         Backend::Sim => {
             let p = a.profile.clone().unwrap_or_else(|| "h200-nvlink".into());
             if crate::costmodel::Profile::get(&p).is_none() {
-                anyhow::bail!("unknown profile `{p}`; known: {}", crate::costmodel::Profile::names().join(", "));
+                anyhow::bail!(
+                    "unknown profile `{p}`; known: {}",
+                    crate::costmodel::Profile::names().join(", ")
+                );
             }
             Some(p)
         }
@@ -59,7 +63,11 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         batch: a.batch.unwrap_or(experiment.default_batch()),
         epochs: a.epochs.max(1),
         samples: a.samples,
-        env: a.env.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect(),
+        env: a
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect(),
         inject: a.inject.clone(),
         control: false,
     };
@@ -67,7 +75,14 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     let mut plan: Vec<RunSpec> = a.k.iter().map(|&k| RunSpec { k, ..base.clone() }).collect();
     // The probe's control: the same probe at k=1, where there is no communication at all.
     if experiment == Experiment::Probe && !a.k.contains(&1) {
-        plan.insert(0, RunSpec { k: 1, control: true, ..base.clone() });
+        plan.insert(
+            0,
+            RunSpec {
+                k: 1,
+                control: true,
+                ..base.clone()
+            },
+        );
     }
     let mut ids = Vec::new();
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -116,11 +131,20 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         }
     }
     let ok = runs.iter().all(|r| r.status == RunStatus::Completed);
-    Ok(if interrupted { 130 } else if ok { 0 } else { 1 })
+    Ok(if interrupted {
+        130
+    } else if ok {
+        0
+    } else {
+        1
+    })
 }
 
 fn run_json(r: &RunView, state: &State) -> Value {
-    let agg = r.aggregate.as_ref().filter(|_| r.status == RunStatus::Completed);
+    let agg = r
+        .aggregate
+        .as_ref()
+        .filter(|_| r.status == RunStatus::Completed);
     let scaling = summary::scaling(r, &state.runs);
     let mut v = json!({
         "k": r.spec.k,
@@ -200,17 +224,31 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         "{} scaling — {}{}{} — batch {}{}\n",
         s.experiment.as_str(),
         note,
-        s.profile.as_ref().map(|p| format!(", profile {p}")).unwrap_or_default(),
-        if s.env.is_empty() { String::new() } else { format!(", env {}", s.toggle_badges().join(" ")) },
+        s.profile
+            .as_ref()
+            .map(|p| format!(", profile {p}"))
+            .unwrap_or_default(),
+        if s.env.is_empty() {
+            String::new()
+        } else {
+            format!(", env {}", s.toggle_badges().join(" "))
+        },
         s.batch,
-        if s.experiment == Experiment::Strong { " global" } else { " per rank" },
+        if s.experiment == Experiment::Strong {
+            " global"
+        } else {
+            " per rank"
+        },
     ));
     out.push_str(&format!(
         "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {}\n",
         "k", "run", "status", "samples/s", "per-rank min–max", "speedup", "efficiency", "notes"
     ));
     for r in runs {
-        let agg = r.aggregate.as_ref().filter(|_| r.status == RunStatus::Completed);
+        let agg = r
+            .aggregate
+            .as_ref()
+            .filter(|_| r.status == RunStatus::Completed);
         let sc = summary::scaling(r, &state.runs);
         let mut notes = Vec::new();
         if r.spec.control {
@@ -224,7 +262,10 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         }
         if r.status == RunStatus::Completed && !r.bench.is_empty() {
             let best = r.bench.iter().map(|b| b.busbw_gbs).fold(0.0, f64::max);
-            notes.push(format!("{} sizes, peak busbw {best:.1} GB/s", r.bench.len()));
+            notes.push(format!(
+                "{} sizes, peak busbw {best:.1} GB/s",
+                r.bench.len()
+            ));
         }
         if let Some(t) = &r.transport {
             notes.push(format!("via {t}"));
@@ -234,14 +275,21 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
             r.spec.k,
             r.id,
             r.status.as_str(),
-            agg.map(|a| format!("{:.1}", a.samples_per_s)).unwrap_or_else(|| "—".into()),
-            agg.map(|a| format!("{:.1}–{:.1}", a.rank_min, a.rank_max)).unwrap_or_else(|| "—".into()),
-            sc.map(|s| format!("{:.2}×", s.0)).unwrap_or_else(|| "—".into()),
-            sc.map(|s| format!("{:.1}%", s.1 * 100.0)).unwrap_or_else(|| "—".into()),
+            agg.map(|a| format!("{:.1}", a.samples_per_s))
+                .unwrap_or_else(|| "—".into()),
+            agg.map(|a| format!("{:.1}–{:.1}", a.rank_min, a.rank_max))
+                .unwrap_or_else(|| "—".into()),
+            sc.map(|s| format!("{:.2}×", s.0))
+                .unwrap_or_else(|| "—".into()),
+            sc.map(|s| format!("{:.1}%", s.1 * 100.0))
+                .unwrap_or_else(|| "—".into()),
             notes.join("; ")
         ));
         if r.status == RunStatus::Completed && !r.bench.is_empty() {
-            out.push_str(&format!("       {:>10} {:>12} {:>12} {:>12}\n", "size", "time µs", "algbw GB/s", "busbw GB/s"));
+            out.push_str(&format!(
+                "       {:>10} {:>12} {:>12} {:>12}\n",
+                "size", "time µs", "algbw GB/s", "busbw GB/s"
+            ));
             for b in &r.bench {
                 out.push_str(&format!(
                     "       {:>10} {:>12.1} {:>12.2} {:>12.2}\n",
@@ -254,7 +302,9 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         }
     }
     if runs.iter().any(|r| r.is_simulated()) {
-        out.push_str("SIMULATED: figures come from the cost model of the profile, not from a measurement.\n");
+        out.push_str(
+            "SIMULATED: figures come from the cost model of the profile, not from a measurement.\n",
+        );
     }
     out
 }
@@ -279,14 +329,21 @@ pub fn list_runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("{:<24} {:<10} {:>2} {:<5} {:<10} {:>12}  toggles", "run", "experiment", "k", "back", "status", "samples/s");
+        println!(
+            "{:<24} {:<10} {:>2} {:<5} {:<10} {:>12}  toggles",
+            "run", "experiment", "k", "back", "status", "samples/s"
+        );
         for r in &runs {
             println!(
                 "{:<24} {:<10} {:>2} {:<5} {:<10} {:>12}  {}",
                 r.id,
                 r.spec.experiment.as_str(),
                 r.spec.k,
-                if r.is_simulated() { "SIM" } else { r.spec.backend.as_str() },
+                if r.is_simulated() {
+                    "SIM"
+                } else {
+                    r.spec.backend.as_str()
+                },
                 r.status.as_str(),
                 r.aggregate
                     .as_ref()

@@ -10,7 +10,9 @@ pub fn data_dir(flag: Option<&std::path::Path>) -> PathBuf {
     if let Some(p) = std::env::var_os("DDPTOP_DATA_DIR").filter(|s| !s.is_empty()) {
         return PathBuf::from(p);
     }
-    base().map(|b| b.data_dir().join("ddptop")).unwrap_or_else(|| std::env::temp_dir().join("ddptop-data"))
+    base()
+        .map(|b| b.data_dir().join("ddptop"))
+        .unwrap_or_else(|| std::env::temp_dir().join("ddptop-data"))
 }
 
 /// `--config` > `DDPTOP_CONFIG` > `$XDG_CONFIG_HOME/ddptop/config.toml`.
@@ -25,7 +27,9 @@ pub fn config_file(flag: Option<&std::path::Path>) -> PathBuf {
 }
 
 pub fn config_dir() -> PathBuf {
-    base().map(|b| b.config_dir().join("ddptop")).unwrap_or_else(|| std::env::temp_dir().join("ddptop-config"))
+    base()
+        .map(|b| b.config_dir().join("ddptop"))
+        .unwrap_or_else(|| std::env::temp_dir().join("ddptop-config"))
 }
 
 /// Parent of the private socket directory: `$XDG_RUNTIME_DIR`, else the temp dir. Socket paths

@@ -136,7 +136,10 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
-        let store = Store { conn, path: path.to_path_buf() };
+        let store = Store {
+            conn,
+            path: path.to_path_buf(),
+        };
         store.mark_orphaned_runs()?;
         Ok(store)
     }
@@ -199,7 +202,12 @@ impl Store {
         Ok(())
     }
 
-    pub fn set_running(&self, id: &str, pids: &[u32], versions: &std::collections::BTreeMap<String, String>) -> anyhow::Result<()> {
+    pub fn set_running(
+        &self,
+        id: &str,
+        pids: &[u32],
+        versions: &std::collections::BTreeMap<String, String>,
+    ) -> anyhow::Result<()> {
         self.conn.execute(
             "UPDATE runs SET status = CASE WHEN status='starting' THEN 'running' ELSE status END, pids_json=?2, versions_json=?3 WHERE id=?1",
             params![id, serde_json::to_string(pids)?, serde_json::to_string(versions)?],
@@ -213,7 +221,9 @@ impl Store {
         }
         let tx = self.conn.transaction()?;
         {
-            let mut stmt = tx.prepare_cached("INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,?3,?4,?5)")?;
+            let mut stmt = tx.prepare_cached(
+                "INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,?3,?4,?5)",
+            )?;
             for e in rows {
                 stmt.execute(params![e.run_id, e.unix, e.rank, e.kind, e.body])?;
             }
@@ -295,7 +305,11 @@ impl Store {
                     _ => Backend::Sim,
                 },
                 profile: r.get(4)?,
-                model: if r.get::<_, String>(5)? == "tiny" { ModelName::Tiny } else { ModelName::Resnet18 },
+                model: if r.get::<_, String>(5)? == "tiny" {
+                    ModelName::Tiny
+                } else {
+                    ModelName::Resnet18
+                },
                 batch: r.get(6)?,
                 epochs: r.get(7)?,
                 samples: r.get::<_, i64>(8)? as u64,
@@ -356,7 +370,9 @@ impl Store {
         let mut stmt = self.conn.prepare_cached(
             "SELECT type, body FROM events WHERE run_id=?1 AND type IN ('probe','bench','buckets','log','ddptop') ORDER BY seq",
         )?;
-        let rows = stmt.query_map([&run.id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let rows = stmt.query_map([&run.id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })?;
         for row in rows {
             let (kind, body) = row?;
             match kind.as_str() {
@@ -374,7 +390,10 @@ impl Store {
                             rv.buckets = Some(b as Buckets);
                         }
                     }
-                    Ok(WorkerMsg::Log(l)) => crate::app::reduce::push_tail(run, format!("[rank {}] {:?}: {}", l.rank, l.level, l.msg)),
+                    Ok(WorkerMsg::Log(l)) => crate::app::reduce::push_tail(
+                        run,
+                        format!("[rank {}] {:?}: {}", l.rank, l.level, l.msg),
+                    ),
                     _ => {}
                 },
             }
@@ -415,7 +434,14 @@ mod tests {
         };
         let s = spec();
         store
-            .insert_run(&NewRun { id: "r1", spec: &s, sweep: Some("s1"), command: &cmd, started_unix: 5.0, run_dir: dir.path() })
+            .insert_run(&NewRun {
+                id: "r1",
+                spec: &s,
+                sweep: Some("s1"),
+                command: &cmd,
+                started_unix: 5.0,
+                run_dir: dir.path(),
+            })
             .unwrap();
         let mut run = RunView::new("r1".into(), s.clone(), std::time::Instant::now(), 5.0);
         run.status = RunStatus::Completed;
@@ -430,7 +456,10 @@ mod tests {
         assert_eq!(l.status, RunStatus::Completed);
         assert_eq!(l.spec, s);
         assert_eq!(l.aggregate.as_ref().unwrap().samples_per_s, 190.0);
-        let environ: String = store.conn.query_row("SELECT environ_json FROM runs", [], |r| r.get(0)).unwrap();
+        let environ: String = store
+            .conn
+            .query_row("SELECT environ_json FROM runs", [], |r| r.get(0))
+            .unwrap();
         assert!(!environ.contains("secret") && environ.contains("<redacted>"));
     }
 
@@ -439,12 +468,26 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
         let store = Store::open(&path).unwrap();
-        let cmd = CommandLine { argv: vec!["x".into()], env: Default::default(), cwd: dir.path().into() };
+        let cmd = CommandLine {
+            argv: vec!["x".into()],
+            env: Default::default(),
+            cwd: dir.path().into(),
+        };
         store
-            .insert_run(&NewRun { id: "ghost", spec: &spec(), sweep: None, command: &cmd, started_unix: 1.0, run_dir: dir.path() })
+            .insert_run(&NewRun {
+                id: "ghost",
+                spec: &spec(),
+                sweep: None,
+                command: &cmd,
+                started_unix: 1.0,
+                run_dir: dir.path(),
+            })
             .unwrap();
         // Pretend a dead process owned it (pid 0x7fff_fff0 does not exist).
-        store.conn.execute("UPDATE runs SET owner_pid=2147483632", []).unwrap();
+        store
+            .conn
+            .execute("UPDATE runs SET owner_pid=2147483632", [])
+            .unwrap();
         drop(store);
         let store = Store::open(&path).unwrap();
         assert_eq!(store.status_of("ghost").unwrap().as_deref(), Some("failed"));

@@ -26,11 +26,11 @@ pub fn fmt_bytes(b: u64) -> String {
 /// Power-of-two sizes as nccl-tests prints them: 1K, 64M, 256M.
 pub fn fmt_size_pow2(b: u64) -> String {
     const K: u64 = 1024;
-    if b >= K * K * K && b % (K * K * K) == 0 {
+    if b >= K * K * K && b.is_multiple_of(K * K * K) {
         format!("{}G", b / (K * K * K))
-    } else if b >= K * K && b % (K * K) == 0 {
+    } else if b >= K * K && b.is_multiple_of(K * K) {
         format!("{}M", b / (K * K))
-    } else if b >= K && b % K == 0 {
+    } else if b >= K && b.is_multiple_of(K) {
         format!("{}K", b / K)
     } else {
         format!("{b}")
@@ -62,7 +62,14 @@ pub fn utc_parts(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
     let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d, (rem / 3600) as u32, (rem % 3600 / 60) as u32, (rem % 60) as u32)
+    (
+        y,
+        m,
+        d,
+        (rem / 3600) as u32,
+        (rem % 3600 / 60) as u32,
+        (rem % 60) as u32,
+    )
 }
 
 #[cfg(test)]

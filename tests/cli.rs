@@ -11,7 +11,10 @@ fn help_and_version() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("run") && help.contains("runs"));
-    assert!(!help.lines().any(|l| l.trim_start().starts_with("worker")), "the worker subcommand is hidden");
+    assert!(
+        !help.lines().any(|l| l.trim_start().starts_with("worker")),
+        "the worker subcommand is hidden"
+    );
     let out = ddptop(d.path()).arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ddptop "));
     let out = ddptop(d.path()).args(["run", "--help"]).output().unwrap();
@@ -26,7 +29,10 @@ fn bad_flags_exit_2_with_a_clear_message() {
         (vec!["run", "sideways"], "sideways"),
         (vec!["run", "weak", "--k", "0"], "0"),
         (vec!["run", "weak", "--env", "NOEQUALS"], "KEY=VAL"),
-        (vec!["run", "weak", "--inject", "explode:3"], "unknown fault"),
+        (
+            vec!["run", "weak", "--inject", "explode:3"],
+            "unknown fault",
+        ),
         (vec!["run", "weak", "--backend", "mpi"], "mpi"),
     ] {
         let out = ddptop(d.path()).args(&args).output().unwrap();
@@ -39,22 +45,59 @@ fn bad_flags_exit_2_with_a_clear_message() {
 #[test]
 fn unknown_profile_is_a_one_line_error() {
     let d = tempfile::tempdir().unwrap();
-    let out = ddptop(d.path()).args(["run", "weak", "--backend", "sim", "--profile", "tpu"]).output().unwrap();
+    let out = ddptop(d.path())
+        .args(["run", "weak", "--backend", "sim", "--profile", "tpu"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unknown profile `tpu`") && err.contains("book-pcie"), "{err}");
+    assert!(
+        err.contains("unknown profile `tpu`") && err.contains("book-pcie"),
+        "{err}"
+    );
 }
 
 #[test]
 fn json_schema_and_runs_listing() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["weak", "--k", "1,2", "--backend", "sim", "--sim-speed", "20", "--samples", "20000"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "1,2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--samples",
+            "20000",
+        ],
+    );
     assert!(out.status.success());
-    for key in ["experiment", "backend", "simulated", "profile", "toggles", "sweep", "runs"] {
+    for key in [
+        "experiment",
+        "backend",
+        "simulated",
+        "profile",
+        "toggles",
+        "sweep",
+        "runs",
+    ] {
         assert!(doc.get(key).is_some(), "missing {key}");
     }
     for r in doc["runs"].as_array().unwrap() {
-        for key in ["k", "run_id", "status", "samples_per_s", "per_rank_samples_per_s", "spread", "speedup", "efficiency", "worker_pids"] {
+        for key in [
+            "k",
+            "run_id",
+            "status",
+            "samples_per_s",
+            "per_rank_samples_per_s",
+            "spread",
+            "speedup",
+            "efficiency",
+            "worker_pids",
+        ] {
             assert!(r.get(key).is_some(), "run missing {key}");
         }
         assert!(r["spread"]["min"].as_f64().unwrap() <= r["spread"]["max"].as_f64().unwrap());
@@ -62,18 +105,46 @@ fn json_schema_and_runs_listing() {
     let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 2);
-    assert!(runs.as_array().unwrap().iter().all(|r| r["status"] == "completed" && r["simulated"] == true));
+    assert!(
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "completed" && r["simulated"] == true)
+    );
 }
 
 #[test]
 fn sigkill_mid_run_leaves_an_intact_database() {
     let d = tempfile::tempdir().unwrap();
     // One finished run first.
-    let (_, first) = run_json(d.path(), &["weak", "--k", "1", "--backend", "sim", "--sim-speed", "20", "--samples", "10000"]);
+    let (_, first) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "1",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--samples",
+            "10000",
+        ],
+    );
     let done_id = first["runs"][0]["run_id"].as_str().unwrap().to_string();
     // Then a long run, SIGKILLed while going.
     let mut child = ddptop(d.path())
-        .args(["run", "weak", "--k", "2", "--backend", "sim", "--sim-speed", "1", "--json"])
+        .args([
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "1",
+            "--json",
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -83,13 +154,26 @@ fn sigkill_mid_run_leaves_an_intact_database() {
     child.wait().unwrap();
     // The orphaned sim ranks exit by their dead-man switch once the socket closes.
     let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let runs = runs.as_array().unwrap();
-    let done = runs.iter().find(|r| r["run_id"] == done_id.as_str()).unwrap();
+    let done = runs
+        .iter()
+        .find(|r| r["run_id"] == done_id.as_str())
+        .unwrap();
     assert_eq!(done["status"], "completed");
     assert!(done["samples_per_s"].as_f64().unwrap() > 0.0);
-    let killed = runs.iter().find(|r| r["run_id"] != done_id.as_str()).unwrap();
-    assert_eq!(killed["status"], "failed", "a run whose ddptop died is not left 'running'");
+    let killed = runs
+        .iter()
+        .find(|r| r["run_id"] != done_id.as_str())
+        .unwrap();
+    assert_eq!(
+        killed["status"], "failed",
+        "a run whose ddptop died is not left 'running'"
+    );
     assert!(killed["samples_per_s"].is_null());
 }

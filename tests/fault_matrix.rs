@@ -10,11 +10,21 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn python() -> Option<String> {
-    let py = std::env::var("DDPTOP_PYTHON").ok().filter(|p| !p.is_empty());
-    if py.as_ref().is_some_and(|p| Command::new(p).args(["-c", "import torch"]).output().is_ok_and(|o| o.status.success())) {
+    let py = std::env::var("DDPTOP_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty());
+    if py.as_ref().is_some_and(|p| {
+        Command::new(p)
+            .args(["-c", "import torch"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) {
         return py;
     }
-    assert!(std::env::var_os("CI").is_none(), "CI must provide DDPTOP_PYTHON with torch");
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide DDPTOP_PYTHON with torch"
+    );
     eprintln!("SKIPPED: set DDPTOP_PYTHON to a python with torch to run the fault matrix");
     None
 }
@@ -29,7 +39,23 @@ fn start(py: &str, extra: &[&str]) -> Cell {
     let dir = tempfile::tempdir().unwrap();
     let child = ddptop(dir.path())
         .env("DDPTOP_PYTHON", py)
-        .args(["run", "weak", "--k", "2", "--backend", "gloo", "--model", "tiny", "--batch", "16", "--samples", "1024", "--epochs", "40", "--json"])
+        .args([
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "gloo",
+            "--model",
+            "tiny",
+            "--batch",
+            "16",
+            "--samples",
+            "1024",
+            "--epochs",
+            "40",
+            "--json",
+        ])
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -40,10 +66,22 @@ fn start(py: &str, extra: &[&str]) -> Cell {
 
 /// (run id, worker pids, status) of the only run in the store.
 fn run_row(dir: &std::path::Path) -> Option<(String, Vec<u32>, String)> {
-    let conn = rusqlite::Connection::open_with_flags(dir.join("runs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
-    conn.query_row("SELECT id, pids_json, status FROM runs ORDER BY started_unix DESC LIMIT 1", [], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
-    })
+    let conn = rusqlite::Connection::open_with_flags(
+        dir.join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .ok()?;
+    conn.query_row(
+        "SELECT id, pids_json, status FROM runs ORDER BY started_unix DESC LIMIT 1",
+        [],
+        |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+            ))
+        },
+    )
     .ok()
     .map(|(id, pids, st)| (id, serde_json::from_str(&pids).unwrap_or_default(), st))
 }
@@ -101,12 +139,25 @@ fn assert_gone(pids: &[u32], within: Duration) {
 /// The store opens, the run has `status`, and shows no throughput unless it completed.
 fn assert_stored(dir: &std::path::Path, id: &str, status: &str) -> serde_json::Value {
     let out = ddptop(dir).args(["runs", "--json"]).output().unwrap();
-    assert!(out.status.success(), "store did not open: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "store did not open: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let run = runs.as_array().unwrap().iter().find(|r| r["run_id"] == id).cloned().expect("run in store");
+    let run = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == id)
+        .cloned()
+        .expect("run in store");
     assert_eq!(run["status"], status, "{run:#}");
     if status != "completed" {
-        assert!(run["samples_per_s"].is_null(), "stale numbers for a {status} run: {run:#}");
+        assert!(
+            run["samples_per_s"].is_null(),
+            "stale numbers for a {status} run: {run:#}"
+        );
     }
     run
 }
@@ -116,7 +167,10 @@ fn signal_cell(py: &str, sig: i32, expect_code: i32) {
     let (id, pids) = wait_running(&cell);
     let launcher = launcher_of(cell.child.id()).expect("launcher");
     unsafe { libc::kill(cell.child.id() as i32, sig) };
-    assert_eq!(wait_exit(&mut cell.child, Duration::from_secs(40)), Some(expect_code));
+    assert_eq!(
+        wait_exit(&mut cell.child, Duration::from_secs(40)),
+        Some(expect_code)
+    );
     let mut all = pids.clone();
     all.push(launcher);
     assert_gone(&all, Duration::from_secs(5));
@@ -144,7 +198,13 @@ fn fault_matrix_gloo() {
         all.push(launcher);
         assert_gone(&all, Duration::from_secs(20));
         let run = assert_stored(cell.dir.path(), &id, "failed");
-        assert!(run["reason"].as_str().unwrap().contains("ended before this run finished"), "{run:#}");
+        assert!(
+            run["reason"]
+                .as_str()
+                .unwrap()
+                .contains("ended before this run finished"),
+            "{run:#}"
+        );
     }
 
     // A worker SIGKILLed: torchrun stops the other rank and exits non-zero; the run fails.
@@ -170,7 +230,10 @@ fn fault_matrix_gloo() {
         assert_eq!(wait_exit(&mut cell.child, Duration::from_secs(60)), Some(1));
         assert_gone(&pids, Duration::from_secs(5));
         let run = assert_stored(cell.dir.path(), &id, "failed");
-        assert!(run["reason"].as_str().unwrap().contains("signal 9"), "{run:#}");
+        assert!(
+            run["reason"].as_str().unwrap().contains("signal 9"),
+            "{run:#}"
+        );
     }
 
     // A worker raising an exception: failed, with the launcher's exit code.

@@ -5,8 +5,14 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 fn cases() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/protocol/cases.jsonl")).unwrap();
-    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/protocol/cases.jsonl"
+    ))
+    .unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -18,14 +24,22 @@ fn every_fixture_is_accepted_or_rejected_as_it_says() {
         let name = c["name"].as_str().unwrap();
         let accepted_type = match c["dir"].as_str().unwrap() {
             "worker" => parse_worker(raw).map(|m| m.type_name().to_string()),
-            _ => parse_control(raw).map(|m| serde_json::to_value(&m).unwrap()["type"].as_str().unwrap().to_string()),
+            _ => parse_control(raw).map(|m| {
+                serde_json::to_value(&m).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }),
         };
         match c["expect"].as_str().unwrap() {
             "accept" => {
                 let t = accepted_type.unwrap_or_else(|e| panic!("{name}: rejected: {e}"));
                 assert_eq!(t, c["type"].as_str().unwrap(), "{name}");
             }
-            "reject" => assert!(accepted_type.is_err(), "{name}: accepted but must be rejected"),
+            "reject" => assert!(
+                accepted_type.is_err(),
+                "{name}: accepted but must be rejected"
+            ),
             other => panic!("{name}: unknown expectation {other}"),
         }
     }
@@ -33,12 +47,19 @@ fn every_fixture_is_accepted_or_rejected_as_it_says() {
 
 #[test]
 fn every_example_in_the_docs_is_a_fixture() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/protocol.md")).unwrap();
-    let raws: Vec<String> = cases().iter().map(|c| c["raw"].as_str().unwrap().to_string()).collect();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/protocol.md")).unwrap();
+    let raws: Vec<String> = cases()
+        .iter()
+        .map(|c| c["raw"].as_str().unwrap().to_string())
+        .collect();
     let mut n = 0;
     for block in doc.split("```json\n").skip(1) {
         let example = block.split("\n```").next().unwrap();
-        assert!(raws.iter().any(|r| r == example), "doc example is not a fixture: {example}");
+        assert!(
+            raws.iter().any(|r| r == example),
+            "doc example is not a fixture: {example}"
+        );
         n += 1;
     }
     assert!(n >= 15, "expected an example per message type, found {n}");
@@ -46,7 +67,10 @@ fn every_example_in_the_docs_is_a_fixture() {
 
 #[test]
 fn serialized_messages_round_trip() {
-    for c in cases().iter().filter(|c| c["expect"] == "accept" && c["dir"] == "worker") {
+    for c in cases()
+        .iter()
+        .filter(|c| c["expect"] == "accept" && c["dir"] == "worker")
+    {
         let m = parse_worker(c["raw"].as_str().unwrap()).unwrap();
         assert_eq!(parse_worker(&m.to_line()).unwrap(), m);
     }

@@ -5,19 +5,44 @@ mod common;
 use common::*;
 
 fn speedups(doc: &serde_json::Value) -> Vec<f64> {
-    doc["runs"].as_array().unwrap().iter().map(|r| r["speedup"].as_f64().unwrap()).collect()
+    doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["speedup"].as_f64().unwrap())
+        .collect()
 }
 
 #[test]
 fn weak_scaling_book_pcie_matches_the_book() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["weak", "--k", "1,2,4", "--backend", "sim", "--profile", "book-pcie", "--sim-speed", "20"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "1,2,4",
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            "20",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(doc["simulated"], true);
     for r in doc["runs"].as_array().unwrap() {
         assert_eq!(r["status"], "completed");
         assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
-        assert_eq!(r["per_rank_samples_per_s"].as_array().unwrap().len() as u64, r["k"].as_u64().unwrap());
+        assert_eq!(
+            r["per_rank_samples_per_s"].as_array().unwrap().len() as u64,
+            r["k"].as_u64().unwrap()
+        );
     }
     let s = speedups(&doc);
     // Profile noise is 1% per step; means over an epoch are well inside these bands.
@@ -30,19 +55,37 @@ fn weak_scaling_book_pcie_matches_the_book() {
 #[test]
 fn weak_scaling_h200_matches_baseline_and_shows_buckets() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["weak", "--k", "1,2", "--backend", "sim", "--profile", "h200-nvlink", "--sim-speed", "20"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "1,2",
+            "--backend",
+            "sim",
+            "--profile",
+            "h200-nvlink",
+            "--sim-speed",
+            "20",
+        ],
+    );
     assert!(out.status.success());
     let runs = doc["runs"].as_array().unwrap();
     let k1 = runs[0]["samples_per_s"].as_f64().unwrap();
     assert!((k1 - 5600.0).abs() < 250.0, "k=1 {k1}");
     let s = speedups(&doc);
     assert!((s[1] - 1.96).abs() < 0.05, "k=2 speedup {}", s[1]);
-    let tl = runs[1]["timeline"].as_array().expect("k=2 has a bucket timeline");
+    let tl = runs[1]["timeline"]
+        .as_array()
+        .expect("k=2 has a bucket timeline");
     let buckets = tl[0]["buckets"].as_array().unwrap();
     assert_eq!(buckets.len(), 3);
     for b in buckets {
         let ms = b["comm_ms"].as_f64().unwrap();
-        assert!(ms > 0.03 && ms < 0.4, "bucket all-reduce {ms} ms is not tens-to-hundreds of µs");
+        assert!(
+            ms > 0.03 && ms < 0.4,
+            "bucket all-reduce {ms} ms is not tens-to-hundreds of µs"
+        );
     }
     assert_no_survivors(&doc);
 }
@@ -50,7 +93,20 @@ fn weak_scaling_h200_matches_baseline_and_shows_buckets() {
 #[test]
 fn strong_scaling_splits_the_global_batch() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["strong", "--k", "1,2", "--backend", "sim", "--sim-speed", "20", "--samples", "20000"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "strong",
+            "--k",
+            "1,2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--samples",
+            "20000",
+        ],
+    );
     assert!(out.status.success());
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs[0]["per_rank_batch"], 512);
@@ -62,12 +118,30 @@ fn strong_scaling_splits_the_global_batch() {
 fn hang_is_detected_within_the_threshold_and_stopped() {
     let d = tempfile::tempdir().unwrap();
     let t0 = std::time::Instant::now();
-    let (out, doc) = run_json(d.path(), &["weak", "--k", "2", "--backend", "sim", "--sim-speed", "20", "--inject", "hang:20", "--hang-floor", "3"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--inject",
+            "hang:20",
+            "--hang-floor",
+            "3",
+        ],
+    );
     let took = t0.elapsed().as_secs_f64();
     assert_eq!(out.status.code(), Some(1));
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "hung");
-    assert!(r["samples_per_s"].is_null(), "a hung run shows no throughput");
+    assert!(
+        r["samples_per_s"].is_null(),
+        "a hung run shows no throughput"
+    );
     let why = r["reason"].as_str().unwrap();
     assert!(why.contains("stuck at step 20"), "{why}");
     assert!(r["hang_report"].as_array().unwrap().len() >= 3);
@@ -79,17 +153,49 @@ fn hang_is_detected_within_the_threshold_and_stopped() {
 #[test]
 fn silent_rank_is_hung() {
     let d = tempfile::tempdir().unwrap();
-    let (_, doc) = run_json(d.path(), &["weak", "--k", "2", "--backend", "sim", "--sim-speed", "20", "--inject", "silent:10", "--hang-floor", "3"]);
+    let (_, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--inject",
+            "silent:10",
+            "--hang-floor",
+            "3",
+        ],
+    );
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "hung");
-    assert!(r["reason"].as_str().unwrap().contains("rank 1 silent"), "{}", r["reason"]);
+    assert!(
+        r["reason"].as_str().unwrap().contains("rank 1 silent"),
+        "{}",
+        r["reason"]
+    );
     assert_no_survivors(&doc);
 }
 
 #[test]
 fn crash_fails_the_run_with_the_exit_code() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["weak", "--k", "2", "--backend", "sim", "--sim-speed", "20", "--inject", "crash:15"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--inject",
+            "crash:15",
+        ],
+    );
     assert_eq!(out.status.code(), Some(1));
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "failed");
@@ -102,7 +208,22 @@ fn crash_fails_the_run_with_the_exit_code() {
 #[test]
 fn garbage_and_intruders_are_rejected_while_the_run_completes() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["weak", "--k", "2", "--backend", "sim", "--sim-speed", "20", "--inject", "garbage", "--samples", "20000"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--inject",
+            "garbage",
+            "--samples",
+            "20000",
+        ],
+    );
     assert!(out.status.success());
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "completed");
@@ -116,7 +237,10 @@ fn garbage_and_intruders_are_rejected_while_the_run_completes() {
 #[test]
 fn probe_runs_with_a_k1_control() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(d.path(), &["probe", "--k", "2", "--backend", "sim", "--sim-speed", "20"]);
+    let (out, doc) = run_json(
+        d.path(),
+        &["probe", "--k", "2", "--backend", "sim", "--sim-speed", "20"],
+    );
     assert!(out.status.success());
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
@@ -125,19 +249,63 @@ fn probe_runs_with_a_k1_control() {
     for r in runs {
         let p = &r["probe"];
         assert_eq!(p["synced_ms"]["blocks"], 15);
-        assert!(p["synced_ms"]["median"].as_f64().unwrap() > p["no_sync_ms"]["median"].as_f64().unwrap());
+        assert!(
+            p["synced_ms"]["median"].as_f64().unwrap()
+                > p["no_sync_ms"]["median"].as_f64().unwrap()
+        );
     }
 }
 
 #[test]
 fn allreduce_sweep_has_a_row_per_size_and_the_memcpy_ratio() {
     let d = tempfile::tempdir().unwrap();
-    let (_, base) = run_json(d.path(), &["allreduce", "--k", "2", "--backend", "sim", "--profile", "book-pcie", "--sim-speed", "20"]);
-    let (_, memcpy) = run_json(d.path(), &["allreduce", "--k", "2", "--backend", "sim", "--profile", "book-pcie", "--sim-speed", "20", "--env", "NCCL_SHM_USE_CUDA_MEMCPY=1", "--sim-noise", "0"]);
+    let (_, base) = run_json(
+        d.path(),
+        &[
+            "allreduce",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            "20",
+        ],
+    );
+    let (_, memcpy) = run_json(
+        d.path(),
+        &[
+            "allreduce",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            "20",
+            "--env",
+            "NCCL_SHM_USE_CUDA_MEMCPY=1",
+            "--sim-noise",
+            "0",
+        ],
+    );
     let rows = base["runs"][0]["bench"].as_array().unwrap();
-    assert_eq!(rows.len(), 10, "1 KiB … 256 MiB ×4 is 10 sizes; 64 MiB is among them");
+    assert_eq!(
+        rows.len(),
+        10,
+        "1 KiB … 256 MiB ×4 is 10 sizes; 64 MiB is among them"
+    );
     let at = |doc: &serde_json::Value, bytes: u64| {
-        doc["runs"][0]["bench"].as_array().unwrap().iter().find(|r| r["bytes"] == bytes).unwrap()["busbw_gbs"].as_f64().unwrap()
+        doc["runs"][0]["bench"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["bytes"] == bytes)
+            .unwrap()["busbw_gbs"]
+            .as_f64()
+            .unwrap()
     };
     let ratio = at(&memcpy, 64 << 20) / at(&base, 64 << 20);
     assert!((ratio - 5.0).abs() < 0.4, "memcpy ratio {ratio}");
@@ -146,7 +314,24 @@ fn allreduce_sweep_has_a_row_per_size_and_the_memcpy_ratio() {
 #[test]
 fn book_deadlock_mode_hangs_training() {
     let d = tempfile::tempdir().unwrap();
-    let (_, doc) = run_json(d.path(), &["weak", "--k", "2", "--backend", "sim", "--profile", "book-pcie", "--sim-speed", "20", "--env", "NCCL_SHM_USE_CUDA_MEMCPY=1", "--hang-floor", "3"]);
+    let (_, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            "20",
+            "--env",
+            "NCCL_SHM_USE_CUDA_MEMCPY=1",
+            "--hang-floor",
+            "3",
+        ],
+    );
     assert_eq!(doc["runs"][0]["status"], "hung");
     assert_no_survivors(&doc);
 }

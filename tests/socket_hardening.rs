@@ -8,22 +8,39 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-fn socket_and_token(data: &std::path::Path, ddptop_pid: u32) -> (std::path::PathBuf, String, String) {
+fn socket_and_token(
+    data: &std::path::Path,
+    ddptop_pid: u32,
+) -> (std::path::PathBuf, String, String) {
     let sock = data.join(format!("ddptop-{ddptop_pid}")).join("s.sock");
     let t0 = Instant::now();
     loop {
         // A rank process of the run carries the token and run id in its environment.
-        let conn = rusqlite::Connection::open_with_flags(data.join("runs.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY);
+        let conn = rusqlite::Connection::open_with_flags(
+            data.join("runs.db"),
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        );
         let pids: Vec<u32> = conn
             .ok()
-            .and_then(|c| c.query_row("SELECT pids_json FROM runs LIMIT 1", [], |r| r.get::<_, String>(0)).ok())
+            .and_then(|c| {
+                c.query_row("SELECT pids_json FROM runs LIMIT 1", [], |r| {
+                    r.get::<_, String>(0)
+                })
+                .ok()
+            })
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or_default();
         if let Some(pid) = pids.first()
             && let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
         {
-            let vars: Vec<String> = env.split(|b| *b == 0).map(|v| String::from_utf8_lossy(v).into_owned()).collect();
-            let get = |k: &str| vars.iter().find_map(|v| v.strip_prefix(&format!("{k}=")).map(str::to_string));
+            let vars: Vec<String> = env
+                .split(|b| *b == 0)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+                .collect();
+            let get = |k: &str| {
+                vars.iter()
+                    .find_map(|v| v.strip_prefix(&format!("{k}=")).map(str::to_string))
+            };
             if let (Some(t), Some(r)) = (get("DDPTOP_TOKEN"), get("DDPTOP_RUN_ID")) {
                 return (sock, t, r);
             }
@@ -51,21 +68,39 @@ fn intruders_do_not_disturb_a_run() {
     let d = tempfile::tempdir().unwrap();
     // A run of about 15 s wall time; rank 0 floods its own connection with 100k bad lines.
     let child = ddptop(d.path())
-        .args(["run", "weak", "--k", "2", "--backend", "sim", "--sim-speed", "3", "--samples", "30000", "--inject", "garbage:100000", "--json"])
+        .args([
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "3",
+            "--samples",
+            "30000",
+            "--inject",
+            "garbage:100000",
+            "--json",
+        ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let (sock, token, run) = socket_and_token(d.path(), child.id());
 
-    let idle: Vec<UnixStream> = (0..1000).map(|_| UnixStream::connect(&sock).expect("connect")).collect();
+    let idle: Vec<UnixStream> = (0..1000)
+        .map(|_| UnixStream::connect(&sock).expect("connect"))
+        .collect();
 
     let s = UnixStream::connect(&sock).unwrap();
-    (&s).write_all(format!("{}\n", hello(&"0".repeat(64), &run, 0)).as_bytes()).unwrap();
+    (&s).write_all(format!("{}\n", hello(&"0".repeat(64), &run, 0)).as_bytes())
+        .unwrap();
     assert!(answer(&s).contains("bad_token"));
 
     let s = UnixStream::connect(&sock).unwrap();
-    (&s).write_all(format!("{}\n", hello(&token, &run, 1)).as_bytes()).unwrap();
+    (&s).write_all(format!("{}\n", hello(&token, &run, 1)).as_bytes())
+        .unwrap();
     assert!(answer(&s).contains("duplicate_rank"));
 
     let s = UnixStream::connect(&sock).unwrap();
@@ -88,7 +123,10 @@ fn intruders_do_not_disturb_a_run() {
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "completed", "{r:#}");
     assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
-    assert_eq!(r["bad_lines"], 100_000, "every bad line on the rank's own connection is counted");
+    assert_eq!(
+        r["bad_lines"], 100_000,
+        "every bad line on the rank's own connection is counted"
+    );
     // The sim's own two intruders plus our wrong token and duplicate rank (the 10 MB line and
     // the garbage stranger are refused before they name a run, so they count only as messages).
     assert_eq!(r["rejected_connections"], 4, "{r:#}");

@@ -24,7 +24,8 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
     {
         rank.step = step;
         if let Some(prev) = rank.last_progress {
-            run.progress_gaps.push_back(now.duration_since(prev).as_secs_f64());
+            run.progress_gaps
+                .push_back(now.duration_since(prev).as_secs_f64());
             while run.progress_gaps.len() > RECENT_GAPS {
                 run.progress_gaps.pop_front();
             }
@@ -114,7 +115,11 @@ pub fn push_tail(run: &mut RunView, line: String) {
 pub fn sample_throughput(run: &mut RunView, now: Instant) {
     let Some(start) = run.started else { return };
     let t = now.duration_since(start).as_secs_f64();
-    if run.throughput.last().is_some_and(|(last, _)| t - last < 1.0) {
+    if run
+        .throughput
+        .last()
+        .is_some_and(|(last, _)| t - last < 1.0)
+    {
         return;
     }
     if let Some(sps) = summary::live_throughput(run, now, 5.0) {
@@ -177,7 +182,12 @@ mod tests {
     fn aggregate_ignores_warmup_and_sums_ranks() {
         let now = Instant::now();
         let mut run = RunView::new("r".into(), spec(), now, 0.0);
-        for m in [epoch(0, 0, 1.0, true), epoch(1, 0, 1.0, true), epoch(0, 1, 100.0, false), epoch(1, 1, 90.0, false)] {
+        for m in [
+            epoch(0, 0, 1.0, true),
+            epoch(1, 0, 1.0, true),
+            epoch(0, 1, 100.0, false),
+            epoch(1, 1, 90.0, false),
+        ] {
             apply_worker(&mut run, &m, now);
         }
         let a = run.aggregate.clone().unwrap();
@@ -189,7 +199,12 @@ mod tests {
     fn finished_runs_ignore_late_messages() {
         let now = Instant::now();
         let mut run = RunView::new("r".into(), spec(), now, 0.0);
-        finish(&mut run, RunStatus::Failed, Some("rank 1 exited with 3".into()), 1.0);
+        finish(
+            &mut run,
+            RunStatus::Failed,
+            Some("rank 1 exited with 3".into()),
+            1.0,
+        );
         apply_worker(&mut run, &epoch(0, 1, 100.0, false), now);
         assert!(run.aggregate.is_none());
         assert_eq!(run.status, RunStatus::Failed);
@@ -200,14 +215,23 @@ mod tests {
         let t0 = Instant::now();
         let mut run = RunView::new("r".into(), spec(), t0, 0.0);
         let hb = |phase| {
-            WorkerMsg::Heartbeat(Heartbeat { rank: 0, step: 0, t: 1.0, phase: Some(phase) })
+            WorkerMsg::Heartbeat(Heartbeat {
+                rank: 0,
+                step: 0,
+                t: 1.0,
+                phase: Some(phase),
+            })
         };
         apply_worker(&mut run, &hb(Phase::Init), t0);
         let t1 = t0 + std::time::Duration::from_secs(5);
         apply_worker(&mut run, &hb(Phase::Train), t1);
         assert_eq!(run.ranks[&0].last_progress, Some(t1));
         // The same phase again is not progress.
-        apply_worker(&mut run, &hb(Phase::Train), t1 + std::time::Duration::from_secs(5));
+        apply_worker(
+            &mut run,
+            &hb(Phase::Train),
+            t1 + std::time::Duration::from_secs(5),
+        );
         assert_eq!(run.ranks[&0].last_progress, Some(t1));
     }
 

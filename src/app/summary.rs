@@ -58,9 +58,7 @@ pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<(f64, f64)> {
     let key = run.spec.curve_key();
     let base = runs
         .iter()
-        .filter(|b| {
-            b.spec.k == 1 && b.status == RunStatus::Completed && b.spec.curve_key() == key
-        })
+        .filter(|b| b.spec.k == 1 && b.status == RunStatus::Completed && b.spec.curve_key() == key)
         .max_by_key(|b| {
             (
                 b.sweep.is_some() && b.sweep == run.sweep,

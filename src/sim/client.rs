@@ -66,7 +66,9 @@ impl Client {
         reader.read_line(&mut first)?;
         match parse_control(first.trim_end()) {
             Ok(ControlMsg::Welcome { .. }) => {}
-            Ok(ControlMsg::Error { code, msg }) => anyhow::bail!("ddptop refused the connection ({code:?}): {msg}"),
+            Ok(ControlMsg::Error { code, msg }) => {
+                anyhow::bail!("ddptop refused the connection ({code:?}): {msg}")
+            }
             other => anyhow::bail!("unexpected answer to hello: {other:?}"),
         }
         let sh = shared.clone();

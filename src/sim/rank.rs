@@ -39,9 +39,16 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
         noise: args.noise.unwrap_or(profile.noise),
         profile,
         env_key,
-        rng: StdRng::seed_from_u64(args.seed ^ (u64::from(rank) << 32) ^ u64::from(std::process::id())),
+        rng: StdRng::seed_from_u64(
+            args.seed ^ (u64::from(rank) << 32) ^ u64::from(std::process::id()),
+        ),
         client,
-        fault: args.inject.as_deref().map(Fault::parse).transpose().map_err(anyhow::Error::msg)?,
+        fault: args
+            .inject
+            .as_deref()
+            .map(Fault::parse)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
         step: 0,
     };
     if let Some(Fault::Garbage(n)) = sim.fault
@@ -76,7 +83,12 @@ impl Sim<'_> {
     }
 
     fn set_phase(&self, p: Phase) {
-        *self.client.shared.phase.lock().unwrap_or_else(|e| e.into_inner()) = p;
+        *self
+            .client
+            .shared
+            .phase
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = p;
     }
 
     fn log(&self, level: LogLevel, msg: impl Into<String>) {
@@ -102,12 +114,21 @@ impl Sim<'_> {
         let last_rank = self.rank == self.k - 1;
         match self.fault {
             Some(Fault::Crash(s)) if self.step >= s && last_rank => {
-                self.log(LogLevel::Error, format!("injected crash at step {}", self.step));
+                self.log(
+                    LogLevel::Error,
+                    format!("injected crash at step {}", self.step),
+                );
                 std::process::exit(3);
             }
             Some(Fault::Raise(s)) if self.step >= s && last_rank => {
-                self.log(LogLevel::Error, format!("injected exception at step {}", self.step));
-                eprintln!("Traceback (simulated): RuntimeError: injected exception at step {}", self.step);
+                self.log(
+                    LogLevel::Error,
+                    format!("injected exception at step {}", self.step),
+                );
+                eprintln!(
+                    "Traceback (simulated): RuntimeError: injected exception at step {}",
+                    self.step
+                );
                 std::process::exit(1);
             }
             Some(Fault::Hang(s)) if self.step >= s => self.hang_forever("injected hang"),
@@ -136,8 +157,20 @@ impl Sim<'_> {
         }
     }
 
-    fn send_step(&mut self, epoch: u32, warmup: bool, sync: bool, m: &costmodel::ModelStep, batch: u32) -> f64 {
-        let (fwd, bwd, opt, data) = (self.jitter(m.fwd_ms), self.jitter(m.bwd_ms), self.jitter(m.opt_ms), self.jitter(m.data_ms));
+    fn send_step(
+        &mut self,
+        epoch: u32,
+        warmup: bool,
+        sync: bool,
+        m: &costmodel::ModelStep,
+        batch: u32,
+    ) -> f64 {
+        let (fwd, bwd, opt, data) = (
+            self.jitter(m.fwd_ms),
+            self.jitter(m.bwd_ms),
+            self.jitter(m.opt_ms),
+            self.jitter(m.data_ms),
+        );
         let step_ms = fwd + bwd + opt + data;
         self.sleep_ms(step_ms);
         self.step += 1;
@@ -257,7 +290,10 @@ impl Sim<'_> {
         let synced_ms = synced.fwd_ms + synced.bwd_ms + if self.k == 1 { reducer } else { 0.0 };
         let (fwd, bwd, _, _) = self.profile.compute_ms(batch);
         let nosync_ms = fwd + bwd;
-        for (mode, base) in [(ProbeMode::Synced, synced_ms), (ProbeMode::NoSync, nosync_ms)] {
+        for (mode, base) in [
+            (ProbeMode::Synced, synced_ms),
+            (ProbeMode::NoSync, nosync_ms),
+        ] {
             let mut xs: Vec<f64> = (0..STEPS).map(|_| self.jitter(base)).collect();
             self.sleep_ms(xs.iter().sum());
             self.step += u64::from(STEPS);
@@ -280,7 +316,10 @@ impl Sim<'_> {
 
     fn probe_only(&mut self) -> i32 {
         self.set_phase(Phase::Probe);
-        self.log(LogLevel::Info, format!("SIMULATED no_sync probe (profile {})", self.profile.name));
+        self.log(
+            LogLevel::Info,
+            format!("SIMULATED no_sync probe (profile {})", self.profile.name),
+        );
         let mut block = 0;
         let batch = self.per_rank_batch();
         for _ in 0..15 {
@@ -309,7 +348,11 @@ impl Sim<'_> {
             }
             self.check_bench_faults();
             let bw = self.jitter(curve.at(bytes).unwrap_or(1.0));
-            let factor = if self.k > 1 { 2.0 * (self.k as f64 - 1.0) / self.k as f64 } else { 1.0 };
+            let factor = if self.k > 1 {
+                2.0 * (self.k as f64 - 1.0) / self.k as f64
+            } else {
+                1.0
+            };
             let time_us = factor * bytes as f64 / (bw * 1e9) * 1e6;
             self.sleep_ms((time_us * f64::from(ITERS) / 1e3).max(20.0));
             self.step += u64::from(ITERS);
@@ -377,10 +420,21 @@ impl Sim<'_> {
         for i in 0..lines {
             self.client.send_raw(BAD[(i % 4) as usize]);
         }
-        let Some(path) = std::env::var_os("DDPTOP_SOCKET") else { return };
-        for (label, token) in [("wrong token", "0".repeat(64)), ("duplicate rank", std::env::var("DDPTOP_TOKEN").unwrap_or_default())] {
+        let Some(path) = std::env::var_os("DDPTOP_SOCKET") else {
+            return;
+        };
+        for (label, token) in [
+            ("wrong token", "0".repeat(64)),
+            (
+                "duplicate rank",
+                std::env::var("DDPTOP_TOKEN").unwrap_or_default(),
+            ),
+        ] {
             let answer = intrude(&path, &token, self.rank, self.k);
-            self.log(LogLevel::Info, format!("intruder ({label}) was answered: {answer}"));
+            self.log(
+                LogLevel::Info,
+                format!("intruder ({label}) was answered: {answer}"),
+            );
         }
     }
 }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 /// Write to every `fr_pipe_<rank>.pipe` torch created (TORCH_NCCL_DEBUG_INFO_PIPE_FILE). A pipe
 /// with no reader is skipped (non-blocking open fails with ENXIO).
 pub fn request_dump(run_dir: &Path) -> usize {
-    let Ok(dir) = std::fs::read_dir(run_dir) else { return 0 };
+    let Ok(dir) = std::fs::read_dir(run_dir) else {
+        return 0;
+    };
     let mut n = 0;
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -29,12 +31,17 @@ pub fn request_dump(run_dir: &Path) -> usize {
 
 /// Dump files in the run directory: torch's `fr_rank<N>` and the worker's `fr_dump_rank<N>.pkl`.
 pub fn dump_files(run_dir: &Path) -> Vec<PathBuf> {
-    let Ok(dir) = std::fs::read_dir(run_dir) else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(run_dir) else {
+        return Vec::new();
+    };
     let mut v: Vec<PathBuf> = dir
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
-            let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             (n.starts_with("fr_rank") || n.starts_with("fr_dump_rank")) && !n.ends_with(".pipe")
         })
         .collect();
@@ -74,7 +81,10 @@ for path in sys.argv[1:]:
 pub fn summarize(run_dir: &Path) -> Vec<String> {
     let files = dump_files(run_dir);
     if files.is_empty() {
-        return vec!["no flight-recorder dump was written (simulated runs have none; gloo records none)".into()];
+        return vec![
+            "no flight-recorder dump was written (simulated runs have none; gloo records none)"
+                .into(),
+        ];
     }
     let python = std::env::var("DDPTOP_PYTHON").unwrap_or_else(|_| "python3".into());
     let out = std::process::Command::new(python)
@@ -84,7 +94,13 @@ pub fn summarize(run_dir: &Path) -> Vec<String> {
         .stdin(std::process::Stdio::null())
         .output();
     match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).lines().map(|l| format!("flight recorder {l}")).collect(),
-        _ => files.iter().map(|f| format!("flight-recorder dump kept at {}", f.display())).collect(),
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(|l| format!("flight recorder {l}"))
+            .collect(),
+        _ => files
+            .iter()
+            .map(|f| format!("flight-recorder dump kept at {}", f.display()))
+            .collect(),
     }
 }

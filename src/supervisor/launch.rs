@@ -42,7 +42,10 @@ impl CommandLine {
 }
 
 fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -63,7 +66,10 @@ pub struct LaunchContext<'a> {
 /// Build the command for a run. Pure: no process is started.
 pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<CommandLine> {
     let mut env: BTreeMap<String, Option<String>> = BTreeMap::new();
-    env.insert("DDPTOP_SOCKET".into(), Some(ctx.socket.display().to_string()));
+    env.insert(
+        "DDPTOP_SOCKET".into(),
+        Some(ctx.socket.display().to_string()),
+    );
     env.insert("DDPTOP_TOKEN".into(), Some(ctx.token.to_string()));
     env.insert("DDPTOP_RUN_ID".into(), Some(ctx.run_id.to_string()));
     env.insert("PYTHONUNBUFFERED".into(), Some("1".into()));
@@ -116,17 +122,32 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 env.insert("DDPTOP_INJECT".into(), Some(f.clone()));
             }
             let d = ctx.run_dir.display();
-            env.insert("PYTHONPATH".into(), Some(py.workers_dir.display().to_string()));
+            env.insert(
+                "PYTHONPATH".into(),
+                Some(py.workers_dir.display().to_string()),
+            );
             env.insert("NCCL_DEBUG".into(), Some("INFO".into()));
-            env.insert("NCCL_DEBUG_FILE".into(), Some(format!("{d}/nccl.%h.%p.log")));
+            env.insert(
+                "NCCL_DEBUG_FILE".into(),
+                Some(format!("{d}/nccl.%h.%p.log")),
+            );
             // Flight recorder: mode 3 (torchrun defaults workers to 1, which skips dumps).
             env.insert("TORCH_NCCL_ASYNC_ERROR_HANDLING".into(), Some("3".into()));
             env.insert("TORCH_FR_BUFFER_SIZE".into(), Some("2000".into()));
             env.insert("TORCH_NCCL_TRACE_BUFFER_SIZE".into(), Some("2000".into()));
             env.insert("TORCH_NCCL_DUMP_ON_TIMEOUT".into(), Some("1".into()));
-            env.insert("TORCH_FR_DUMP_TEMP_FILE".into(), Some(format!("{d}/fr_rank")));
-            env.insert("TORCH_NCCL_DEBUG_INFO_TEMP_FILE".into(), Some(format!("{d}/fr_rank")));
-            env.insert("TORCH_NCCL_DEBUG_INFO_PIPE_FILE".into(), Some(format!("{d}/fr_pipe_")));
+            env.insert(
+                "TORCH_FR_DUMP_TEMP_FILE".into(),
+                Some(format!("{d}/fr_rank")),
+            );
+            env.insert(
+                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE".into(),
+                Some(format!("{d}/fr_rank")),
+            );
+            env.insert(
+                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE".into(),
+                Some(format!("{d}/fr_pipe_")),
+            );
             env.insert("DDPTOP_FR_DIR".into(), Some(d.to_string()));
             let mut v = py.torchrun.clone();
             v.extend([
@@ -224,8 +245,18 @@ pub fn find_python(flag: Option<&Path>, workers_flag: Option<&Path>) -> Result<P
         .map(|d| d.join("torchrun"))
         .filter(|p| p.is_file())
         .map(|p| vec![p.display().to_string()])
-        .unwrap_or_else(|| vec![python.display().to_string(), "-m".into(), "torch.distributed.run".into()]);
-    Ok(PythonEnv { python, torchrun, workers_dir })
+        .unwrap_or_else(|| {
+            vec![
+                python.display().to_string(),
+                "-m".into(),
+                "torch.distributed.run".into(),
+            ]
+        });
+    Ok(PythonEnv {
+        python,
+        torchrun,
+        workers_dir,
+    })
 }
 
 /// What torch sees: (torch version, CUDA device count). Err when python or torch is missing.
@@ -236,7 +267,10 @@ pub fn probe_torch(py: &Path) -> Result<(String, u32), String> {
         .output()
         .map_err(|e| format!("cannot run {}: {e}", py.display()))?;
     if !out.status.success() {
-        return Err(format!("{} cannot import torch (pip install torch==2.11.0)", py.display()));
+        return Err(format!(
+            "{} cannot import torch (pip install torch==2.11.0)",
+            py.display()
+        ));
     }
     let s = String::from_utf8_lossy(&out.stdout);
     let mut it = s.lines();

@@ -8,7 +8,9 @@ use std::path::Path;
 pub fn transports_in(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     for line in text.lines() {
-        let Some(i) = line.find(" via ") else { continue };
+        let Some(i) = line.find(" via ") else {
+            continue;
+        };
         let rest = &line[i + 5..];
         let word = rest.split_whitespace().next().unwrap_or("");
         let kind = word.split('/').next().unwrap_or("");

@@ -62,7 +62,11 @@ pub fn signal_group_or_pid(pid: u32, sig: Signal) {
 
 /// Stop a run's process tree: SIGINT → grace → SIGTERM → grace → SIGKILL, to the launcher's
 /// group and to every worker's own group. Returns the last signal needed and any survivors.
-pub async fn stop_tree(launcher_pgid: Option<u32>, worker_pids: &[u32], graces: [Duration; 2]) -> (&'static str, Vec<u32>) {
+pub async fn stop_tree(
+    launcher_pgid: Option<u32>,
+    worker_pids: &[u32],
+    graces: [Duration; 2],
+) -> (&'static str, Vec<u32>) {
     let mut groups: Vec<u32> = launcher_pgid.into_iter().collect();
     groups.extend(worker_pids.iter().copied());
     groups.sort_unstable();
@@ -74,7 +78,14 @@ pub async fn stop_tree(launcher_pgid: Option<u32>, worker_pids: &[u32], graces: 
     ];
     for (sig, name, grace) in steps {
         if survivors(&groups, worker_pids).is_empty() {
-            return (if sig == Signal::SIGINT { "none" } else { name_before(name) }, Vec::new());
+            return (
+                if sig == Signal::SIGINT {
+                    "none"
+                } else {
+                    name_before(name)
+                },
+                Vec::new(),
+            );
         }
         for &g in &groups {
             signal_group_or_pid(g, sig);

@@ -3,9 +3,7 @@
 //! engine and write commands back.
 
 use super::SupEvent;
-use crate::protocol::{
-    ControlMsg, ErrorCode, LineReader, ReadOutcome, WorkerMsg, parse_worker,
-};
+use crate::protocol::{ControlMsg, ErrorCode, LineReader, ReadOutcome, WorkerMsg, parse_worker};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -54,7 +52,10 @@ impl Registry {
     pub fn command(&self, run: &str, msg: ControlMsg) -> usize {
         let g = self.lock();
         let Some(a) = g.get(run) else { return 0 };
-        a.senders.values().filter(|s| s.send(msg.clone()).is_ok()).count()
+        a.senders
+            .values()
+            .filter(|s| s.send(msg.clone()).is_ok())
+            .count()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunAuth>> {
@@ -72,19 +73,31 @@ impl Registry {
             return Err((ErrorCode::UnknownRun, format!("no run `{}` here", h.run_id)));
         };
         if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
-            return Err((ErrorCode::BadToken, format!("token does not match run {}", h.run_id)));
+            return Err((
+                ErrorCode::BadToken,
+                format!("token does not match run {}", h.run_id),
+            ));
         }
         if !a.open {
-            return Err((ErrorCode::UnknownRun, format!("run {} has finished", h.run_id)));
+            return Err((
+                ErrorCode::UnknownRun,
+                format!("run {} has finished", h.run_id),
+            ));
         }
         if h.world_size != a.world_size {
             return Err((
                 ErrorCode::BadMessage,
-                format!("world_size {} but run {} has k={}", h.world_size, h.run_id, a.world_size),
+                format!(
+                    "world_size {} but run {} has k={}",
+                    h.world_size, h.run_id, a.world_size
+                ),
             ));
         }
         if !a.seen_ranks.insert(h.rank) {
-            return Err((ErrorCode::DuplicateRank, format!("rank {} is already connected", h.rank)));
+            return Err((
+                ErrorCode::DuplicateRank,
+                format!("rank {} is already connected", h.rank),
+            ));
         }
         a.senders.insert(h.rank, tx);
         Ok(())
@@ -136,7 +149,10 @@ impl SocketServer {
             dir = std::env::temp_dir().join(format!("ddptop-{}", std::process::id()));
         }
         if dir.join("s.sock").as_os_str().len() > SUN_PATH_MAX {
-            anyhow::bail!("socket path {} is longer than 107 bytes; set XDG_RUNTIME_DIR or TMPDIR to a shorter directory", dir.display());
+            anyhow::bail!(
+                "socket path {} is longer than 107 bytes; set XDG_RUNTIME_DIR or TMPDIR to a shorter directory",
+                dir.display()
+            );
         }
         std::fs::create_dir_all(&dir)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
@@ -182,7 +198,12 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
     if peer_uid != Some(nix::unistd::getuid().as_raw()) {
         let m = reject(ErrorCode::PeerUid, "peer runs as another user".into());
         let _ = write_line(&mut wr, &m).await;
-        let _ = events.send(SupEvent::Rejected { run: None, detail: format!("connection from uid {peer_uid:?} refused") }).await;
+        let _ = events
+            .send(SupEvent::Rejected {
+                run: None,
+                detail: format!("connection from uid {peer_uid:?} refused"),
+            })
+            .await;
         return;
     }
     let mut lines = LineReader::new(BufReader::new(rd));
@@ -192,20 +213,31 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
             Ok(WorkerMsg::Hello(h)) => h,
             Ok(other) => {
                 let detail = format!("first line was `{}`, not hello", other.type_name());
-                let _ = write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
+                let _ =
+                    write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
                 let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
                 return;
             }
             Err(e) => {
                 let detail = format!("first line is not a valid hello: {e}");
-                let _ = write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
+                let _ =
+                    write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
                 let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
                 return;
             }
         },
         Ok(Ok(ReadOutcome::TooLong)) => {
-            let _ = write_line(&mut wr, &reject(ErrorCode::LineTooLong, "line over 1 MiB".into())).await;
-            let _ = events.send(SupEvent::Rejected { run: None, detail: "first line over 1 MiB".into() }).await;
+            let _ = write_line(
+                &mut wr,
+                &reject(ErrorCode::LineTooLong, "line over 1 MiB".into()),
+            )
+            .await;
+            let _ = events
+                .send(SupEvent::Rejected {
+                    run: None,
+                    detail: "first line over 1 MiB".into(),
+                })
+                .await;
             return;
         }
         // Idle, EOF, bad UTF-8 or I/O error before hello: just close.
@@ -215,18 +247,30 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
     if let Err((code, msg)) = reg.admit(&hello, tx) {
         let _ = write_line(&mut wr, &reject(code, msg.clone())).await;
         let _ = events
-            .send(SupEvent::Rejected { run: Some(hello.run_id.clone()), detail: format!("rank {}: {msg}", hello.rank) })
+            .send(SupEvent::Rejected {
+                run: Some(hello.run_id.clone()),
+                detail: format!("rank {}: {msg}", hello.rank),
+            })
             .await;
         return;
     }
     let run = hello.run_id.clone();
     let rank = hello.rank;
-    let welcome = ControlMsg::Welcome { run_id: run.clone(), rank, heartbeat_s: 1.0 };
+    let welcome = ControlMsg::Welcome {
+        run_id: run.clone(),
+        rank,
+        heartbeat_s: 1.0,
+    };
     if write_line(&mut wr, &welcome).await.is_err() {
         reg.drop_sender(&run, rank);
         return;
     }
-    let _ = events.send(SupEvent::Worker { run: run.clone(), msg: WorkerMsg::Hello(hello) }).await;
+    let _ = events
+        .send(SupEvent::Worker {
+            run: run.clone(),
+            msg: WorkerMsg::Hello(hello),
+        })
+        .await;
 
     let mut bad: u64 = 0;
     let mut pending_bad: u64 = 0;
@@ -284,14 +328,28 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
     let _ = events.send(SupEvent::Disconnected { run, rank }).await;
 }
 
-async fn flush_bad(events: &mpsc::Sender<SupEvent>, run: &str, rank: u32, pending: &mut u64, last: &str) {
+async fn flush_bad(
+    events: &mpsc::Sender<SupEvent>,
+    run: &str,
+    rank: u32,
+    pending: &mut u64,
+    last: &str,
+) {
     let _ = events
-        .send(SupEvent::BadLines { run: run.to_string(), rank, count: *pending, last_error: last.to_string() })
+        .send(SupEvent::BadLines {
+            run: run.to_string(),
+            rank,
+            count: *pending,
+            last_error: last.to_string(),
+        })
         .await;
     *pending = 0;
 }
 
-async fn write_line(wr: &mut tokio::net::unix::OwnedWriteHalf, msg: &ControlMsg) -> std::io::Result<()> {
+async fn write_line(
+    wr: &mut tokio::net::unix::OwnedWriteHalf,
+    msg: &ControlMsg,
+) -> std::io::Result<()> {
     let mut line = msg.to_line();
     line.push('\n');
     // A peer that never reads must not stall this task forever.

@@ -54,7 +54,10 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<String
         };
         let quiet = now.saturating_duration_since(seen).as_secs_f64();
         if quiet > threshold {
-            silent.push(format!("rank {} silent for {quiet:.0} s (no heartbeat) at step {}", r.rank, r.step));
+            silent.push(format!(
+                "rank {} silent for {quiet:.0} s (no heartbeat) at step {}",
+                r.rank, r.step
+            ));
             continue;
         }
         match r.last_progress {
@@ -74,7 +77,10 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<String
     }
     let unconnected = run.ranks.values().filter(|r| r.last_seen.is_none()).count();
     if unconnected > 0 && now.saturating_duration_since(started).as_secs_f64() > cfg.startup_s {
-        return Some(format!("{unconnected} rank(s) never connected within {:.0} s", cfg.startup_s));
+        return Some(format!(
+            "{unconnected} rank(s) never connected within {:.0} s",
+            cfg.startup_s
+        ));
     }
     if !silent.is_empty() {
         return Some(silent.join("; "));
@@ -82,7 +88,9 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<String
     if !stuck.is_empty() {
         let parts: Vec<String> = stuck
             .iter()
-            .map(|(rank, step, idle)| format!("rank {rank} alive but stuck at step {step} for {idle:.1} s"))
+            .map(|(rank, step, idle)| {
+                format!("rank {rank} alive but stuck at step {step} for {idle:.1} s")
+            })
             .collect();
         return Some(format!("{} (threshold {threshold:.1} s)", parts.join("; ")));
     }
@@ -162,6 +170,13 @@ mod tests {
         let t0 = Instant::now();
         let mut r = run(t0);
         r.status = RunStatus::Completed;
-        assert!(check(&r, t0 + Duration::from_secs(1000), &WatchdogConfig::default()).is_none());
+        assert!(
+            check(
+                &r,
+                t0 + Duration::from_secs(1000),
+                &WatchdogConfig::default()
+            )
+            .is_none()
+        );
     }
 }

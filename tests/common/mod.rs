@@ -19,9 +19,19 @@ pub fn ddptop(data: &std::path::Path) -> Command {
 }
 
 pub fn run_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
-    let out = ddptop(data).args(["run"]).args(args).arg("--json").output().unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)));
+    let out = ddptop(data)
+        .args(["run"])
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
     (out, doc)
 }
 
