@@ -216,7 +216,8 @@ pub async fn interactive(mut app: App) -> anyhow::Result<i32> {
         .await;
     // Runs first (their process trees must not outlive us), the terminal last.
     app.engine.shutdown(app.detach).await;
-    app.sampler.stop();
+    // Not joined: a stalled NVML call must not hold up the exit.
+    drop(app.sampler);
     let _ = ratatui::try_restore();
     match result {
         Ok(r) => r,

@@ -157,7 +157,8 @@ pub async fn run(mut app: App, script: &str, dump: Option<&Path>) -> anyhow::Res
         Some(p) => std::fs::write(p, &text)?,
         None => print!("{text}"),
     }
-    app.sampler.stop();
+    // Not joined: a stalled NVML call must not hold up the exit.
+    drop(app.sampler);
     Ok(if interrupted { 130 } else { 0 })
 }
 
