@@ -556,23 +556,15 @@ fn default_presets() -> BTreeMap<String, Preset> {
 }
 
 /// The directory holding config.toml and user themes: `$XDG_CONFIG_HOME/ddptop`, else
-/// `~/.config/ddptop`.
+/// `~/.config/ddptop` (see `crate::paths`).
 pub fn config_dir() -> Option<PathBuf> {
-    if let Some(x) = std::env::var_os("XDG_CONFIG_HOME").filter(|x| !x.is_empty()) {
-        let p = PathBuf::from(x);
-        if p.is_absolute() {
-            return Some(p.join("ddptop"));
-        }
-    }
-    use etcetera::BaseStrategy;
-    etcetera::choose_base_strategy()
-        .ok()
-        .map(|s| s.config_dir().join("ddptop"))
+    Some(crate::paths::config_dir())
 }
 
-/// `~/.config/ddptop/config.toml`.
+/// Where the config lives without `--config`: `$DDPTOP_CONFIG`, else
+/// `~/.config/ddptop/config.toml` (see `crate::paths::config_file`).
 pub fn default_path() -> Option<PathBuf> {
-    config_dir().map(|d| d.join("config.toml"))
+    Some(crate::paths::config_file(None))
 }
 
 /// True when `NO_COLOR` is set to a non-empty value (https://no-color.org).
