@@ -134,10 +134,11 @@ pub struct Profile {
     pub noise: f64,
 }
 
-/// Gradient buckets of the book's ResNet-18 after the rebuild, in all-reduce order, with the
-/// fraction of backward at which each becomes ready (h200-baseline.md).
+/// Gradient buckets of the book's ResNet-18 after the rebuild, in all-reduce order (= bucket
+/// index order in torch 2.11: index 0 holds the last layers and is reduced first), with the
+/// fraction of backward at which each becomes ready (h200-baseline.md, measured on 2×H200).
 pub const RESNET18_BUCKETS: [(u64, f64); 3] =
-    [(8_740_352, 0.15), (26_501_120, 0.55), (9_461_800, 1.0)];
+    [(9_461_800, 0.15), (26_501_120, 0.55), (8_740_352, 1.0)];
 pub const RESNET18_PARAMS: u64 = 11_175_818;
 pub const RESNET18_GRAD_BYTES: u64 = 44_703_272;
 
@@ -387,9 +388,9 @@ mod tests {
             .iter()
             .map(|(b, _)| p.bucket_comm_ms(*b, 2, &curve) * 1e3)
             .collect();
-        // measured 78 / 195 / 112 µs (all-reduce order); the first, smaller bucket ran faster in
+        // measured 112 / 195 / 78 µs (all-reduce order); the last, smallest bucket ran faster in
         // the measurement than a single in-backward factor predicts, hence the 40% band.
-        for (got, want) in us.iter().zip([78.1, 195.0, 111.6]) {
+        for (got, want) in us.iter().zip([111.6, 195.0, 78.1]) {
             assert!((got / want - 1.0).abs() < 0.40, "bucket {got} µs vs {want}");
         }
     }

@@ -556,7 +556,22 @@ impl Engine {
             return;
         }
         l.hung_at = Some(now);
-        l.ending = Some((RunStatus::Hung, Some(format!("hung: {why}"))));
+        // A rank that reported its own failure and left its peers blocked in a collective made
+        // the run fail; the hang is the consequence, not the cause.
+        let failed_rank = self.state.run(run).and_then(|v| {
+            v.ranks
+                .values()
+                .find_map(|r| r.error.as_ref().map(|e| (r.rank, e.clone())))
+        });
+        l.ending = Some(match &failed_rank {
+            Some((rank, err)) => (
+                RunStatus::Failed,
+                Some(format!(
+                    "rank {rank} failed: {err}; the other ranks then hung ({why})"
+                )),
+            ),
+            None => (RunStatus::Hung, Some(format!("hung: {why}"))),
+        });
         let run_dir = l.run_dir.clone();
         let mut report = vec![format!("hang detected: {why}")];
         if let Some(v) = self.state.run(run) {

@@ -86,7 +86,12 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         }
         WorkerMsg::Memory(m) => rank.memory = Some(m.clone()),
         WorkerMsg::Hlo(_) => {}
-        WorkerMsg::Log(l) => push_tail(run, format!("[rank {rank_id}] {:?}: {}", l.level, l.msg)),
+        WorkerMsg::Log(l) => {
+            if l.level == crate::protocol::LogLevel::Error {
+                rank.error = Some(l.msg.chars().take(300).collect());
+            }
+            push_tail(run, format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
+        }
         WorkerMsg::Result(r) => {
             rank.result_sps = r.samples_per_s;
             if run.grad_bytes.is_none() {
@@ -97,7 +102,10 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
             run.aggregate = summary::aggregate(run);
         }
-        WorkerMsg::Bye(_) => {
+        WorkerMsg::Bye(b) => {
+            if b.reason == crate::protocol::ByeReason::Error && rank.error.is_none() {
+                rank.error = Some("ended with an error".into());
+            }
             rank.said_bye = true;
             rank.phase = Some(crate::protocol::Phase::Done);
         }
@@ -233,6 +241,29 @@ mod tests {
             t1 + std::time::Duration::from_secs(5),
         );
         assert_eq!(run.ranks[&0].last_progress, Some(t1));
+    }
+
+    #[test]
+    fn a_rank_reporting_an_error_is_remembered() {
+        let now = Instant::now();
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        let log = WorkerMsg::Log(Log {
+            rank: 1,
+            step: 3,
+            t: 1.0,
+            level: LogLevel::Error,
+            msg: "RuntimeError: boom".into(),
+        });
+        apply_worker(&mut run, &log, now);
+        assert_eq!(run.ranks[&1].error.as_deref(), Some("RuntimeError: boom"));
+        let bye = WorkerMsg::Bye(Bye {
+            rank: 0,
+            step: 3,
+            t: 1.0,
+            reason: ByeReason::Error,
+        });
+        apply_worker(&mut run, &bye, now);
+        assert!(run.ranks[&0].error.is_some() && run.ranks[&0].said_bye);
     }
 
     #[test]

@@ -98,7 +98,10 @@ impl RunStatus {
     }
     /// Only a completed run may show its figures as results.
     pub fn shows_results(self) -> bool {
-        matches!(self, RunStatus::Completed | RunStatus::Running | RunStatus::Starting)
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Running | RunStatus::Starting
+        )
     }
 }
 
@@ -166,6 +169,8 @@ pub struct RankView {
     pub last_seen: Option<Instant>,
     /// Highest step counter seen from this rank in any message.
     pub step: u64,
+    /// Last time this rank's step counter advanced.
+    pub last_progress: Option<Instant>,
     pub phase: Option<Phase>,
     pub last_step: Option<Step>,
     pub recent_step_ms: VecDeque<f64>,
@@ -174,6 +179,8 @@ pub struct RankView {
     pub result_sps: Option<f64>,
     pub buckets: Option<Buckets>,
     pub memory: Option<Memory>,
+    /// The rank's own report of a failure: an `error` log line or `bye` with reason `error`.
+    pub error: Option<String>,
     pub bad_lines: u64,
     /// Samples in recent steps, for the live throughput: (when, samples).
     pub recent_samples: VecDeque<(Instant, u64)>,
@@ -201,6 +208,8 @@ pub struct RunView {
     pub started: Option<Instant>,
     /// Last time any rank's step counter advanced.
     pub last_progress: Option<Instant>,
+    /// Recent wall-clock gaps (s) between step advances, for the watchdog's threshold.
+    pub progress_gaps: VecDeque<f64>,
     pub ranks: BTreeMap<u32, RankView>,
     pub aggregate: Option<Aggregate>,
     /// (seconds since start, aggregate samples/s), sampled about once a second.
@@ -243,6 +252,7 @@ impl RunView {
             ended_unix: None,
             started: Some(now),
             last_progress: None,
+            progress_gaps: VecDeque::new(),
             ranks,
             aggregate: None,
             throughput: Vec::new(),

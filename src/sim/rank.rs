@@ -199,13 +199,12 @@ impl Sim<'_> {
         }
         let scale = self.jitter(1.0);
         let tl = &m.timeline;
-        let n = tl.spans.len() as u32;
         let buckets = tl
             .spans
             .iter()
             .enumerate()
             .map(|(i, s)| BucketSpan {
-                index: n - 1 - i as u32,
+                index: i as u32,
                 bytes: s.bytes,
                 ready_ms: s.ready_ms * scale,
                 start_ms: s.start_ms * scale,
