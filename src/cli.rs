@@ -133,8 +133,9 @@ pub struct RunArgs {
     /// Samples per epoch, split across ranks.
     #[arg(long, default_value_t = 60_000)]
     pub samples: u64,
-    #[arg(long, value_enum, default_value_t = ModelArg::Resnet18)]
-    pub model: ModelArg,
+    /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
+    #[arg(long, value_enum)]
+    pub model: Option<ModelArg>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP (sim and real workers),
     /// garbage[:LINES] (sim only).
     #[arg(long, value_parser = parse_fault)]

@@ -534,7 +534,13 @@ impl Engine {
             let Some(view) = self.state.run_mut(id) else {
                 continue;
             };
-            reduce::sample_throughput(view, now);
+            // A simulation sped up N× delivers steps N× faster than the machine it models.
+            let scale = if view.is_simulated() {
+                1.0 / self.opts.sim_speed.max(1e-3)
+            } else {
+                1.0
+            };
+            reduce::sample_throughput(view, now, scale);
             let verdict = watchdog::check(view, now, &self.opts.watchdog);
             if let Some(why) = verdict {
                 self.declare_hung(id, why, now);

@@ -57,8 +57,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         backend: resolved.backend,
         profile: profile.clone(),
         model: match a.model {
-            ModelArg::Resnet18 => ModelName::Resnet18,
-            ModelArg::Tiny => ModelName::Tiny,
+            Some(ModelArg::Resnet18) => ModelName::Resnet18,
+            Some(ModelArg::Tiny) => ModelName::Tiny,
+            None => ModelName::default_for(resolved.backend),
         },
         batch: a.batch.unwrap_or(experiment.default_batch()),
         epochs: a.epochs.max(1),

@@ -119,8 +119,9 @@ pub fn push_tail(run: &mut RunView, line: String) {
     }
 }
 
-/// Record the live aggregate throughput about once a second while the run is going.
-pub fn sample_throughput(run: &mut RunView, now: Instant) {
+/// Record the live aggregate throughput about once a second while the run is going. `scale`
+/// converts wall-clock rates to the run's own time (1 except for a sped-up simulation).
+pub fn sample_throughput(run: &mut RunView, now: Instant, scale: f64) {
     let Some(start) = run.started else { return };
     let t = now.duration_since(start).as_secs_f64();
     if run
@@ -131,7 +132,7 @@ pub fn sample_throughput(run: &mut RunView, now: Instant) {
         return;
     }
     if let Some(sps) = summary::live_throughput(run, now, 5.0) {
-        run.throughput.push((t, sps));
+        run.throughput.push((t, sps * scale));
         if run.throughput.len() > 600 {
             run.throughput.remove(0);
         }

@@ -52,6 +52,16 @@ pub enum ModelName {
 }
 
 impl ModelName {
+    /// The book's ResNet-18 on GPUs and in simulation; the tiny CNN for gloo on CPUs, where a
+    /// ResNet-18 epoch takes many minutes.
+    pub fn default_for(backend: Backend) -> Self {
+        if backend == Backend::Gloo {
+            ModelName::Tiny
+        } else {
+            ModelName::Resnet18
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ModelName::Resnet18 => "resnet18",

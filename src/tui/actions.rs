@@ -29,9 +29,13 @@ impl LaunchDefaults {
             backend,
             profile: (backend == Backend::Sim)
                 .then(|| profile.unwrap_or_else(|| "h200-nvlink".into())),
-            model: ModelName::Resnet18,
+            model: ModelName::default_for(backend),
             epochs: 2,
-            samples: 60_000,
+            samples: if backend == Backend::Gloo {
+                8_192
+            } else {
+                60_000
+            },
         }
     }
 }
