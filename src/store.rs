@@ -367,8 +367,15 @@ impl Store {
         if let Some(a) = run.aggregate.as_mut() {
             a.per_rank = run.ranks.values().filter_map(|r| r.result_sps).collect();
         }
+        // Probe blocks and bench rows in full; of the per-step timelines only each rank's last,
+        // and the last log lines: enough to redraw, cheap with hundreds of stored runs.
         let mut stmt = self.conn.prepare_cached(
-            "SELECT type, body FROM events WHERE run_id=?1 AND type IN ('probe','bench','buckets','log','ddptop') ORDER BY seq",
+            "SELECT type, body FROM events WHERE run_id=?1 AND (
+                 type IN ('probe','bench')
+                 OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type='buckets' GROUP BY rank)
+                 OR seq IN (SELECT seq FROM events WHERE run_id=?1 AND type IN ('log','ddptop')
+                            ORDER BY seq DESC LIMIT 200))
+             ORDER BY seq",
         )?;
         let rows = stmt.query_map([&run.id], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
@@ -461,6 +468,72 @@ mod tests {
             .query_row("SELECT environ_json FROM runs", [], |r| r.get(0))
             .unwrap();
         assert!(!environ.contains("secret") && environ.contains("<redacted>"));
+    }
+
+    #[test]
+    fn history_keeps_each_ranks_last_timeline_and_every_probe_block() {
+        use crate::protocol::{Buckets, Probe, ProbeMode};
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let cmd = CommandLine {
+            argv: vec!["x".into()],
+            env: Default::default(),
+            cwd: dir.path().into(),
+        };
+        let s = spec();
+        store
+            .insert_run(&NewRun {
+                id: "r",
+                spec: &s,
+                sweep: None,
+                command: &cmd,
+                started_unix: 1.0,
+                run_dir: dir.path(),
+            })
+            .unwrap();
+        let mut rows = Vec::new();
+        for step in 1..=50u64 {
+            for rank in 0..2u32 {
+                let b = WorkerMsg::Buckets(Buckets {
+                    rank,
+                    step,
+                    t: 0.0,
+                    rebuilt: true,
+                    bwd_compute_ms: 1.0,
+                    exposed_ms: 0.0,
+                    buckets: vec![],
+                });
+                rows.push(EventRow::from_msg("r", &b).unwrap());
+            }
+        }
+        for block in 0..4 {
+            let mode = if block % 2 == 0 {
+                ProbeMode::Synced
+            } else {
+                ProbeMode::NoSync
+            };
+            let p = WorkerMsg::Probe(Probe {
+                rank: 0,
+                step: 60,
+                t: 0.0,
+                block,
+                mode,
+                steps: 10,
+                median_ms: 1.0,
+                min_ms: 1.0,
+                max_ms: 1.0,
+            });
+            rows.push(EventRow::from_msg("r", &p).unwrap());
+        }
+        store.add_events(&rows).unwrap();
+        let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        store.finalize(&run, None).unwrap();
+        let loaded = store.load_runs(5).unwrap();
+        let l = &loaded[0];
+        assert_eq!(l.probe.len(), 4);
+        assert_eq!(l.ranks[&0].buckets.as_ref().unwrap().step, 50);
+        assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 50);
     }
 
     #[test]

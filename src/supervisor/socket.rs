@@ -144,6 +144,7 @@ impl SocketServer {
     /// Bind in a private dir under `parent` (0700, socket 0600). A stale socket from a dead
     /// ddptop with the same pid-named dir is replaced.
     pub fn start(parent: &Path, events: mpsc::Sender<SupEvent>) -> anyhow::Result<SocketServer> {
+        remove_stale_dirs(parent);
         let mut dir = parent.join(format!("ddptop-{}", std::process::id()));
         if dir.join("s.sock").as_os_str().len() > SUN_PATH_MAX {
             dir = std::env::temp_dir().join(format!("ddptop-{}", std::process::id()));
@@ -171,6 +172,30 @@ impl SocketServer {
             registry,
             task,
         })
+    }
+}
+
+/// Socket directories of ddptops that died without cleaning up (SIGKILL): `ddptop-<pid>` whose
+/// pid is gone. Only our own directories (same owner) are touched.
+fn remove_stale_dirs(parent: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    let uid = nix::unistd::getuid().as_raw();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("ddptop-")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        if ours && pid != std::process::id() && !super::procs::alive(pid) {
+            let _ = std::fs::remove_file(e.path().join("s.sock"));
+            let _ = std::fs::remove_dir(e.path());
+        }
     }
 }
 
@@ -356,4 +381,40 @@ async fn write_line(
     tokio::time::timeout(Duration::from_secs(2), wr.write_all(line.as_bytes()))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "peer not reading"))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn private_dir_and_socket_modes_and_stale_dirs_removed() {
+        let parent = tempfile::tempdir().unwrap();
+        // A leftover from a dead ddptop (pid 2147483632 does not exist).
+        let stale = parent.path().join("ddptop-2147483632");
+        std::fs::create_dir(&stale).unwrap();
+        std::fs::write(stale.join("s.sock"), b"").unwrap();
+        let (tx, _rx) = mpsc::channel(8);
+        let server = SocketServer::start(parent.path(), tx).unwrap();
+        assert!(!stale.exists(), "stale socket dir left behind");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&server.dir), 0o700);
+        assert_eq!(mode(&server.path), 0o600);
+        let (dir, path) = (server.dir.clone(), server.path.clone());
+        drop(server);
+        assert!(
+            !path.exists() && !dir.exists(),
+            "socket not removed on exit"
+        );
+    }
+
+    #[test]
+    fn tokens_are_fresh_and_compared_exactly() {
+        let (a, b) = (new_token(), new_token());
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, b);
+        assert!(constant_time_eq(a.as_bytes(), a.as_bytes()));
+        assert!(!constant_time_eq(a.as_bytes(), b.as_bytes()));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+    }
 }
