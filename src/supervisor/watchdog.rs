@@ -2,7 +2,7 @@
 //! observed step times. Pure: it looks at a `RunView` and a time.
 
 use crate::app::{RunStatus, RunView, summary::median};
-use crate::protocol::Phase;
+use crate::protocol::{Backend, Phase};
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -63,7 +63,15 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<String
         match r.last_progress {
             Some(p) => {
                 let idle = now.saturating_duration_since(p).as_secs_f64();
-                if idle > threshold {
+                // Before its first step a rank has only entered a phase. On GPUs the first step
+                // takes seconds at most (so a hang in DDP's first broadcast is caught by the
+                // normal threshold); on CPUs one step of a real model can take longer than that.
+                let allowed = if r.step == 0 && run.spec.backend == Backend::Gloo {
+                    threshold.max(cfg.startup_s)
+                } else {
+                    threshold
+                };
+                if idle > allowed {
                     stuck.push((r.rank, r.step, idle));
                 }
             }
@@ -149,6 +157,28 @@ mod tests {
         assert!(check(&r, t0 + Duration::from_secs(9), &cfg).is_none());
         let why = check(&r, t0 + Duration::from_millis(11_500), &cfg).unwrap();
         assert!(why.contains("stuck at step 5"), "{why}");
+    }
+
+    #[test]
+    fn first_step_on_cpu_gets_the_startup_allowance() {
+        let t0 = Instant::now();
+        let mut r = run(t0);
+        r.spec.backend = Backend::Gloo;
+        for rank in r.ranks.values_mut() {
+            rank.last_seen = Some(t0 + Duration::from_secs(60));
+            rank.last_progress = Some(t0); // entered phase train, no step yet
+        }
+        let cfg = WatchdogConfig::default();
+        assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_none());
+        // The same on the GPU (sim/nccl) path is a hang after the floor.
+        r.spec.backend = Backend::Nccl;
+        assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_some());
+        // After the first step, CPU runs get the normal threshold too.
+        r.spec.backend = Backend::Gloo;
+        for rank in r.ranks.values_mut() {
+            rank.step = 1;
+        }
+        assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_some());
     }
 
     #[test]
