@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -44,8 +45,11 @@ def run_block(
     steps: int,
     clock: Clock,
     loss_fn: nn.Module,
+    on_step: Callable[[], None] | None = None,
 ) -> BlockStats:
-    """`steps` fwd+bwd steps in one mode; grads zeroed before each step and after the block."""
+    """`steps` fwd+bwd steps in one mode; grads zeroed before each step and after the block.
+    `on_step` runs after each step is enqueued: it advances the rank's step counter, so ddptop's
+    watchdog sees progress inside long blocks (CPU runs)."""
     marks: list[tuple[Mark, Mark]] = []
     for _ in range(steps):
         ddp.zero_grad(set_to_none=True)
@@ -55,6 +59,8 @@ def run_block(
             loss = loss_fn(ddp(x), y)
             loss.backward()
         marks.append((start, clock.mark()))
+        if on_step is not None:
+            on_step()
     Clock.wait(marks[-1][1])
     ddp.zero_grad(set_to_none=True)
     times = [max(0.0, Clock.ms(a, b)) for a, b in marks]
@@ -111,14 +117,15 @@ def run(args: argparse.Namespace) -> int:
             f"probe: k={rt.world_size}, model {args.model}, per-rank batch {args.batch}, "
             f"{args.blocks}x2 blocks of {args.block_steps} steps, timing {clock.method}",
         )
+        def advance() -> None:
+            client.step += 1
+
         for mode in MODES:  # warm-up, incl. DDP's bucket rebuild after the first synced step
-            run_block(ddp, x, y, mode, args.warmup_steps, clock, loss_fn)
-        client.step = 2 * args.warmup_steps
+            run_block(ddp, x, y, mode, args.warmup_steps, clock, loss_fn, advance)
         per_mode: dict[str, list[float]] = {m: [] for m in MODES}
         for block in range(2 * args.blocks):
             mode = MODES[block % 2]
-            s = run_block(ddp, x, y, mode, args.block_steps, clock, loss_fn)
-            client.step += s.steps
+            s = run_block(ddp, x, y, mode, args.block_steps, clock, loss_fn, advance)
             per_mode[mode].append(s.median_ms)
             client.send(
                 "probe",

@@ -229,13 +229,18 @@ class Trainer:
 
     # ------------------------------------------------------------------ probe blocks
 
+    def advance(self) -> None:
+        """One more iteration done (probe steps count too: the step counter is liveness)."""
+        self.global_step += 1
+        self.client.step = self.global_step
+
     def probe_pair(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """One synced and one no_sync block on the last batch (fwd+bwd, no optimizer step)."""
         self.flush(force=True)
         self.client.phase = "probe"
         steps = max(1, int(self.args.probe_block_steps))
         for mode in ("synced", "no_sync"):
-            s = run_block(self.ddp, x, y, mode, steps, self.clock, self.loss_fn)
+            s = run_block(self.ddp, x, y, mode, steps, self.clock, self.loss_fn, self.advance)
             self.client.send(
                 "probe",
                 block=self.probe_block,
