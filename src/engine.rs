@@ -235,7 +235,7 @@ impl Engine {
         if self.state.run(run_id).is_none_or(|r| r.status.is_final()) {
             return;
         }
-        self.begin_stop(run_id, RunStatus::Stopped, Some(format!("stopped: {why}")));
+        self.begin_stop(run_id, RunStatus::Stopped, Some(why.to_string()));
     }
 
     pub fn stop_all(&mut self, why: &str) {
@@ -576,7 +576,7 @@ impl Engine {
                     "rank {rank} failed: {err}; the other ranks then hung ({why})"
                 )),
             ),
-            None => (RunStatus::Hung, Some(format!("hung: {why}"))),
+            None => (RunStatus::Hung, Some(why.clone())),
         });
         let run_dir = l.run_dir.clone();
         let mut report = vec![format!("hang detected: {why}")];
