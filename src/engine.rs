@@ -15,6 +15,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+/// How long a hung run's workers get to write their flight-recorder dumps.
+const EVIDENCE_WAIT: Duration = Duration::from_secs(3);
+
 #[derive(Debug, Clone)]
 pub struct EngineOptions {
     pub data_dir: PathBuf,
@@ -394,7 +397,7 @@ impl Engine {
             };
             l.ending = Some(ending);
         }
-        self.spawn_stop(run);
+        self.spawn_stop(run, Duration::ZERO);
     }
 
     /// Rank exit codes as the launcher logged them (sim launcher and torchrun formats).
@@ -430,10 +433,11 @@ impl Engine {
             .server
             .registry
             .command(run, ControlMsg::Command { cmd: Command::Stop });
-        self.spawn_stop(run);
+        self.spawn_stop(run, Duration::ZERO);
     }
 
-    fn spawn_stop(&mut self, run: &str) {
+    /// Stop the run's process tree after `delay`, once; `StopDone` reports the outcome.
+    fn spawn_stop(&mut self, run: &str, delay: Duration) {
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -451,6 +455,9 @@ impl Engine {
         let tx = self.tx.clone();
         let rid = run.to_string();
         tokio::spawn(async move {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let (escalated_to, survivors) = procs::stop_tree(pgid, &pids, graces).await;
             let _ = tx
                 .send(SupEvent::StopDone {
@@ -471,7 +478,7 @@ impl Engine {
             if let Some(l) = self.launches.get_mut(run) {
                 l.stopping = false;
             }
-            self.spawn_stop(run);
+            self.spawn_stop(run, Duration::ZERO);
             return;
         }
         let (status, mut reason) = l
@@ -617,7 +624,7 @@ impl Engine {
         let tx = self.tx.clone();
         let rid = run.to_string();
         tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(3)).await;
+            tokio::time::sleep(EVIDENCE_WAIT).await;
             let lines =
                 tokio::task::spawn_blocking(move || crate::supervisor::flight::summarize(&run_dir))
                     .await
@@ -629,37 +636,8 @@ impl Engine {
                 })
                 .await;
         });
-        self.spawn_stop_after_evidence(run);
-    }
-
-    fn spawn_stop_after_evidence(&mut self, run: &str) {
-        let Some(l) = self.launches.get_mut(run) else {
-            return;
-        };
-        if l.stopping {
-            return;
-        }
-        l.stopping = true;
-        let pgid = l.pgid;
-        let pids: Vec<u32> = self
-            .state
-            .run(run)
-            .map(|v| v.ranks.values().filter_map(|r| r.pid).collect())
-            .unwrap_or_default();
-        let graces = self.opts.stop_grace;
-        let tx = self.tx.clone();
-        let rid = run.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(3) + Duration::from_millis(300)).await;
-            let (escalated_to, survivors) = procs::stop_tree(pgid, &pids, graces).await;
-            let _ = tx
-                .send(SupEvent::StopDone {
-                    run: rid,
-                    escalated_to,
-                    survivors,
-                })
-                .await;
-        });
+        // The dump gets its moment before the tree goes.
+        self.spawn_stop(run, EVIDENCE_WAIT + Duration::from_millis(300));
     }
 
     /// Append new lines of the run's output.log to its log tail.
