@@ -416,17 +416,10 @@ mod tests {
 
     fn spec() -> RunSpec {
         RunSpec {
-            experiment: Experiment::Weak,
-            k: 2,
-            backend: Backend::Sim,
             profile: Some("book-pcie".into()),
-            model: ModelName::Resnet18,
-            batch: 256,
-            epochs: 2,
             samples: 1000,
             env: [("NCCL_P2P_DISABLE".to_string(), Some("1".to_string()))].into(),
-            inject: None,
-            control: false,
+            ..RunSpec::new(Experiment::Weak, 2, Backend::Sim)
         }
     }
 

@@ -154,22 +154,14 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::{Experiment, ModelName, RunSpec};
+    use crate::app::{Experiment, RunSpec};
     use crate::protocol::*;
 
     fn spec() -> RunSpec {
         RunSpec {
-            experiment: Experiment::Weak,
-            k: 2,
-            backend: Backend::Sim,
             profile: Some("h200-nvlink".into()),
-            model: ModelName::Resnet18,
-            batch: 256,
-            epochs: 2,
             samples: 1000,
-            env: Default::default(),
-            inject: None,
-            control: false,
+            ..RunSpec::new(Experiment::Weak, 2, Backend::Sim)
         }
     }
 

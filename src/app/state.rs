@@ -136,6 +136,24 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
+    /// A launch with the experiment's defaults: its default batch, 2 epochs (the first is
+    /// warm-up), 60,000 samples, the backend's default model, no toggles.
+    pub fn new(experiment: Experiment, k: u32, backend: Backend) -> RunSpec {
+        RunSpec {
+            experiment,
+            k,
+            backend,
+            profile: None,
+            model: ModelName::default_for(backend),
+            batch: experiment.default_batch(),
+            epochs: 2,
+            samples: 60_000,
+            env: BTreeMap::new(),
+            inject: None,
+            control: false,
+        }
+    }
+
     pub fn per_rank_batch(&self) -> u32 {
         match self.experiment {
             Experiment::Strong => (self.batch / self.k.max(1)).max(1),

@@ -108,24 +108,12 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::{Experiment, ModelName, RunSpec};
+    use crate::app::{Experiment, RunSpec};
     use crate::protocol::Backend;
     use std::time::Duration;
 
     fn run(now: Instant) -> RunView {
-        let spec = RunSpec {
-            experiment: Experiment::Weak,
-            k: 2,
-            backend: Backend::Sim,
-            profile: None,
-            model: ModelName::Resnet18,
-            batch: 256,
-            epochs: 2,
-            samples: 1000,
-            env: Default::default(),
-            inject: None,
-            control: false,
-        };
+        let spec = RunSpec::new(Experiment::Weak, 2, Backend::Sim);
         let mut r = RunView::new("r".into(), spec, now, 0.0);
         r.status = RunStatus::Running;
         r
