@@ -125,6 +125,10 @@ pub struct RunArgs {
     /// Environment toggle for the launch, e.g. NCCL_P2P_DISABLE=1 (repeatable).
     #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
+    /// A named set of environment variables from the config's [presets] (repeatable; `--env`
+    /// entries are applied on top).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Vec<String>,
     /// Batch: per rank for weak and probe (default 256), global for strong (default 512).
     #[arg(long)]
     pub batch: Option<u32>,

@@ -57,6 +57,7 @@ startup_s = 180.0      # time allowed from launch to the first step
 # "]" = "next-rank"
 # "f" = "freeze"
 # "t" = "next-theme"
+# "e" = "next-preset"
 # "?" = "help"
 # "q" = "quit"           # also "Ctrl-c"
 
@@ -360,7 +361,7 @@ pub struct KeyMap {
 }
 
 /// The default bindings, in the order the help screen lists them.
-pub const DEFAULT_KEYS: [(&str, Action); 23] = [
+pub const DEFAULT_KEYS: [(&str, Action); 24] = [
     ("1", Action::LaunchK1),
     ("2", Action::LaunchK2),
     ("4", Action::LaunchK4),
@@ -381,6 +382,7 @@ pub const DEFAULT_KEYS: [(&str, Action); 23] = [
     ("]", Action::NextRank),
     ("f", Action::Freeze),
     ("t", Action::NextTheme),
+    ("e", Action::NextPreset),
     ("?", Action::Help),
     ("q", Action::Quit),
     ("Ctrl-c", Action::Quit),

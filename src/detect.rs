@@ -21,6 +21,7 @@ pub fn resolve(
     arg: BackendArg,
     python: Option<&Path>,
     workers: Option<&Path>,
+    torchrun: Option<&Path>,
 ) -> anyhow::Result<Resolved> {
     if arg == BackendArg::Sim {
         return Ok(Resolved {
@@ -31,8 +32,8 @@ pub fn resolve(
             note: "backend sim: SIMULATED (cost model + noise)".into(),
         });
     }
-    let torch =
-        find_python(python, workers).and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
+    let torch = find_python(python, workers, torchrun)
+        .and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
     match (arg, torch) {
         (BackendArg::Auto, Err(why)) => Ok(Resolved {
             backend: Backend::Sim,

@@ -15,8 +15,23 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         ExperimentArg::Probe => Experiment::Probe,
         ExperimentArg::Allreduce => Experiment::Allreduce,
     };
-    let resolved =
-        crate::detect::resolve(a.backend, g.python.as_deref(), g.workers_dir.as_deref())?;
+    // The config supplies python/torchrun paths, watchdog thresholds and presets. A broken file
+    // costs one warning line here, not the run: flags and defaults still work.
+    let config =
+        match crate::config::Config::load(Some(&crate::paths::config_file(g.config.as_deref()))) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("ddptop: {e}; continuing with the built-in defaults");
+                crate::config::Config::default()
+            }
+        };
+    let python = g.python.clone().or_else(|| config.python.clone());
+    let resolved = crate::detect::resolve(
+        a.backend,
+        python.as_deref(),
+        g.workers_dir.as_deref(),
+        config.torchrun.as_deref(),
+    )?;
     eprintln!("ddptop: {}", resolved.note);
     if resolved.backend == Backend::Nccl
         && let Some(&k) = a.k.iter().find(|&&k| k > resolved.gpus)
@@ -42,6 +57,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     opts.sim_speed = a.sim_speed;
     opts.sim_noise = a.sim_noise;
     opts.history = 0;
+    opts.watchdog.floor_s = config.watchdog.hang_floor_s;
+    opts.watchdog.factor = config.watchdog.hang_factor;
+    opts.watchdog.startup_s = config.watchdog.startup_s;
     if let Some(f) = a.hang_floor {
         opts.watchdog.floor_s = f;
     }
@@ -64,11 +82,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         batch: a.batch.unwrap_or(experiment.default_batch()),
         epochs: a.epochs.max(1),
         samples: a.samples,
-        env: a
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), Some(v.clone())))
-            .collect(),
+        env: launch_env(&config, &a)?,
         inject: a.inject.clone(),
         control: false,
     };
@@ -139,6 +153,25 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     } else {
         1
     })
+}
+
+/// The launch environment: presets in the order given (later ones win), then `--env` on top.
+fn launch_env(
+    config: &crate::config::Config,
+    a: &RunArgs,
+) -> anyhow::Result<std::collections::BTreeMap<String, Option<String>>> {
+    let mut env = std::collections::BTreeMap::new();
+    for name in &a.preset {
+        let p = config.preset(name).ok_or_else(|| {
+            let known: Vec<&String> = config.presets.keys().collect();
+            anyhow::anyhow!("unknown preset `{name}`; the config has {known:?}")
+        })?;
+        env.extend(p.clone());
+    }
+    for (k, v) in &a.env {
+        env.insert(k.clone(), Some(v.clone()));
+    }
+    Ok(env)
 }
 
 fn run_json(r: &RunView, state: &State) -> Value {

@@ -177,3 +177,72 @@ fn sigkill_mid_run_leaves_an_intact_database() {
     );
     assert!(killed["samples_per_s"].is_null());
 }
+
+#[test]
+fn presets_from_the_config_and_a_broken_config_costs_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    // First run writes the commented default config, with its presets.
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "allreduce",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            "20",
+            "--preset",
+            "shm-memcpy",
+        ],
+    );
+    assert!(out.status.success());
+    assert!(
+        d.path().join("config.toml").exists(),
+        "default config written on first run"
+    );
+    assert_eq!(
+        doc["toggles"],
+        serde_json::json!(["NCCL_SHM_USE_CUDA_MEMCPY=1"])
+    );
+    let out = ddptop(d.path())
+        .args(["run", "weak", "--backend", "sim", "--preset", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset `nope`"));
+    // A broken config: one line naming file and line, then the run goes on with defaults.
+    std::fs::write(
+        d.path().join("config.toml"),
+        "theme = \"dark\"\n[watchdog]\nhang_floor_s = \"ten\"\n",
+    )
+    .unwrap();
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "1",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--samples",
+            "5000",
+        ],
+    );
+    assert!(out.status.success());
+    assert_eq!(doc["runs"][0]["status"], "completed");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.contains("config.toml"))
+        .expect("a config error line");
+    assert!(line.contains(":3"), "names the line: {line}");
+    assert!(
+        line.contains("continuing with the built-in defaults"),
+        "{line}"
+    );
+}

@@ -23,12 +23,13 @@ pub enum Action {
     NextRank,
     Freeze,
     NextTheme,
+    NextPreset,
     Help,
     Quit,
 }
 
 impl Action {
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 21] = [
         Action::LaunchK1,
         Action::LaunchK2,
         Action::LaunchK4,
@@ -47,6 +48,7 @@ impl Action {
         Action::NextRank,
         Action::Freeze,
         Action::NextTheme,
+        Action::NextPreset,
         Action::Help,
         Action::Quit,
     ];
@@ -72,6 +74,7 @@ impl Action {
             Action::NextRank => "next-rank",
             Action::Freeze => "freeze",
             Action::NextTheme => "next-theme",
+            Action::NextPreset => "next-preset",
             Action::Help => "help",
             Action::Quit => "quit",
         }
@@ -102,6 +105,7 @@ impl Action {
             Action::NextRank => "timeline: show the next rank",
             Action::Freeze => "freeze / unfreeze the timeline",
             Action::NextTheme => "next colour theme",
+            Action::NextPreset => "apply the next NCCL preset of the config to the next launch",
             Action::Help => "show / hide this help",
             Action::Quit => "quit (stops runs unless --detach)",
         }

@@ -231,20 +231,29 @@ pub fn spawn(cmd: &CommandLine, run_dir: &Path) -> anyhow::Result<tokio::process
         .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))
 }
 
-/// Find python with torch: `--python`/config > `DDPTOP_PYTHON` > `python3` on PATH.
-/// Returns None when there is no python, no torch, or no workers package.
-pub fn find_python(flag: Option<&Path>, workers_flag: Option<&Path>) -> Result<PythonEnv, String> {
+/// Find python with torch: `--python`/config > `DDPTOP_PYTHON` > `python3` on PATH; torchrun
+/// from the config, else beside that python, else `python -m torch.distributed.run`.
+/// Fails when there is no workers package.
+pub fn find_python(
+    flag: Option<&Path>,
+    workers_flag: Option<&Path>,
+    torchrun: Option<&Path>,
+) -> Result<PythonEnv, String> {
     let python = flag
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("DDPTOP_PYTHON").map(PathBuf::from))
         .unwrap_or_else(|| PathBuf::from("python3"));
     let workers_dir = crate::paths::workers_dir(workers_flag)
         .ok_or_else(|| "the ddptop_worker package (workers/) was not found; set --workers-dir or DDPTOP_WORKERS_DIR".to_string())?;
-    let torchrun = python
-        .parent()
-        .map(|d| d.join("torchrun"))
-        .filter(|p| p.is_file())
+    let torchrun = torchrun
         .map(|p| vec![p.display().to_string()])
+        .or_else(|| {
+            python
+                .parent()
+                .map(|d| d.join("torchrun"))
+                .filter(|p| p.is_file())
+                .map(|p| vec![p.display().to_string()])
+        })
         .unwrap_or_else(|| {
             vec![
                 python.display().to_string(),

@@ -56,6 +56,8 @@ pub enum Flow {
     Continue,
     /// Cycle the theme (the loop owns the theme set).
     NextTheme,
+    /// Apply the next config preset to the next launch (the loop owns the config).
+    NextPreset,
     /// Freeze was toggled on: capture the timeline now.
     Frozen,
     Quit,
@@ -389,6 +391,7 @@ impl Controller {
                 }
             }
             Action::NextTheme => return Flow::NextTheme,
+            Action::NextPreset => return Flow::NextPreset,
             Action::Help => state.show_help = !state.show_help,
             Action::Quit => return Flow::Quit,
         }

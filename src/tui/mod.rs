@@ -45,6 +45,8 @@ pub struct App {
     pub gpu_rx: mpsc::Receiver<Update>,
     pub frozen: Option<FrozenStep>,
     pub detach: bool,
+    /// Index of the last preset applied with `next-preset` (starts before the first).
+    pub preset_idx: usize,
 }
 
 impl App {
@@ -61,6 +63,31 @@ impl App {
                     ""
                 };
                 st.push_message(Level::Info, None, format!("theme {name}{note}"));
+            }
+            Flow::NextPreset => {
+                let names: Vec<&String> = self.config.presets.keys().collect();
+                let st = self.engine.state_mut();
+                if names.is_empty() {
+                    st.push_message(Level::Info, None, "no presets in the config");
+                } else {
+                    self.preset_idx = self.preset_idx.wrapping_add(1) % names.len();
+                    let name = names[self.preset_idx].clone();
+                    let preset = self.config.presets[&name].clone();
+                    // `None` entries unset the variable; a preset replaces the toggles.
+                    st.next.env = preset.clone();
+                    let desc: Vec<String> = preset
+                        .iter()
+                        .map(|(k, v)| match v {
+                            Some(v) => format!("{k}={v}"),
+                            None => format!("-{k}"),
+                        })
+                        .collect();
+                    st.push_message(
+                        Level::Info,
+                        None,
+                        format!("next launch: preset {name} ({})", desc.join(" ")),
+                    );
+                }
             }
             Flow::Frozen => {
                 self.frozen = ui::timeline::capture(self.engine.state());
@@ -118,7 +145,12 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         .map_err(|e| anyhow::anyhow!("{e}"))?;
 
     let python = g.python.clone().or_else(|| config.python.clone());
-    let resolved = crate::detect::resolve(a.backend, python.as_deref(), g.workers_dir.as_deref())?;
+    let resolved = crate::detect::resolve(
+        a.backend,
+        python.as_deref(),
+        g.workers_dir.as_deref(),
+        config.torchrun.as_deref(),
+    )?;
     let profile = (resolved.backend == Backend::Sim).then(|| a.profile.clone());
     if let Some(p) = &profile
         && crate::costmodel::Profile::get(p).is_none()
@@ -189,6 +221,7 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         gpu_rx,
         frozen: None,
         detach: a.detach,
+        preset_idx: usize::MAX,
     })
 }
 
