@@ -335,3 +335,35 @@ fn book_deadlock_mode_hangs_training() {
     assert_eq!(doc["runs"][0]["status"], "hung");
     assert_no_survivors(&doc);
 }
+
+#[test]
+fn a_rank_that_raises_and_blocks_its_peers_fails_the_run_with_its_error() {
+    let d = tempfile::tempdir().unwrap();
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "20",
+            "--inject",
+            "raise:12",
+            "--hang-floor",
+            "3",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "failed", "{r:#}");
+    let why = r["reason"].as_str().unwrap();
+    assert!(
+        why.contains("rank 1 failed: RuntimeError: injected exception at step 12"),
+        "{why}"
+    );
+    assert!(why.contains("the other ranks then hung"), "{why}");
+    assert!(r["samples_per_s"].is_null());
+    assert_no_survivors(&doc);
+}

@@ -50,7 +50,8 @@ pub struct SimArgs {
 pub enum Fault {
     /// The last rank exits with code 3 at STEP.
     Crash(u64),
-    /// The last rank raises an exception at STEP (real workers: a Python exception; sim: exit 1).
+    /// The last rank raises an exception at STEP (real workers: a Python exception; sim: the
+    /// rank reports the error and stays blocked, its peers wait in the all-reduce, as on NCCL).
     Raise(u64),
     /// Every rank stops making progress at STEP; heartbeats continue.
     Hang(u64),

@@ -120,16 +120,24 @@ impl Sim<'_> {
                 );
                 std::process::exit(3);
             }
+            // As seen on NCCL: the raising rank reports its error but its exit stays blocked
+            // behind the collectives in flight, and its peers wait in the next all-reduce.
             Some(Fault::Raise(s)) if self.step >= s && last_rank => {
-                self.log(
-                    LogLevel::Error,
-                    format!("injected exception at step {}", self.step),
-                );
-                eprintln!(
-                    "Traceback (simulated): RuntimeError: injected exception at step {}",
-                    self.step
-                );
-                std::process::exit(1);
+                let msg = format!("RuntimeError: injected exception at step {}", self.step);
+                eprintln!("Traceback (simulated): {msg}");
+                self.log(LogLevel::Error, msg);
+                self.client.send(&WorkerMsg::Bye(Bye {
+                    rank: self.rank,
+                    step: self.step,
+                    t: self.client.t(),
+                    reason: ByeReason::Error,
+                }));
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
+            Some(Fault::Raise(s)) if self.step >= s => {
+                self.hang_forever(&format!("waiting for rank {} in all_reduce", self.k - 1))
             }
             Some(Fault::Hang(s)) if self.step >= s => self.hang_forever("injected hang"),
             Some(Fault::Silent(s)) if self.step >= s && last_rank => {
