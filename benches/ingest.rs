@@ -51,6 +51,7 @@ fn run_view() -> RunView {
         env: Default::default(),
         inject: None,
         control: false,
+        data_path: Default::default(),
     };
     RunView::new("bench".into(), spec, Instant::now(), 0.0)
 }

@@ -105,6 +105,14 @@ pub enum ExperimentArg {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DataPathArg {
+    /// Batches sliced from tensors already on the device (no input pipeline).
+    Device,
+    /// The book's DataLoader (DistributedSampler, worker processes): shows when input limits scaling.
+    Loader,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModelArg {
     Resnet18,
     Tiny,
@@ -140,6 +148,9 @@ pub struct RunArgs {
     /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
     #[arg(long, value_enum)]
     pub model: Option<ModelArg>,
+    /// Where training batches come from.
+    #[arg(long, value_enum, default_value_t = DataPathArg::Device)]
+    pub data_path: DataPathArg,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP (sim and real workers),
     /// garbage[:LINES] (sim only).
     #[arg(long, value_parser = parse_fault)]

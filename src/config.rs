@@ -44,6 +44,7 @@ startup_s = 180.0      # time allowed from launch to the first step
 # "4" = "launch-k4"
 # "a" = "sweep"
 # "s" = "switch-experiment"
+# "d" = "toggle-data-path"
 # "p" = "probe"
 # "b" = "bench"
 # "n" = "toggle-shm-memcpy"
@@ -361,12 +362,13 @@ pub struct KeyMap {
 }
 
 /// The default bindings, in the order the help screen lists them.
-pub const DEFAULT_KEYS: [(&str, Action); 24] = [
+pub const DEFAULT_KEYS: [(&str, Action); 25] = [
     ("1", Action::LaunchK1),
     ("2", Action::LaunchK2),
     ("4", Action::LaunchK4),
     ("a", Action::Sweep),
     ("s", Action::SwitchExperiment),
+    ("d", Action::ToggleDataPath),
     ("p", Action::Probe),
     ("b", Action::Bench),
     ("n", Action::ToggleShmMemcpy),

@@ -1,8 +1,8 @@
 //! `ddptop run` and `ddptop runs`: the same engine as the dashboard, printing a table or JSON.
 
 use crate::app::summary::{self, probe_summary};
-use crate::app::{Experiment, HostInfo, ModelName, RunSpec, RunStatus, RunView, State};
-use crate::cli::{ExperimentArg, GlobalArgs, ModelArg, RunArgs, RunsArgs};
+use crate::app::{DataPath, Experiment, HostInfo, ModelName, RunSpec, RunStatus, RunView, State};
+use crate::cli::{DataPathArg, ExperimentArg, GlobalArgs, ModelArg, RunArgs, RunsArgs};
 use crate::engine::{Engine, EngineOptions};
 use crate::protocol::Backend;
 use serde_json::{Value, json};
@@ -85,6 +85,10 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         env: launch_env(&config, &a)?,
         inject: a.inject.clone(),
         control: false,
+        data_path: match a.data_path {
+            DataPathArg::Device => DataPath::Device,
+            DataPathArg::Loader => DataPath::Loader,
+        },
     };
     let sweep = format!("s{}", crate::util::unix_now() as u64);
     let mut plan: Vec<RunSpec> = a.k.iter().map(|&k| RunSpec { k, ..base.clone() }).collect();
@@ -187,6 +191,7 @@ fn run_json(r: &RunView, state: &State) -> Value {
         "reason": r.reason,
         "control": r.spec.control,
         "per_rank_batch": r.spec.per_rank_batch(),
+        "data_path": r.spec.data_path.as_str(),
         "global_batch": r.spec.global_batch(),
         "samples_per_s": agg.map(|a| a.samples_per_s),
         "per_rank_samples_per_s": agg.map(|a| a.per_rank.clone()),
@@ -200,6 +205,10 @@ fn run_json(r: &RunView, state: &State) -> Value {
         "rejected_connections": r.rejected,
         "hang_report": r.hang_report,
     });
+    if let Some((data, step)) = summary::data_wait(r) {
+        v["step_ms_median"] = json!(step);
+        v["data_wait_ms_median"] = json!(data);
+    }
     if r.status == RunStatus::Completed {
         if let Some(p) = probe_summary(&r.probe) {
             v["probe"] = json!({
@@ -303,6 +312,12 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         }
         if let Some(t) = &r.transport {
             notes.push(format!("via {t}"));
+        }
+        if let Some((data, step)) = summary::data_wait(r).filter(|(_, s)| *s > 0.0) {
+            notes.push(format!(
+                "step {step:.1} ms, data wait {data:.2} ms ({:.0}%)",
+                data / step * 100.0
+            ));
         }
         out.push_str(&format!(
             "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {}\n",

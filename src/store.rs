@@ -4,7 +4,9 @@
 //! and aggregate results with their spread; and the events needed to redraw it. Writes are
 //! synchronous and small; a run's final figures are committed before anything reports them.
 
-use crate::app::{Aggregate, Experiment, ModelName, RankView, RunSpec, RunStatus, RunView};
+use crate::app::{
+    Aggregate, DataPath, Experiment, ModelName, RankView, RunSpec, RunStatus, RunView,
+};
 use crate::protocol::{Backend, Bench, Buckets, Probe, WorkerMsg};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
@@ -53,7 +55,8 @@ CREATE TABLE IF NOT EXISTS runs (
     rejected INTEGER NOT NULL DEFAULT 0,
     hang_report_json TEXT NOT NULL DEFAULT '[]',
     grad_bytes INTEGER,
-    bucket_bytes_json TEXT NOT NULL DEFAULT '[]'
+    bucket_bytes_json TEXT NOT NULL DEFAULT '[]',
+    data_path TEXT NOT NULL DEFAULT 'device'
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -123,6 +126,18 @@ pub struct NewRun<'a> {
     pub run_dir: &'a Path,
 }
 
+/// Columns added after the first schema: added to databases that lack them.
+fn migrate(conn: &Connection) -> anyhow::Result<()> {
+    let has = |col: &str| -> rusqlite::Result<bool> {
+        let mut stmt = conn.prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = ?1")?;
+        stmt.exists([col])
+    };
+    if !has("data_path")? {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN data_path TEXT NOT NULL DEFAULT 'device'")?;
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open (creating) the database. Runs left `running` by a ddptop that is no longer alive
     /// are marked failed, so history never shows a ghost run as in progress.
@@ -136,6 +151,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         let store = Store {
             conn,
             path: path.to_path_buf(),
@@ -172,8 +188,8 @@ impl Store {
         self.conn.execute(
             "INSERT INTO runs (id, experiment, k, backend, profile, model, batch, per_rank_batch, global_batch,
               epochs, samples, toggles_json, inject, control, sweep, command, argv_json, environ_json,
-              ddptop_version, status, started_unix, run_dir, owner_pid)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22)",
+              ddptop_version, status, started_unix, run_dir, owner_pid, data_path)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22,?23)",
             params![
                 r.id,
                 s.experiment.as_str(),
@@ -197,6 +213,7 @@ impl Store {
                 r.started_unix,
                 r.run_dir.display().to_string(),
                 std::process::id(),
+                s.data_path.as_str(),
             ],
         )?;
         Ok(())
@@ -292,7 +309,8 @@ impl Store {
         let mut stmt = self.conn.prepare(
             "SELECT id, experiment, k, backend, profile, model, batch, epochs, samples, toggles_json, inject,
                     control, sweep, status, reason, started_unix, ended_unix, samples_per_s, rank_min, rank_max,
-                    transport, versions_json, hang_report_json, grad_bytes, bucket_bytes_json, rejected
+                    transport, versions_json, hang_report_json, grad_bytes, bucket_bytes_json, rejected,
+                    data_path
              FROM runs ORDER BY started_unix DESC LIMIT ?1",
         )?;
         let rows = stmt.query_map([limit as i64], |r| {
@@ -316,6 +334,11 @@ impl Store {
                 env: serde_json::from_str(&r.get::<_, String>(9)?).unwrap_or_default(),
                 inject: r.get(10)?,
                 control: r.get(11)?,
+                data_path: if r.get::<_, String>(26)? == "loader" {
+                    DataPath::Loader
+                } else {
+                    DataPath::Device
+                },
             };
             let mut run = RunView::new(r.get(0)?, spec, std::time::Instant::now(), r.get(15)?);
             run.started = None;
@@ -527,6 +550,41 @@ mod tests {
         assert_eq!(l.probe.len(), 4);
         assert_eq!(l.ranks[&0].buckets.as_ref().unwrap().step, 50);
         assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 50);
+    }
+
+    #[test]
+    fn databases_without_new_columns_are_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        drop(Store::open(&path).unwrap());
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("ALTER TABLE runs DROP COLUMN data_path")
+            .unwrap();
+        drop(c);
+        let store = Store::open(&path).unwrap();
+        let cmd = CommandLine {
+            argv: vec!["x".into()],
+            env: Default::default(),
+            cwd: dir.path().into(),
+        };
+        let s = RunSpec {
+            data_path: DataPath::Loader,
+            ..spec()
+        };
+        store
+            .insert_run(&NewRun {
+                id: "m",
+                spec: &s,
+                sweep: None,
+                command: &cmd,
+                started_unix: 1.0,
+                run_dir: dir.path(),
+            })
+            .unwrap();
+        assert_eq!(
+            store.load_runs(1).unwrap()[0].spec.data_path,
+            DataPath::Loader
+        );
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn spec(exp: Experiment, k: u32, backend: Backend) -> RunSpec {
         env: BTreeMap::new(),
         inject: None,
         control: false,
+        data_path: Default::default(),
     }
 }
 

@@ -10,6 +10,7 @@ pub enum Action {
     LaunchK4,
     Sweep,
     SwitchExperiment,
+    ToggleDataPath,
     Probe,
     Bench,
     ToggleShmMemcpy,
@@ -29,12 +30,13 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 21] = [
+    pub const ALL: [Action; 22] = [
         Action::LaunchK1,
         Action::LaunchK2,
         Action::LaunchK4,
         Action::Sweep,
         Action::SwitchExperiment,
+        Action::ToggleDataPath,
         Action::Probe,
         Action::Bench,
         Action::ToggleShmMemcpy,
@@ -61,6 +63,7 @@ impl Action {
             Action::LaunchK4 => "launch-k4",
             Action::Sweep => "sweep",
             Action::SwitchExperiment => "switch-experiment",
+            Action::ToggleDataPath => "toggle-data-path",
             Action::Probe => "probe",
             Action::Bench => "bench",
             Action::ToggleShmMemcpy => "toggle-shm-memcpy",
@@ -92,7 +95,10 @@ impl Action {
             Action::LaunchK4 => "launch the next experiment at k=4",
             Action::Sweep => "sweep k = 1, 2, 4 one after another",
             Action::SwitchExperiment => "switch weak/strong scaling for the next launch",
-            Action::Probe => "no_sync probe: toggle live on the running run, or launch the probe",
+            Action::ToggleDataPath => {
+                "switch device-resident data / DataLoader for the next launch"
+            }
+            Action::Probe => "no_sync probe: toggle it live on the running run, or launch it",
             Action::Bench => "all-reduce bandwidth sweep",
             Action::ToggleShmMemcpy => "toggle NCCL_SHM_USE_CUDA_MEMCPY=1 for the next launch",
             Action::ToggleP2pDisable => "toggle NCCL_P2P_DISABLE=1 for the next launch",

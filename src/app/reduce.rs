@@ -60,8 +60,10 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         }
         WorkerMsg::Step(s) => {
             rank.recent_step_ms.push_back(s.step_ms);
+            rank.recent_data_ms.push_back(s.data_ms);
             while rank.recent_step_ms.len() > RECENT_STEPS {
                 rank.recent_step_ms.pop_front();
+                rank.recent_data_ms.pop_front();
             }
             if !s.warmup {
                 rank.recent_samples.push_back((now, s.samples));

@@ -115,6 +115,26 @@ impl RunStatus {
     }
 }
 
+/// Where training batches come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DataPath {
+    /// Tensors resident on the device, sliced per step: no input pipeline cost.
+    #[default]
+    Device,
+    /// The book's DataLoader with a DistributedSampler and worker processes.
+    Loader,
+}
+
+impl DataPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataPath::Device => "device",
+            DataPath::Loader => "loader",
+        }
+    }
+}
+
 /// What to launch. Everything a run needs to be reproduced is here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSpec {
@@ -133,6 +153,8 @@ pub struct RunSpec {
     pub inject: Option<String>,
     /// A k=1 control run launched alongside a probe.
     pub control: bool,
+    #[serde(default)]
+    pub data_path: DataPath,
 }
 
 impl RunSpec {
@@ -151,6 +173,7 @@ impl RunSpec {
             env: BTreeMap::new(),
             inject: None,
             control: false,
+            data_path: DataPath::Device,
         }
     }
 
@@ -176,12 +199,13 @@ impl RunSpec {
     /// Runs are comparable (same scaling curve) when this key matches.
     pub fn curve_key(&self) -> String {
         format!(
-            "{}|{}|{}|{}|{}|{}",
+            "{}|{}|{}|{}|{}|{}|{}",
             self.experiment.as_str(),
             self.backend.as_str(),
             self.profile.as_deref().unwrap_or("-"),
             self.model.as_str(),
             self.batch,
+            self.data_path.as_str(),
             self.toggle_badges().join(",")
         )
     }
@@ -202,6 +226,8 @@ pub struct RankView {
     pub phase: Option<Phase>,
     pub last_step: Option<Step>,
     pub recent_step_ms: VecDeque<f64>,
+    /// Time recent steps waited for their input batch (ms).
+    pub recent_data_ms: VecDeque<f64>,
     /// (epoch, samples/s, warm-up)
     pub epochs: Vec<(u32, f64, bool)>,
     pub result_sps: Option<f64>,
@@ -359,6 +385,7 @@ pub struct HostInfo {
 #[derive(Debug, Clone)]
 pub struct LaunchPrefs {
     pub experiment: Experiment,
+    pub data_path: DataPath,
     pub env: BTreeMap<String, Option<String>>,
 }
 
@@ -415,6 +442,7 @@ impl State {
             messages: VecDeque::new(),
             next: LaunchPrefs {
                 experiment: Experiment::Weak,
+                data_path: DataPath::Device,
                 env: BTreeMap::new(),
             },
             pane: Pane::Runs,

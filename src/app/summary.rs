@@ -140,6 +140,22 @@ pub fn probe_summary(blocks: &[Probe]) -> Option<ProbeSummary> {
     })
 }
 
+/// Median data wait and median step time over the ranks' recent steps (ms): when the first
+/// is a large share of the second, the input pipeline, not the GPUs, limits throughput.
+pub fn data_wait(run: &RunView) -> Option<(f64, f64)> {
+    let data: Vec<f64> = run
+        .ranks
+        .values()
+        .flat_map(|r| r.recent_data_ms.iter().copied())
+        .collect();
+    let step: Vec<f64> = run
+        .ranks
+        .values()
+        .flat_map(|r| r.recent_step_ms.iter().copied())
+        .collect();
+    Some((median(&data)?, median(&step)?))
+}
+
 /// Overlap % of a bucket timeline: the share of all-reduce time hidden under backward compute.
 pub fn overlap_pct(b: &Buckets) -> Option<f64> {
     let comm: f64 = b.buckets.iter().map(|s| s.comm_ms()).sum();

@@ -171,6 +171,8 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                     spec.samples.to_string(),
                     "--model".into(),
                     spec.model.as_str().into(),
+                    "--data-path".into(),
+                    spec.data_path.as_str().into(),
                     "--backend".into(),
                     backend,
                 ]),

@@ -6,7 +6,7 @@
 //! message says so); a sweep (k = 1, 2, 4) and a probe (the probe, then its k=1 control) are
 //! queue entries that share a sweep id.
 
-use crate::app::{Action, Experiment, Level, ModelName, RunSpec, State};
+use crate::app::{Action, DataPath, Experiment, Level, ModelName, RunSpec, State};
 use crate::engine::Engine;
 use crate::protocol::{Backend, Command};
 use crate::ui::layout::PAGES;
@@ -86,6 +86,7 @@ impl Controller {
             env: state.next.env.clone(),
             inject: None,
             control: false,
+            data_path: state.next.data_path,
         }
     }
 
@@ -226,6 +227,17 @@ impl Controller {
                         }
                     ),
                 );
+            }
+            Action::ToggleDataPath => {
+                state.next.data_path = match state.next.data_path {
+                    DataPath::Device => DataPath::Loader,
+                    DataPath::Loader => DataPath::Device,
+                };
+                let msg = match state.next.data_path {
+                    DataPath::Loader => "next launch: the book's DataLoader (watch the data wait)",
+                    DataPath::Device => "next launch: device-resident data",
+                };
+                state.push_message(Level::Info, None, msg);
             }
             Action::Probe => {
                 // A training run is active: toggle the live probe on it.

@@ -285,6 +285,9 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
             Span::styled(format!(" ({batch})"), t.dim),
         ],
     )];
+    if s.next.data_path == crate::app::DataPath::Loader {
+        l2.push((1, vec![Span::styled("DataLoader", t.value)]));
+    }
     let mut nccl = vec![Span::styled("NCCL ", t.label)];
     if s.next.env.is_empty() {
         nccl.push(Span::styled("defaults", t.dim));
@@ -391,20 +394,47 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     put_line(buf, r, 0, &Line::from(spans));
 }
 
+/// Actions the help screen lists on one line, with the line's description: siblings whose keys
+/// read best together (and keep the screen inside 80×24).
+const HELP_GROUPS: [(&[Action], &str); 2] = [
+    (
+        &[Action::LaunchK1, Action::LaunchK2, Action::LaunchK4],
+        "launch the next experiment at k = 1, 2, 4",
+    ),
+    (
+        &[Action::Up, Action::Down],
+        "select the previous / next run",
+    ),
+];
+
 /// The help screen, generated from the key map and `Action::describe`.
 pub fn help_lines(keys: &KeyMap) -> Vec<(String, &'static str, &'static str)> {
-    Action::ALL
-        .iter()
-        .map(|a| {
-            let ks: Vec<String> = keys.keys_for(*a).iter().map(|k| k.to_string()).collect();
-            let ks = if ks.is_empty() {
-                "(unbound)".to_string()
-            } else {
-                ks.join(" ")
-            };
-            (ks, a.name(), a.describe())
-        })
-        .collect()
+    let keys_of =
+        |a: Action| -> Vec<String> { keys.keys_for(a).iter().map(|k| k.to_string()).collect() };
+    let mut out = Vec::new();
+    for a in Action::ALL {
+        let group = HELP_GROUPS.iter().find(|(members, _)| members.contains(&a));
+        let (ks, desc) = match group {
+            // Later members are listed with the first one.
+            Some((members, _)) if members[0] != a => continue,
+            Some((members, desc)) => {
+                let parts: Vec<String> = members
+                    .iter()
+                    .map(|m| keys_of(*m).join(" "))
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                (parts.join(" / "), *desc)
+            }
+            None => (keys_of(a).join(" "), a.describe()),
+        };
+        let ks = if ks.is_empty() {
+            "(unbound)".to_string()
+        } else {
+            ks
+        };
+        out.push((ks, a.name(), desc));
+    }
+    out
 }
 
 fn help(ctx: &Ctx, area: Rect, buf: &mut Buffer) {

@@ -28,6 +28,7 @@ pub struct FrozenStep {
     pub rank: u32,
     pub buckets: Buckets,
     pub opt_ms: Option<f64>,
+    pub data_ms: Option<f64>,
 }
 
 /// The step the timeline shows right now, to freeze.
@@ -40,6 +41,7 @@ pub fn capture(state: &crate::app::State) -> Option<FrozenStep> {
         run_id: run.id.clone(),
         rank,
         opt_ms: opt_ms_for(rv, &b),
+        data_ms: data_ms_for(rv, &b),
         buckets: b,
     })
 }
@@ -49,6 +51,14 @@ fn opt_ms_for(rv: &crate::app::RankView, b: &Buckets) -> Option<f64> {
         .as_ref()
         .filter(|st| st.step.abs_diff(b.step) <= 1)
         .map(|st| st.opt_ms)
+}
+
+/// How long the step waited for its input batch (the loader, not the GPU, when this grows).
+fn data_ms_for(rv: &crate::app::RankView, b: &Buckets) -> Option<f64> {
+    rv.last_step
+        .as_ref()
+        .filter(|st| st.step.abs_diff(b.step) <= 1)
+        .map(|st| st.data_ms)
 }
 
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
@@ -130,7 +140,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
     if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-        gantt(ctx, run, &f.buckets, f.opt_ms, sub, buf);
+        gantt(ctx, run, &f.buckets, f.opt_ms, f.data_ms, sub, buf);
         return;
     }
     let rank = model::timeline_rank(s, run);
@@ -145,8 +155,9 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         return;
     };
     let opt_ms = rv.and_then(|r| opt_ms_for(r, b));
+    let data_ms = rv.and_then(|r| data_ms_for(r, b));
     let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-    gantt(ctx, run, b, opt_ms, sub, buf);
+    gantt(ctx, run, b, opt_ms, data_ms, sub, buf);
 }
 
 /// Draw the chart for one step into `r`.
@@ -155,6 +166,7 @@ pub fn gantt(
     run: &RunView,
     b: &Buckets,
     opt_ms: Option<f64>,
+    data_ms: Option<f64>,
     r: Rect,
     buf: &mut Buffer,
 ) {
@@ -186,6 +198,10 @@ pub fn gantt(
         ),
         Span::styled(format!(" of {}", fmt::ms(comm_total)), t.dim),
     ];
+    if let Some(d) = data_ms {
+        info.push(Span::styled(" · data wait ", t.label));
+        info.push(Span::styled(fmt::ms(d), t.value));
+    }
     if run.is_simulated() {
         info.push(Span::raw(" "));
         info.push(Span::styled(" SIMULATED ", t.sim));
