@@ -125,6 +125,7 @@ pub struct RunArgs {
     /// World sizes to run, one launch each, in order.
     #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub k: Vec<u32>,
+    /// auto: nccl when torch sees CUDA, gloo when torch imports, else the SIMULATED worker.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     /// Machine profile of the simulated backend: h200-nvlink or book-pcie.
@@ -140,6 +141,7 @@ pub struct RunArgs {
     /// Batch: per rank for weak and probe (default 256), global for strong (default 512).
     #[arg(long)]
     pub batch: Option<u32>,
+    /// Epochs; the first is warm-up and never counted (with 1, the only epoch is timed).
     #[arg(long, default_value_t = 2)]
     pub epochs: u32,
     /// Samples per epoch, split across ranks.

@@ -257,7 +257,8 @@ class Trainer:
 
     def run_epoch(self, epoch: int) -> tuple[EpochStats, bool]:
         """Train one epoch; returns its stats and whether a stop was agreed."""
-        st = EpochStats(epoch, warmup=epoch == 0)
+        # Epoch 0 is warm-up, unless it is the only one (then it is all there is to time).
+        st = EpochStats(epoch, warmup=epoch == 0 and self.args.epochs > 1)
         inst = self.instrument
         every = max(1, int(self.args.control_every))
         self.rt.synchronize()
