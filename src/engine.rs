@@ -354,6 +354,15 @@ impl Engine {
 
     fn on_exit(&mut self, run: &str, code: Option<i32>, signal: Option<i32>) {
         let detail = self.exit_details(run);
+        // What the failing rank itself said, when it managed to say something.
+        let rank_error = self.state.run(run).and_then(|v| {
+            let errors: Vec<String> = v
+                .ranks
+                .values()
+                .filter_map(|r| r.error.as_ref().map(|e| format!("rank {}: {e}", r.rank)))
+                .collect();
+            (!errors.is_empty()).then(|| errors.join("; "))
+        });
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -388,9 +397,9 @@ impl Engine {
                         (None, Some(s)) => format!("launcher killed by signal {s}"),
                         _ => "launcher ended".into(),
                     };
-                    if let Some(detail) = detail {
+                    for part in [detail, rank_error].into_iter().flatten() {
                         why.push_str("; ");
-                        why.push_str(&detail);
+                        why.push_str(&part);
                     }
                     (RunStatus::Failed, Some(why))
                 }

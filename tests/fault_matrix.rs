@@ -244,6 +244,11 @@ fn fault_matrix_gloo() {
         let doc: serde_json::Value = serde_json::from_reader(out).unwrap();
         let r = &doc["runs"][0];
         assert_eq!(r["status"], "failed");
+        let why = r["reason"].as_str().unwrap();
+        assert!(
+            why.contains("rank 1: RuntimeError: injected exception at step 5"),
+            "{why}"
+        );
         assert!(r["samples_per_s"].is_null());
         assert_no_survivors(&doc);
         assert_stored(cell.dir.path(), r["run_id"].as_str().unwrap(), "failed");
