@@ -10,6 +10,7 @@ Ranks agree on ddptop's probe/stop commands every `--control-every` steps over a
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -56,13 +57,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         choices=("synthetic", "real", "auto"),
-        default="synthetic",
-        help="auto: real if --data-dir has the raw files",
+        default="auto",
+        help="auto: real if --data-dir (or $DDPTOP_DATASET_DIR) has the raw files, else synthetic",
     )
     p.add_argument(
         "--data-path", choices=("loader", "device"), default="device", help="input pipeline"
     )
-    p.add_argument("--data-dir", default=None, help="folder with FashionMNIST raw files")
+    p.add_argument(
+        "--data-dir",
+        default=os.environ.get("DDPTOP_DATASET_DIR") or None,
+        help="folder with FashionMNIST raw files (default: $DDPTOP_DATASET_DIR)",
+    )
     p.add_argument(
         "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
     )
