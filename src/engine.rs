@@ -56,6 +56,8 @@ struct Launch {
     ending: Option<(RunStatus, Option<String>)>,
     stopping: bool,
     hung_at: Option<Instant>,
+    /// When the NCCL logs were last read for the transport (while the run is going).
+    transport_read: Option<Instant>,
 }
 
 pub struct Engine {
@@ -228,6 +230,7 @@ impl Engine {
                 ending: None,
                 stopping: false,
                 hung_at: None,
+                transport_read: None,
             },
         );
         Ok(id)
@@ -510,7 +513,7 @@ impl Engine {
         let Some(view) = self.state.run_mut(run) else {
             return;
         };
-        view.transport = transport;
+        view.transport = transport.or(view.transport.take());
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();
         let scaling = summary::scaling(&view_snapshot, &self.state.runs);
@@ -547,6 +550,7 @@ impl Engine {
         let ids: Vec<String> = self.state.active_runs().map(|r| r.id.clone()).collect();
         for id in &ids {
             self.pull_output(id);
+            self.read_transport(id, now);
             let Some(view) = self.state.run_mut(id) else {
                 continue;
             };
@@ -647,6 +651,27 @@ impl Engine {
         });
         // The dump gets its moment before the tree goes.
         self.spawn_stop(run, EVIDENCE_WAIT + Duration::from_millis(300));
+    }
+
+    /// NCCL prints its transport lines at communicator init: read them early, so the screen shows
+    /// the transport while the run goes (every 2 s until found; once more at the end).
+    fn read_transport(&mut self, run: &str, now: Instant) {
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
+        if l.transport_read
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(2))
+        {
+            return;
+        }
+        l.transport_read = Some(now);
+        let dir = l.run_dir.clone();
+        if let Some(v) = self.state.run_mut(run)
+            && v.spec.backend == crate::protocol::Backend::Nccl
+            && v.transport.is_none()
+        {
+            v.transport = nccl_log::transport_of_run(&dir);
+        }
     }
 
     /// Append new lines of the run's output.log to its log tail.
