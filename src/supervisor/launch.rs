@@ -63,139 +63,58 @@ pub struct LaunchContext<'a> {
     pub sim_noise: Option<f64>,
 }
 
+/// `--flag value` pairs as argv entries.
+fn flags<const N: usize>(pairs: [(&str, String); N]) -> impl Iterator<Item = String> {
+    pairs.into_iter().flat_map(|(f, v)| [f.to_string(), v])
+}
+
 /// Build the command for a run. Pure: no process is started.
 pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<CommandLine> {
     let mut env: BTreeMap<String, Option<String>> = BTreeMap::new();
-    env.insert(
-        "DDPTOP_SOCKET".into(),
-        Some(ctx.socket.display().to_string()),
-    );
-    env.insert("DDPTOP_TOKEN".into(), Some(ctx.token.to_string()));
-    env.insert("DDPTOP_RUN_ID".into(), Some(ctx.run_id.to_string()));
-    env.insert("PYTHONUNBUFFERED".into(), Some("1".into()));
+    let mut set = |k: &str, v: String| {
+        env.insert(k.to_string(), Some(v));
+    };
+    set("DDPTOP_SOCKET", ctx.socket.display().to_string());
+    set("DDPTOP_TOKEN", ctx.token.to_string());
+    set("DDPTOP_RUN_ID", ctx.run_id.to_string());
+    set("PYTHONUNBUFFERED", "1".into());
     // NVLink multicast stays off on shared machines (and is irrelevant for k ≤ 2).
-    env.insert("NCCL_NVLS_ENABLE".into(), Some("0".into()));
+    set("NCCL_NVLS_ENABLE", "0".into());
     let argv = match spec.backend {
-        Backend::Sim => {
-            let exe = std::env::current_exe()?;
-            let mut v = vec![
-                exe.display().to_string(),
-                "worker".into(),
-                "sim".into(),
-                "--profile".into(),
-                spec.profile.clone().unwrap_or_else(|| "h200-nvlink".into()),
-                "--experiment".into(),
-                spec.experiment.as_str().into(),
-                "--world-size".into(),
-                spec.k.to_string(),
-                "--batch".into(),
-                spec.batch.to_string(),
-                "--epochs".into(),
-                spec.epochs.to_string(),
-                "--samples".into(),
-                spec.samples.to_string(),
-                "--speed".into(),
-                ctx.sim_speed.to_string(),
-            ];
-            if let Some(n) = ctx.sim_noise {
-                v.extend(["--noise".into(), n.to_string()]);
-            }
-            for (k, val) in &spec.env {
-                if let Some(val) = val {
-                    v.extend(["--env".into(), format!("{k}={val}")]);
-                }
-            }
-            if let Some(f) = &spec.inject {
-                v.extend(["--inject".into(), f.clone()]);
-            }
-            v
-        }
+        Backend::Sim => sim_argv(spec, ctx)?,
         Backend::Gloo | Backend::Nccl => {
             let py = ctx.python.ok_or_else(|| {
-                anyhow::anyhow!("backend {} needs Python with torch; none was found (set --python or `python` in the config)", spec.backend.as_str())
+                anyhow::anyhow!(
+                    "backend {} needs Python with torch; none was found (set --python or `python` in the config)",
+                    spec.backend.as_str()
+                )
             })?;
             if let Some(f) = &spec.inject {
                 if f.starts_with("garbage") {
                     anyhow::bail!("the garbage fault exists only on --backend sim");
                 }
                 // The Python workers read the fault from their environment (train loop).
-                env.insert("DDPTOP_INJECT".into(), Some(f.clone()));
+                set("DDPTOP_INJECT", f.clone());
             }
             let d = ctx.run_dir.display();
-            env.insert(
-                "PYTHONPATH".into(),
-                Some(py.workers_dir.display().to_string()),
-            );
-            env.insert("NCCL_DEBUG".into(), Some("INFO".into()));
-            env.insert(
-                "NCCL_DEBUG_FILE".into(),
-                Some(format!("{d}/nccl.%h.%p.log")),
-            );
-            // Flight recorder: mode 3 (torchrun defaults workers to 1, which skips dumps).
-            env.insert("TORCH_NCCL_ASYNC_ERROR_HANDLING".into(), Some("3".into()));
-            env.insert("TORCH_FR_BUFFER_SIZE".into(), Some("2000".into()));
-            env.insert("TORCH_NCCL_TRACE_BUFFER_SIZE".into(), Some("2000".into()));
-            env.insert("TORCH_NCCL_DUMP_ON_TIMEOUT".into(), Some("1".into()));
-            env.insert(
-                "TORCH_FR_DUMP_TEMP_FILE".into(),
-                Some(format!("{d}/fr_rank")),
-            );
-            env.insert(
-                "TORCH_NCCL_DEBUG_INFO_TEMP_FILE".into(),
-                Some(format!("{d}/fr_rank")),
-            );
-            env.insert(
-                "TORCH_NCCL_DEBUG_INFO_PIPE_FILE".into(),
-                Some(format!("{d}/fr_pipe_")),
-            );
-            env.insert("DDPTOP_FR_DIR".into(), Some(d.to_string()));
-            let mut v = py.torchrun.clone();
-            v.extend([
-                "--standalone".into(),
-                format!("--nproc-per-node={}", spec.k),
-                "--monitor-interval=0.1".into(),
-                "-m".into(),
-                "ddptop_worker".into(),
-            ]);
-            let backend = spec.backend.as_str().to_string();
-            match spec.experiment {
-                Experiment::Weak | Experiment::Strong => v.extend([
-                    "train".into(),
-                    "--experiment".into(),
-                    spec.experiment.as_str().into(),
-                    "--batch".into(),
-                    spec.batch.to_string(),
-                    "--epochs".into(),
-                    spec.epochs.to_string(),
-                    "--samples".into(),
-                    spec.samples.to_string(),
-                    "--model".into(),
-                    spec.model.as_str().into(),
-                    "--data-path".into(),
-                    spec.data_path.as_str().into(),
-                    "--backend".into(),
-                    backend,
-                ]),
-                Experiment::Probe => v.extend([
-                    "probe".into(),
-                    "--batch".into(),
-                    spec.batch.to_string(),
-                    "--model".into(),
-                    spec.model.as_str().into(),
-                    "--backend".into(),
-                    backend,
-                ]),
-                Experiment::Allreduce => {
-                    v.extend(["allreduce".into(), "--backend".into(), backend]);
-                    if spec.backend == Backend::Gloo {
-                        // 256 MiB all-reduces over gloo on a laptop take minutes; stop at 16 MiB.
-                        v.extend(["--max-bytes".into(), (16u64 << 20).to_string()]);
-                    }
-                }
-            }
-            v
+            set("PYTHONPATH", py.workers_dir.display().to_string());
+            // NCCL's INFO log goes to the run directory, where ddptop reads the transport.
+            set("NCCL_DEBUG", "INFO".into());
+            set("NCCL_DEBUG_FILE", format!("{d}/nccl.%h.%p.log"));
+            // Flight recorder: mode 3 (torchrun defaults workers to 1, which skips dumps); both
+            // the current and the older variable names (torch 2.11 reads both).
+            set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3".into());
+            set("TORCH_FR_BUFFER_SIZE", "2000".into());
+            set("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000".into());
+            set("TORCH_NCCL_DUMP_ON_TIMEOUT", "1".into());
+            set("TORCH_FR_DUMP_TEMP_FILE", format!("{d}/fr_rank"));
+            set("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", format!("{d}/fr_rank"));
+            set("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", format!("{d}/fr_pipe_"));
+            set("DDPTOP_FR_DIR", d.to_string());
+            torch_argv(spec, py)
         }
     };
+    // The run's own toggles last: they win, and `None` removes a variable.
     for (k, v) in &spec.env {
         env.insert(k.clone(), v.clone());
     }
@@ -204,6 +123,83 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
         env,
         cwd: ctx.run_dir.to_path_buf(),
     })
+}
+
+/// `ddptop worker sim …`: the launcher of the simulated ranks.
+fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> {
+    let mut v = vec![
+        std::env::current_exe()?.display().to_string(),
+        "worker".into(),
+        "sim".into(),
+    ];
+    v.extend(flags([
+        (
+            "--profile",
+            spec.profile.clone().unwrap_or_else(|| "h200-nvlink".into()),
+        ),
+        ("--experiment", spec.experiment.as_str().into()),
+        ("--world-size", spec.k.to_string()),
+        ("--batch", spec.batch.to_string()),
+        ("--epochs", spec.epochs.to_string()),
+        ("--samples", spec.samples.to_string()),
+        ("--speed", ctx.sim_speed.to_string()),
+    ]));
+    if let Some(n) = ctx.sim_noise {
+        v.extend(flags([("--noise", n.to_string())]));
+    }
+    for (k, val) in &spec.env {
+        if let Some(val) = val {
+            v.extend(flags([("--env", format!("{k}={val}"))]));
+        }
+    }
+    if let Some(f) = &spec.inject {
+        v.extend(flags([("--inject", f.clone())]));
+    }
+    Ok(v)
+}
+
+/// `torchrun --standalone --nproc-per-node=k -m ddptop_worker <experiment> …`.
+fn torch_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
+    let mut v = py.torchrun.clone();
+    v.extend([
+        "--standalone".into(),
+        format!("--nproc-per-node={}", spec.k),
+        "--monitor-interval=0.1".into(),
+        "-m".into(),
+        "ddptop_worker".into(),
+    ]);
+    let backend = ("--backend", spec.backend.as_str().to_string());
+    match spec.experiment {
+        Experiment::Weak | Experiment::Strong => {
+            v.push("train".into());
+            v.extend(flags([
+                ("--experiment", spec.experiment.as_str().into()),
+                ("--batch", spec.batch.to_string()),
+                ("--epochs", spec.epochs.to_string()),
+                ("--samples", spec.samples.to_string()),
+                ("--model", spec.model.as_str().into()),
+                ("--data-path", spec.data_path.as_str().into()),
+                backend,
+            ]));
+        }
+        Experiment::Probe => {
+            v.push("probe".into());
+            v.extend(flags([
+                ("--batch", spec.batch.to_string()),
+                ("--model", spec.model.as_str().into()),
+                backend,
+            ]));
+        }
+        Experiment::Allreduce => {
+            v.push("allreduce".into());
+            v.extend(flags([backend]));
+            if spec.backend == Backend::Gloo {
+                // 256 MiB all-reduces over gloo on a laptop take minutes; stop at 16 MiB.
+                v.extend(flags([("--max-bytes", (16u64 << 20).to_string())]));
+            }
+        }
+    }
+    v
 }
 
 /// Spawn in a new process group with stdout and stderr appended to `run_dir/output.log`.
@@ -288,4 +284,114 @@ pub fn probe_torch(py: &Path) -> Result<(String, u32), String> {
     let version = it.next().unwrap_or("?").to_string();
     let gpus = it.next().and_then(|l| l.trim().parse().ok()).unwrap_or(0);
     Ok((version, gpus))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::RunSpec;
+
+    fn ctx<'a>(dir: &'a Path, py: Option<&'a PythonEnv>) -> LaunchContext<'a> {
+        LaunchContext {
+            run_id: "r1",
+            token: "tok",
+            socket: Path::new("/run/ddptop-1/s.sock"),
+            run_dir: dir,
+            python: py,
+            sim_speed: 1.0,
+            sim_noise: None,
+        }
+    }
+
+    #[test]
+    fn torch_runs_get_torchrun_the_worker_and_flight_recorder_env() {
+        let py = PythonEnv {
+            python: "/venv/bin/python".into(),
+            torchrun: vec!["/venv/bin/torchrun".into()],
+            workers_dir: "/repo/workers".into(),
+        };
+        let mut spec = RunSpec::new(Experiment::Weak, 2, Backend::Nccl);
+        spec.env.insert("NCCL_P2P_DISABLE".into(), Some("1".into()));
+        spec.env.insert("NCCL_ALGO".into(), None);
+        let dir = Path::new("/data/runs/r1");
+        let cmd = command_for(&spec, &ctx(dir, Some(&py))).unwrap();
+        let argv = cmd.argv.join(" ");
+        assert!(
+            argv.starts_with("/venv/bin/torchrun --standalone --nproc-per-node=2"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("-m ddptop_worker train --experiment weak --batch 256"),
+            "{argv}"
+        );
+        assert!(
+            argv.ends_with("--data-path device --backend nccl"),
+            "{argv}"
+        );
+        let env = |k: &str| cmd.env.get(k).cloned().flatten();
+        assert_eq!(
+            env("NCCL_DEBUG_FILE").as_deref(),
+            Some("/data/runs/r1/nccl.%h.%p.log")
+        );
+        assert_eq!(env("TORCH_NCCL_ASYNC_ERROR_HANDLING").as_deref(), Some("3"));
+        assert_eq!(
+            env("TORCH_NCCL_DEBUG_INFO_PIPE_FILE").as_deref(),
+            Some("/data/runs/r1/fr_pipe_")
+        );
+        assert_eq!(env("NCCL_NVLS_ENABLE").as_deref(), Some("0"));
+        assert_eq!(env("NCCL_P2P_DISABLE").as_deref(), Some("1"));
+        assert_eq!(env("PYTHONPATH").as_deref(), Some("/repo/workers"));
+        // A toggle set to None removes the variable from the launch.
+        assert_eq!(cmd.env.get("NCCL_ALGO"), Some(&None));
+        assert!(cmd.shell().contains("-u NCCL_ALGO"));
+        assert!(
+            !cmd.shell().contains("tok"),
+            "the token never reaches the recorded shell line"
+        );
+    }
+
+    #[test]
+    fn gloo_sweep_stops_at_16_mib_and_real_backends_need_python() {
+        let py = PythonEnv {
+            python: "python3".into(),
+            torchrun: vec![
+                "python3".into(),
+                "-m".into(),
+                "torch.distributed.run".into(),
+            ],
+            workers_dir: "/w".into(),
+        };
+        let dir = Path::new("/d");
+        let spec = RunSpec::new(Experiment::Allreduce, 2, Backend::Gloo);
+        let argv = command_for(&spec, &ctx(dir, Some(&py)))
+            .unwrap()
+            .argv
+            .join(" ");
+        assert!(
+            argv.ends_with("allreduce --backend gloo --max-bytes 16777216"),
+            "{argv}"
+        );
+        let err = command_for(&spec, &ctx(dir, None)).unwrap_err().to_string();
+        assert!(err.contains("needs Python with torch"), "{err}");
+    }
+
+    #[test]
+    fn sim_runs_pass_their_toggles_and_faults() {
+        let mut spec = RunSpec::new(Experiment::Weak, 4, Backend::Sim);
+        spec.env
+            .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+        spec.inject = Some("hang:5".into());
+        let argv = command_for(&spec, &ctx(Path::new("/d"), None))
+            .unwrap()
+            .argv
+            .join(" ");
+        assert!(
+            argv.contains("worker sim --profile h200-nvlink --experiment weak --world-size 4"),
+            "{argv}"
+        );
+        assert!(
+            argv.contains("--env NCCL_SHM_USE_CUDA_MEMCPY=1 --inject hang:5"),
+            "{argv}"
+        );
+    }
 }
