@@ -3,8 +3,8 @@
 #![allow(dead_code)]
 
 use ddptop::app::{
-    Aggregate, Experiment, GpuView, HostInfo, Level, Message, ModelName, ProcStat, RunSpec,
-    RunStatus, RunView, State,
+    Aggregate, Experiment, GpuSample, GpuView, HostInfo, Level, Message, ModelName, ProcStat,
+    RunSpec, RunStatus, RunView, State,
 };
 use ddptop::protocol::{
     Backend, Bench, BucketSpan, Buckets, Memory, Phase, Probe, ProbeMode, Step, Timing,
@@ -221,23 +221,25 @@ pub fn gpus(n: usize, pids: &[(usize, u32)]) -> Vec<GpuView> {
         .map(|i| {
             let util = ((i * 37 + 11) % 100) as u32;
             GpuView {
-                index: i as u32,
-                name: Some("NVIDIA H200".into()),
-                util_pct: Some(util),
-                mem_used: Some((20 + i as u64 * 9) << 30),
-                mem_total: Some(143_771 << 20),
-                power_w: Some(120.0 + util as f64 * 5.0),
-                temp_c: Some(35 + util / 3),
-                link_rx_kbs: Some(u64::from(util) * 1_200_000),
-                link_tx_kbs: Some(u64::from(util) * 1_190_000),
-                pids: pids
-                    .iter()
-                    .filter(|(g, _)| *g == i)
-                    .map(|(_, p)| *p)
-                    .collect(),
+                latest: GpuSample {
+                    index: i as u32,
+                    name: Some("NVIDIA H200".into()),
+                    util_pct: Some(util),
+                    mem_used: Some((20 + i as u64 * 9) << 30),
+                    mem_total: Some(143_771 << 20),
+                    power_w: Some(120.0 + util as f64 * 5.0),
+                    temp_c: Some(35 + util / 3),
+                    link_rx_kbs: Some(u64::from(util) * 1_200_000),
+                    link_tx_kbs: Some(u64::from(util) * 1_190_000),
+                    pids: pids
+                        .iter()
+                        .filter(|(g, _)| *g == i)
+                        .map(|(_, p)| *p)
+                        .collect(),
+                    error: None,
+                    link: Some("NVLink"),
+                },
                 util_history: (0..60u64).map(|t| (t * 7 + i as u64 * 13) % 101).collect(),
-                error: None,
-                link: Some("NVLink".into()),
             }
         })
         .collect()

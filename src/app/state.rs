@@ -349,10 +349,9 @@ pub struct Message {
     pub text: String,
 }
 
-/// One GPU's latest sample plus a minute of history. Every field is optional: NVML may not
-/// support it on this device.
+/// One GPU at one moment. `None` = not supported / not available on this device.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuView {
+pub struct GpuSample {
     pub index: u32,
     pub name: Option<String>,
     pub util_pct: Option<u32>,
@@ -360,15 +359,29 @@ pub struct GpuView {
     pub mem_total: Option<u64>,
     pub power_w: Option<f64>,
     pub temp_c: Option<u32>,
+    /// NVLink (summed over active links) or PCIe throughput, KB/s.
     pub link_rx_kbs: Option<u64>,
     pub link_tx_kbs: Option<u64>,
-    /// Compute processes on this GPU (pids).
+    /// "NVLink" or "PCIe": what `link_*` measure.
+    pub link: Option<&'static str>,
     pub pids: Vec<u32>,
-    pub util_history: VecDeque<u64>,
-    /// Why this GPU could not be sampled at all (its row shows this instead of figures).
+    /// The device could not be read at all (lost, invalid): why.
     pub error: Option<String>,
-    /// What `link_rx_kbs`/`link_tx_kbs` measure: "NVLink" or "PCIe".
-    pub link: Option<String>,
+}
+
+/// One GPU's latest sample plus a minute of utilisation history. Reads of the sample's fields go
+/// through `Deref` (`gpu.util_pct`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuView {
+    pub latest: GpuSample,
+    pub util_history: VecDeque<u64>,
+}
+
+impl std::ops::Deref for GpuView {
+    type Target = GpuSample;
+    fn deref(&self) -> &GpuSample {
+        &self.latest
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -16,25 +16,7 @@ use std::collections::BTreeMap;
 /// Points of utilisation history kept per GPU (a minute at the default 1 Hz).
 pub const HISTORY: usize = 60;
 
-/// One GPU at one moment. `None` = not supported / not available on this device.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct GpuSample {
-    pub index: u32,
-    pub name: Option<String>,
-    pub util_pct: Option<u32>,
-    pub mem_used: Option<u64>,
-    pub mem_total: Option<u64>,
-    pub power_w: Option<f64>,
-    pub temp_c: Option<u32>,
-    /// NVLink (summed over active links) or PCIe throughput, KB/s.
-    pub link_rx_kbs: Option<u64>,
-    pub link_tx_kbs: Option<u64>,
-    /// "NVLink" or "PCIe": what `link_*` measure.
-    pub link: Option<&'static str>,
-    pub pids: Vec<u32>,
-    /// The device could not be read at all (lost, invalid): why.
-    pub error: Option<String>,
-}
+pub use crate::app::GpuSample;
 
 /// What does not change while ddptop runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,7 +95,10 @@ pub fn apply_gpu_sample(state: &mut State, sample: Result<Vec<GpuSample>, GpuErr
                     Some(i) => &mut state.gpus[i],
                     None => {
                         state.gpus.push(GpuView {
-                            index: s.index,
+                            latest: GpuSample {
+                                index: s.index,
+                                ..Default::default()
+                            },
                             ..Default::default()
                         });
                         state.gpus.sort_by_key(|g| g.index);
@@ -125,21 +110,16 @@ pub fn apply_gpu_sample(state: &mut State, sample: Result<Vec<GpuSample>, GpuErr
                         &mut state.gpus[i]
                     }
                 };
-                if s.name.is_some() {
-                    g.name = s.name;
-                }
-                g.util_pct = s.util_pct;
-                g.mem_used = s.mem_used;
-                g.mem_total = s.mem_total.or(g.mem_total);
-                g.power_w = s.power_w;
-                g.temp_c = s.temp_c;
-                g.link_rx_kbs = s.link_rx_kbs;
-                g.link_tx_kbs = s.link_tx_kbs;
-                g.link = s.link.map(str::to_string);
-                g.pids = s.pids;
-                g.error = s.error;
                 // A gap (no figure this tick) is recorded as 0 so the minute stays a minute.
                 g.util_history.push_back(u64::from(s.util_pct.unwrap_or(0)));
+                // Name and total memory do not change: keep them when a tick lacks them.
+                let name = s.name.clone().or_else(|| g.latest.name.take());
+                let mem_total = s.mem_total.or(g.latest.mem_total);
+                g.latest = GpuSample {
+                    name,
+                    mem_total,
+                    ..s
+                };
                 while g.util_history.len() > HISTORY {
                     g.util_history.pop_front();
                 }

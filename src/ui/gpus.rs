@@ -164,7 +164,7 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             temp_style,
         ));
         if c.link {
-            let kind = g.link.as_deref().unwrap_or("link");
+            let kind = g.link.unwrap_or("link");
             let l = match (g.link_rx_kbs, g.link_tx_kbs) {
                 (None, None) => NA.to_string(),
                 (rx, tx) => format!(
