@@ -95,6 +95,21 @@ impl Controller {
         format!("s{}-{}", crate::util::unix_now() as u64, self.sweeps)
     }
 
+    /// k=2 for experiments that need communication, when the machine has two GPUs (or runs on
+    /// CPUs / simulated); otherwise a message saying why not.
+    fn two_ranks(state: &mut State, why_not: &str) -> Option<u32> {
+        let k = if state.max_k == 0 {
+            2
+        } else {
+            state.max_k.min(2)
+        };
+        if k < 2 {
+            state.push_message(Level::Warn, None, format!("not launched: {why_not}"));
+            return None;
+        }
+        Some(k)
+    }
+
     /// `k` fits this machine? (max_k = 0: CPU or simulated, no limit.) Says why not.
     fn fits(state: &mut State, k: u32, what: &str) -> bool {
         if state.max_k > 0 && k > state.max_k {
@@ -276,19 +291,12 @@ impl Controller {
                     }
                     return Flow::Continue;
                 }
-                let k = if state.max_k == 0 {
-                    2
-                } else {
-                    state.max_k.min(2)
-                };
-                if k < 2 {
-                    state.push_message(
-                        Level::Warn,
-                        None,
-                        "not launched: the no_sync probe needs 2 GPUs (k=1 has no communication to measure)",
-                    );
+                let Some(k) = Self::two_ranks(
+                    state,
+                    "the no_sync probe needs 2 GPUs (k=1 has no communication to measure)",
+                ) else {
                     return Flow::Continue;
-                }
+                };
                 let id = self.sweep_id();
                 let probe = self.spec(state, Experiment::Probe, k);
                 let mut control = self.spec(state, Experiment::Probe, 1);
@@ -296,19 +304,9 @@ impl Controller {
                 self.enqueue(state, vec![(probe, Some(id.clone())), (control, Some(id))]);
             }
             Action::Bench => {
-                let k = if state.max_k == 0 {
-                    2
-                } else {
-                    state.max_k.min(2)
-                };
-                if k < 2 {
-                    state.push_message(
-                        Level::Warn,
-                        None,
-                        "not launched: an all-reduce bench needs 2 GPUs",
-                    );
+                let Some(k) = Self::two_ranks(state, "an all-reduce bench needs 2 GPUs") else {
                     return Flow::Continue;
-                }
+                };
                 let spec = self.spec(state, Experiment::Allreduce, k);
                 self.enqueue(state, vec![(spec, None)]);
             }
