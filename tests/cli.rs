@@ -60,20 +60,7 @@ fn unknown_profile_is_a_one_line_error() {
 #[test]
 fn json_schema_and_runs_listing() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(
-        d.path(),
-        &[
-            "weak",
-            "--k",
-            "1,2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
-            "--samples",
-            "20000",
-        ],
-    );
+    let (out, doc) = sim_json(d.path(), &["weak", "--k", "1,2", "--samples", "20000"]);
     assert!(out.status.success());
     for key in [
         "experiment",
@@ -117,20 +104,7 @@ fn json_schema_and_runs_listing() {
 fn sigkill_mid_run_leaves_an_intact_database() {
     let d = tempfile::tempdir().unwrap();
     // One finished run first.
-    let (_, first) = run_json(
-        d.path(),
-        &[
-            "weak",
-            "--k",
-            "1",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
-            "--samples",
-            "10000",
-        ],
-    );
+    let (_, first) = sim_json(d.path(), &["weak", "--k", "1", "--samples", "10000"]);
     let done_id = first["runs"][0]["run_id"].as_str().unwrap().to_string();
     // Then a long run, SIGKILLed while going.
     let mut child = ddptop(d.path())
@@ -219,20 +193,7 @@ fn presets_from_the_config_and_a_broken_config_costs_one_line() {
         "theme = \"dark\"\n[watchdog]\nhang_floor_s = \"ten\"\n",
     )
     .unwrap();
-    let (out, doc) = run_json(
-        d.path(),
-        &[
-            "weak",
-            "--k",
-            "1",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
-            "--samples",
-            "5000",
-        ],
-    );
+    let (out, doc) = sim_json(d.path(), &["weak", "--k", "1", "--samples", "5000"]);
     assert!(out.status.success());
     assert_eq!(doc["runs"][0]["status"], "completed");
     let err = String::from_utf8_lossy(&out.stderr);

@@ -93,20 +93,7 @@ fn weak_scaling_h200_matches_baseline_and_shows_buckets() {
 #[test]
 fn strong_scaling_splits_the_global_batch() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(
-        d.path(),
-        &[
-            "strong",
-            "--k",
-            "1,2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
-            "--samples",
-            "20000",
-        ],
-    );
+    let (out, doc) = sim_json(d.path(), &["strong", "--k", "1,2", "--samples", "20000"]);
     assert!(out.status.success());
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs[0]["per_rank_batch"], 512);
@@ -118,16 +105,12 @@ fn strong_scaling_splits_the_global_batch() {
 fn hang_is_detected_within_the_threshold_and_stopped() {
     let d = tempfile::tempdir().unwrap();
     let t0 = std::time::Instant::now();
-    let (out, doc) = run_json(
+    let (out, doc) = sim_json(
         d.path(),
         &[
             "weak",
             "--k",
             "2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
             "--inject",
             "hang:20",
             "--hang-floor",
@@ -153,16 +136,12 @@ fn hang_is_detected_within_the_threshold_and_stopped() {
 #[test]
 fn silent_rank_is_hung() {
     let d = tempfile::tempdir().unwrap();
-    let (_, doc) = run_json(
+    let (_, doc) = sim_json(
         d.path(),
         &[
             "weak",
             "--k",
             "2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
             "--inject",
             "silent:10",
             "--hang-floor",
@@ -182,20 +161,7 @@ fn silent_rank_is_hung() {
 #[test]
 fn crash_fails_the_run_with_the_exit_code() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(
-        d.path(),
-        &[
-            "weak",
-            "--k",
-            "2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
-            "--inject",
-            "crash:15",
-        ],
-    );
+    let (out, doc) = sim_json(d.path(), &["weak", "--k", "2", "--inject", "crash:15"]);
     assert_eq!(out.status.code(), Some(1));
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "failed");
@@ -208,16 +174,12 @@ fn crash_fails_the_run_with_the_exit_code() {
 #[test]
 fn garbage_and_intruders_are_rejected_while_the_run_completes() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(
+    let (out, doc) = sim_json(
         d.path(),
         &[
             "weak",
             "--k",
             "2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
             "--inject",
             "garbage",
             "--samples",
@@ -237,10 +199,7 @@ fn garbage_and_intruders_are_rejected_while_the_run_completes() {
 #[test]
 fn probe_runs_with_a_k1_control() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(
-        d.path(),
-        &["probe", "--k", "2", "--backend", "sim", "--sim-speed", "20"],
-    );
+    let (out, doc) = sim_json(d.path(), &["probe", "--k", "2"]);
     assert!(out.status.success());
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
@@ -339,16 +298,12 @@ fn book_deadlock_mode_hangs_training() {
 #[test]
 fn a_rank_that_raises_and_blocks_its_peers_fails_the_run_with_its_error() {
     let d = tempfile::tempdir().unwrap();
-    let (out, doc) = run_json(
+    let (out, doc) = sim_json(
         d.path(),
         &[
             "weak",
             "--k",
             "2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "20",
             "--inject",
             "raise:12",
             "--hang-floor",

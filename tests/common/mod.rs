@@ -35,6 +35,14 @@ pub fn run_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
     (out, doc)
 }
 
+/// `ddptop run … --backend sim --sim-speed 20 --json`: the simulated worker, 20× faster than
+/// the machine it models (its figures are unchanged).
+pub fn sim_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
+    let mut all = args.to_vec();
+    all.extend(["--backend", "sim", "--sim-speed", "20"]);
+    run_json(data, &all)
+}
+
 /// Every worker pid of every run in a report, and their process groups, are gone.
 pub fn assert_no_survivors(doc: &Value) {
     let pids: Vec<u32> = doc["runs"]
