@@ -251,18 +251,17 @@ pub fn gantt(
         }
     };
 
+    // The right-hand figure of a row, when there is room for it.
+    let right = |buf: &mut Buffer, y: u16, text: String, style: Style| {
+        if right_w > 0 {
+            buf.set_stringn(chart_x + cw as u16 + 1, r.y + y, text, right_w - 1, style);
+        }
+    };
+
     // Backward compute.
     label(buf, y, "bwd", t.label);
     paint(buf, y, 0.0, bwd_end, COMPUTE, t.compute);
-    if right_w > 0 {
-        buf.set_stringn(
-            chart_x + cw as u16 + 1,
-            r.y + y,
-            format!("{} compute", fmt::ms(bwd_end)),
-            right_w - 1,
-            t.dim,
-        );
-    }
+    right(buf, y, format!("{} compute", fmt::ms(bwd_end)), t.dim);
     y += 1;
 
     let mut order: Vec<usize> = (0..n).collect();
@@ -299,19 +298,12 @@ pub fn gantt(
             let s = &b.buckets[i];
             label(buf, y, &format!("b{}", s.index), t.label);
             draw_bucket(buf, y, k, i);
-            if right_w > 0 {
-                buf.set_stringn(
-                    chart_x + cw as u16 + 1,
-                    r.y + y,
-                    format!(
-                        "{} {}",
-                        crate::util::fmt_bytes(s.bytes),
-                        fmt::ms(s.comm_ms())
-                    ),
-                    right_w - 1,
-                    t.dim,
-                );
-            }
+            let figure = format!(
+                "{} {}",
+                crate::util::fmt_bytes(s.bytes),
+                fmt::ms(s.comm_ms())
+            );
+            right(buf, y, figure, t.dim);
             y += 1;
         }
     } else if n > 0 {
@@ -319,15 +311,12 @@ pub fn gantt(
         for (k, &i) in order.iter().enumerate() {
             draw_bucket(buf, y, k, i);
         }
-        if right_w > 0 {
-            buf.set_stringn(
-                chart_x + cw as u16 + 1,
-                r.y + y,
-                format!("{n} buckets {}", fmt::ms(comm_total)),
-                right_w - 1,
-                t.dim,
-            );
-        }
+        right(
+            buf,
+            y,
+            format!("{n} buckets {}", fmt::ms(comm_total)),
+            t.dim,
+        );
         y += 1;
     }
     if y < r.height {
@@ -335,15 +324,7 @@ pub fn gantt(
         match opt_ms {
             Some(o) => {
                 paint(buf, y, opt_start, opt_start + o, OPT, t.optimizer);
-                if right_w > 0 {
-                    buf.set_stringn(
-                        chart_x + cw as u16 + 1,
-                        r.y + y,
-                        format!("{} optimizer", fmt::ms(o)),
-                        right_w - 1,
-                        t.dim,
-                    );
-                }
+                right(buf, y, format!("{} optimizer", fmt::ms(o)), t.dim);
             }
             None => {
                 buf.set_stringn(chart_x, r.y + y, "n/a", cw, t.dim);
@@ -359,15 +340,7 @@ pub fn gantt(
         let s: String = axis.into_iter().collect();
         buf.set_stringn(chart_x, r.y + y, &s, cw, t.axis);
         buf.set_stringn(r.x, r.y + y, "0", label_w, t.axis);
-        if right_w > 0 {
-            buf.set_stringn(
-                chart_x + cw as u16 + 1,
-                r.y + y,
-                fmt::ms(t_end),
-                right_w - 1,
-                t.axis,
-            );
-        }
+        right(buf, y, fmt::ms(t_end), t.axis);
         y += 1;
     }
     if legend && y < r.height {
