@@ -107,22 +107,10 @@ fn sigkill_mid_run_leaves_an_intact_database() {
     let (_, first) = sim_json(d.path(), &["weak", "--k", "1", "--samples", "10000"]);
     let done_id = first["runs"][0]["run_id"].as_str().unwrap().to_string();
     // Then a long run, SIGKILLed while going.
-    let mut child = ddptop(d.path())
-        .args([
-            "run",
-            "weak",
-            "--k",
-            "2",
-            "--backend",
-            "sim",
-            "--sim-speed",
-            "1",
-            "--json",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        d.path(),
+        &["weak", "--k", "2", "--backend", "sim", "--sim-speed", "1"],
+    );
     std::thread::sleep(std::time::Duration::from_secs(3));
     child.kill().unwrap();
     child.wait().unwrap();

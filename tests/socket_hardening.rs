@@ -67,9 +67,9 @@ fn answer(s: &UnixStream) -> String {
 fn intruders_do_not_disturb_a_run() {
     let d = tempfile::tempdir().unwrap();
     // A run of about 15 s wall time; rank 0 floods its own connection with 100k bad lines.
-    let child = ddptop(d.path())
-        .args([
-            "run",
+    let child = spawn_run(
+        d.path(),
+        &[
             "weak",
             "--k",
             "2",
@@ -81,12 +81,8 @@ fn intruders_do_not_disturb_a_run() {
             "30000",
             "--inject",
             "garbage:100000",
-            "--json",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+        ],
+    );
     let (sock, token, run) = socket_and_token(d.path(), child.id());
 
     let idle: Vec<UnixStream> = (0..1000)

@@ -35,6 +35,18 @@ pub fn run_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
     (out, doc)
 }
 
+/// `ddptop run ARGS --json` in the background, its JSON on a pipe (stderr dropped).
+pub fn spawn_run(data: &std::path::Path, args: &[&str]) -> std::process::Child {
+    ddptop(data)
+        .arg("run")
+        .args(args)
+        .arg("--json")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// `ddptop run … --backend sim --sim-speed 20 --json`: the simulated worker, 20× faster than
 /// the machine it models (its figures are unchanged).
 pub fn sim_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
