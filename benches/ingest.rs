@@ -4,8 +4,8 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use ddptop::app::reduce::apply_worker;
-use ddptop::app::{Experiment, ModelName, RunSpec, RunView};
 use ddptop::protocol::{Backend, parse_worker};
+use ddptop::run::{Experiment, RunSpec, RunView};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -39,20 +39,7 @@ fn lines(n: usize) -> Vec<String> {
 }
 
 fn run_view() -> RunView {
-    let spec = RunSpec {
-        experiment: Experiment::Weak,
-        k: 2,
-        backend: Backend::Nccl,
-        profile: None,
-        model: ModelName::Resnet18,
-        batch: 256,
-        epochs: 2,
-        samples: 60_000,
-        env: Default::default(),
-        inject: None,
-        control: false,
-        data_path: Default::default(),
-    };
+    let spec = RunSpec::new(Experiment::Weak, 2, Backend::Nccl);
     RunView::new("bench".into(), spec, Instant::now(), 0.0)
 }
 

@@ -1,6 +1,13 @@
-//! Command-line interface: `ddptop` (dashboard), `ddptop run`, `ddptop runs`, and the hidden
-//! `ddptop worker sim`.
+//! Command-line interface: `ddptop` (dashboard), `ddptop run`, `ddptop runs`, `report`, `show`,
+//! `diff`, `completions`, `man`, and the hidden `ddptop worker sim`. Only the arguments:
+//! `main.rs` dispatches them to the front ends.
+//!
+//! Exit codes have one meaning each: 0 success, 1 a run failed or hung (or ddptop itself
+//! failed), 2 bad input (flags, names, a broken config: a one-line message says what to fix),
+//! 130 interrupted. Numeric flags are checked here, at parse time.
 
+use crate::run::{DataPath, Experiment, JaxSharding, ModelName, OptimizerName, TorchStrategy};
+use crate::run::{HandDispatch, HandReduce};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -47,20 +54,24 @@ pub struct TuiArgs {
     /// Backend for launches from the dashboard.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
-    /// Machine profile of the simulated backend.
-    #[arg(long, default_value = "h200-nvlink")]
-    pub profile: String,
+    /// Machine profile of the simulated backend [default: h200-nvlink].
+    #[arg(long, value_parser = profile)]
+    pub profile: Option<String>,
     /// Leave runs going when ddptop quits.
     #[arg(long)]
     pub detach: bool,
     /// Run without a terminal: comma-separated actions (names or keys), `wait-run`, `sleep:S`.
     #[arg(long, value_name = "STEPS")]
     pub script: Option<String>,
+    /// Your own DDP training script and its arguments (last on the command line): `1`/`2`/`4`
+    /// launch it at that k under torchrun, unchanged (docs/attach.md).
+    #[arg(long, num_args = 1.., allow_hyphen_values = true, value_name = "SCRIPT.py [ARGS]")]
+    pub attach: Vec<String>,
     /// With --script: write the final screen as text to FILE.
     #[arg(long, value_name = "FILE", requires = "script")]
     pub screen_dump: Option<PathBuf>,
     /// Wall-clock speed-up of the simulated worker (its figures are unchanged).
-    #[arg(long, default_value_t = 1.0, hide = true)]
+    #[arg(long, default_value_t = 1.0, hide = true, value_parser = speed)]
     pub sim_speed: f64,
 }
 
@@ -68,8 +79,21 @@ pub struct TuiArgs {
 pub enum Cmd {
     /// Run an experiment headless, one launch per k, and print a table or JSON.
     Run(RunArgs),
-    /// List stored runs.
-    Runs(RunsArgs),
+    /// Run your own DDP training script under ddptop, unchanged: `ddptop attach --k 2 -- train.py
+    /// ARGS` (torchrun per k, steps/samples/buckets through torch's hooks; docs/attach.md).
+    Attach(AttachArgs),
+    /// List stored runs with their figures (speedup, efficiency, probe Δ, busbw).
+    Runs(crate::report::cmd::RunsArgs),
+    /// Write a report of a sweep, a scaling curve or runs: Markdown, HTML, JSON or CSV, with plots.
+    Report(crate::report::cmd::ReportArgs),
+    /// Everything stored about one run.
+    Show(crate::report::cmd::ShowArgs),
+    /// Two runs side by side: settings, figures, versions.
+    Diff(crate::report::cmd::DiffArgs),
+    /// Shell completions: `ddptop completions bash > ~/.local/share/bash-completion/completions/ddptop`.
+    Completions(crate::report::cmd::CompletionsArgs),
+    /// The man page (roff): `ddptop man | man -l -`.
+    Man(crate::report::cmd::ManArgs),
     /// Worker processes started by ddptop itself.
     #[command(hide = true)]
     Worker {
@@ -102,6 +126,101 @@ pub enum ExperimentArg {
     Probe,
     /// All-reduce bandwidth sweep by size.
     Allreduce,
+    /// One JAX process over k devices: the jitted step, its HLO receipt (collectives XLA wrote)
+    /// and a k=1 equality check; needs jax, flax and optax.
+    Jax,
+    /// PyTorch FSDP2 (or DDP, --strategy) with Adam: memory per rank (exact shard bytes, the
+    /// 16P/k prediction, the CUDA peak) and each block's all-gathers and reduce-scatters.
+    Fsdp,
+    /// The hand-rolled loop in Rust on tch: one process drives k replicas and all-reduces their
+    /// gradients by tensor copies after the backward (--dispatch, --reduce; --deficits runs all
+    /// three variants beside DDP). Needs the ddptop-handrolled binary.
+    Handrolled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DispatchArg {
+    /// One thread issues every replica's work in turn (the book's single Python thread).
+    Single,
+    /// One OS thread per replica.
+    Threads,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReduceArg {
+    /// Gather to device 0, sum, send back (the book's hub).
+    Star,
+    /// Chunked reduce-scatter then all-gather around a ring of device-to-device copies.
+    Ring,
+}
+
+impl From<DispatchArg> for HandDispatch {
+    fn from(a: DispatchArg) -> Self {
+        match a {
+            DispatchArg::Single => HandDispatch::Single,
+            DispatchArg::Threads => HandDispatch::Threads,
+        }
+    }
+}
+
+impl From<ReduceArg> for HandReduce {
+    fn from(a: ReduceArg) -> Self {
+        match a {
+            ReduceArg::Star => HandReduce::Star,
+            ReduceArg::Ring => HandReduce::Ring,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StrategyArg {
+    /// fully_shard on each residual block, then the root: state sharded over the k ranks.
+    Fsdp,
+    /// DistributedDataParallel: every rank holds the whole state.
+    Ddp,
+}
+
+impl From<StrategyArg> for TorchStrategy {
+    fn from(a: StrategyArg) -> Self {
+        match a {
+            StrategyArg::Fsdp => TorchStrategy::Fsdp,
+            StrategyArg::Ddp => TorchStrategy::Ddp,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OptimizerArg {
+    /// The book's plain SGD: no optimizer state.
+    Sgd,
+    /// Adam: two fp32 moments per parameter (16P bytes of state in all).
+    Adam,
+}
+
+impl From<OptimizerArg> for OptimizerName {
+    fn from(a: OptimizerArg) -> Self {
+        match a {
+            OptimizerArg::Sgd => OptimizerName::Sgd,
+            OptimizerArg::Adam => OptimizerName::Adam,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShardingArg {
+    /// Parameters and optimizer state replicated on every device.
+    Data,
+    /// Parameters and optimizer state split along the mesh (FSDP-style).
+    Fsdp,
+}
+
+impl From<ShardingArg> for JaxSharding {
+    fn from(a: ShardingArg) -> Self {
+        match a {
+            ShardingArg::Data => JaxSharding::Data,
+            ShardingArg::Fsdp => JaxSharding::Fsdp,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -118,6 +237,44 @@ pub enum ModelArg {
     Tiny,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+impl From<ExperimentArg> for Experiment {
+    fn from(a: ExperimentArg) -> Self {
+        match a {
+            ExperimentArg::Weak => Experiment::Weak,
+            ExperimentArg::Strong => Experiment::Strong,
+            ExperimentArg::Probe => Experiment::Probe,
+            ExperimentArg::Allreduce => Experiment::Allreduce,
+            ExperimentArg::Jax => Experiment::Jax,
+            ExperimentArg::Fsdp => Experiment::Fsdp,
+            ExperimentArg::Handrolled => Experiment::Handrolled,
+        }
+    }
+}
+
+impl From<ModelArg> for ModelName {
+    fn from(a: ModelArg) -> Self {
+        match a {
+            ModelArg::Resnet18 => ModelName::Resnet18,
+            ModelArg::Tiny => ModelName::Tiny,
+        }
+    }
+}
+
+impl From<DataPathArg> for DataPath {
+    fn from(a: DataPathArg) -> Self {
+        match a {
+            DataPathArg::Device => DataPath::Device,
+            DataPathArg::Loader => DataPath::Loader,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[arg(value_enum)]
@@ -129,7 +286,7 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     pub backend: BackendArg,
     /// Machine profile of the simulated backend: h200-nvlink or book-pcie.
-    #[arg(long)]
+    #[arg(long, value_parser = profile)]
     pub profile: Option<String>,
     /// Environment toggle for the launch, e.g. NCCL_P2P_DISABLE=1 (repeatable).
     #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
@@ -139,47 +296,184 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub preset: Vec<String>,
     /// Batch: per rank for weak and probe (default 256), global for strong (default 512).
-    #[arg(long)]
+    #[arg(long, value_parser = count_u32)]
     pub batch: Option<u32>,
-    /// Epochs; the first is warm-up and never counted (with 1, the only epoch is timed).
-    #[arg(long, default_value_t = 2)]
+    /// Epochs; the first is warm-up and never counted (with 1, the only epoch is timed,
+    /// warm-up included: such runs form a curve of their own).
+    #[arg(long, default_value_t = 2, value_parser = count_u32)]
     pub epochs: u32,
-    /// Samples per epoch, split across ranks.
-    #[arg(long, default_value_t = 60_000)]
-    pub samples: u64,
+    /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo].
+    #[arg(long, value_parser = count_u64)]
+    pub samples: Option<u64>,
     /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
     #[arg(long, value_enum)]
     pub model: Option<ModelArg>,
     /// Where training batches come from.
     #[arg(long, value_enum, default_value_t = DataPathArg::Device)]
     pub data_path: DataPathArg,
-    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP (sim and real workers),
-    /// garbage[:LINES] (sim only).
+    /// jax: how parameters are laid out on the mesh (the batch is always split).
+    #[arg(long, value_enum, default_value_t = ShardingArg::Data)]
+    pub sharding: ShardingArg,
+    /// fsdp: shard the state (fsdp) or replicate it (ddp), on the same model and data.
+    #[arg(long, value_enum, default_value_t = StrategyArg::Fsdp)]
+    pub strategy: StrategyArg,
+    /// Optimizer of PyTorch runs [default: adam for fsdp, sgd (the book's) elsewhere].
+    #[arg(long, value_enum)]
+    pub optimizer: Option<OptimizerArg>,
+    /// handrolled: who issues the replicas' work.
+    #[arg(long, value_enum, default_value_t = DispatchArg::Single)]
+    pub dispatch: DispatchArg,
+    /// handrolled: how the gradients are all-reduced.
+    #[arg(long, value_enum, default_value_t = ReduceArg::Star)]
+    pub reduce: ReduceArg,
+    /// handrolled: at each k run DDP (weak) and the hand-rolled loop as single+star,
+    /// threads+star and threads+ring, interleaved, then print the deficits table.
+    #[arg(long)]
+    pub deficits: bool,
+    /// Train on the real FashionMNIST raw files in DIR (nothing is downloaded; default: synthetic
+    /// FashionMNIST-shaped images). `--env DDPTOP_DATASET_DIR=DIR` does the same.
+    #[arg(long, value_name = "DIR")]
+    pub dataset_dir: Option<PathBuf>,
+    /// NVLink multicast (NCCL_NVLS_ENABLE): ddptop turns it off by default (it changes busbw on
+    /// NVSwitch machines); `on` leaves the choice to NCCL.
+    #[arg(long, value_enum)]
+    pub nvls: Option<Switch>,
+    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0
+    /// (sim and real workers), garbage[:LINES] (sim only).
     #[arg(long, value_parser = parse_fault)]
     pub inject: Option<String>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Wall-clock speed-up of the simulated worker (its figures are unchanged).
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = speed)]
     pub sim_speed: f64,
-    /// Relative noise of the simulated worker (default: the profile's).
-    #[arg(long)]
+    /// Relative noise of the simulated worker, 0 to 1 (default: the profile's).
+    #[arg(long, value_parser = fraction)]
     pub sim_noise: Option<f64>,
     /// Watchdog: no hang threshold is shorter than this (seconds).
-    #[arg(long)]
+    #[arg(long, value_parser = seconds)]
     pub hang_floor: Option<f64>,
-    /// Watchdog: time allowed from launch to the first step (seconds).
-    #[arg(long)]
+    /// Watchdog: time allowed from launch while a rank is in `init` (seconds).
+    #[arg(long, value_parser = seconds)]
     pub startup_timeout: Option<f64>,
+    /// Watchdog: time allowed in DDP's constructor, `ddp_init` (seconds; default 20).
+    #[arg(long, value_parser = seconds)]
+    pub ddp_init_timeout: Option<f64>,
+    /// Time the launcher gets to exit after every rank said bye (seconds; default 30); past it
+    /// the tree is stopped and the run keeps its results with a warning.
+    #[arg(long, value_parser = seconds)]
+    pub teardown_timeout: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]
-pub struct RunsArgs {
+#[command(
+    after_help = "Example: ddptop attach --k 1,2 --backend gloo -- examples/train_ddp.py --epochs 3"
+)]
+pub struct AttachArgs {
+    /// World sizes, one launch of the script each, in order [default: every GPU; 2 on CPUs].
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub k: Vec<u32>,
+    /// nccl: one GPU per rank; gloo: the CPU (GPUs hidden, so a script that picks its backend by
+    /// torch.cuda.is_available() picks gloo); auto: nccl when torch sees CUDA, else gloo.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
+    /// Environment setting for the launch, e.g. NCCL_P2P_DISABLE=1 (repeatable).
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// A named set of environment variables from the config's [presets] (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Vec<String>,
+    /// NVLink multicast (NCCL_NVLS_ENABLE): off by default; `on` leaves it to NCCL.
+    #[arg(long, value_enum)]
+    pub nvls: Option<Switch>,
+    /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
+    /// silent:STEP (a step is an optimizer step).
+    #[arg(long, value_parser = parse_fault)]
+    pub inject: Option<String>,
+    /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
-    #[arg(long, default_value_t = 50)]
-    pub limit: usize,
+    /// Watchdog: no hang threshold is shorter than this (seconds).
+    #[arg(long, value_parser = seconds)]
+    pub hang_floor: Option<f64>,
+    /// Watchdog: time allowed from launch to the first step (seconds).
+    #[arg(long, value_parser = seconds)]
+    pub startup_timeout: Option<f64>,
+    /// The training script and its arguments, after `--`.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "SCRIPT.py [ARGS]"
+    )]
+    pub command: Vec<String>,
+}
+
+/// Input ddptop refuses: a one-line message saying what to do; exit code 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
+/// The exit code of an error: 2 when the input was at fault, else 1.
+pub fn exit_code(e: &anyhow::Error) -> i32 {
+    if e.chain().any(|c| c.downcast_ref::<BadInput>().is_some()) {
+        2
+    } else {
+        1
+    }
+}
+
+fn count_u32(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {}", u32::MAX)),
+    }
+}
+
+fn count_u64(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {}", u64::MAX)),
+    }
+}
+
+fn speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 1000.0 => Ok(x),
+        _ => Err("must be a number > 0 and ≤ 1000 (1 = real time, 5 = five times faster)".into()),
+    }
+}
+
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err("must be a number from 0 to 1 (0.02 = 2% noise)".into()),
+    }
+}
+
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 86_400.0 => Ok(x),
+        _ => Err("must be a number of seconds > 0 and ≤ 86400".into()),
+    }
+}
+
+fn profile(s: &str) -> Result<String, String> {
+    match crate::costmodel::Profile::get(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!(
+            "unknown profile; known: {}",
+            crate::costmodel::Profile::names().join(", ")
+        )),
+    }
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -194,33 +488,4 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 
 fn parse_fault(s: &str) -> Result<String, String> {
     crate::sim::Fault::parse(s).map(|_| s.to_string())
-}
-
-/// Parse, dispatch, return the process exit code.
-pub fn main() -> i32 {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Some(Cmd::Worker {
-            kind: WorkerCmd::Sim(a),
-        }) => crate::sim::main(a),
-        Some(Cmd::Run(a)) => {
-            runtime().and_then(|rt| rt.block_on(crate::headless::run(&cli.global, a)))
-        }
-        Some(Cmd::Runs(a)) => crate::headless::list_runs(&cli.global, &a),
-        None => crate::tui::main(&cli.global, &cli.tui),
-    };
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("ddptop: {e:#}");
-            1
-        }
-    }
-}
-
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?)
 }

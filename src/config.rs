@@ -6,7 +6,8 @@
 //! are errors too, so a typo never silently does nothing. docs/ui.md documents every field.
 
 use crate::app::Action;
-use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use crate::keys::{Key, KeyMap};
+use crate::run::{EnvOverlay, NcclSettings};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,6 +30,9 @@ theme = "dark"
 gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250)
 max_fps = 20           # redraws per second at most (1..120); nothing is redrawn while idle
 
+[timeline]
+steps = 50             # the Timeline pane shows the median of the last N steps (20..=500); f freezes one
+
 [watchdog]
 hang_floor_s = 10.0    # a run is hung after at least this many seconds without step progress,
 hang_factor = 10.0     # or this many times its median step time, whichever is larger
@@ -49,6 +53,7 @@ startup_s = 180.0      # time allowed from launch to the first step
 # "b" = "bench"
 # "n" = "toggle-shm-memcpy"
 # "P" = "toggle-p2p-disable"
+# "v" = "toggle-nvls"
 # "r" = "rerun"
 # "x" = "stop"
 # "Tab" = "next-pane"
@@ -59,6 +64,7 @@ startup_s = 180.0      # time allowed from launch to the first step
 # "f" = "freeze"
 # "t" = "next-theme"
 # "e" = "next-preset"
+# "w" = "write-report"
 # "?" = "help"
 # "q" = "quit"           # also "Ctrl-c"
 
@@ -170,296 +176,6 @@ fn one_line(s: &str) -> String {
 }
 
 // ------------------------------------------------------------------------------------------------
-// Keys
-
-/// A key as written in the config: a character, or a named key, with Ctrl/Alt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Key {
-    pub code: KeyName,
-    pub ctrl: bool,
-    pub alt: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum KeyName {
-    Char(char),
-    Tab,
-    BackTab,
-    Enter,
-    Esc,
-    Space,
-    Backspace,
-    Delete,
-    Insert,
-    Up,
-    Down,
-    Left,
-    Right,
-    PageUp,
-    PageDown,
-    Home,
-    End,
-    F(u8),
-}
-
-const NAMED: [(&str, KeyName); 16] = [
-    ("Tab", KeyName::Tab),
-    ("BackTab", KeyName::BackTab),
-    ("Enter", KeyName::Enter),
-    ("Esc", KeyName::Esc),
-    ("Space", KeyName::Space),
-    ("Backspace", KeyName::Backspace),
-    ("Delete", KeyName::Delete),
-    ("Insert", KeyName::Insert),
-    ("Up", KeyName::Up),
-    ("Down", KeyName::Down),
-    ("Left", KeyName::Left),
-    ("Right", KeyName::Right),
-    ("PageUp", KeyName::PageUp),
-    ("PageDown", KeyName::PageDown),
-    ("Home", KeyName::Home),
-    ("End", KeyName::End),
-];
-
-impl Key {
-    pub const fn plain(code: KeyName) -> Key {
-        Key {
-            code,
-            ctrl: false,
-            alt: false,
-        }
-    }
-
-    pub const fn ch(c: char) -> Key {
-        Key::plain(KeyName::Char(c))
-    }
-
-    /// Parse `p`, `P`, `?`, `Tab`, `Shift-Tab`, `Ctrl-c`, `Alt-x`, `F5`, `Space`. Named keys and
-    /// modifiers are case-insensitive and may be joined with `-` or `+`; a single character is
-    /// taken as written (`p` and `P` differ).
-    pub fn parse(s: &str) -> Result<Key, String> {
-        // [ctrl, alt, shift]
-        let mut mods = [false; 3];
-        let mut rest = s;
-        'strip: loop {
-            let lower = rest.to_ascii_lowercase();
-            for (prefix, m) in [
-                ("ctrl-", 0),
-                ("ctrl+", 0),
-                ("c-", 0),
-                ("alt-", 1),
-                ("alt+", 1),
-                ("m-", 1),
-                ("shift-", 2),
-                ("shift+", 2),
-            ] {
-                if lower.starts_with(prefix) && rest.len() > prefix.len() {
-                    mods[m] = true;
-                    rest = &rest[prefix.len()..];
-                    continue 'strip;
-                }
-            }
-            break;
-        }
-        let [ctrl, alt, shift] = mods;
-        let mut chars = rest.chars();
-        let code = match (chars.next(), chars.next()) {
-            (None, _) => return Err("empty key".into()),
-            (Some(c), None) => {
-                if ctrl {
-                    KeyName::Char(c.to_ascii_lowercase())
-                } else if shift {
-                    KeyName::Char(c.to_ascii_uppercase())
-                } else {
-                    KeyName::Char(c)
-                }
-            }
-            _ => {
-                let lower = rest.to_ascii_lowercase();
-                if let Some((_, k)) = NAMED.iter().find(|(n, _)| n.to_ascii_lowercase() == lower) {
-                    if *k == KeyName::Tab && shift {
-                        KeyName::BackTab
-                    } else {
-                        *k
-                    }
-                } else if lower == "return" {
-                    KeyName::Enter
-                } else if lower == "escape" {
-                    KeyName::Esc
-                } else if let Some(n) = lower
-                    .strip_prefix('f')
-                    .and_then(|n| n.parse::<u8>().ok())
-                    .filter(|n| (1..=24).contains(n))
-                {
-                    KeyName::F(n)
-                } else {
-                    return Err(format!(
-                        "unknown key {s:?} (use a character, Tab, Enter, Esc, Space, Up, Down, Left, Right, PageUp, PageDown, Home, End, Backspace, Delete, Insert, F1..F24, with Ctrl-/Alt-/Shift- prefixes)"
-                    ));
-                }
-            }
-        };
-        Ok(Key { code, ctrl, alt })
-    }
-
-    /// The key as an incoming terminal event maps it; `None` for releases and keys we don't name.
-    pub fn from_event(ev: &KeyEvent) -> Option<Key> {
-        if ev.kind == KeyEventKind::Release {
-            return None;
-        }
-        let ctrl = ev.modifiers.contains(KeyModifiers::CONTROL);
-        let alt = ev.modifiers.contains(KeyModifiers::ALT);
-        let code = match ev.code {
-            KeyCode::Char(' ') => KeyName::Space,
-            KeyCode::Char(c) if ctrl => KeyName::Char(c.to_ascii_lowercase()),
-            KeyCode::Char(c) => KeyName::Char(c),
-            KeyCode::Tab if ev.modifiers.contains(KeyModifiers::SHIFT) => KeyName::BackTab,
-            KeyCode::Tab => KeyName::Tab,
-            KeyCode::BackTab => KeyName::BackTab,
-            KeyCode::Enter => KeyName::Enter,
-            KeyCode::Esc => KeyName::Esc,
-            KeyCode::Backspace => KeyName::Backspace,
-            KeyCode::Delete => KeyName::Delete,
-            KeyCode::Insert => KeyName::Insert,
-            KeyCode::Up => KeyName::Up,
-            KeyCode::Down => KeyName::Down,
-            KeyCode::Left => KeyName::Left,
-            KeyCode::Right => KeyName::Right,
-            KeyCode::PageUp => KeyName::PageUp,
-            KeyCode::PageDown => KeyName::PageDown,
-            KeyCode::Home => KeyName::Home,
-            KeyCode::End => KeyName::End,
-            KeyCode::F(n) => KeyName::F(n),
-            _ => return None,
-        };
-        Some(Key { code, ctrl, alt })
-    }
-}
-
-impl fmt::Display for Key {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.ctrl {
-            f.write_str("Ctrl-")?;
-        }
-        if self.alt {
-            f.write_str("Alt-")?;
-        }
-        match self.code {
-            KeyName::Char(c) => write!(f, "{c}"),
-            KeyName::F(n) => write!(f, "F{n}"),
-            k => {
-                let name = NAMED.iter().find(|(_, n)| *n == k).map_or("?", |(s, _)| *s);
-                f.write_str(name)
-            }
-        }
-    }
-}
-
-/// Key → action. Built from the defaults, then the config's `[keys]` table on top.
-#[derive(Debug, Clone, PartialEq)]
-pub struct KeyMap {
-    map: BTreeMap<Key, Action>,
-}
-
-/// The default bindings, in the order the help screen lists them.
-pub const DEFAULT_KEYS: [(&str, Action); 25] = [
-    ("1", Action::LaunchK1),
-    ("2", Action::LaunchK2),
-    ("4", Action::LaunchK4),
-    ("a", Action::Sweep),
-    ("s", Action::SwitchExperiment),
-    ("d", Action::ToggleDataPath),
-    ("p", Action::Probe),
-    ("b", Action::Bench),
-    ("n", Action::ToggleShmMemcpy),
-    ("P", Action::ToggleP2pDisable),
-    ("r", Action::Rerun),
-    ("x", Action::Stop),
-    ("Tab", Action::NextPane),
-    ("Up", Action::Up),
-    ("k", Action::Up),
-    ("Down", Action::Down),
-    ("j", Action::Down),
-    ("Enter", Action::Focus),
-    ("]", Action::NextRank),
-    ("f", Action::Freeze),
-    ("t", Action::NextTheme),
-    ("e", Action::NextPreset),
-    ("?", Action::Help),
-    ("q", Action::Quit),
-    ("Ctrl-c", Action::Quit),
-];
-
-impl Default for KeyMap {
-    fn default() -> Self {
-        let map = DEFAULT_KEYS
-            .iter()
-            .map(|(k, a)| (Key::parse(k).expect("default keys parse"), *a))
-            .collect();
-        KeyMap { map }
-    }
-}
-
-impl KeyMap {
-    pub fn empty() -> Self {
-        KeyMap {
-            map: BTreeMap::new(),
-        }
-    }
-
-    pub fn bind(&mut self, key: Key, action: Action) {
-        self.map.insert(key, action);
-    }
-
-    pub fn unbind(&mut self, key: &Key) {
-        self.map.remove(key);
-    }
-
-    pub fn get(&self, key: &Key) -> Option<Action> {
-        self.map.get(key).copied()
-    }
-
-    /// The action a terminal key event triggers, if any.
-    pub fn resolve(&self, ev: &KeyEvent) -> Option<Action> {
-        let key = Key::from_event(ev)?;
-        if ev.kind == KeyEventKind::Repeat
-            && !matches!(self.map.get(&key), Some(Action::Up | Action::Down))
-        {
-            // Holding a key repeats navigation only, never launches.
-            return None;
-        }
-        self.map.get(&key).copied()
-    }
-
-    /// Resolve a key written as in the config (`"p"`, `"Tab"`), for `--script`.
-    pub fn resolve_str(&self, key: &str) -> Option<Action> {
-        Key::parse(key).ok().and_then(|k| self.get(&k))
-    }
-
-    /// Every key bound to `action`, characters first, in a stable order.
-    pub fn keys_for(&self, action: Action) -> Vec<Key> {
-        let mut keys: Vec<Key> = self
-            .map
-            .iter()
-            .filter(|(_, a)| **a == action)
-            .map(|(k, _)| *k)
-            .collect();
-        // Prefer a plain key for the hint bar: no modifiers, then characters, then named keys.
-        keys.sort_by_key(|k| (k.ctrl || k.alt, !matches!(k.code, KeyName::Char(_)), *k));
-        keys
-    }
-
-    /// The key the hint bar shows for `action`.
-    pub fn first_key(&self, action: Action) -> Option<Key> {
-        self.keys_for(action).into_iter().next()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Action)> {
-        self.map.iter()
-    }
-}
-
-// ------------------------------------------------------------------------------------------------
 // Config
 
 #[derive(Debug, Clone, PartialEq)]
@@ -475,6 +191,20 @@ impl Default for Refresh {
         Refresh {
             gpu_sample_ms: 1000,
             max_fps: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineCfg {
+    /// Steps the Timeline pane's median covers (20..=500).
+    pub steps: usize,
+}
+
+impl Default for TimelineCfg {
+    fn default() -> Self {
+        TimelineCfg {
+            steps: crate::app::predict::DEFAULT_TIMELINE_STEPS,
         }
     }
 }
@@ -500,13 +230,14 @@ impl Default for Watchdog {
 }
 
 /// One environment preset: variable → value, `None` removes the variable for the launch.
-pub type Preset = BTreeMap<String, Option<String>>;
+pub type Preset = EnvOverlay;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub theme: String,
     pub keys: KeyMap,
     pub refresh: Refresh,
+    pub timeline: TimelineCfg,
     pub watchdog: Watchdog,
     pub python: Option<PathBuf>,
     pub torchrun: Option<PathBuf>,
@@ -523,40 +254,15 @@ impl Default for Config {
             theme: "dark".into(),
             keys: KeyMap::default(),
             refresh: Refresh::default(),
+            timeline: TimelineCfg::default(),
             watchdog: Watchdog::default(),
             python: None,
             torchrun: None,
-            presets: default_presets(),
+            presets: NcclSettings::builtin_presets(),
             path: None,
             created: false,
         }
     }
-}
-
-fn default_presets() -> BTreeMap<String, Preset> {
-    let p = |pairs: &[(&str, Option<&str>)]| -> Preset {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.map(str::to_string)))
-            .collect()
-    };
-    BTreeMap::from([
-        (
-            "shm-memcpy".to_string(),
-            p(&[("NCCL_SHM_USE_CUDA_MEMCPY", Some("1"))]),
-        ),
-        ("no-p2p".to_string(), p(&[("NCCL_P2P_DISABLE", Some("1"))])),
-        (
-            "defaults".to_string(),
-            p(&[
-                ("NCCL_SHM_USE_CUDA_MEMCPY", None),
-                ("NCCL_P2P_DISABLE", None),
-                ("NCCL_SHM_DISABLE", None),
-                ("NCCL_ALGO", None),
-                ("NCCL_PROTO", None),
-            ]),
-        ),
-    ])
 }
 
 /// The directory holding config.toml and user themes: `$XDG_CONFIG_HOME/ddptop`, else
@@ -569,6 +275,11 @@ pub fn config_dir() -> Option<PathBuf> {
 /// `~/.config/ddptop/config.toml` (see `crate::paths::config_file`).
 pub fn default_path() -> Option<PathBuf> {
     Some(crate::paths::config_file(None))
+}
+
+/// A theme of that name is built in, or `dir/NAME.toml` exists.
+pub fn theme_exists(name: &str, dir: Option<&Path>) -> bool {
+    BUILTIN_THEMES.contains(&name) || dir.is_some_and(|d| d.join(format!("{name}.toml")).is_file())
 }
 
 /// True when `NO_COLOR` is set to a non-empty value (https://no-color.org).
@@ -585,6 +296,8 @@ struct RawConfig {
     #[serde(default)]
     refresh: RawRefresh,
     #[serde(default)]
+    timeline: RawTimeline,
+    #[serde(default)]
     watchdog: RawWatchdog,
     #[serde(default)]
     keys: BTreeMap<Spanned<String>, Spanned<String>>,
@@ -597,6 +310,12 @@ struct RawConfig {
 struct RawRefresh {
     gpu_sample_ms: Option<Spanned<u64>>,
     max_fps: Option<Spanned<u32>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTimeline {
+    steps: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -656,7 +375,7 @@ impl Config {
         if let Some(theme) = raw.theme {
             let name = theme.get_ref().trim().to_string();
             let dir = path.parent().map(|d| d.join("themes"));
-            if !crate::ui::theme::theme_exists(&name, dir.as_deref()) {
+            if !theme_exists(&name, dir.as_deref()) {
                 return Err(err(
                     theme.span(),
                     format!(
@@ -692,6 +411,19 @@ impl Config {
                 ));
             }
             cfg.refresh.max_fps = v.into_inner();
+        }
+        if let Some(v) = raw.timeline.steps {
+            if !(20..=crate::run::MAX_BUCKET_HISTORY).contains(v.get_ref()) {
+                return Err(err(
+                    v.span(),
+                    format!(
+                        "[timeline] steps = {} is outside 20..={} (a median needs at least 20 steps)",
+                        v.get_ref(),
+                        crate::run::MAX_BUCKET_HISTORY
+                    ),
+                ));
+            }
+            cfg.timeline.steps = v.into_inner();
         }
         for (field, slot) in [
             (raw.watchdog.hang_floor_s, &mut cfg.watchdog.hang_floor_s),
@@ -780,80 +512,11 @@ pub fn write_default(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crossterm::event::KeyEventState;
-
-    fn ev(code: KeyCode, m: KeyModifiers) -> KeyEvent {
-        KeyEvent {
-            code,
-            modifiers: m,
-            kind: KeyEventKind::Press,
-            state: KeyEventState::NONE,
-        }
-    }
 
     #[test]
     fn default_file_parses_to_the_defaults() {
         let cfg = Config::parse(DEFAULT_CONFIG, Path::new("config.toml")).unwrap();
         assert_eq!(cfg, Config::default());
-    }
-
-    #[test]
-    fn key_strings_round_trip() {
-        for s in [
-            "p", "P", "?", "]", "Tab", "Ctrl-c", "Alt-x", "F5", "Enter", "Up", "Space",
-        ] {
-            assert_eq!(Key::parse(s).unwrap().to_string(), s);
-        }
-        assert_eq!(Key::parse("ctrl+C").unwrap(), Key::parse("Ctrl-c").unwrap());
-        assert_eq!(Key::parse("shift-tab").unwrap().code, KeyName::BackTab);
-        assert!(Key::parse("Hyper-q").is_err());
-        assert!(Key::parse("").is_err());
-    }
-
-    #[test]
-    fn default_map_resolves_events() {
-        let km = KeyMap::default();
-        let shift = KeyModifiers::SHIFT;
-        assert_eq!(
-            km.resolve(&ev(KeyCode::Char('P'), shift)),
-            Some(Action::ToggleP2pDisable)
-        );
-        assert_eq!(
-            km.resolve(&ev(KeyCode::Char('p'), KeyModifiers::NONE)),
-            Some(Action::Probe)
-        );
-        assert_eq!(
-            km.resolve(&ev(KeyCode::Char('c'), KeyModifiers::CONTROL)),
-            Some(Action::Quit)
-        );
-        assert_eq!(
-            km.resolve(&ev(KeyCode::Tab, KeyModifiers::NONE)),
-            Some(Action::NextPane)
-        );
-        assert_eq!(
-            km.resolve(&ev(KeyCode::Char('?'), shift)),
-            Some(Action::Help)
-        );
-        assert_eq!(
-            km.resolve(&ev(KeyCode::Char('z'), KeyModifiers::NONE)),
-            None
-        );
-        let mut rep = ev(KeyCode::Char('2'), KeyModifiers::NONE);
-        rep.kind = KeyEventKind::Repeat;
-        assert_eq!(km.resolve(&rep), None, "held keys never relaunch");
-        let mut rel = ev(KeyCode::Char('q'), KeyModifiers::NONE);
-        rel.kind = KeyEventKind::Release;
-        assert_eq!(km.resolve(&rel), None);
-    }
-
-    #[test]
-    fn every_action_has_a_default_key() {
-        let km = KeyMap::default();
-        for a in Action::ALL {
-            assert!(km.first_key(a).is_some(), "{} unbound", a.name());
-        }
-        assert_eq!(km.first_key(Action::Up).unwrap().to_string(), "k");
-        assert_eq!(km.first_key(Action::Quit).unwrap().to_string(), "q");
     }
 
     #[test]

@@ -1,8 +1,11 @@
-//! The α-β cost model of DESIGN.md and the machine profiles the simulated worker runs on.
+//! The α-β cost model and the machine profiles the simulated worker runs on.
 //!
 //! `t_comm(bucket) = α + 2(k−1)/k · bytes / busbw(bytes)`; buckets serialize on one stream in
 //! all-reduce order, each starting at `max(ready_i, done_{i−1})`. See docs/methods.md.
 
+pub mod predict;
+
+use crate::run::{DEFAULT_PROFILE, NcclMode};
 use std::collections::BTreeMap;
 
 /// Busbw at a size, interpolated on log2(size) between measured points (GB/s, GB = 1e9).
@@ -123,20 +126,20 @@ pub struct Profile {
     /// DDP reducer overhead per step at k > 1 (bucket copies, hook, finalize).
     pub ddp_overhead_ms: f64,
     pub alpha_us: f64,
-    /// Bare all-reduce busbw by size, per env setting (key: sorted `K=V` list, "" = default).
-    pub busbw: BTreeMap<&'static str, Vec<(u64, f64)>>,
+    /// Bare all-reduce busbw by size, per NCCL mode (`NcclMode::DEFAULT` is always present).
+    pub busbw: BTreeMap<NcclMode, Vec<(u64, f64)>>,
     /// Multiplier on busbw for all-reduces during backward (they share SMs and memory).
     pub in_backward_factor: f64,
     /// Extra multiplier on comm time per GPU beyond two (host-bridge contention on PCIe).
     pub contention_per_extra_gpu: f64,
-    /// Env settings under which DDP training deadlocks on this machine (the book's warning).
-    pub hangs_with: Vec<&'static str>,
+    /// NCCL modes under which DDP training deadlocks on this machine (the book's warning).
+    pub hangs_with: Vec<NcclMode>,
     pub noise: f64,
 }
 
 /// Gradient buckets of the book's ResNet-18 after the rebuild, in all-reduce order (= bucket
 /// index order in torch 2.11: index 0 holds the last layers and is reduced first), with the
-/// fraction of backward at which each becomes ready (h200-baseline.md, measured on 2×H200).
+/// fraction of backward at which each becomes ready (measured on 2×H200; docs/methods.md).
 pub const RESNET18_BUCKETS: [(u64, f64); 3] =
     [(9_461_800, 0.15), (26_501_120, 0.55), (8_740_352, 1.0)];
 pub const RESNET18_PARAMS: u64 = 11_175_818;
@@ -146,67 +149,39 @@ const MIB: u64 = 1 << 20;
 
 impl Profile {
     pub fn names() -> [&'static str; 2] {
-        ["h200-nvlink", "book-pcie"]
+        [DEFAULT_PROFILE, "book-pcie"]
     }
 
     pub fn get(name: &str) -> Option<Profile> {
         match name {
-            "h200-nvlink" => Some(Self::h200_nvlink()),
+            DEFAULT_PROFILE => Some(Self::h200_nvlink()),
             "book-pcie" => Some(Self::book_pcie()),
             _ => None,
         }
     }
 
-    /// 2×H200 NV18, calibrated to h200-baseline.md (book's model): k=1 ≈ 5.6k samples/s,
+    /// 2×H200 NV18, calibrated to plain-PyTorch runs of the book's model: k=1 ≈ 5.6k samples/s,
     /// ≈1.96× at k=2, buckets ≈ 110/195/80 µs, the busbw table by size and env.
     fn h200_nvlink() -> Profile {
-        let mut busbw = BTreeMap::new();
+        // Measured busbw (GB/s) at 1, 4, 16, 64 and 256 MiB per NCCL mode; below 1 MiB all
+        // modes share the latency-bound small sizes.
+        const SIZES: [u64; 5] = [MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB];
+        const MEASURED: [(NcclMode, [f64; 5]); 4] = [
+            (NcclMode::DEFAULT, [14.3, 68.4, 214.0, 261.0, 296.3]),
+            (NcclMode::SHM_MEMCPY, [22.0, 87.6, 217.7, 262.3, 296.7]),
+            (NcclMode::P2P_OFF, [16.0, 23.9, 26.3, 26.8, 26.0]),
+            (NcclMode::P2P_OFF_SHM_MEMCPY, [4.7, 16.9, 25.6, 29.2, 30.8]),
+        ];
         let small = [(1024, 0.05), (16 * 1024, 0.8), (256 * 1024, 5.0)];
-        let table = |rows: [(u64, f64); 5]| -> Vec<(u64, f64)> {
-            small.iter().copied().chain(rows).collect()
-        };
-        busbw.insert(
-            "",
-            table([
-                (MIB, 14.3),
-                (4 * MIB, 68.4),
-                (16 * MIB, 214.0),
-                (64 * MIB, 261.0),
-                (256 * MIB, 296.3),
-            ]),
-        );
-        busbw.insert(
-            "NCCL_SHM_USE_CUDA_MEMCPY=1",
-            table([
-                (MIB, 22.0),
-                (4 * MIB, 87.6),
-                (16 * MIB, 217.7),
-                (64 * MIB, 262.3),
-                (256 * MIB, 296.7),
-            ]),
-        );
-        busbw.insert(
-            "NCCL_P2P_DISABLE=1",
-            table([
-                (MIB, 16.0),
-                (4 * MIB, 23.9),
-                (16 * MIB, 26.3),
-                (64 * MIB, 26.8),
-                (256 * MIB, 26.0),
-            ]),
-        );
-        busbw.insert(
-            "NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1",
-            table([
-                (MIB, 4.7),
-                (4 * MIB, 16.9),
-                (16 * MIB, 25.6),
-                (64 * MIB, 29.2),
-                (256 * MIB, 30.8),
-            ]),
-        );
+        let busbw = MEASURED
+            .iter()
+            .map(|(mode, bw)| {
+                let rows = small.iter().copied().chain(SIZES.into_iter().zip(*bw));
+                (*mode, rows.collect())
+            })
+            .collect();
         Profile {
-            name: "h200-nvlink",
+            name: DEFAULT_PROFILE,
             description: "2×H200 NV18 NVLink, calibrated to measured plain-PyTorch figures",
             fwd_ms: 14.2,
             bwd_ms: 28.9,
@@ -218,7 +193,7 @@ impl Profile {
             busbw,
             in_backward_factor: 0.6,
             contention_per_extra_gpu: 0.0,
-            hangs_with: vec!["NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1"],
+            hangs_with: vec![NcclMode::P2P_OFF_SHM_MEMCPY],
             noise: 0.01,
         }
     }
@@ -242,10 +217,10 @@ impl Profile {
             .iter()
             .map(|&(b, w)| (b, if b >= MIB { w * 5.0 } else { w }))
             .collect();
-        busbw.insert("", base.clone());
-        busbw.insert("NCCL_P2P_DISABLE=1", base);
-        busbw.insert("NCCL_SHM_USE_CUDA_MEMCPY=1", memcpy.clone());
-        busbw.insert("NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1", memcpy);
+        busbw.insert(NcclMode::DEFAULT, base.clone());
+        busbw.insert(NcclMode::P2P_OFF, base);
+        busbw.insert(NcclMode::SHM_MEMCPY, memcpy.clone());
+        busbw.insert(NcclMode::P2P_OFF_SHM_MEMCPY, memcpy);
         Profile {
             name: "book-pcie",
             description: "the book's P2P-less PCIe box: 1.8× at k=2, 3.3× at k=4, β_eff ≈ 4.5 GB/s",
@@ -259,36 +234,23 @@ impl Profile {
             busbw,
             in_backward_factor: 1.0,
             contention_per_extra_gpu: -0.03,
-            hangs_with: vec![
-                "NCCL_SHM_USE_CUDA_MEMCPY=1",
-                "NCCL_P2P_DISABLE=1,NCCL_SHM_USE_CUDA_MEMCPY=1",
-            ],
+            hangs_with: vec![NcclMode::SHM_MEMCPY, NcclMode::P2P_OFF_SHM_MEMCPY],
             noise: 0.01,
         }
     }
 
-    /// The env key used by `busbw` and `hangs_with`: only the NCCL switches the profile models.
-    pub fn env_key(env: &BTreeMap<String, Option<String>>) -> String {
-        const MODELED: [&str; 2] = ["NCCL_P2P_DISABLE", "NCCL_SHM_USE_CUDA_MEMCPY"];
-        env.iter()
-            .filter(|(k, v)| MODELED.contains(&k.as_str()) && v.as_deref() == Some("1"))
-            .map(|(k, _)| format!("{k}=1"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    pub fn curve(&self, env_key: &str) -> BusbwCurve {
+    pub fn curve(&self, mode: NcclMode) -> BusbwCurve {
         let pts = self
             .busbw
-            .get(env_key)
-            .or_else(|| self.busbw.get(""))
+            .get(&mode)
+            .or_else(|| self.busbw.get(&NcclMode::DEFAULT))
             .cloned()
             .unwrap_or_default();
         BusbwCurve::new(pts)
     }
 
-    pub fn training_hangs(&self, env_key: &str) -> bool {
-        self.hangs_with.contains(&env_key)
+    pub fn training_hangs(&self, mode: NcclMode) -> bool {
+        self.hangs_with.contains(&mode)
     }
 
     /// Compute times of one step at a per-rank batch (fwd, bwd, opt, data), in ms.
@@ -310,9 +272,9 @@ impl Profile {
     }
 
     /// Noise-free model of one synced training step at world size k.
-    pub fn step(&self, per_rank_batch: u32, k: u32, env_key: &str) -> ModelStep {
+    pub fn step(&self, per_rank_batch: u32, k: u32, mode: NcclMode) -> ModelStep {
         let (fwd, bwd, opt, data) = self.compute_ms(per_rank_batch);
-        let curve = self.curve(env_key);
+        let curve = self.curve(mode);
         let tl = predict_timeline(&RESNET18_BUCKETS, bwd, |b| {
             self.bucket_comm_ms(b, k, &curve)
         });
@@ -329,8 +291,8 @@ impl Profile {
     }
 
     /// Samples/s of all k ranks together for weak scaling at a per-rank batch.
-    pub fn weak_samples_per_s(&self, per_rank_batch: u32, k: u32, env_key: &str) -> f64 {
-        let s = self.step(per_rank_batch, k, env_key);
+    pub fn weak_samples_per_s(&self, per_rank_batch: u32, k: u32, mode: NcclMode) -> f64 {
+        let s = self.step(per_rank_batch, k, mode);
         k as f64 * per_rank_batch as f64 / (s.step_ms / 1e3)
     }
 }
@@ -369,21 +331,21 @@ mod tests {
     use super::*;
 
     fn speedups(p: &Profile) -> (f64, f64, f64) {
-        let k1 = p.weak_samples_per_s(256, 1, "");
+        let k1 = p.weak_samples_per_s(256, 1, NcclMode::DEFAULT);
         (
             k1,
-            p.weak_samples_per_s(256, 2, "") / k1,
-            p.weak_samples_per_s(256, 4, "") / k1,
+            p.weak_samples_per_s(256, 2, NcclMode::DEFAULT) / k1,
+            p.weak_samples_per_s(256, 4, NcclMode::DEFAULT) / k1,
         )
     }
 
     #[test]
     fn h200_profile_matches_baseline() {
-        let p = Profile::get("h200-nvlink").unwrap();
+        let p = Profile::get(DEFAULT_PROFILE).unwrap();
         let (k1, s2, _) = speedups(&p);
         assert!((k1 - 5600.0).abs() < 150.0, "k1 {k1}");
         assert!((s2 - 1.96).abs() < 0.02, "speedup {s2}");
-        let curve = p.curve("");
+        let curve = p.curve(NcclMode::DEFAULT);
         let us: Vec<f64> = RESNET18_BUCKETS
             .iter()
             .map(|(b, _)| p.bucket_comm_ms(*b, 2, &curve) * 1e3)
@@ -401,12 +363,12 @@ mod tests {
         let (_, s2, s4) = speedups(&p);
         assert!((s2 - 1.8).abs() < 0.05, "k=2 speedup {s2}");
         assert!((s4 - 3.3).abs() < 0.08, "k=4 speedup {s4}");
-        let c0 = p.curve("");
-        let c1 = p.curve("NCCL_SHM_USE_CUDA_MEMCPY=1");
+        let c0 = p.curve(NcclMode::DEFAULT);
+        let c1 = p.curve(NcclMode::SHM_MEMCPY);
         let ratio = c1.at(64 * MIB).unwrap() / c0.at(64 * MIB).unwrap();
         assert!((ratio - 5.0).abs() < 0.01);
-        assert!(p.training_hangs("NCCL_SHM_USE_CUDA_MEMCPY=1"));
-        assert!(!p.training_hangs(""));
+        assert!(p.training_hangs(NcclMode::SHM_MEMCPY));
+        assert!(!p.training_hangs(NcclMode::DEFAULT));
     }
 
     #[test]

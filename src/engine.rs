@@ -2,15 +2,17 @@
 //! all go through here, so the TUI, the headless runner and the tests run the same code.
 
 use crate::app::reduce::{self, apply_worker};
-use crate::app::{Level, RunSpec, RunStatus, RunView, State, summary};
-use crate::protocol::{Backend, Command, ControlMsg, WorkerMsg};
+use crate::app::{Level, State, summary};
+use crate::protocol::{Command, ControlMsg, WorkerMsg};
+use crate::run::{RunSpec, RunStatus, RunView};
 use crate::store::{EventRow, NewRun, Store};
 use crate::supervisor::launch::{self, LaunchContext, PythonEnv};
+use crate::supervisor::output::{self, OutputTail};
+use crate::supervisor::procs::Escalation;
 use crate::supervisor::socket::{SocketServer, new_token};
-use crate::supervisor::watchdog::{self, WatchdogConfig};
-use crate::supervisor::{SupEvent, nccl_log, procs};
-use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
+use crate::supervisor::watchdog::{self, Verdict, WatchdogConfig};
+use crate::supervisor::{Exit, SupEvent, nccl_log, procs};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -50,14 +52,18 @@ impl EngineOptions {
 struct Launch {
     pgid: Option<u32>,
     run_dir: PathBuf,
-    log_pos: u64,
-    exit: Option<(Option<i32>, Option<i32>)>,
+    output: OutputTail,
+    exit: Option<Exit>,
     /// The status the run gets once its processes are gone, and why.
     ending: Option<(RunStatus, Option<String>)>,
     stopping: bool,
     hung_at: Option<Instant>,
     /// When the NCCL logs were last read for the transport (while the run is going).
     transport_read: Option<Instant>,
+    /// Ranks that sent their `result`.
+    results: HashSet<u32>,
+    /// When the last rank said `bye`: the launcher's teardown deadline runs from here.
+    all_bye_at: Option<Instant>,
 }
 
 pub struct Engine {
@@ -70,6 +76,8 @@ pub struct Engine {
     launches: HashMap<String, Launch>,
     pending: Vec<EventRow>,
     last_flush: Instant,
+    /// The last watchdog/teardown deadline the engine woke for.
+    last_deadline: Option<Instant>,
 }
 
 impl Engine {
@@ -88,6 +96,7 @@ impl Engine {
             launches: HashMap::new(),
             pending: Vec::new(),
             last_flush: Instant::now(),
+            last_deadline: None,
             opts,
         };
         if engine.opts.history > 0 {
@@ -130,17 +139,7 @@ impl Engine {
     }
 
     fn try_launch(&mut self, spec: RunSpec, sweep: Option<String>) -> anyhow::Result<String> {
-        if spec.k == 0 {
-            anyhow::bail!("k must be at least 1");
-        }
-        if spec.backend == Backend::Nccl && self.state.max_k > 0 && spec.k > self.state.max_k {
-            anyhow::bail!(
-                "k={} needs {} GPUs; this machine has {}",
-                spec.k,
-                spec.k,
-                self.state.max_k
-            );
-        }
+        crate::run::fits(spec.k, self.state.max_k).map_err(|e| anyhow::anyhow!(e))?;
         let id = new_run_id();
         let run_dir = self.opts.data_dir.join("runs").join(&id);
         std::fs::create_dir_all(&run_dir)?;
@@ -165,7 +164,7 @@ impl Engine {
             run_dir: &run_dir,
         })?;
         std::fs::write(run_dir.join("command.txt"), cmd.shell() + "\n")?;
-        self.server.registry.open_run(&id, &token, spec.k);
+        self.server.registry.open_run(&id, &token, spec.processes());
         let mut child = match launch::spawn(&cmd, &run_dir) {
             Ok(c) => c,
             Err(e) => {
@@ -186,21 +185,8 @@ impl Engine {
         let tx = self.tx.clone();
         let rid = id.clone();
         tokio::spawn(async move {
-            let st = child.wait().await;
-            let (code, signal) = match st {
-                Ok(s) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    (s.code(), s.signal())
-                }
-                Err(_) => (None, None),
-            };
-            let _ = tx
-                .send(SupEvent::Exited {
-                    run: rid,
-                    code,
-                    signal,
-                })
-                .await;
+            let exit = Exit::of(child.wait().await);
+            let _ = tx.send(SupEvent::Exited { run: rid, exit }).await;
         });
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
@@ -217,20 +203,20 @@ impl Engine {
             }
         );
         self.state.runs.insert(0, run);
-        self.state.selected = 0;
-        self.state.focused = Some(id.clone());
         self.state.push_message(Level::Info, Some(&id), label);
         self.launches.insert(
             id.clone(),
             Launch {
                 pgid,
+                output: OutputTail::new(&run_dir),
                 run_dir,
-                log_pos: 0,
                 exit: None,
                 ending: None,
                 stopping: false,
                 hung_at: None,
                 transport_read: None,
+                results: HashSet::new(),
+                all_bye_at: None,
             },
         );
         Ok(id)
@@ -268,26 +254,155 @@ impl Engine {
         Ok(())
     }
 
-    /// The next supervisor event; cancel-safe, for `select!`.
+    /// The next supervisor event; cancel-safe, for `select!`. When a watchdog or teardown
+    /// deadline comes first, `SupEvent::Deadline` at that very instant (not at the next tick).
     pub async fn next_event(&mut self) -> SupEvent {
         // The engine holds a sender, so the channel never closes.
-        self.rx.recv().await.expect("engine holds a sender")
+        match self.next_deadline() {
+            Some(at) => tokio::select! {
+                ev = self.rx.recv() => ev.expect("engine holds a sender"),
+                _ = tokio::time::sleep_until(at.into()) => {
+                    self.last_deadline = Some(at);
+                    SupEvent::Deadline
+                }
+            },
+            None => self.rx.recv().await.expect("engine holds a sender"),
+        }
     }
 
-    pub fn apply(&mut self, ev: SupEvent) {
+    /// The earliest instant a launched, still undecided run becomes hung (watchdog) or overdue
+    /// in its teardown, if no message arrives before it.
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for (id, l) in &self.launches {
+            if l.ending.is_some() {
+                continue;
+            }
+            let Some(view) = self.state.run(id) else {
+                continue;
+            };
+            let teardown = l
+                .all_bye_at
+                .filter(|_| l.exit.is_none())
+                .map(|t| t + Duration::from_secs_f64(self.opts.watchdog.teardown_s.max(0.0)));
+            for t in [watchdog::next_deadline(view, &self.opts.watchdog), teardown]
+                .into_iter()
+                .flatten()
+            {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        // A deadline that already fired and changed nothing is left to the periodic tick, so
+        // the loop never spins on it.
+        next.filter(|t| self.last_deadline.is_none_or(|l| *t > l))
+    }
+
+    /// Judge every launched run at `now`: hung (watchdog) or overdue in teardown.
+    fn check_deadlines(&mut self, now: Instant) {
+        let ids: Vec<String> = self.state.active_runs().map(|r| r.id.clone()).collect();
+        for id in &ids {
+            let Some(view) = self.state.run(id) else {
+                continue;
+            };
+            if let Some(verdict) = watchdog::check(view, now, &self.opts.watchdog) {
+                self.declare_hung(id, verdict, now);
+            }
+            self.check_teardown(id, now);
+        }
+    }
+
+    /// Every rank said `bye` but the launcher is still there past the teardown deadline (NCCL's
+    /// `destroy_process_group` is a known hang point): stop the tree; the results are final, so
+    /// the run completes with a warning, or fails if a rank's result is missing.
+    fn check_teardown(&mut self, run: &str, now: Instant) {
+        let limit = self.opts.watchdog.teardown_s;
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
+        let Some(since) = l.all_bye_at else {
+            return;
+        };
+        if l.ending.is_some()
+            || l.exit.is_some()
+            || now < since + Duration::from_secs_f64(limit.max(0.0))
+        {
+            return;
+        }
+        let missing: Vec<u32> = self
+            .state
+            .run(run)
+            .map(|v| {
+                v.ranks
+                    .keys()
+                    .copied()
+                    .filter(|r| !l.results.contains(r))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let why = format!(
+            "teardown hung: the launcher was still running {limit:.0} s after every rank's bye"
+        );
+        l.ending = Some(if missing.is_empty() {
+            (
+                RunStatus::Completed,
+                Some(format!("{why}; results kept (process tree stopped)")),
+            )
+        } else {
+            (
+                RunStatus::Failed,
+                Some(format!("{why}; rank(s) {missing:?} sent no result")),
+            )
+        });
+        self.state.push_message(
+            Level::Warn,
+            Some(run),
+            format!("{run}: {why}; stopping its process tree"),
+        );
+        self.pending.push(EventRow::note(run, &why));
+        self.spawn_stop(run, Duration::ZERO);
+    }
+
+    /// Apply one supervisor event; returns whether the screen should be redrawn (a heartbeat
+    /// that changes nothing shown does not need it).
+    pub fn apply(&mut self, ev: SupEvent) -> bool {
         let now = Instant::now();
-        self.state.generation += 1;
+        if let SupEvent::Worker { run, msg } = &ev
+            && let WorkerMsg::Heartbeat(hb) = msg.as_ref()
+        {
+            let shown = self
+                .state
+                .run(run)
+                .and_then(|v| v.ranks.get(&hb.rank))
+                .is_some_and(|r| {
+                    r.connected && hb.step <= r.step && (hb.phase.is_none() || hb.phase == r.phase)
+                });
+            if shown {
+                if let Some(v) = self.state.run_mut(run) {
+                    apply_worker(v, msg, now);
+                }
+                return false;
+            }
+        }
         match ev {
             SupEvent::Worker { run, msg } => {
                 if let Some(row) = EventRow::from_msg(&run, &msg) {
                     self.pending.push(row);
                 }
                 let Some(view) = self.state.run_mut(&run) else {
-                    return;
+                    return true;
                 };
                 let was_starting = view.status == RunStatus::Starting;
                 apply_worker(view, &msg, now);
-                if let WorkerMsg::Hello(h) = &msg {
+                let all_bye = view.ranks.values().all(|r| r.said_bye);
+                if let Some(l) = self.launches.get_mut(&run) {
+                    if let WorkerMsg::Result(r) = msg.as_ref() {
+                        l.results.insert(r.rank);
+                    }
+                    if all_bye && l.all_bye_at.is_none() {
+                        l.all_bye_at = Some(now);
+                    }
+                }
+                if let WorkerMsg::Hello(h) = msg.as_ref() {
                     let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
                     let versions = view.versions.clone();
                     if was_starting {
@@ -338,12 +453,13 @@ impl Engine {
                     r.connected = false;
                 }
             }
-            SupEvent::Exited { run, code, signal } => self.on_exit(&run, code, signal),
+            SupEvent::Exited { run, exit } => self.on_exit(&run, exit),
             SupEvent::StopDone {
                 run,
                 escalated_to,
                 survivors,
             } => self.on_stop_done(&run, escalated_to, survivors),
+            SupEvent::Deadline => self.check_deadlines(now),
             SupEvent::Evidence { run, lines } => {
                 if let Some(v) = self.state.run_mut(&run) {
                     v.hang_report.extend(lines.iter().cloned());
@@ -353,10 +469,14 @@ impl Engine {
                 }
             }
         }
+        true
     }
 
-    fn on_exit(&mut self, run: &str, code: Option<i32>, signal: Option<i32>) {
-        let detail = self.exit_details(run);
+    fn on_exit(&mut self, run: &str, exit: Exit) {
+        let detail = self
+            .launches
+            .get(run)
+            .and_then(|l| output::exit_details(&l.run_dir));
         // What the failing rank itself said, when it managed to say something.
         let rank_error = self.state.run(run).and_then(|v| {
             let errors: Vec<String> = v
@@ -369,10 +489,10 @@ impl Engine {
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
-        l.exit = Some((code, signal));
+        l.exit = Some(exit);
         if l.ending.is_none() {
-            let ending = match (code, signal) {
-                (Some(0), _) => {
+            let ending = match exit {
+                Exit::Code(0) => {
                     let view = self.state.run(run);
                     let missing: Vec<u32> = view
                         .map(|v| {
@@ -394,12 +514,8 @@ impl Engine {
                         )
                     }
                 }
-                (c, s) => {
-                    let mut why = match (c, s) {
-                        (Some(c), _) => format!("launcher exited with code {c}"),
-                        (None, Some(s)) => format!("launcher killed by signal {s}"),
-                        _ => "launcher ended".into(),
-                    };
+                failed => {
+                    let mut why = failed.to_string();
                     for part in [detail, rank_error].into_iter().flatten() {
                         why.push_str("; ");
                         why.push_str(&part);
@@ -410,27 +526,6 @@ impl Engine {
             l.ending = Some(ending);
         }
         self.spawn_stop(run, Duration::ZERO);
-    }
-
-    /// Rank exit codes as the launcher logged them (sim launcher and torchrun formats).
-    fn exit_details(&self, run: &str) -> Option<String> {
-        let l = self.launches.get(run)?;
-        let text = std::fs::read_to_string(l.run_dir.join("output.log")).ok()?;
-        let mut found: Vec<String> = Vec::new();
-        for line in text.lines().rev().take(400) {
-            let t = line.trim();
-            if t.contains("exited with")
-                || t.starts_with("exitcode")
-                || t.starts_with("rank ") && t.contains("exitcode")
-            {
-                found.push(t.chars().take(160).collect());
-            }
-            if found.len() >= 4 {
-                break;
-            }
-        }
-        found.reverse();
-        (!found.is_empty()).then(|| found.join("; "))
     }
 
     fn begin_stop(&mut self, run: &str, status: RunStatus, why: Option<String>) {
@@ -481,7 +576,7 @@ impl Engine {
         });
     }
 
-    fn on_stop_done(&mut self, run: &str, escalated_to: &'static str, survivors: Vec<u32>) {
+    fn on_stop_done(&mut self, run: &str, escalated_to: Escalation, survivors: Vec<u32>) {
         let Some(l) = self.launches.get(run) else {
             return;
         };
@@ -497,7 +592,7 @@ impl Engine {
             .ending
             .clone()
             .unwrap_or((RunStatus::Failed, Some("ended".into())));
-        if escalated_to != "none" && status != RunStatus::Completed {
+        if escalated_to != Escalation::None && status != RunStatus::Completed {
             let r = reason.get_or_insert_with(String::new);
             r.push_str(&format!(" (process tree stopped with {escalated_to})"));
         }
@@ -518,7 +613,7 @@ impl Engine {
         let view_snapshot = view.clone();
         let scaling = summary::scaling(&view_snapshot, &self.state.runs);
         // The store first: a result is durable before anything reports it as final.
-        if let Err(e) = self.store.finalize(&view_snapshot, scaling) {
+        if let Err(e) = self.store.finalize(&view_snapshot, scaling.as_ref()) {
             self.state.push_message(
                 Level::Error,
                 Some(run),
@@ -545,7 +640,8 @@ impl Engine {
     }
 
     /// Periodic work while runs are active: watchdog, throughput samples, log tails, store flush.
-    pub fn tick(&mut self) {
+    /// Returns whether a run is active (its live figures moved: redraw).
+    pub fn tick(&mut self) -> bool {
         let now = Instant::now();
         let ids: Vec<String> = self.state.active_runs().map(|r| r.id.clone()).collect();
         for id in &ids {
@@ -561,20 +657,15 @@ impl Engine {
                 1.0
             };
             reduce::sample_throughput(view, now, scale);
-            let verdict = watchdog::check(view, now, &self.opts.watchdog);
-            if let Some(why) = verdict {
-                self.declare_hung(id, why, now);
-            }
         }
+        self.check_deadlines(now);
         if now.duration_since(self.last_flush) > Duration::from_millis(500) {
             self.flush_events();
         }
-        if !ids.is_empty() {
-            self.state.generation += 1;
-        }
+        !ids.is_empty()
     }
 
-    fn declare_hung(&mut self, run: &str, why: String, now: Instant) {
+    fn declare_hung(&mut self, run: &str, verdict: Verdict, now: Instant) {
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -582,6 +673,7 @@ impl Engine {
             return;
         }
         l.hung_at = Some(now);
+        let why = verdict.to_string();
         // A rank that reported its own failure and left its peers blocked in a collective made
         // the run fail; the hang is the consequence, not the cause.
         let failed_rank = self.state.run(run).and_then(|v| {
@@ -599,23 +691,11 @@ impl Engine {
             None => (RunStatus::Hung, Some(why.clone())),
         });
         let run_dir = l.run_dir.clone();
-        let mut report = vec![format!("hang detected: {why}")];
-        if let Some(v) = self.state.run(run) {
-            for r in v.ranks.values() {
-                let last = r
-                    .last_progress
-                    .map(|p| format!("{:.1} s ago", now.duration_since(p).as_secs_f64()))
-                    .unwrap_or_else(|| "never".into());
-                report.push(format!(
-                    "rank {}: step {}, phase {}, last progress {last}",
-                    r.rank,
-                    r.step,
-                    r.phase
-                        .map(|p| format!("{p:?}").to_lowercase())
-                        .unwrap_or_else(|| "unknown".into())
-                ));
-            }
-        }
+        let report = self
+            .state
+            .run(run)
+            .map(|v| watchdog::hang_report(v, now, &verdict))
+            .unwrap_or_default();
         self.pending.push(EventRow::note(run, &report.join(" | ")));
         if let Some(v) = self.state.run_mut(run) {
             v.hang_report = report.clone();
@@ -679,32 +759,14 @@ impl Engine {
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
-        let Ok(mut f) = std::fs::File::open(l.run_dir.join("output.log")) else {
-            return;
-        };
-        if f.seek(SeekFrom::Start(l.log_pos)).is_err() {
+        let lines = l.output.new_lines();
+        if lines.is_empty() {
             return;
         }
-        let mut buf = Vec::new();
-        let Ok(n) = f.take(256 * 1024).read_to_end(&mut buf) else {
-            return;
-        };
-        // Only whole lines; a partial last line waits for the next tick.
-        let end = buf
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map(|i| i + 1)
-            .unwrap_or(if n >= 256 * 1024 { n } else { 0 });
-        l.log_pos += end as u64;
-        if end == 0 {
-            return;
-        }
-        let text = String::from_utf8_lossy(&buf[..end]).into_owned();
         if let Some(v) = self.state.run_mut(run) {
-            for line in text.lines().filter(|l| !l.trim().is_empty()) {
-                reduce::push_tail(v, line.chars().take(400).collect());
+            for line in lines {
+                v.push_tail(line);
             }
-            self.state.generation += 1;
         }
     }
 
@@ -722,37 +784,49 @@ impl Engine {
 
     /// Stop every active run (unless detaching) and wait until they are final.
     pub async fn shutdown(&mut self, detach: bool) {
-        if detach {
-            self.flush_events();
-            return;
-        }
-        self.stop_all("ddptop is exiting");
-        let deadline = Instant::now()
-            + self.opts.stop_grace[0]
-            + self.opts.stop_grace[1]
-            + Duration::from_secs(10);
-        while self.has_active_runs() && Instant::now() < deadline {
-            if let Ok(ev) =
-                tokio::time::timeout(Duration::from_millis(100), self.next_event()).await
-            {
-                self.apply(ev);
-            }
+        if !detach {
+            self.stop_all("ddptop is exiting");
+            let deadline = Instant::now()
+                + self.opts.stop_grace[0]
+                + self.opts.stop_grace[1]
+                + Duration::from_secs(10);
+            self.drive(Some(deadline), |e| !e.has_active_runs()).await;
         }
         self.flush_events();
     }
 
     /// Drive the engine until `run` is final (headless runs and tests).
     pub async fn wait_final(&mut self, run: &str) -> RunStatus {
+        self.drive(None, |e| {
+            e.state.run(run).is_none_or(|v| v.status.is_final())
+        })
+        .await;
+        self.state.run(run).map_or(RunStatus::Failed, |v| v.status)
+    }
+
+    /// The one loop that drives the engine without a terminal: apply supervisor events, tick
+    /// every 250 ms while runs are active, until `done` (called after every event and tick; it
+    /// may also start queued launches) says so or the deadline passes.
+    pub async fn drive(
+        &mut self,
+        deadline: Option<Instant>,
+        mut done: impl FnMut(&mut Engine) -> bool,
+    ) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            if let Some(v) = self.state.run(run)
-                && v.status.is_final()
-            {
-                return v.status;
-            }
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let until = deadline.unwrap_or(far);
+        while !done(self) && Instant::now() < until {
             tokio::select! {
-                ev = self.next_event() => self.apply(ev),
-                _ = tick.tick() => self.tick(),
+                ev = self.next_event() => {
+                    self.apply(ev);
+                }
+                _ = tick.tick() => {
+                    if self.has_active_runs() {
+                        self.tick();
+                    }
+                }
+                _ = tokio::time::sleep_until(until.into()) => {}
             }
         }
     }

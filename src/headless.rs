@@ -1,143 +1,297 @@
 //! `ddptop run` and `ddptop runs`: the same engine as the dashboard, printing a table or JSON.
 
+use crate::app::deficits;
+use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
-use crate::app::{DataPath, Experiment, HostInfo, ModelName, RunSpec, RunStatus, RunView, State};
-use crate::cli::{DataPathArg, ExperimentArg, GlobalArgs, ModelArg, RunArgs, RunsArgs};
-use crate::engine::{Engine, EngineOptions};
-use crate::protocol::Backend;
+use crate::app::{Level, State};
+use crate::cli::{AttachArgs, BackendArg, BadInput, GlobalArgs, RunArgs, Switch};
+use crate::engine::Engine;
+use crate::plan::{self, BrokenConfig};
+use crate::run::HandRolled;
+use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunStatus, RunView};
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::signal::unix::{SignalKind, signal};
 
+/// The sim's cost model is ResNet-18's: a curve labelled with another model would be a lie.
+const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
+
 pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
-    let experiment = match a.experiment {
-        ExperimentArg::Weak => Experiment::Weak,
-        ExperimentArg::Strong => Experiment::Strong,
-        ExperimentArg::Probe => Experiment::Probe,
-        ExperimentArg::Allreduce => Experiment::Allreduce,
-    };
+    let experiment = a.experiment.into();
     // The config supplies python/torchrun paths, watchdog thresholds and presets. A broken file
-    // costs one warning line here, not the run: flags and defaults still work.
-    let config =
-        match crate::config::Config::load(Some(&crate::paths::config_file(g.config.as_deref()))) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("ddptop: {e}; continuing with the built-in defaults");
-                crate::config::Config::default()
-            }
-        };
-    let python = g.python.clone().or_else(|| config.python.clone());
-    let resolved = crate::detect::resolve(
-        a.backend,
-        python.as_deref(),
-        g.workers_dir.as_deref(),
-        config.torchrun.as_deref(),
-    )?;
-    eprintln!("ddptop: {}", resolved.note);
-    if resolved.backend == Backend::Nccl
-        && let Some(&k) = a.k.iter().find(|&&k| k > resolved.gpus)
-    {
-        anyhow::bail!("k={k} needs {k} GPUs; torch sees {}", resolved.gpus);
+    // is refused as the dashboard refuses it (file:line, exit 2): a run must not silently use
+    // other settings than the ones the user wrote down.
+    let setup = plan::setup(g, a.backend, a.profile.as_deref(), BrokenConfig::Fail)?;
+    let note = setup.resolved.note.clone();
+    eprintln!("ddptop: {note}");
+    let mut template = setup.template();
+    if let Some(m) = a.model {
+        template.model = m.into();
     }
-    let profile = match resolved.backend {
-        Backend::Sim => {
-            let p = a.profile.clone().unwrap_or_else(|| "h200-nvlink".into());
-            if crate::costmodel::Profile::get(&p).is_none() {
-                anyhow::bail!(
-                    "unknown profile `{p}`; known: {}",
-                    crate::costmodel::Profile::names().join(", ")
-                );
-            }
-            Some(p)
-        }
-        _ => None,
+    if template.backend == crate::protocol::Backend::Sim
+        && template.model != crate::run::ModelName::Resnet18
+    {
+        return Err(BadInput(SIM_MODEL_ONLY.into()).into());
+    }
+    template.batch = a.batch;
+    template.epochs = a.epochs.max(1);
+    if let Some(n) = a.samples {
+        template.samples = n;
+    }
+    template.data_path = a.data_path.into();
+    template.sharding = a.sharding.into();
+    template.strategy = a.strategy.into();
+    if a.optimizer.is_some() && experiment != Experiment::Fsdp {
+        anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
+    }
+    template.optimizer = a.optimizer.map(Into::into);
+    template.hand = HandRolled {
+        dispatch: a.dispatch.into(),
+        reduce: a.reduce.into(),
     };
-    let data_dir = crate::paths::data_dir(g.data_dir.as_deref());
-    let mut opts = EngineOptions::new(data_dir);
-    opts.python = resolved.python.clone();
+    if experiment != Experiment::Handrolled
+        && (a.deficits || template.hand != HandRolled::default())
+    {
+        anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
+    }
+    template.inject = a.inject.clone();
+    environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
+    if let Some(dir) = &a.dataset_dir {
+        template.data_source = DataSource::Real(dir.clone());
+    }
+    let drive = Drive {
+        ks: a.k.clone(),
+        json: a.json,
+        deficits: a.deficits,
+        sim_speed: a.sim_speed,
+        sim_noise: a.sim_noise,
+        hang_floor: a.hang_floor,
+        startup_timeout: a.startup_timeout,
+        ddp_init_timeout: a.ddp_init_timeout,
+        teardown_timeout: a.teardown_timeout,
+    };
+    execute(g, setup, template, experiment, &note, drive).await
+}
+
+/// `ddptop attach [--k …] -- SCRIPT.py ARGS`: the user's own script, one launch per k.
+pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
+    if a.backend == BackendArg::Sim {
+        return Err(BadInput(
+            "attach runs your script with real PyTorch: use --backend gloo (CPU) or nccl (GPUs)"
+                .into(),
+        )
+        .into());
+    }
+    let (script, args) = a
+        .command
+        .split_first()
+        .ok_or_else(|| BadInput("no script: ddptop attach -- train.py ARGS".into()))?;
+    let cwd = std::env::current_dir()?;
+    let target =
+        AttachTarget::new(std::path::Path::new(script), args.to_vec(), &cwd).map_err(BadInput)?;
+    let setup = plan::setup(g, a.backend, None, BrokenConfig::Fail)?;
+    let note = setup.resolved.note.clone();
+    eprintln!("ddptop: {note}");
+    let mut template = setup.template();
+    template.attach = Some(target);
+    template.inject = a.inject.clone();
+    environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
+    let ks = if a.k.is_empty() {
+        // Every GPU by default (one launch of the user's job, not a sweep); two ranks on CPUs.
+        match setup.resolved.backend {
+            crate::protocol::Backend::Nccl => vec![setup.resolved.gpus.max(1)],
+            _ => vec![2],
+        }
+    } else {
+        a.k.clone()
+    };
+    let drive = Drive {
+        ks,
+        json: a.json,
+        deficits: false,
+        sim_speed: 1.0,
+        sim_noise: None,
+        hang_floor: a.hang_floor,
+        startup_timeout: a.startup_timeout,
+        ddp_init_timeout: None,
+        teardown_timeout: None,
+    };
+    execute(g, setup, template, Experiment::Attach, &note, drive).await
+}
+
+/// Presets, then `--env` on top, then `--nvls`.
+fn environment(
+    g: &GlobalArgs,
+    template: &mut plan::Template,
+    setup: &plan::Setup,
+    presets: &[String],
+    env: &[(String, String)],
+    nvls: Option<Switch>,
+) -> anyhow::Result<()> {
+    for name in presets {
+        let p = setup.config.preset(name).ok_or_else(|| {
+            let known: Vec<&str> = setup.config.presets.keys().map(|k| k.as_str()).collect();
+            BadInput(format!(
+                "unknown preset `{name}`; known: {} (add one under [presets] in {})",
+                known.join(", "),
+                crate::paths::config_file(g.config.as_deref()).display()
+            ))
+        })?;
+        template.apply_env(p);
+    }
+    let env: EnvOverlay = env
+        .iter()
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    template.apply_env(&env);
+    // `--nvls on` lets NCCL use NVLink multicast (ddptop turns it off by default).
+    if let Some(nvls) = nvls
+        && template.nccl.is_on(NcclVar::NvlsEnable) == (nvls == Switch::On)
+    {
+        template.nccl.toggle(NcclVar::NvlsEnable);
+    }
+    Ok(())
+}
+
+/// How the planned launches are driven and reported.
+struct Drive {
+    ks: Vec<u32>,
+    json: bool,
+    /// handrolled --deficits: DDP and the three hand-rolled variants at each k.
+    deficits: bool,
+    sim_speed: f64,
+    sim_noise: Option<f64>,
+    hang_floor: Option<f64>,
+    startup_timeout: Option<f64>,
+    ddp_init_timeout: Option<f64>,
+    teardown_timeout: Option<f64>,
+}
+
+/// Plan the launches, run them one at a time, print the table or JSON; the exit code.
+async fn execute(
+    g: &GlobalArgs,
+    setup: plan::Setup,
+    template: plan::Template,
+    experiment: Experiment,
+    note: &str,
+    a: Drive,
+) -> anyhow::Result<i32> {
+    let state = setup.state(crate::paths::hostname());
+    let planned = if a.deficits {
+        plan::deficits_sweep(&template, &a.ks, state.max_k)
+    } else {
+        plan::sweep(&template, experiment, &a.ks, state.max_k)
+    }
+    // Only a k that does not fit is fixed by a smaller --k.
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}{}",
+            if e.contains(" GPUs") {
+                "; use a smaller --k"
+            } else {
+                ""
+            }
+        )
+    })?;
+    if !planned.notes.is_empty() {
+        anyhow::bail!("{}; use a smaller --k", planned.notes.join("; "));
+    }
+    let mut opts = setup.opts;
     opts.sim_speed = a.sim_speed;
     opts.sim_noise = a.sim_noise;
     opts.history = 0;
-    opts.watchdog.floor_s = config.watchdog.hang_floor_s;
-    opts.watchdog.factor = config.watchdog.hang_factor;
-    opts.watchdog.startup_s = config.watchdog.startup_s;
     if let Some(f) = a.hang_floor {
         opts.watchdog.floor_s = f;
     }
     if let Some(s) = a.startup_timeout {
         opts.watchdog.startup_s = s;
     }
-    let mut state = State::new(HostInfo::default());
-    state.max_k = resolved.gpus;
-    let mut engine = Engine::start(opts, state)?;
-    let base = RunSpec {
-        experiment,
-        k: 1,
-        backend: resolved.backend,
-        profile: profile.clone(),
-        model: match a.model {
-            Some(ModelArg::Resnet18) => ModelName::Resnet18,
-            Some(ModelArg::Tiny) => ModelName::Tiny,
-            None => ModelName::default_for(resolved.backend),
-        },
-        batch: a.batch.unwrap_or(experiment.default_batch()),
-        epochs: a.epochs.max(1),
-        samples: a.samples,
-        env: launch_env(&config, &a)?,
-        inject: a.inject.clone(),
-        control: false,
-        data_path: match a.data_path {
-            DataPathArg::Device => DataPath::Device,
-            DataPathArg::Loader => DataPath::Loader,
-        },
-    };
-    let sweep = format!("s{}", crate::util::unix_now() as u64);
-    let mut plan: Vec<RunSpec> = a.k.iter().map(|&k| RunSpec { k, ..base.clone() }).collect();
-    // The probe's control: the same probe at k=1, where there is no communication at all.
-    if experiment == Experiment::Probe && !a.k.contains(&1) {
-        plan.insert(
-            0,
-            RunSpec {
-                k: 1,
-                control: true,
-                ..base.clone()
-            },
-        );
+    if let Some(s) = a.ddp_init_timeout {
+        opts.watchdog.ddp_init_s = s;
     }
-    let mut ids = Vec::new();
+    if let Some(s) = a.teardown_timeout {
+        opts.watchdog.teardown_s = s;
+    }
+    let mut engine = Engine::start(opts, state)?;
+    let mut queue = plan::Queue::default();
+    let sweep = queue.sweep_id();
+    let expected = planned.specs.len();
+    queue.push(planned.specs, Some(sweep.clone()));
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
-    let mut interrupted = false;
-    for spec in plan {
-        if interrupted {
-            break;
-        }
-        let k = spec.k;
-        let id = match engine.launch(spec, Some(sweep.clone())) {
-            Ok(id) => id,
-            Err(e) => anyhow::bail!("k={k}: {e}"),
-        };
-        if !a.json {
-            eprintln!("ddptop: k={k} running as {id}");
-        }
-        ids.push(id.clone());
+    let watcher = tokio::spawn(async move {
         tokio::select! {
-            _ = engine.wait_final(&id) => {}
-            _ = sigint.recv() => interrupted = true,
-            _ = sigterm.recv() => interrupted = true,
-            _ = sighup.recv() => interrupted = true,
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+            _ = sighup.recv() => {}
         }
-        if interrupted {
-            engine.shutdown(false).await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    let mut ids = Vec::new();
+    let json = a.json;
+    engine
+        .drive(None, |e| {
+            if interrupted.load(Ordering::SeqCst) {
+                return true;
+            }
+            if let Some((id, spec)) = queue.pump(e) {
+                if !json {
+                    eprintln!("ddptop: k={} running as {id}", spec.k);
+                }
+                ids.push(id);
+            }
+            queue.idle(e)
+        })
+        .await;
+    watcher.abort();
+    let interrupted = interrupted.load(Ordering::SeqCst);
+    engine.shutdown(false).await;
+    if !interrupted && ids.len() < expected {
+        // A launch was refused (the engine said why); the rest of the sweep went with it.
+        let why = engine
+            .state()
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.level == Level::Error)
+            .map_or_else(|| "a launch failed".to_string(), |m| m.text.clone());
+        anyhow::bail!("{why}");
+    }
+    let runs: Vec<&RunView> = ids.iter().filter_map(|id| engine.state().run(id)).collect();
+    // Predictions read earlier runs too (the allreduce run that measured busbw, the probe's
+    // control): this sweep's runs first, then the stored history.
+    let context = with_history(engine.state(), g);
+    let mut doc = report(&runs, engine.state(), &context, note, &sweep);
+    // Where each run's launcher and ranks wrote their stdout/stderr: the first place to look
+    // when a run failed.
+    let runs_dir = engine
+        .store_path()
+        .parent()
+        .map(|d| d.join("runs"))
+        .unwrap_or_default();
+    let output_log = |id: &str| runs_dir.join(id).join("output.log");
+    if let Some(list) = doc["runs"].as_array_mut() {
+        for (v, r) in list.iter_mut().zip(&runs) {
+            v["output_log"] = json!(output_log(&r.id).display().to_string());
         }
     }
-    engine.shutdown(false).await;
-    let runs: Vec<&RunView> = ids.iter().filter_map(|id| engine.state().run(id)).collect();
-    let doc = report(&runs, engine.state(), &resolved.note, &sweep);
+    let all = &engine.state().runs;
+    let hand = deficits::anchor(all, None).map(|r| deficits::table(all, &r.spec));
     if a.json {
+        if let Some(d) = &hand {
+            doc["deficits"] = deficits_json(d);
+        }
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", table(&runs, engine.state(), &resolved.note));
+        print!("{}", table(&runs, engine.state(), note));
+        if let Some(d) = &hand {
+            print!("{}", deficits::text(d));
+        }
         for r in &runs {
             if r.status != RunStatus::Completed
                 && let Some(why) = &r.reason
@@ -146,6 +300,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
                 for l in &r.hang_report {
                     println!("    {l}");
                 }
+                println!("    output: {}", output_log(&r.id).display());
             }
         }
     }
@@ -159,26 +314,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     })
 }
 
-/// The launch environment: presets in the order given (later ones win), then `--env` on top.
-fn launch_env(
-    config: &crate::config::Config,
-    a: &RunArgs,
-) -> anyhow::Result<std::collections::BTreeMap<String, Option<String>>> {
-    let mut env = std::collections::BTreeMap::new();
-    for name in &a.preset {
-        let p = config.preset(name).ok_or_else(|| {
-            let known: Vec<&String> = config.presets.keys().collect();
-            anyhow::anyhow!("unknown preset `{name}`; the config has {known:?}")
-        })?;
-        env.extend(p.clone());
-    }
-    for (k, v) in &a.env {
-        env.insert(k.clone(), Some(v.clone()));
-    }
-    Ok(env)
-}
-
-fn run_json(r: &RunView, state: &State) -> Value {
+fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
     let agg = r
         .aggregate
         .as_ref()
@@ -187,17 +323,24 @@ fn run_json(r: &RunView, state: &State) -> Value {
     let mut v = json!({
         "k": r.spec.k,
         "run_id": r.id,
+        "model": r.spec.model.as_str(),
+        "started_at": crate::report::Timestamp(r.started_unix).to_string(),
+        "ended_at": r.ended_unix.map(|t| crate::report::Timestamp(t).to_string()),
         "status": r.status.as_str(),
         "reason": r.reason,
         "control": r.spec.control,
         "per_rank_batch": r.spec.per_rank_batch(),
         "data_path": r.spec.data_path.as_str(),
+        "data_source": r.spec.data_source.to_string(),
+        "epochs": r.spec.epochs,
+        "samples": r.spec.samples,
         "global_batch": r.spec.global_batch(),
         "samples_per_s": agg.map(|a| a.samples_per_s),
         "per_rank_samples_per_s": agg.map(|a| a.per_rank.clone()),
         "spread": agg.map(|a| json!({"min": a.rank_min, "max": a.rank_max})),
-        "speedup": scaling.map(|s| s.0),
-        "efficiency": scaling.map(|s| s.1),
+        "speedup": scaling.as_ref().map(|s| s.speedup),
+        "efficiency": scaling.as_ref().map(|s| s.efficiency),
+        "baseline_run_id": scaling.as_ref().map(|s| s.baseline.clone()),
         "transport": r.transport,
         "versions": r.versions,
         "worker_pids": r.ranks.values().filter_map(|x| x.pid).collect::<Vec<_>>(),
@@ -208,6 +351,22 @@ fn run_json(r: &RunView, state: &State) -> Value {
     if let Some((data, step)) = summary::data_wait(r) {
         v["step_ms_median"] = json!(step);
         v["data_wait_ms_median"] = json!(data);
+    }
+    if r.spec.experiment == Experiment::Fsdp {
+        fsdp_json(r, &mut v);
+    }
+    if r.spec.experiment == Experiment::Jax {
+        jax_json(r, &mut v);
+    }
+    if r.spec.experiment == Experiment::Handrolled {
+        v["hand"] = json!(r.spec.hand.label());
+    }
+    if let Some(a) = &r.spec.attach {
+        v["script"] = json!(a.script);
+        v["args"] = json!(a.args);
+        v["cwd"] = json!(a.cwd);
+        v["instrument"] = json!(r.instrument);
+        v["steps"] = json!(r.ranks.values().map(|x| x.step).collect::<Vec<_>>());
     }
     if r.status == RunStatus::Completed {
         if let Some(p) = probe_summary(&r.probe) {
@@ -232,29 +391,328 @@ fn run_json(r: &RunView, state: &State) -> Value {
                 json!({
                     "rank": b.rank, "step": b.step, "bwd_compute_ms": b.bwd_compute_ms, "exposed_ms": b.exposed_ms,
                     "overlap_pct": summary::overlap_pct(b),
-                    "buckets": b.buckets.iter().map(|s| json!({"index": s.index, "bytes": s.bytes, "comm_ms": s.comm_ms()})).collect::<Vec<_>>(),
+                    "start_inferred": predict::is_inferred(b),
+                    "buckets": b.buckets.iter().map(|s| json!({
+                        "index": s.index, "bytes": s.bytes, "comm_ms": s.comm_ms(),
+                        "kernel_ms": s.kernel_ms, "queue_ms": (s.start_ms - s.ready_ms).max(0.0),
+                    })).collect::<Vec<_>>(),
                 })
             })
             .collect();
         if !timeline.is_empty() {
             v["timeline"] = Value::Array(timeline);
         }
+        let medians: Vec<Value> = r
+            .ranks
+            .values()
+            .filter_map(|x| predict::timeline_stats(x, predict::DEFAULT_TIMELINE_STEPS))
+            .map(|st| timeline_median_json(&st))
+            .collect();
+        if !medians.is_empty() {
+            v["timeline_median"] = Value::Array(medians);
+        }
+    }
+    if let Some(p) = prediction_json(r, context) {
+        v["prediction"] = p;
+    }
+    if let Some(p) = probe_ratio_json(r, context) {
+        v["probe_model"] = p;
     }
     v
 }
 
-pub fn report(runs: &[&RunView], state: &State, note: &str, sweep: &str) -> Value {
-    let first = runs.first();
+fn spread_json(s: &predict::Spread) -> Value {
+    json!({"median": s.median, "min": s.min, "max": s.max})
+}
+
+fn timeline_median_json(st: &predict::TimelineStats) -> Value {
     json!({
+        "rank": st.median.rank, "steps": st.steps, "first_step": st.first_step, "last_step": st.last_step,
+        "start_inferred": st.start_inferred,
+        "bwd_compute_ms": st.median.bwd_compute_ms,
+        "exposed_ms": spread_json(&st.exposed_ms),
+        "buckets": st.buckets.iter().map(|b| json!({
+            "index": b.index, "bytes": b.bytes,
+            "kernel_ms": b.kernel_ms.as_ref().map(spread_json),
+            "queue_ms": spread_json(&b.queue_ms),
+            "comm_ms": spread_json(&b.comm_ms),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Predicted against measured for a completed k>1 run (`{"na": why}` when it cannot be).
+pub fn prediction_json(r: &RunView, runs: &[RunView]) -> Option<Value> {
+    if r.spec.k < 2
+        || r.status != RunStatus::Completed
+        || !matches!(r.spec.experiment, Experiment::Weak | Experiment::Strong)
+    {
+        return None;
+    }
+    Some(match predict::predict_run(r, runs) {
+        Ok(p) => json!({
+            "simulated": r.is_simulated(),
+            "baseline_run_id": p.baseline,
+            "busbw_source": p.busbw.label,
+            "busbw_run_id": p.busbw.run_id,
+            "control_run_id": p.control.as_ref().map(|c| c.0.clone()),
+            "control_reducer_ms": p.control.as_ref().map(|c| c.1),
+            "reducer_added": p.reducer_added,
+            "reducer_note": p.reducer_note,
+            "samples_per_s": {"predicted": p.predicted_sps, "measured": p.measured_sps, "error_pct": p.sps_error_pct},
+            "step_ms_predicted": p.predicted_step_ms,
+            "exposed_ms": {
+                "predicted": p.predicted_exposed_ms,
+                "measured": p.measured_exposed_ms,
+                "error_pct": p.measured_exposed_ms.and_then(|m| crate::costmodel::predict::error_pct(p.predicted_exposed_ms, m)),
+            },
+            "buckets": p.buckets.iter().map(|b| json!({
+                "index": b.index, "bytes": b.bytes, "predicted_ms": b.predicted_ms,
+                "measured_ms": b.measured_ms, "measured_inferred": b.inferred, "error_pct": b.error_pct,
+            })).collect::<Vec<_>>(),
+        }),
+        Err(why) => json!({"na": why}),
+    })
+}
+
+/// The probe's model ratio: (difference − k=1 control) / predicted exposed comm.
+fn probe_ratio_json(r: &RunView, runs: &[RunView]) -> Option<Value> {
+    if r.spec.experiment != Experiment::Probe || r.spec.control || r.status != RunStatus::Completed
+    {
+        return None;
+    }
+    let p = probe_summary(&r.probe)?;
+    let ctrl = predict::reducer_control(&r.spec, runs);
+    Some(match predict::exposed_prediction(&r.spec, runs) {
+        Ok(e) => json!({
+            "predicted_exposed_ms": e.ms, "source": e.source(),
+            "k1_run_id": e.k1_run, "busbw_run_id": e.busbw.run_id,
+            "control_run_id": ctrl.as_ref().map(|c| c.0.clone()),
+            "control_ms": ctrl.as_ref().map(|c| c.1),
+            "ratio": ctrl.as_ref().filter(|_| e.ms > 0.0).map(|c| (p.diff_ms - c.1) / e.ms),
+        }),
+        Err(why) => json!({"na": why}),
+    })
+}
+
+/// The deficits table as JSON: per k, samples/s and run id of each column (null where no run).
+fn deficits_json(d: &deficits::Deficits) -> Value {
+    let rows: Vec<Value> = d
+        .rows
+        .iter()
+        .map(|row| {
+            let cells: serde_json::Map<String, Value> = deficits::Column::ALL
+                .iter()
+                .zip(&row.cells)
+                .map(|(c, cell)| {
+                    let v = cell.as_ref().map_or(
+                        Value::Null,
+                        |x| json!({"samples_per_s": x.samples_per_s, "run_id": x.run_id}),
+                    );
+                    (c.label(), v)
+                })
+                .collect();
+            json!({"k": row.k, "cells": cells})
+        })
+        .collect();
+    json!({
+        "title": d.title,
+        "columns": deficits::Column::ALL.iter().map(|c| c.label()).collect::<Vec<_>>(),
+        "rows": rows,
+    })
+}
+
+/// The fsdp experiment's figures: what each rank held at each phase, and its collectives per
+/// timed step by kind.
+fn fsdp_json(r: &RunView, v: &mut Value) {
+    v["strategy"] = json!(r.spec.strategy.as_str());
+    v["optimizer"] = json!(r.spec.optimizer.as_str());
+    v["memory"] = r
+        .ranks
+        .values()
+        .flat_map(|x| x.memory_phases.iter())
+        .map(|m| {
+            let state = [m.param_bytes, m.grad_bytes, m.optim_bytes]
+                .into_iter()
+                .map(|b| b.unwrap_or(0))
+                .sum::<u64>();
+            json!({
+                "rank": m.rank, "phase": m.phase, "param_bytes": m.param_bytes,
+                "grad_bytes": m.grad_bytes, "optim_bytes": m.optim_bytes, "state_bytes": state,
+                "predicted_bytes": m.predicted_bytes, "peak_bytes": m.peak_bytes,
+                "reserved_bytes": m.reserved_bytes, "allocated_bytes": m.allocated_bytes,
+            })
+        })
+        .collect();
+    v["comm"] = r
+        .ranks
+        .values()
+        .filter(|x| x.comm_totals.steps > 0)
+        .map(|x| {
+            let per_step: serde_json::Map<String, Value> = x
+                .comm_totals
+                .by_op
+                .iter()
+                .map(|(op, t)| {
+                    let n = x.comm_totals.steps as f64;
+                    (
+                        op.clone(),
+                        json!({"calls": t.count as f64 / n, "bytes": t.bytes as f64 / n, "ms": t.ms / n}),
+                    )
+                })
+                .collect();
+            json!({"rank": x.rank, "timed_steps": x.comm_totals.steps, "per_step": per_step})
+        })
+        .collect();
+}
+
+/// One note for the table: rank 0's state at its last phase against the prediction, its peak,
+/// and its collectives per step.
+fn fsdp_note(r: &RunView) -> Option<String> {
+    let x = r.ranks.values().next()?;
+    let m = x.last_memory_phase()?;
+    let state: u64 = [m.param_bytes, m.grad_bytes, m.optim_bytes]
+        .into_iter()
+        .map(|b| b.unwrap_or(0))
+        .sum();
+    let fmt = crate::util::fmt_bytes;
+    let mut s = format!(
+        "{} {}: rank 0 state {} (predicted {}), peak {}",
+        r.spec.strategy.as_str(),
+        r.spec.optimizer.as_str(),
+        fmt(state),
+        m.predicted_bytes.map_or("?".into(), fmt),
+        m.peak_bytes.map_or("unavailable on CPU".into(), fmt)
+    );
+    for (op, t) in &x.comm_totals.by_op {
+        let n = x.comm_totals.steps.max(1) as f64;
+        // gloo has no reduce-scatter: torch runs a full all-reduce in its place.
+        let gloo = op == "reduce_scatter" && r.spec.backend == crate::protocol::Backend::Gloo;
+        let op = if gloo {
+            "reduce_scatter (an all_reduce on gloo)"
+        } else {
+            op.as_str()
+        };
+        s.push_str(&format!(
+            ", {op} {:.0}×/step {} {:.2} ms",
+            t.count as f64 / n,
+            fmt((t.bytes as f64 / n) as u64),
+            t.ms / n
+        ));
+    }
+    Some(s)
+}
+
+/// One note for an attached run: optimizer steps per rank and what was measured.
+fn attach_note(r: &RunView) -> String {
+    let steps = r.ranks.values().map(|x| x.step).max().unwrap_or(0);
+    let what = match r.instrument {
+        Some(crate::protocol::Instrument::Full) => "steps, samples and buckets measured",
+        Some(crate::protocol::Instrument::StepsOnly) => "steps only (the script's own comm hook)",
+        Some(crate::protocol::Instrument::Off) => "instrumentation off (see the log)",
+        None => "no rank connected",
+    };
+    format!("{steps} optimizer steps, {what}")
+}
+
+/// The JAX experiment's figures: the receipt (collectives in the compiled step, the passes that
+/// merged them, the layouts), the equality checks and memory per device.
+fn jax_json(r: &RunView, v: &mut Value) {
+    v["sharding"] = json!(r.spec.sharding.as_str());
+    v["devices"] = json!(r.spec.k);
+    v["processes"] = json!(r.spec.processes());
+    v["receipt"] = r.hlo.as_ref().map_or(Value::Null, |h| {
+        json!({
+            "k": h.k, "platform": h.platform, "sharding": h.sharding,
+            "all_reduce_ops": h.all_reduce_ops, "all_reduce_bytes": h.all_reduce_bytes,
+            "ops": h.ops, "combined_by": h.combined_by, "layout": h.layout,
+        })
+    });
+    v["checks"] = json!(r.checks);
+    v["device_memory"] = r
+        .device_memory
+        .values()
+        .map(|m| {
+            json!({
+                "device": m.device, "phase": m.phase, "param_bytes": m.param_bytes,
+                "optim_bytes": m.optim_bytes, "predicted_bytes": m.predicted_bytes,
+                "peak_bytes": m.peak_bytes, "allocated_bytes": m.allocated_bytes,
+            })
+        })
+        .collect();
+}
+
+/// One note for the table: the receipt's op counts and largest op, the merging passes, the check.
+fn jax_note(r: &RunView) -> Option<String> {
+    let h = r.hlo.as_ref()?;
+    let ops = h.ops.unwrap_or_default();
+    let mut s = format!(
+        "{} sharding: {} all-reduce",
+        r.spec.sharding.as_str(),
+        h.all_reduce_ops
+    );
+    if let Some(a) = ops.all_reduce.filter(|a| a.count > 0) {
+        s.push_str(&format!(" (largest {} elems)", a.largest_elems));
+    }
+    for (name, st) in [
+        ("all-gather", ops.all_gather),
+        ("reduce-scatter", ops.reduce_scatter),
+    ] {
+        if let Some(st) = st.filter(|st| st.count > 0) {
+            s.push_str(&format!(", {} {name}", st.count));
+        }
+    }
+    if let Some(c) = h.combined_by.as_ref().filter(|c| !c.is_empty()) {
+        s.push_str(&format!(", combined by {}", c.join("+")));
+    }
+    for c in &r.checks {
+        s.push_str(&format!(
+            ", {} |diff| {:.1e} tol {:.0e} {}",
+            c.name,
+            c.diff,
+            c.tol,
+            if c.ok { "ok" } else { "FAILED" }
+        ));
+    }
+    Some(s)
+}
+
+/// The engine's runs followed by the stored runs it does not hold (newest first).
+fn with_history(state: &State, g: &GlobalArgs) -> Vec<RunView> {
+    let mut all = state.runs.clone();
+    let path = crate::paths::data_dir(g.data_dir.as_deref()).join("runs.db");
+    if let Ok(stored) = crate::store::Store::open(&path).and_then(|s| s.load_runs(500)) {
+        all.extend(stored.into_iter().filter(|r| state.run(&r.id).is_none()));
+    }
+    all
+}
+
+pub fn report(
+    runs: &[&RunView],
+    state: &State,
+    context: &[RunView],
+    note: &str,
+    sweep: &str,
+) -> Value {
+    let first = runs.first();
+    let mut doc = crate::report::json::envelope(
+        "sweep",
+        env!("CARGO_PKG_VERSION"),
+        crate::report::Timestamp(crate::util::unix_now()),
+    );
+    let body = json!({
         "experiment": first.map(|r| r.spec.experiment.as_str()),
         "backend": first.map(|r| r.spec.backend.as_str()),
         "simulated": first.is_some_and(|r| r.is_simulated()),
         "profile": first.and_then(|r| r.spec.profile.clone()),
-        "toggles": first.map(|r| r.spec.toggle_badges()),
+        "toggles": first.map(|r| r.spec.nccl.badges()),
         "backend_note": note,
         "sweep": sweep,
-        "runs": runs.iter().map(|r| run_json(r, state)).collect::<Vec<_>>(),
-    })
+        "runs": runs.iter().map(|r| run_json(r, state, context)).collect::<Vec<_>>(),
+    });
+    if let (Some(d), Value::Object(b)) = (doc.as_object_mut(), body) {
+        d.extend(b);
+    }
+    doc
 }
 
 fn table(runs: &[&RunView], state: &State, note: &str) -> String {
@@ -263,26 +721,26 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         return "no runs\n".into();
     };
     let s = &first.spec;
-    out.push_str(&format!(
-        "{} scaling — {}{}{} — batch {}{}\n",
-        s.experiment.as_str(),
-        note,
-        s.profile
-            .as_ref()
-            .map(|p| format!(", profile {p}"))
-            .unwrap_or_default(),
-        if s.env.is_empty() {
-            String::new()
-        } else {
-            format!(", env {}", s.toggle_badges().join(" "))
-        },
-        s.batch,
-        if s.experiment == Experiment::Strong {
-            " global"
-        } else {
-            " per rank"
-        },
-    ));
+    if let Some(a) = &s.attach {
+        out.push_str(&format!("attach {} — {note}, env {}\n", a.label(), s.nccl));
+    } else {
+        out.push_str(&format!(
+            "{} scaling — {}{}, env {} — batch {}{}\n",
+            s.experiment.as_str(),
+            note,
+            s.profile
+                .as_ref()
+                .map(|p| format!(", profile {p}"))
+                .unwrap_or_default(),
+            s.nccl,
+            s.batch,
+            match s.experiment {
+                Experiment::Strong => " global",
+                Experiment::Jax => " per device, one process",
+                _ => " per rank",
+            },
+        ));
+    }
     out.push_str(&format!(
         "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {}\n",
         "k", "run", "status", "samples/s", "per-rank min–max", "speedup", "efficiency", "notes"
@@ -294,6 +752,9 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
             .filter(|_| r.status == RunStatus::Completed);
         let sc = summary::scaling(r, &state.runs);
         let mut notes = Vec::new();
+        if let Some(s) = sc.as_ref().filter(|s| s.baseline != r.id) {
+            notes.push(format!("vs k=1 {}", s.baseline));
+        }
         if r.spec.control {
             notes.push("k=1 control".to_string());
         }
@@ -313,6 +774,22 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         if let Some(t) = &r.transport {
             notes.push(format!("via {t}"));
         }
+        if r.spec.experiment == Experiment::Fsdp
+            && let Some(n) = fsdp_note(r)
+        {
+            notes.push(n);
+        }
+        if r.spec.experiment == Experiment::Jax
+            && let Some(n) = jax_note(r)
+        {
+            notes.push(n);
+        }
+        if r.spec.experiment == Experiment::Handrolled {
+            notes.push(format!("hand-rolled {}", r.spec.hand.label()));
+        }
+        if r.spec.attach.is_some() {
+            notes.push(attach_note(r));
+        }
         if let Some((data, step)) = summary::data_wait(r).filter(|(_, s)| *s > 0.0) {
             notes.push(format!(
                 "step {step:.1} ms, data wait {data:.2} ms ({:.0}%)",
@@ -328,9 +805,11 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
                 .unwrap_or_else(|| "—".into()),
             agg.map(|a| format!("{:.1}–{:.1}", a.rank_min, a.rank_max))
                 .unwrap_or_else(|| "—".into()),
-            sc.map(|s| format!("{:.2}×", s.0))
+            sc.as_ref()
+                .map(|s| format!("{:.2}×", s.speedup))
                 .unwrap_or_else(|| "—".into()),
-            sc.map(|s| format!("{:.1}%", s.1 * 100.0))
+            sc.as_ref()
+                .map(|s| format!("{:.1}%", s.efficiency * 100.0))
                 .unwrap_or_else(|| "—".into()),
             notes.join("; ")
         ));
@@ -356,52 +835,4 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         );
     }
     out
-}
-
-pub fn list_runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
-    let path = crate::paths::data_dir(g.data_dir.as_deref()).join("runs.db");
-    let store = crate::store::Store::open(&path)?;
-    let runs = store.load_runs(a.limit)?;
-    if a.json {
-        let v: Vec<Value> = runs
-            .iter()
-            .map(|r| {
-                json!({
-                    "run_id": r.id, "experiment": r.spec.experiment.as_str(), "k": r.spec.k,
-                    "backend": r.spec.backend.as_str(), "simulated": r.is_simulated(), "profile": r.spec.profile,
-                    "toggles": r.spec.toggle_badges(), "status": r.status.as_str(), "reason": r.reason,
-                    "started_unix": r.started_unix, "ended_unix": r.ended_unix,
-                    "samples_per_s": r.aggregate.as_ref().filter(|_| r.status == RunStatus::Completed).map(|x| x.samples_per_s),
-                    "transport": r.transport,
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        println!(
-            "{:<24} {:<10} {:>2} {:<5} {:<10} {:>12}  toggles",
-            "run", "experiment", "k", "back", "status", "samples/s"
-        );
-        for r in &runs {
-            println!(
-                "{:<24} {:<10} {:>2} {:<5} {:<10} {:>12}  {}",
-                r.id,
-                r.spec.experiment.as_str(),
-                r.spec.k,
-                if r.is_simulated() {
-                    "SIM"
-                } else {
-                    r.spec.backend.as_str()
-                },
-                r.status.as_str(),
-                r.aggregate
-                    .as_ref()
-                    .filter(|_| r.status == RunStatus::Completed)
-                    .map(|x| format!("{:.1}", x.samples_per_s))
-                    .unwrap_or_else(|| "—".into()),
-                r.spec.toggle_badges().join(" ")
-            );
-        }
-    }
-    Ok(0)
 }

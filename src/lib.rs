@@ -1,9 +1,10 @@
 //! ddptop: a terminal dashboard for multi-GPU data-parallel training.
 //!
-//! Layers (see DESIGN.md): `protocol` (wire format) → `supervisor` (processes, socket, watchdog)
-//! → `engine` (one loop that owns `app::State`) → `ui` (pure drawing) / `headless` (tables, JSON).
-//! `sim` is the built-in simulated worker, `costmodel` the α-β model it and the screens use,
-//! `store` the SQLite run database, `gpu` the NVML/sysinfo sampler.
+//! Layers, bottom up (docs/architecture.md draws them): `run` (what a run is: spec, NCCL
+//! settings, curve key, record) and `protocol` (wire format) → `supervisor` (processes, socket,
+//! watchdog, logs), `store` (SQLite), `gpu` (NVML sampler), `costmodel`, `sim` (simulated worker)
+//! → `app` (state, view, reducers, actions) → `engine` (one loop owning the state) → `plan` (what
+//! to launch) → `ui` (pure drawing) and the front ends `tui` (dashboard) and `headless`.
 
 pub mod app;
 pub mod cli;
@@ -13,8 +14,12 @@ pub mod detect;
 pub mod engine;
 pub mod gpu;
 pub mod headless;
+pub mod keys;
 pub mod paths;
+pub mod plan;
 pub mod protocol;
+pub mod report;
+pub mod run;
 pub mod sim;
 pub mod store;
 pub mod supervisor;

@@ -1,3 +1,34 @@
+//! `ddptop`: parse the command line and hand it to a front end (the dashboard, `run`, `runs`)
+//! or to the simulated worker.
+
+use clap::Parser;
+use ddptop::cli::{Cli, Cmd, WorkerCmd};
+
+/// Parse, dispatch, return the process exit code.
 fn main() {
-    std::process::exit(ddptop::cli::main());
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Cmd::Worker {
+            kind: WorkerCmd::Sim(a),
+        }) => ddptop::sim::main(a),
+        Some(Cmd::Run(a)) => ddptop::util::runtime()
+            .and_then(|rt| rt.block_on(ddptop::headless::run(&cli.global, a))),
+        Some(Cmd::Attach(a)) => ddptop::util::runtime()
+            .and_then(|rt| rt.block_on(ddptop::headless::attach(&cli.global, a))),
+        Some(Cmd::Runs(a)) => ddptop::report::cmd::runs(&cli.global, &a),
+        Some(Cmd::Report(a)) => ddptop::report::cmd::report(&cli.global, &a),
+        Some(Cmd::Show(a)) => ddptop::report::cmd::show(&cli.global, &a),
+        Some(Cmd::Diff(a)) => ddptop::report::cmd::diff(&cli.global, &a),
+        Some(Cmd::Completions(a)) => ddptop::report::cmd::completions(&a),
+        Some(Cmd::Man(a)) => ddptop::report::cmd::man(&a),
+        None => ddptop::tui::main(&cli.global, &cli.tui),
+    };
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ddptop: {e:#}");
+            ddptop::cli::exit_code(&e)
+        }
+    };
+    std::process::exit(code);
 }

@@ -71,3 +71,13 @@ pub fn workers_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
     candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workers"));
     candidates.into_iter().find(|p| has_pkg(p))
 }
+
+/// This machine's name, for the header.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}

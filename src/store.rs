@@ -4,10 +4,12 @@
 //! and aggregate results with their spread; and the events needed to redraw it. Writes are
 //! synchronous and small; a run's final figures are committed before anything reports them.
 
-use crate::app::{
-    Aggregate, DataPath, Experiment, ModelName, RankView, RunSpec, RunStatus, RunView,
-};
 use crate::protocol::{Backend, Bench, Buckets, Probe, WorkerMsg};
+use crate::run::HandRolled;
+use crate::run::{
+    Aggregate, DataPath, DataSource, Experiment, JaxSharding, ModelName, NcclSettings,
+    OptimizerName, RankView, RunSpec, RunStatus, RunView, Scaling, TorchStrategy,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -56,7 +58,14 @@ CREATE TABLE IF NOT EXISTS runs (
     hang_report_json TEXT NOT NULL DEFAULT '[]',
     grad_bytes INTEGER,
     bucket_bytes_json TEXT NOT NULL DEFAULT '[]',
-    data_path TEXT NOT NULL DEFAULT 'device'
+    data_path TEXT NOT NULL DEFAULT 'device',
+    data_source TEXT NOT NULL DEFAULT 'synthetic',
+    baseline_run TEXT,
+    sharding TEXT NOT NULL DEFAULT 'data',
+    strategy TEXT NOT NULL DEFAULT 'fsdp',
+    optimizer TEXT NOT NULL DEFAULT 'sgd',
+    attach_json TEXT,
+    hand TEXT NOT NULL DEFAULT 'single+star'
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -132,8 +141,19 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         let mut stmt = conn.prepare("SELECT 1 FROM pragma_table_info('runs') WHERE name = ?1")?;
         stmt.exists([col])
     };
-    if !has("data_path")? {
-        conn.execute_batch("ALTER TABLE runs ADD COLUMN data_path TEXT NOT NULL DEFAULT 'device'")?;
+    for (col, decl) in [
+        ("data_path", "TEXT NOT NULL DEFAULT 'device'"),
+        ("data_source", "TEXT NOT NULL DEFAULT 'synthetic'"),
+        ("baseline_run", "TEXT"),
+        ("sharding", "TEXT NOT NULL DEFAULT 'data'"),
+        ("strategy", "TEXT NOT NULL DEFAULT 'fsdp'"),
+        ("optimizer", "TEXT NOT NULL DEFAULT 'sgd'"),
+        ("attach_json", "TEXT"),
+        ("hand", "TEXT NOT NULL DEFAULT 'single+star'"),
+    ] {
+        if !has(col)? {
+            conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
+        }
     }
     Ok(())
 }
@@ -188,8 +208,9 @@ impl Store {
         self.conn.execute(
             "INSERT INTO runs (id, experiment, k, backend, profile, model, batch, per_rank_batch, global_batch,
               epochs, samples, toggles_json, inject, control, sweep, command, argv_json, environ_json,
-              ddptop_version, status, started_unix, run_dir, owner_pid, data_path)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22,?23)",
+              ddptop_version, status, started_unix, run_dir, owner_pid, data_path, data_source, sharding,
+              strategy, optimizer)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22,?23,?24,?25,?26,?27)",
             params![
                 r.id,
                 s.experiment.as_str(),
@@ -202,7 +223,7 @@ impl Store {
                 s.global_batch(),
                 s.epochs,
                 s.samples as i64,
-                serde_json::to_string(&s.env)?,
+                serde_json::to_string(s.nccl.as_map())?,
                 s.inject,
                 s.control,
                 r.sweep,
@@ -214,8 +235,24 @@ impl Store {
                 r.run_dir.display().to_string(),
                 std::process::id(),
                 s.data_path.as_str(),
+                s.data_source.to_stored(),
+                s.sharding.as_str(),
+                s.strategy.as_str(),
+                s.optimizer.as_str(),
             ],
         )?;
+        if let Some(a) = &s.attach {
+            self.conn.execute(
+                "UPDATE runs SET attach_json = ?2 WHERE id = ?1",
+                params![r.id, serde_json::to_string(a)?],
+            )?;
+        }
+        if s.hand != HandRolled::default() {
+            self.conn.execute(
+                "UPDATE runs SET hand = ?2 WHERE id = ?1",
+                params![r.id, s.hand.label()],
+            )?;
+        }
         Ok(())
     }
 
@@ -250,14 +287,15 @@ impl Store {
     }
 
     /// Commit a run's final status and figures in one transaction.
-    pub fn finalize(&mut self, run: &RunView, scaling: Option<(f64, f64)>) -> anyhow::Result<()> {
+    pub fn finalize(&mut self, run: &RunView, scaling: Option<&Scaling>) -> anyhow::Result<()> {
         let tx = self.conn.transaction()?;
         let agg = run.aggregate.as_ref();
         let pids: Vec<u32> = run.ranks.values().filter_map(|r| r.pid).collect();
         tx.execute(
             "UPDATE runs SET status=?2, reason=?3, ended_unix=?4, samples_per_s=?5, rank_min=?6, rank_max=?7,
               speedup=?8, efficiency=?9, transport=?10, pids_json=?11, bad_lines=?12, rejected=?13,
-              hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17 WHERE id=?1",
+              hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
+              baseline_run=?18 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -266,8 +304,8 @@ impl Store {
                 agg.map(|a| a.samples_per_s),
                 agg.map(|a| a.rank_min),
                 agg.map(|a| a.rank_max),
-                scaling.map(|s| s.0),
-                scaling.map(|s| s.1),
+                scaling.map(|s| s.speedup),
+                scaling.map(|s| s.efficiency),
                 run.transport,
                 serde_json::to_string(&pids)?,
                 run.bad_lines() as i64,
@@ -276,6 +314,7 @@ impl Store {
                 run.grad_bytes.map(|b| b as i64),
                 serde_json::to_string(&run.bucket_bytes)?,
                 serde_json::to_string(&run.versions)?,
+                scaling.map(|s| s.baseline.as_str()),
             ],
         )?;
         for r in run.ranks.values() {
@@ -304,65 +343,18 @@ impl Store {
             .optional()?)
     }
 
-    /// The most recent runs, newest first, rebuilt far enough to redraw them.
+    /// The most recent runs, newest first, rebuilt far enough to redraw them. A value ddptop
+    /// does not know (a backend, an experiment: a newer ddptop wrote it) is an error naming the
+    /// run, never a silent default.
     pub fn load_runs(&self, limit: usize) -> anyhow::Result<Vec<RunView>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, experiment, k, backend, profile, model, batch, epochs, samples, toggles_json, inject,
-                    control, sweep, status, reason, started_unix, ended_unix, samples_per_s, rank_min, rank_max,
-                    transport, versions_json, hang_report_json, grad_bytes, bucket_bytes_json, rejected,
-                    data_path
-             FROM runs ORDER BY started_unix DESC LIMIT ?1",
-        )?;
-        let rows = stmt.query_map([limit as i64], |r| {
-            let spec = RunSpec {
-                experiment: Experiment::parse(&r.get::<_, String>(1)?).unwrap_or(Experiment::Weak),
-                k: r.get(2)?,
-                backend: match r.get::<_, String>(3)?.as_str() {
-                    "nccl" => Backend::Nccl,
-                    "gloo" => Backend::Gloo,
-                    _ => Backend::Sim,
-                },
-                profile: r.get(4)?,
-                model: if r.get::<_, String>(5)? == "tiny" {
-                    ModelName::Tiny
-                } else {
-                    ModelName::Resnet18
-                },
-                batch: r.get(6)?,
-                epochs: r.get(7)?,
-                samples: r.get::<_, i64>(8)? as u64,
-                env: serde_json::from_str(&r.get::<_, String>(9)?).unwrap_or_default(),
-                inject: r.get(10)?,
-                control: r.get(11)?,
-                data_path: if r.get::<_, String>(26)? == "loader" {
-                    DataPath::Loader
-                } else {
-                    DataPath::Device
-                },
-            };
-            let mut run = RunView::new(r.get(0)?, spec, std::time::Instant::now(), r.get(15)?);
-            run.started = None;
-            run.live = false;
-            run.sweep = r.get(12)?;
-            run.status = RunStatus::parse(&r.get::<_, String>(13)?).unwrap_or(RunStatus::Failed);
-            run.reason = r.get(14)?;
-            run.ended_unix = r.get(16)?;
-            let sps: Option<f64> = r.get(17)?;
-            run.aggregate = sps.map(|s| Aggregate {
-                samples_per_s: s,
-                per_rank: Vec::new(),
-                rank_min: r.get::<_, Option<f64>>(18).ok().flatten().unwrap_or(0.0),
-                rank_max: r.get::<_, Option<f64>>(19).ok().flatten().unwrap_or(0.0),
-            });
-            run.transport = r.get(20)?;
-            run.versions = serde_json::from_str(&r.get::<_, String>(21)?).unwrap_or_default();
-            run.hang_report = serde_json::from_str(&r.get::<_, String>(22)?).unwrap_or_default();
-            run.grad_bytes = r.get::<_, Option<i64>>(23)?.map(|b| b as u64);
-            run.bucket_bytes = serde_json::from_str(&r.get::<_, String>(24)?).unwrap_or_default();
-            run.rejected = r.get::<_, i64>(25)? as u64;
-            Ok(run)
-        })?;
-        let mut runs: Vec<RunView> = rows.collect::<Result<_, _>>()?;
+        let mut stmt = self
+            .conn
+            .prepare("SELECT * FROM runs ORDER BY started_unix DESC LIMIT ?1")?;
+        let rows = stmt.query_map([limit as i64], |r| Ok(run_from_row(r)))?;
+        let mut runs: Vec<RunView> = Vec::new();
+        for row in rows {
+            runs.push(row??);
+        }
         for run in &mut runs {
             self.load_details(run)?;
         }
@@ -394,13 +386,18 @@ impl Store {
         // and the last log lines: enough to redraw, cheap with hundreds of stored runs.
         let mut stmt = self.conn.prepare_cached(
             "SELECT type, body FROM events WHERE run_id=?1 AND (
-                 type IN ('probe','bench')
-                 OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type='buckets' GROUP BY rank)
+                 type IN ('probe','bench','hlo','check')
+                 OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type IN ('buckets','comm')
+                            GROUP BY rank, type)
+                 OR (type='memory' AND ?2)
                  OR seq IN (SELECT seq FROM events WHERE run_id=?1 AND type IN ('log','ddptop')
                             ORDER BY seq DESC LIMIT 200))
              ORDER BY seq",
         )?;
-        let rows = stmt.query_map([&run.id], |r| {
+        // Every memory report of an fsdp run (a handful of phases); others send one every 50 steps.
+        // A JAX run's too: a few per device.
+        let memory = matches!(run.spec.experiment, Experiment::Fsdp | Experiment::Jax);
+        let rows = stmt.query_map(params![&run.id, memory], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
         for row in rows {
@@ -409,7 +406,7 @@ impl Store {
                 "ddptop" => {
                     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                     if let Some(m) = v["msg"].as_str() {
-                        crate::app::reduce::push_tail(run, format!("ddptop: {m}"));
+                        run.push_tail(format!("ddptop: {m}"));
                     }
                 }
                 _ => match serde_json::from_str::<WorkerMsg>(&body) {
@@ -420,16 +417,188 @@ impl Store {
                             rv.buckets = Some(b as Buckets);
                         }
                     }
-                    Ok(WorkerMsg::Log(l)) => crate::app::reduce::push_tail(
-                        run,
-                        format!("[rank {}] {:?}: {}", l.rank, l.level, l.msg),
-                    ),
+                    Ok(WorkerMsg::Comm(c)) => {
+                        if let Some(rv) = run.ranks.get_mut(&c.rank) {
+                            rv.comm = Some(c);
+                        }
+                    }
+                    Ok(WorkerMsg::Memory(m)) => {
+                        if let Some(d) = m.device {
+                            run.device_memory.insert(d, m.clone());
+                        }
+                        if let Some(rv) = run.ranks.get_mut(&m.rank) {
+                            rv.record_memory(&m);
+                        }
+                    }
+                    Ok(WorkerMsg::Hlo(h)) => run.hlo = Some(h),
+                    Ok(WorkerMsg::Check(c)) => run.checks.push(c),
+                    Ok(WorkerMsg::Log(l)) => {
+                        run.push_tail(format!("[rank {}] {:?}: {}", l.rank, l.level, l.msg))
+                    }
                     _ => {}
                 },
             }
         }
+        self.load_bucket_history(run)
+    }
+
+    /// Rank 0's last `STORED_TIMELINES` timelines (the timeline's median window and the cost
+    /// model's k=1 ready times read them); the other ranks keep only their latest.
+    fn load_bucket_history(&self, run: &mut RunView) -> anyhow::Result<()> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT body FROM events WHERE run_id=?1 AND type='buckets' AND rank=0
+             ORDER BY seq DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(rusqlite::params![&run.id, STORED_TIMELINES], |r| {
+            r.get::<_, String>(0)
+        })?;
+        let mut hist = Vec::new();
+        for body in rows {
+            if let Ok(WorkerMsg::Buckets(b)) = serde_json::from_str::<WorkerMsg>(&body?) {
+                hist.push(b);
+            }
+        }
+        if let Some(rv) = run.ranks.get_mut(&0) {
+            rv.recent_buckets = hist.into_iter().rev().collect();
+        }
         Ok(())
     }
+}
+
+fn spec_id(r: &rusqlite::Row) -> String {
+    r.get("id").unwrap_or_default()
+}
+
+/// What a run was launched with and what was committed when it ended, beyond its `RunView`:
+/// for reports, `ddptop show` and `ddptop diff`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchRecord {
+    /// The exact command line, shell-quoted.
+    pub command: String,
+    pub run_dir: PathBuf,
+    pub ddptop_version: String,
+    /// The environment the launch was given (the token redacted); `None`: unset.
+    pub environ: std::collections::BTreeMap<String, Option<String>>,
+    /// Speedup and efficiency as committed at the end of the run, with the k=1 run divided by.
+    pub scaling: Option<Scaling>,
+}
+
+impl Store {
+    pub fn launch_record(&self, id: &str) -> anyhow::Result<Option<LaunchRecord>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT command, run_dir, ddptop_version, environ_json, speedup, efficiency, baseline_run
+                 FROM runs WHERE id=?1",
+                [id],
+                |r| {
+                    let speedup: Option<f64> = r.get(4)?;
+                    let efficiency: Option<f64> = r.get(5)?;
+                    let baseline: Option<String> = r.get(6)?;
+                    Ok(LaunchRecord {
+                        command: r.get(0)?,
+                        run_dir: PathBuf::from(r.get::<_, String>(1)?),
+                        ddptop_version: r.get(2)?,
+                        environ: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+                        scaling: match (speedup, efficiency, baseline) {
+                            (Some(speedup), Some(efficiency), Some(baseline)) => Some(Scaling {
+                                speedup,
+                                efficiency,
+                                baseline,
+                            }),
+                            _ => None,
+                        },
+                    })
+                },
+            )
+            .optional()?)
+    }
+}
+
+/// Timelines of rank 0 reloaded per stored run (the dashboard's default median window).
+const STORED_TIMELINES: i64 = 50;
+
+/// A column that must name one of ddptop's values.
+fn known<T>(r: &rusqlite::Row, col: &str, parse: impl Fn(&str) -> Option<T>) -> anyhow::Result<T> {
+    let v: String = r.get(col)?;
+    parse(&v).ok_or_else(|| {
+        let id: String = r.get("id").unwrap_or_default();
+        anyhow::anyhow!(
+            "run {id} in the database has {col} `{v}`, which this ddptop does not know (written by a newer version?)"
+        )
+    })
+}
+
+fn json_col<T: serde::de::DeserializeOwned + Default>(
+    r: &rusqlite::Row,
+    col: &str,
+) -> anyhow::Result<T> {
+    let text: String = r.get(col)?;
+    Ok(serde_json::from_str(&text).unwrap_or_default())
+}
+
+fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
+    let spec = RunSpec {
+        experiment: known(r, "experiment", Experiment::parse)?,
+        k: r.get("k")?,
+        backend: known(r, "backend", |s| match s {
+            "nccl" => Some(Backend::Nccl),
+            "gloo" => Some(Backend::Gloo),
+            "sim" => Some(Backend::Sim),
+            _ => None,
+        })?,
+        profile: r.get("profile")?,
+        model: known(r, "model", ModelName::parse)?,
+        batch: r.get("batch")?,
+        epochs: r.get("epochs")?,
+        samples: r.get::<_, i64>("samples")? as u64,
+        nccl: NcclSettings::from_stored(json_col(r, "toggles_json")?),
+        inject: r.get("inject")?,
+        control: r.get("control")?,
+        data_path: known(r, "data_path", DataPath::parse)?,
+        data_source: known(r, "data_source", DataSource::from_stored)?,
+        sharding: known(r, "sharding", JaxSharding::parse)?,
+        strategy: known(r, "strategy", TorchStrategy::parse)?,
+        optimizer: known(r, "optimizer", OptimizerName::parse)?,
+        hand: known(r, "hand", HandRolled::parse)?,
+        attach: match r.get::<_, Option<String>>("attach_json")? {
+            None => None,
+            Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "run {} in the database has an unreadable attach_json: {e}",
+                    spec_id(r)
+                )
+            })?),
+        },
+    };
+    let mut run = RunView::new(
+        r.get("id")?,
+        spec,
+        std::time::Instant::now(),
+        r.get("started_unix")?,
+    );
+    run.started = None;
+    run.live = false;
+    run.sweep = r.get("sweep")?;
+    run.status = known(r, "status", RunStatus::parse)?;
+    run.reason = r.get("reason")?;
+    run.ended_unix = r.get("ended_unix")?;
+    let sps: Option<f64> = r.get("samples_per_s")?;
+    let rank_min: Option<f64> = r.get("rank_min")?;
+    let rank_max: Option<f64> = r.get("rank_max")?;
+    run.aggregate = sps.map(|s| Aggregate {
+        samples_per_s: s,
+        per_rank: Vec::new(),
+        rank_min: rank_min.unwrap_or(0.0),
+        rank_max: rank_max.unwrap_or(0.0),
+    });
+    run.transport = r.get("transport")?;
+    run.versions = json_col(r, "versions_json")?;
+    run.hang_report = json_col(r, "hang_report_json")?;
+    run.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);
+    run.bucket_bytes = json_col(r, "bucket_bytes_json")?;
+    run.rejected = r.get::<_, i64>("rejected")? as u64;
+    Ok(run)
 }
 
 #[cfg(test)]
@@ -437,13 +606,33 @@ mod tests {
     use super::*;
     use crate::supervisor::launch::CommandLine;
 
+    /// Record a run's start as the engine does.
+    fn insert(store: &Store, id: &str, spec: &RunSpec, dir: &Path) {
+        let cmd = CommandLine {
+            argv: vec!["x".into()],
+            env: Default::default(),
+            cwd: dir.into(),
+        };
+        store
+            .insert_run(&NewRun {
+                id,
+                spec,
+                sweep: None,
+                command: &cmd,
+                started_unix: 1.0,
+                run_dir: dir,
+            })
+            .unwrap();
+    }
+
     fn spec() -> RunSpec {
-        RunSpec {
+        let mut s = RunSpec {
             profile: Some("book-pcie".into()),
             samples: 1000,
-            env: [("NCCL_P2P_DISABLE".to_string(), Some("1".to_string()))].into(),
             ..RunSpec::new(Experiment::Weak, 2, Backend::Sim)
-        }
+        };
+        s.nccl.toggle(crate::run::NcclVar::P2pDisable);
+        s
     }
 
     #[test]
@@ -471,8 +660,13 @@ mod tests {
         run.ended_unix = Some(9.0);
         run.ranks.get_mut(&0).unwrap().result_sps = Some(100.0);
         run.ranks.get_mut(&1).unwrap().result_sps = Some(90.0);
-        run.aggregate = crate::app::summary::aggregate(&run);
-        store.finalize(&run, Some((1.9, 0.95))).unwrap();
+        run.aggregate = Aggregate::of(&run);
+        let scaling = Scaling {
+            speedup: 1.9,
+            efficiency: 0.95,
+            baseline: "r0".into(),
+        };
+        store.finalize(&run, Some(&scaling)).unwrap();
         let loaded = store.load_runs(10).unwrap();
         assert_eq!(loaded.len(), 1);
         let l = &loaded[0];
@@ -491,22 +685,8 @@ mod tests {
         use crate::protocol::{Buckets, Probe, ProbeMode};
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
-        let cmd = CommandLine {
-            argv: vec!["x".into()],
-            env: Default::default(),
-            cwd: dir.path().into(),
-        };
         let s = spec();
-        store
-            .insert_run(&NewRun {
-                id: "r",
-                spec: &s,
-                sweep: None,
-                command: &cmd,
-                started_unix: 1.0,
-                run_dir: dir.path(),
-            })
-            .unwrap();
+        insert(&store, "r", &s, dir.path());
         let mut rows = Vec::new();
         for step in 1..=50u64 {
             for rank in 0..2u32 {
@@ -518,6 +698,7 @@ mod tests {
                     bwd_compute_ms: 1.0,
                     exposed_ms: 0.0,
                     buckets: vec![],
+                    start_inferred: None,
                 });
                 rows.push(EventRow::from_msg("r", &b).unwrap());
             }
@@ -538,6 +719,7 @@ mod tests {
                 median_ms: 1.0,
                 min_ms: 1.0,
                 max_ms: 1.0,
+                live: None,
             });
             rows.push(EventRow::from_msg("r", &p).unwrap());
         }
@@ -553,6 +735,33 @@ mod tests {
     }
 
     #[test]
+    fn an_attached_runs_script_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let mut s = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
+        s.attach = Some(crate::run::AttachTarget {
+            script: "/home/u/train.py".into(),
+            args: vec!["--epochs".into(), "3".into()],
+            cwd: "/home/u".into(),
+        });
+        insert(&store, "r1", &s, dir.path());
+        insert(&store, "r2", &spec(), dir.path());
+        let loaded = store.load_runs(10).unwrap();
+        let by_id = |id: &str| loaded.iter().find(|r| r.id == id).unwrap().spec.clone();
+        assert_eq!(by_id("r1"), s);
+        assert_eq!(by_id("r2").attach, None);
+        store
+            .conn
+            .execute("UPDATE runs SET attach_json = '{' WHERE id = 'r1'", [])
+            .unwrap();
+        let err = store.load_runs(10).unwrap_err().to_string();
+        assert!(
+            err.contains("run r1") && err.contains("attach_json"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn databases_without_new_columns_are_migrated() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
@@ -562,28 +771,30 @@ mod tests {
             .unwrap();
         drop(c);
         let store = Store::open(&path).unwrap();
-        let cmd = CommandLine {
-            argv: vec!["x".into()],
-            env: Default::default(),
-            cwd: dir.path().into(),
-        };
         let s = RunSpec {
             data_path: DataPath::Loader,
             ..spec()
         };
-        store
-            .insert_run(&NewRun {
-                id: "m",
-                spec: &s,
-                sweep: None,
-                command: &cmd,
-                started_unix: 1.0,
-                run_dir: dir.path(),
-            })
-            .unwrap();
+        insert(&store, "m", &s, dir.path());
         assert_eq!(
             store.load_runs(1).unwrap()[0].spec.data_path,
             DataPath::Loader
+        );
+    }
+
+    #[test]
+    fn an_unknown_backend_is_an_error_not_sim() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("runs.db")).unwrap();
+        insert(&store, "t", &spec(), dir.path());
+        store
+            .conn
+            .execute("UPDATE runs SET backend='tpu'", [])
+            .unwrap();
+        let err = store.load_runs(5).unwrap_err().to_string();
+        assert!(
+            err.contains("run t") && err.contains("backend `tpu`"),
+            "{err}"
         );
     }
 
@@ -592,21 +803,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("runs.db");
         let store = Store::open(&path).unwrap();
-        let cmd = CommandLine {
-            argv: vec!["x".into()],
-            env: Default::default(),
-            cwd: dir.path().into(),
-        };
-        store
-            .insert_run(&NewRun {
-                id: "ghost",
-                spec: &spec(),
-                sweep: None,
-                command: &cmd,
-                started_unix: 1.0,
-                run_dir: dir.path(),
-            })
-            .unwrap();
+        insert(&store, "ghost", &spec(), dir.path());
         // Pretend a dead process owned it (pid 0x7fff_fff0 does not exist).
         store
             .conn

@@ -9,7 +9,7 @@ pub fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Human bytes with binary units: `26.5 MB` style is decimal, we keep MB = 1e6 to match NCCL.
+/// Bytes in decimal units (`26.5 MB`, MB = 1e6), as NCCL and nccl-tests print them.
 pub fn fmt_bytes(b: u64) -> String {
     let b = b as f64;
     if b >= 1e9 {
@@ -35,6 +35,29 @@ pub fn fmt_size_pow2(b: u64) -> String {
     } else {
         format!("{b}")
     }
+}
+
+/// Median of a slice (NaN-free input); `None` when empty.
+pub fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The tokio runtime of the front ends: two workers are plenty for one loop and its tasks.
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }
 
 #[cfg(test)]

@@ -49,10 +49,11 @@ fn unknown_profile_is_a_one_line_error() {
         .args(["run", "weak", "--backend", "sim", "--profile", "tpu"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "bad input: exit 2");
     let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or_default();
     assert!(
-        err.contains("unknown profile `tpu`") && err.contains("book-pcie"),
+        first.contains("'tpu'") && first.contains("unknown profile") && first.contains("book-pcie"),
         "{err}"
     );
 }
@@ -73,6 +74,8 @@ fn json_schema_and_runs_listing() {
     ] {
         assert!(doc.get(key).is_some(), "missing {key}");
     }
+    // NVLink multicast off is a recorded, visible default of every launch.
+    assert_eq!(doc["toggles"], serde_json::json!(["NCCL_NVLS_ENABLE=0"]));
     for r in doc["runs"].as_array().unwrap() {
         for key in [
             "k",
@@ -83,17 +86,22 @@ fn json_schema_and_runs_listing() {
             "spread",
             "speedup",
             "efficiency",
+            "baseline_run_id",
             "worker_pids",
         ] {
             assert!(r.get(key).is_some(), "run missing {key}");
         }
+        // Every speedup names the k=1 run it divides by: here the sweep's own k=1 run.
+        assert_eq!(r["baseline_run_id"], doc["runs"][0]["run_id"]);
         assert!(r["spread"]["min"].as_f64().unwrap() <= r["spread"]["max"].as_f64().unwrap());
     }
     let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(runs.as_array().unwrap().len(), 2);
+    assert_eq!(runs["schema_version"], 1);
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 2);
     assert!(
-        runs.as_array()
+        runs["runs"]
+            .as_array()
             .unwrap()
             .iter()
             .all(|r| r["status"] == "completed" && r["simulated"] == true)
@@ -122,7 +130,7 @@ fn sigkill_mid_run_leaves_an_intact_database() {
         String::from_utf8_lossy(&out.stderr)
     );
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let runs = runs.as_array().unwrap();
+    let runs = runs["runs"].as_array().unwrap();
     let done = runs
         .iter()
         .find(|r| r["run_id"] == done_id.as_str())
@@ -141,7 +149,7 @@ fn sigkill_mid_run_leaves_an_intact_database() {
 }
 
 #[test]
-fn presets_from_the_config_and_a_broken_config_costs_one_line() {
+fn presets_from_the_config_and_a_broken_config_is_refused() {
     let d = tempfile::tempdir().unwrap();
     // First run writes the commented default config, with its presets.
     let (out, doc) = run_json(
@@ -167,31 +175,37 @@ fn presets_from_the_config_and_a_broken_config_costs_one_line() {
     );
     assert_eq!(
         doc["toggles"],
-        serde_json::json!(["NCCL_SHM_USE_CUDA_MEMCPY=1"])
+        serde_json::json!(["NCCL_NVLS_ENABLE=0", "NCCL_SHM_USE_CUDA_MEMCPY=1"])
     );
+    // `--nvls on` lifts ddptop's NVLS default: the launch unsets the variable, and says so.
+    let (out, doc) = sim_json(
+        d.path(),
+        &["weak", "--k", "1", "--samples", "2000", "--nvls", "on"],
+    );
+    assert!(out.status.success());
+    assert_eq!(doc["toggles"], serde_json::json!(["-NCCL_NVLS_ENABLE"]));
     let out = ddptop(d.path())
         .args(["run", "weak", "--backend", "sim", "--preset", "nope"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "bad input: exit 2");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown preset `nope`"));
-    // A broken config: one line naming file and line, then the run goes on with defaults.
+    // A broken config: one line naming file and line, and nothing runs (as in the dashboard).
     std::fs::write(
         d.path().join("config.toml"),
         "theme = \"dark\"\n[watchdog]\nhang_floor_s = \"ten\"\n",
     )
     .unwrap();
-    let (out, doc) = sim_json(d.path(), &["weak", "--k", "1", "--samples", "5000"]);
-    assert!(out.status.success());
-    assert_eq!(doc["runs"][0]["status"], "completed");
+    let out = ddptop(d.path())
+        .args(["run", "weak", "--k", "1", "--backend", "sim", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "nothing ran");
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err
         .lines()
         .find(|l| l.contains("config.toml"))
         .expect("a config error line");
     assert!(line.contains(":3"), "names the line: {line}");
-    assert!(
-        line.contains("continuing with the built-in defaults"),
-        "{line}"
-    );
 }

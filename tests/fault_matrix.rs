@@ -6,27 +6,11 @@
 
 mod common;
 use common::*;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 fn python() -> Option<String> {
-    let py = std::env::var("DDPTOP_PYTHON")
-        .ok()
-        .filter(|p| !p.is_empty());
-    if py.as_ref().is_some_and(|p| {
-        Command::new(p)
-            .args(["-c", "import torch"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    }) {
-        return py;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must provide DDPTOP_PYTHON with torch"
-    );
-    eprintln!("SKIPPED: set DDPTOP_PYTHON to a python with torch to run the fault matrix");
-    None
+    python_importing("torch")
 }
 
 struct Cell {
@@ -145,7 +129,7 @@ fn assert_stored(dir: &std::path::Path, id: &str, status: &str) -> serde_json::V
         String::from_utf8_lossy(&out.stderr)
     );
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let run = runs
+    let run = runs["runs"]
         .as_array()
         .unwrap()
         .iter()

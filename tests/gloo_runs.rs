@@ -6,24 +6,7 @@ mod common;
 use common::*;
 
 fn python() -> Option<String> {
-    let py = std::env::var("DDPTOP_PYTHON")
-        .ok()
-        .filter(|p| !p.is_empty());
-    let ok = py.as_ref().is_some_and(|p| {
-        std::process::Command::new(p)
-            .args(["-c", "import torch"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if ok {
-        return py;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must provide DDPTOP_PYTHON with torch (scripts/test does)"
-    );
-    eprintln!("SKIPPED: set DDPTOP_PYTHON to a python with torch to run the gloo tests");
-    None
+    python_importing("torch")
 }
 
 fn gloo(data: &std::path::Path, py: &str, args: &[&str]) -> serde_json::Value {
@@ -80,8 +63,8 @@ fn gloo_weak_probe_and_allreduce() {
 
     let probe = gloo(d.path(), &py, &["probe", "--k", "2", "--batch", "16"]);
     let runs = probe["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2, "the k=1 control plus k=2");
-    assert_eq!(runs[0]["control"], true);
+    assert_eq!(runs.len(), 2, "k=2 plus the k=1 control");
+    assert_eq!(runs[1]["control"], true);
     for r in runs {
         assert!(r["probe"]["synced_ms"]["median"].as_f64().unwrap() > 0.0);
         assert!(r["probe"]["no_sync_ms"]["blocks"].as_u64().unwrap() >= 2);
@@ -96,4 +79,84 @@ fn gloo_weak_probe_and_allreduce() {
         vec![1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20]
     );
     assert!(rows.iter().all(|r| r["busbw_gbs"].as_f64().unwrap() > 0.0));
+}
+
+/// `ddptop run fsdp --k 2` with each strategy: FSDP2 shards hold half of what DDP holds on each
+/// rank, both report memory per rank (no peak on CPU) and their collectives per timed step.
+#[test]
+fn gloo_fsdp_against_ddp_at_k2() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let run = |strategy: &str| {
+        let doc = gloo(
+            d.path(),
+            &py,
+            &[
+                "fsdp",
+                "--k",
+                "2",
+                "--strategy",
+                strategy,
+                "--samples",
+                "256",
+                "--batch",
+                "32",
+            ],
+        );
+        assert_eq!(doc["experiment"], "fsdp");
+        let r = doc["runs"][0].clone();
+        assert_eq!(r["status"], "completed", "{r:#}");
+        assert_eq!(r["strategy"], strategy);
+        assert_eq!(r["optimizer"], "adam", "fsdp defaults to Adam");
+        assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+        r
+    };
+    let fsdp = run("fsdp");
+    let ddp = run("ddp");
+    let last = |r: &serde_json::Value, rank: u64| -> serde_json::Value {
+        r["memory"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rfind(|m| m["rank"] == rank)
+            .cloned()
+            .expect("a memory report per rank")
+    };
+    for rank in [0, 1] {
+        let (f, g) = (last(&fsdp, rank), last(&ddp, rank));
+        assert_eq!(f["phase"], "epoch1");
+        assert!(
+            f["peak_bytes"].is_null() && g["peak_bytes"].is_null(),
+            "no peak on CPU"
+        );
+        let (fp, dp) = (
+            f["param_bytes"].as_u64().unwrap(),
+            g["param_bytes"].as_u64().unwrap(),
+        );
+        assert_eq!(2 * fp, dp, "the tiny CNN's rows are all even: exactly half");
+        let (fs, ds) = (
+            f["state_bytes"].as_u64().unwrap(),
+            g["state_bytes"].as_u64().unwrap(),
+        );
+        assert!(fs < ds * 51 / 100 && fs > ds * 49 / 100, "{fs} vs {ds}");
+        assert_eq!(
+            g["predicted_bytes"].as_u64().unwrap(),
+            4 * dp,
+            "16P with Adam"
+        );
+    }
+    let per_step = |r: &serde_json::Value, op: &str| r["comm"][0]["per_step"][op].clone();
+    // tiny: 6 conv/linear units + root; forward gathers 7, backward 6; 7 reduce-scatters.
+    assert_eq!(per_step(&fsdp, "all_gather")["calls"].as_f64(), Some(13.0));
+    assert_eq!(
+        per_step(&fsdp, "reduce_scatter")["calls"].as_f64(),
+        Some(7.0)
+    );
+    assert_eq!(
+        per_step(&fsdp, "reduce_scatter")["bytes"].as_f64().unwrap() as u64,
+        2 * last(&fsdp, 0)["param_bytes"].as_u64().unwrap(),
+        "one reduce-scatter of every gradient per step"
+    );
+    assert!(per_step(&ddp, "all_reduce")["bytes"].as_f64().unwrap() > 0.0);
+    assert!(per_step(&ddp, "all_gather").is_null());
 }

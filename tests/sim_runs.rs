@@ -203,8 +203,15 @@ fn probe_runs_with_a_k1_control() {
     assert!(out.status.success());
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
-    assert_eq!(runs[0]["control"], true);
-    assert_eq!(runs[0]["k"], 1);
+    // The probe first, then its k=1 control (one planner for `ddptop run` and the dashboard).
+    assert_eq!(
+        (&runs[0]["control"], &runs[0]["k"]),
+        (&false.into(), &2.into())
+    );
+    assert_eq!(
+        (&runs[1]["control"], &runs[1]["k"]),
+        (&true.into(), &1.into())
+    );
     for r in runs {
         let p = &r["probe"];
         assert_eq!(p["synced_ms"]["blocks"], 15);

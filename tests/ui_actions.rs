@@ -1,14 +1,16 @@
 //! What each action does, through the real engine with the simulated backend: toggles, k > max_k
-//! refused, the one-run-at-a-time queue, navigation, freeze, help.
+//! refused, the one-run-at-a-time queue, navigation, freeze, help (the view is the test's own).
 //!
 //! The engine starts sim workers as `current_exe() worker sim …`; in a test that is this test
 //! binary, which exits at once. So these tests check the controller (what is launched, queued,
 //! stopped, focused), not the runs' figures: tests/e2e_tmux.rs runs the real binary for those.
 
-use ddptop::app::{Action, Experiment, HostInfo, Pane, State};
+use ddptop::app::{Action, Experiment, Freeze, HostInfo, Pane, State, View};
 use ddptop::engine::{Engine, EngineOptions};
+use ddptop::plan::Template;
 use ddptop::protocol::Backend;
-use ddptop::tui::actions::{Controller, Flow, LaunchDefaults};
+use ddptop::run::NcclVar;
+use ddptop::tui::actions::{Controller, Flow};
 
 fn engine(dir: &std::path::Path, max_k: u32) -> Engine {
     let mut opts = EngineOptions::new(dir.to_path_buf());
@@ -38,82 +40,105 @@ async fn actions() {
 async fn toggles_navigation_and_limits() {
     let d = tempfile::tempdir().unwrap();
     let mut e = engine(d.path(), 2);
-    let mut c = Controller::new(LaunchDefaults::new(Backend::Sim, None));
+    let mut c = Controller::new(Template::new(Backend::Sim, None));
+    let mut v = View::default();
 
-    c.handle(&mut e, Action::ToggleShmMemcpy);
+    c.handle(&mut e, &mut v, Action::Toggle(NcclVar::ShmUseCudaMemcpy));
     assert_eq!(
-        e.state().next.env["NCCL_SHM_USE_CUDA_MEMCPY"].as_deref(),
+        e.state().next.nccl.get("NCCL_SHM_USE_CUDA_MEMCPY"),
         Some("1")
     );
-    c.handle(&mut e, Action::ToggleShmMemcpy);
-    assert!(e.state().next.env.is_empty());
-    c.handle(&mut e, Action::ToggleP2pDisable);
-    assert_eq!(e.state().next.env["NCCL_P2P_DISABLE"].as_deref(), Some("1"));
+    c.handle(&mut e, &mut v, Action::Toggle(NcclVar::ShmUseCudaMemcpy));
+    assert!(e.state().next.nccl.is_default());
+    c.handle(&mut e, &mut v, Action::Toggle(NcclVar::P2pDisable));
+    assert_eq!(e.state().next.nccl.get("NCCL_P2P_DISABLE"), Some("1"));
+    // NVLink multicast: off by default (a visible setting), the key turns it on for NCCL.
+    assert_eq!(e.state().next.nccl.get("NCCL_NVLS_ENABLE"), Some("0"));
+    c.handle(&mut e, &mut v, Action::Toggle(NcclVar::NvlsEnable));
+    assert_eq!(e.state().next.nccl.get("NCCL_NVLS_ENABLE"), None);
+    assert!(
+        last_msg(&e).contains("NCCL_NVLS_ENABLE unset"),
+        "{}",
+        last_msg(&e)
+    );
+    c.handle(&mut e, &mut v, Action::Toggle(NcclVar::NvlsEnable));
+    assert_eq!(e.state().next.nccl.get("NCCL_NVLS_ENABLE"), Some("0"));
 
-    c.handle(&mut e, Action::SwitchExperiment);
+    c.handle(&mut e, &mut v, Action::SwitchExperiment);
     assert_eq!(e.state().next.experiment, Experiment::Strong);
-    c.handle(&mut e, Action::SwitchExperiment);
+    c.handle(&mut e, &mut v, Action::SwitchExperiment);
+    assert_eq!(e.state().next.experiment, Experiment::Fsdp);
+    c.handle(&mut e, &mut v, Action::SwitchExperiment);
+    assert_eq!(e.state().next.experiment, Experiment::Jax);
+    assert!(last_msg(&e).contains("Receipt"), "{}", last_msg(&e));
+    c.handle(&mut e, &mut v, Action::SwitchExperiment);
+    assert_eq!(e.state().next.experiment, Experiment::Handrolled);
+    assert!(last_msg(&e).contains("Deficits pane"), "{}", last_msg(&e));
+    c.handle(&mut e, &mut v, Action::SwitchExperiment);
     assert_eq!(e.state().next.experiment, Experiment::Weak);
 
     // k=4 on a 2-GPU machine: a clear message, no launch.
-    let g = e.state().generation;
-    c.handle(&mut e, Action::LaunchK4);
+    c.handle(&mut e, &mut v, Action::Launch { k: 4 });
     assert!(e.state().runs.is_empty());
     assert!(
         last_msg(&e).contains("needs 4 GPUs; this machine has 2"),
         "{}",
         last_msg(&e)
     );
-    assert!(e.state().generation > g);
 
     let pages: Vec<Pane> = (0..4)
         .map(|_| {
-            c.handle(&mut e, Action::NextPane);
-            e.state().pane
+            c.handle(&mut e, &mut v, Action::NextPane);
+            v.pane
         })
         .collect();
     assert_eq!(pages, [Pane::Gpus, Pane::Timeline, Pane::Log, Pane::Runs]);
 
-    c.handle(&mut e, Action::Up);
-    assert_eq!(e.state().selected, 0);
-    c.handle(&mut e, Action::Down);
-    assert_eq!(e.state().selected, 0, "no runs: stays");
-    assert_eq!(c.handle(&mut e, Action::Help), Flow::Continue);
-    assert!(e.state().show_help);
-    c.handle(&mut e, Action::Help);
-    assert!(!e.state().show_help);
-    assert_eq!(c.handle(&mut e, Action::Freeze), Flow::Frozen);
-    assert!(e.state().frozen);
-    c.handle(&mut e, Action::Freeze);
-    assert!(!e.state().frozen);
-    assert_eq!(c.handle(&mut e, Action::NextTheme), Flow::NextTheme);
-    c.handle(&mut e, Action::Stop);
+    c.handle(&mut e, &mut v, Action::Up);
+    assert_eq!(v.selected, 0);
+    c.handle(&mut e, &mut v, Action::Down);
+    assert_eq!(v.selected, 0, "no runs: stays");
+    assert_eq!(c.handle(&mut e, &mut v, Action::Help), Flow::Continue);
+    assert!(v.show_help);
+    c.handle(&mut e, &mut v, Action::Help);
+    assert!(!v.show_help);
+    // Nothing to freeze yet: the timeline stays live and says why.
+    c.handle(&mut e, &mut v, Action::Freeze);
+    assert_eq!(v.freeze, Freeze::Live);
+    assert!(
+        last_msg(&e).contains("nothing to freeze"),
+        "{}",
+        last_msg(&e)
+    );
+    assert_eq!(c.handle(&mut e, &mut v, Action::NextTheme), Flow::NextTheme);
+    c.handle(&mut e, &mut v, Action::Stop);
     assert!(last_msg(&e).contains("nothing to stop"));
-    assert_eq!(c.handle(&mut e, Action::Quit), Flow::Quit);
+    assert_eq!(c.handle(&mut e, &mut v, Action::Quit), Flow::Quit);
     e.shutdown(false).await;
 }
 
 async fn launches_queue_one_at_a_time_and_stop_drops_the_sweep() {
     let d = tempfile::tempdir().unwrap();
     let mut e = engine(d.path(), 0);
-    let mut c = Controller::new(LaunchDefaults::new(Backend::Sim, None));
-    c.handle(&mut e, Action::LaunchK1);
+    let mut c = Controller::new(Template::new(Backend::Sim, None));
+    let mut v = View::default();
+    c.handle(&mut e, &mut v, Action::Launch { k: 1 });
     assert_eq!(e.state().runs.len(), 1, "idle: launched at once");
     assert_eq!(e.state().runs[0].spec.k, 1);
     assert!(e.state().runs[0].is_simulated());
-    c.handle(&mut e, Action::Sweep);
+    c.handle(&mut e, &mut v, Action::Sweep);
     assert_eq!(e.state().runs.len(), 1, "busy: the sweep waits");
     assert_eq!(c.pending(), 3);
     assert!(last_msg(&e).contains("queued"), "{}", last_msg(&e));
     // Stopping the first run starts the queue; stopping a sweep run drops the rest of it.
-    c.handle(&mut e, Action::Stop);
+    c.handle(&mut e, &mut v, Action::Stop);
     let id = e.state().runs[0].id.clone();
     e.wait_final(&id).await;
-    c.pump(&mut e);
+    c.pump(&mut e, &mut v);
     assert_eq!(e.state().runs.len(), 2, "next in the queue started");
     assert_eq!(c.pending(), 2);
-    e.state_mut().selected = 0;
-    c.handle(&mut e, Action::Stop);
+    v.selected = 0;
+    c.handle(&mut e, &mut v, Action::Stop);
     assert_eq!(c.pending(), 0, "rest of the sweep dropped");
     let id = e.state().runs[0].id.clone();
     e.wait_final(&id).await;
@@ -124,20 +149,21 @@ async fn launches_queue_one_at_a_time_and_stop_drops_the_sweep() {
 async fn probe_launches_the_probe_then_its_control_and_keeps_focus() {
     let d = tempfile::tempdir().unwrap();
     let mut e = engine(d.path(), 0);
-    let mut c = Controller::new(LaunchDefaults::new(Backend::Sim, None));
-    c.handle(&mut e, Action::Probe);
+    let mut c = Controller::new(Template::new(Backend::Sim, None));
+    let mut v = View::default();
+    c.handle(&mut e, &mut v, Action::Probe);
     let probe = e.state().runs[0].clone();
     assert_eq!(
         (probe.spec.experiment, probe.spec.k, probe.spec.control),
         (Experiment::Probe, 2, false)
     );
     e.wait_final(&probe.id).await;
-    c.pump(&mut e);
+    c.pump(&mut e, &mut v);
     let control = e.state().runs[0].clone();
     assert!(control.spec.control && control.spec.k == 1);
     assert_eq!(control.sweep, probe.sweep);
     assert_eq!(
-        e.state().focused.as_deref(),
+        v.focused.as_deref(),
         Some(probe.id.as_str()),
         "screens stay on the probe"
     );

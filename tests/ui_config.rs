@@ -109,10 +109,13 @@ fn key_remap_resolves_events() {
     );
     let c = Config::load(Some(&p)).unwrap();
     let k = &c.keys;
-    assert_eq!(k.resolve(&key(KeyCode::Char('l'))), Some(Action::LaunchK1));
+    assert_eq!(
+        k.resolve(&key(KeyCode::Char('l'))),
+        Some(Action::Launch { k: 1 })
+    );
     assert_eq!(
         k.resolve(&key(KeyCode::Char('1'))),
-        Some(Action::LaunchK1),
+        Some(Action::Launch { k: 1 }),
         "defaults stay"
     );
     assert_eq!(
@@ -126,7 +129,7 @@ fn key_remap_resolves_events() {
     assert_eq!(k.resolve(&ctrl_p), Some(Action::Probe));
     assert_eq!(k.first_key(Action::Quit).unwrap().to_string(), "F10");
     // --script accepts keys as written in the config.
-    assert_eq!(k.resolve_str("l"), Some(Action::LaunchK1));
+    assert_eq!(k.resolve_str("l"), Some(Action::Launch { k: 1 }));
 }
 
 #[test]

@@ -2,22 +2,54 @@
 //! `#[path = "ui_fixtures.rs"] mod fixtures;`). Everything is deterministic: no clock, no I/O.
 #![allow(dead_code)]
 
-use ddptop::app::{
-    Aggregate, Experiment, GpuSample, GpuView, HostInfo, Level, Message, ModelName, ProcStat,
-    RunSpec, RunStatus, RunView, State,
-};
+use ddptop::app::{HostInfo, Level, Message, State, View};
+use ddptop::gpu::{GpuSample, GpuView, ProcStat};
 use ddptop::protocol::{
     Backend, Bench, BucketSpan, Buckets, Memory, Phase, Probe, ProbeMode, Step, Timing,
 };
-use std::collections::BTreeMap;
+use ddptop::run::{
+    Aggregate, Experiment, HostBackend, ModelName, NcclVar, RunSpec, RunStatus, RunView,
+};
 use std::time::Instant;
+
+/// A screen to draw: the data and what the user is looking at. Reads and writes of the data go
+/// through `Deref` (`st.runs`); the view is `st.view`.
+#[derive(Debug, Clone)]
+pub struct Screen {
+    pub state: State,
+    pub view: View,
+}
+
+impl Screen {
+    pub fn new(host: HostInfo) -> Screen {
+        Screen {
+            state: State::new(host),
+            view: View::default(),
+        }
+    }
+}
+
+impl std::ops::Deref for Screen {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Screen {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
 
 pub fn host_laptop() -> HostInfo {
     HostInfo {
         hostname: "laptop".into(),
         gpu_summary: None,
         interconnect: None,
-        backend_label: "sim h200-nvlink".into(),
+        backend: HostBackend::Sim {
+            profile: Some("h200-nvlink".into()),
+        },
         torch: None,
         nccl: None,
     }
@@ -28,7 +60,7 @@ pub fn host_gpubox(n: usize) -> HostInfo {
         hostname: "gpubox".into(),
         gpu_summary: Some(format!("{n}× NVIDIA H200")),
         interconnect: Some("NVLink (18 links/GPU)".into()),
-        backend_label: "nccl".into(),
+        backend: HostBackend::Nccl,
         torch: Some("2.11.0+cu130".into()),
         nccl: Some("2.28.9".into()),
     }
@@ -36,18 +68,8 @@ pub fn host_gpubox(n: usize) -> HostInfo {
 
 pub fn spec(exp: Experiment, k: u32, backend: Backend) -> RunSpec {
     RunSpec {
-        experiment: exp,
-        k,
-        backend,
-        profile: (backend == Backend::Sim).then(|| "h200-nvlink".to_string()),
         model: ModelName::Resnet18,
-        batch: exp.default_batch(),
-        epochs: 2,
-        samples: 60_000,
-        env: BTreeMap::new(),
-        inject: None,
-        control: false,
-        data_path: Default::default(),
+        ..RunSpec::new(exp, k, backend)
     }
 }
 
@@ -106,6 +128,9 @@ pub fn step(rank: u32, step: u64) -> Step {
         data_ms: 0.3,
         step_ms: 45.1,
         timing: Timing::Model,
+        fused: None,
+        loss: None,
+        every: None,
     }
 }
 
@@ -125,6 +150,7 @@ pub fn buckets(rank: u32, step: u64) -> Buckets {
                 ready_ms: 6.0,
                 start_ms: 6.0,
                 done_ms: 7.2,
+                kernel_ms: None,
             },
             BucketSpan {
                 index: 1,
@@ -132,6 +158,7 @@ pub fn buckets(rank: u32, step: u64) -> Buckets {
                 ready_ms: 15.0,
                 start_ms: 15.0,
                 done_ms: 22.5,
+                kernel_ms: None,
             },
             BucketSpan {
                 index: 2,
@@ -139,8 +166,10 @@ pub fn buckets(rank: u32, step: u64) -> Buckets {
                 ready_ms: 26.5,
                 start_ms: 26.5,
                 done_ms: 31.1,
+                kernel_ms: None,
             },
         ],
+        start_inferred: None,
     }
 }
 
@@ -163,9 +192,10 @@ pub fn live_ranks(r: &mut RunView, first_pid: u32, on_gpu: bool) {
             rank: rk.rank,
             step: 120,
             t: 10.0,
-            allocated_bytes: 3 << 30,
-            reserved_bytes: 4 << 30,
-            peak_bytes: 5 << 30,
+            allocated_bytes: Some(3 << 30),
+            reserved_bytes: Some(4 << 30),
+            peak_bytes: Some(5 << 30),
+            ..Default::default()
         });
     }
 }
@@ -184,6 +214,7 @@ pub fn probe_blocks(run: &mut RunView, synced: &[f64], no_sync: &[f64]) {
                 median_ms: ms,
                 min_ms: ms - 0.3,
                 max_ms: ms + 0.4,
+                live: None,
             });
             b += 1;
         }
@@ -255,8 +286,8 @@ pub fn msg(level: Level, run: Option<&str>, text: &str) -> Message {
 }
 
 /// Laptop, no NVML, a SIMULATED weak run at k=2 in progress plus two stored runs.
-pub fn laptop_sim_running() -> State {
-    let mut st = State::new(host_laptop());
+pub fn laptop_sim_running() -> Screen {
+    let mut st = Screen::new(host_laptop());
     st.gpu_note = Some(
         "NVML not available: libnvidia-ml.so.1 not found (no NVIDIA driver) — GPU rows off, everything else works"
             .into(),
@@ -287,8 +318,8 @@ pub fn laptop_sim_running() -> State {
     );
     k2old.live = false;
     st.runs = vec![running, k2old, k1];
-    st.selected = 0;
-    st.focused = Some(id(3));
+    st.view.selected = 0;
+    st.view.focused = Some(id(3));
     st.proc_stats.insert(
         4242,
         ProcStat {
@@ -308,13 +339,12 @@ pub fn laptop_sim_running() -> State {
         Some(&id(3)),
         "launched weak k=2 on sim (SIMULATED)",
     ));
-    st.generation = 7;
     st
 }
 
 /// 8 H200s, a weak k=4 run in progress on GPUs 0-3, a completed k=1/k=2 curve and a strong curve.
-pub fn gpubox_8() -> State {
-    let mut st = State::new(host_gpubox(8));
+pub fn gpubox_8() -> Screen {
+    let mut st = Screen::new(host_gpubox(8));
     st.max_k = 8;
     let mut running = run(
         9,
@@ -341,7 +371,7 @@ pub fn gpubox_8() -> State {
         &[5_100.0, 5_080.0],
     );
     st.runs = vec![running, s2, s1, k2, k1];
-    st.focused = Some(id(9));
+    st.view.focused = Some(id(9));
     st.gpus = gpus(8, &[(0, 5100), (1, 5101), (2, 5102), (3, 5103), (6, 777)]);
     for (i, p) in (5100..5104).enumerate() {
         st.proc_stats.insert(
@@ -352,12 +382,11 @@ pub fn gpubox_8() -> State {
             },
         );
     }
-    st.generation = 3;
     st
 }
 
 /// A hung NCCL run with the watchdog's report, focused.
-pub fn hung_run() -> State {
+pub fn hung_run() -> Screen {
     let mut st = gpubox_8();
     st.gpus = gpus(2, &[]);
     st.host = host_gpubox(2);
@@ -367,9 +396,7 @@ pub fn hung_run() -> State {
         spec(Experiment::Weak, 2, Backend::Nccl),
         RunStatus::Hung,
     );
-    h.spec
-        .env
-        .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+    h.spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
     live_ranks(&mut h, 6100, true);
     h.reason = Some(
         "hung: no step progress for 12.0 s (threshold 10.0 s); ranks alive (process tree stopped with SIGKILL)"
@@ -382,8 +409,8 @@ pub fn hung_run() -> State {
     // Figures it had before hanging must not show as results.
     set_aggregate(&mut h, &[5_000.0, 5_000.0]);
     st.runs = vec![h, st.runs[3].clone(), st.runs[4].clone()];
-    st.selected = 0;
-    st.focused = Some(id(10));
+    st.view.selected = 0;
+    st.view.focused = Some(id(10));
     st.messages.push_back(msg(
         Level::Error,
         Some(&id(10)),
@@ -393,8 +420,8 @@ pub fn hung_run() -> State {
 }
 
 /// A failed run that had partial figures, after a completed one at the same k.
-pub fn failed_run() -> State {
-    let mut st = State::new(host_gpubox(2));
+pub fn failed_run() -> Screen {
+    let mut st = Screen::new(host_gpubox(2));
     st.max_k = 2;
     st.gpus = gpus(2, &[]);
     let ok = completed(
@@ -415,17 +442,17 @@ pub fn failed_run() -> State {
         .into_iter()
         .collect();
     st.runs = vec![bad, ok];
-    st.selected = 0;
-    st.focused = Some(id(2));
+    st.view.selected = 0;
+    st.view.focused = Some(id(2));
     st
 }
 
 /// A probe run with a k=1 control and a bench run to predict from.
-pub fn probe_state(backend: Backend) -> State {
+pub fn probe_state(backend: Backend) -> Screen {
     let mut st = if backend == Backend::Sim {
-        State::new(host_laptop())
+        Screen::new(host_laptop())
     } else {
-        State::new(host_gpubox(2))
+        Screen::new(host_gpubox(2))
     };
     let mut p = completed(5, spec(Experiment::Probe, 2, backend), &[]);
     p.aggregate = None;
@@ -440,13 +467,13 @@ pub fn probe_state(backend: Backend) -> State {
     b.bench = bench_rows(2, 360.0);
     b.transport = Some("via P2P/CUMEM".into());
     st.runs = vec![p, c, b];
-    st.focused = Some(id(5));
+    st.view.focused = Some(id(5));
     st
 }
 
 /// Two bench settings: defaults and NCCL_SHM_USE_CUDA_MEMCPY=1 on a P2P-less box.
-pub fn bench_state() -> State {
-    let mut st = State::new(host_gpubox(2));
+pub fn bench_state() -> Screen {
+    let mut st = Screen::new(host_gpubox(2));
     st.host.interconnect = Some("PCIe Gen4 x16".into());
     let mut a = completed(1, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
     a.aggregate = None;
@@ -454,15 +481,183 @@ pub fn bench_state() -> State {
     a.transport = Some("via SHM".into());
     let mut b = completed(2, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
     b.aggregate = None;
-    b.spec
-        .env
-        .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+    b.spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
     b.bench = bench_rows(2, 22.0);
     b.transport = Some("via SHM/CE".into());
     st.runs = vec![b, a];
-    st.focused = Some(id(2));
-    st.next
-        .env
-        .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+    st.view.focused = Some(id(2));
+    st.next.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
+    st
+}
+
+/// The fsdp experiment on 2 GPUs (or gloo CPUs): an FSDP run and a DDP run at k=2 with Adam on
+/// ResNet-18 (P = 11,175,818), their k=1 runs for the curves, and on the FSDP run the last
+/// step's per-block collectives. Peaks are illustrative; state bytes are ResNet-18's exact ones.
+pub fn fsdp_state(backend: Backend) -> Screen {
+    use ddptop::protocol::{Collective, Comm, CommOp, Pass, Strategy};
+    use ddptop::run::TorchStrategy;
+    const P: u64 = 11_175_818;
+    const ADAM_STEPS: u64 = 62 * 4; // Adam's scalar step per parameter tensor
+    const LARGEST_UNIT: u64 = 4_721_664; // resnet_block4.1, gathered whole
+    let gpu = backend == Backend::Nccl;
+    let mut st = Screen::new(if gpu { host_gpubox(2) } else { host_laptop() });
+    if !gpu {
+        st.host.backend = HostBackend::Gloo;
+    }
+    let mk = |n: u32, strategy: TorchStrategy, k: u32, sps: f64| {
+        let mut s = spec(Experiment::Fsdp, k, backend);
+        s.strategy = strategy;
+        let mut r = completed(n, s, &vec![sps; k as usize]);
+        for (rank, rv) in r.ranks.iter_mut() {
+            let (shard, predicted, peak) = match strategy {
+                TorchStrategy::Fsdp => (
+                    P * 4 / k as u64,
+                    16 * P / k as u64 + if k > 1 { 4 * LARGEST_UNIT } else { 0 },
+                    5_800_000_000 - 90_000_000 * (k as u64 - 1),
+                ),
+                TorchStrategy::Ddp => (P * 4, 16 * P, 5_900_000_000),
+            };
+            rv.record_memory(&Memory {
+                rank: *rank,
+                step: 468,
+                t: 30.0,
+                allocated_bytes: gpu.then_some(1_200_000_000),
+                reserved_bytes: gpu.then_some(7_000_000_000),
+                peak_bytes: gpu.then_some(peak),
+                strategy: Some(match strategy {
+                    TorchStrategy::Fsdp => Strategy::Fsdp,
+                    TorchStrategy::Ddp => Strategy::Ddp,
+                }),
+                phase: Some("epoch1".into()),
+                param_bytes: Some(shard),
+                grad_bytes: Some(shard),
+                optim_bytes: Some(2 * shard + ADAM_STEPS),
+                predicted_bytes: Some(predicted),
+                ..Default::default()
+            });
+        }
+        r
+    };
+    let mut f2 = mk(4, TorchStrategy::Fsdp, 2, 4_100.0);
+    let d2 = mk(3, TorchStrategy::Ddp, 2, 4_400.0);
+    let f1 = mk(2, TorchStrategy::Fsdp, 1, 4_300.0);
+    let d1 = mk(1, TorchStrategy::Ddp, 1, 4_500.0);
+    // One step of FSDP's collectives on each rank: 8 blocks + root, forward and backward.
+    let units: [(&str, u64); 9] = [
+        ("root", 16_458),
+        ("resnet_block1.0", 74_112),
+        ("resnet_block1.1", 74_112),
+        ("resnet_block2.0", 230_272),
+        ("resnet_block2.1", 295_680),
+        ("resnet_block3.0", 920_320),
+        ("resnet_block3.1", 1_181_184),
+        ("resnet_block4.0", 3_673_600),
+        ("resnet_block4.1", LARGEST_UNIT),
+    ];
+    let mut ops = Vec::new();
+    let op = |op, name: &str, pass, numel: u64, start_ms, dur_ms| CommOp {
+        op,
+        name: name.into(),
+        pass,
+        bytes: 4 * numel,
+        start_ms,
+        dur_ms,
+    };
+    for (i, (name, n)) in units.iter().enumerate() {
+        ops.push(op(
+            Collective::AllGather,
+            name,
+            Pass::Fwd,
+            *n,
+            0.3 + 1.6 * i as f64,
+            0.05 + *n as f64 / 4e7,
+        ));
+    }
+    for (i, (name, n)) in units.iter().enumerate().rev() {
+        let b = 16.0 + 2.8 * (8 - i) as f64;
+        if *name != "root" {
+            ops.push(op(
+                Collective::AllGather,
+                name,
+                Pass::Bwd,
+                *n,
+                b,
+                0.05 + *n as f64 / 4e7,
+            ));
+        }
+        ops.push(op(
+            Collective::ReduceScatter,
+            name,
+            Pass::Bwd,
+            *n,
+            b + 2.0,
+            0.06 + *n as f64 / 3e7,
+        ));
+    }
+    for rv in f2.ranks.values_mut() {
+        let mut s = step(rv.rank, 468);
+        s.timing = if gpu {
+            Timing::CudaEvents
+        } else {
+            Timing::Host
+        };
+        s.fwd_ms = 14.0;
+        s.bwd_ms = 29.0;
+        s.opt_ms = 3.5;
+        s.data_ms = 0.2;
+        s.step_ms = 47.0;
+        rv.last_step = Some(s);
+        let c = Comm {
+            rank: rv.rank,
+            step: 468,
+            t: 30.0,
+            timing: if gpu {
+                Timing::CudaEvents
+            } else {
+                Timing::Host
+            },
+            ops: ops.clone(),
+        };
+        for _ in 0..3 {
+            rv.comm_totals.add(&c);
+        }
+        rv.comm = Some(c);
+    }
+    let mut d2 = d2;
+    for rv in d2.ranks.values_mut() {
+        // DDP's two bucket all-reduces of the 44.7 MB of gradients.
+        let c = Comm {
+            rank: rv.rank,
+            step: 468,
+            t: 30.0,
+            timing: if gpu {
+                Timing::CudaEvents
+            } else {
+                Timing::Host
+            },
+            ops: vec![
+                op(
+                    Collective::AllReduce,
+                    "bucket0",
+                    Pass::Bwd,
+                    2_362_000,
+                    22.0,
+                    0.9,
+                ),
+                op(
+                    Collective::AllReduce,
+                    "bucket1",
+                    Pass::Bwd,
+                    8_813_818,
+                    40.0,
+                    1.4,
+                ),
+            ],
+        };
+        rv.comm_totals.add(&c);
+        rv.comm = Some(c);
+    }
+    st.runs = vec![f2, d2, f1, d1];
+    st.view.focused = Some(id(4));
     st
 }

@@ -4,18 +4,26 @@
 #[path = "ui_fixtures.rs"]
 mod fixtures;
 
-use ddptop::app::{Pane, State};
+use ddptop::app::{Pane, gpus};
 use ddptop::gpu::fake::FakeGpus;
 use ddptop::gpu::sampler::Sampler;
 use ddptop::gpu::{self, GpuError, GpuSource, Update};
+use ddptop::keys::KeyMap;
 use ddptop::ui::{self, Theme};
+use fixtures::Screen;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use std::time::Duration;
 
-fn screen(st: &State, w: u16, h: u16) -> String {
+fn screen(st: &Screen, w: u16, h: u16) -> String {
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| ui::draw(f, st, &Theme::dark())).unwrap();
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme: &Theme::dark(),
+        keys: &KeyMap::default(),
+    };
+    t.draw(|f| ui::draw(f, &ctx)).unwrap();
     let buf = t.backend().buffer().clone();
     (0..h)
         .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())
@@ -28,17 +36,17 @@ fn erroring_gpu_and_unsupported_fields_show_na() {
     let mut src = FakeGpus::h200(4);
     src.failing = Some(2);
     src.unsupported = true;
-    let mut st = State::new(fixtures::host_gpubox(4));
-    gpu::apply_info(&mut st, src.info());
+    let mut st = Screen::new(fixtures::host_gpubox(4));
+    gpus::apply_info(&mut st, src.info());
     for _ in 0..3 {
         let s = src.sample();
-        gpu::apply_gpu_sample(&mut st, s);
+        gpus::apply_gpu_sample(&mut st, s);
     }
     assert_eq!(st.gpus.len(), 4);
     assert!(st.gpus[2].error.is_some());
     assert_eq!(st.gpus[0].power_w, None);
     assert_eq!(st.gpus[0].util_history.len(), 3);
-    st.pane = Pane::Gpus;
+    st.view.pane = Pane::Gpus;
     let s = screen(&st, 140, 30);
     let row = |i: usize| {
         s.lines()
@@ -60,15 +68,15 @@ fn erroring_gpu_and_unsupported_fields_show_na() {
 
 #[test]
 fn every_field_missing_still_draws() {
-    let mut st = State::new(fixtures::host_gpubox(1));
-    gpu::apply_gpu_sample(
+    let mut st = Screen::new(fixtures::host_gpubox(1));
+    gpus::apply_gpu_sample(
         &mut st,
         Ok(vec![gpu::GpuSample {
             index: 0,
             ..Default::default()
         }]),
     );
-    st.pane = Pane::Gpus;
+    st.view.pane = Pane::Gpus;
     for (w, h) in [(60, 16), (80, 24), (200, 50)] {
         let s = screen(&st, w, h);
         assert!(s.contains("n/a"), "{w}x{h}:\n{s}");
@@ -81,15 +89,15 @@ fn no_nvml_is_one_note_line() {
     match gpu::nvml::NvmlSource::new() {
         Ok(src) => assert!(!src.info().names.is_empty()),
         Err(why) => {
-            let mut st = State::new(fixtures::host_laptop());
-            gpu::apply_gpu_sample(&mut st, Err(GpuError::Unavailable(why.clone())));
+            let mut st = Screen::new(fixtures::host_laptop());
+            gpus::apply_gpu_sample(&mut st, Err(GpuError::Unavailable(why.clone())));
             let note = st.gpu_note.clone().unwrap();
             assert!(note.starts_with("NVML not available: "), "{note}");
             assert!(
                 note.ends_with("GPU rows off, everything else works"),
                 "{note}"
             );
-            st.pane = Pane::Gpus;
+            st.view.pane = Pane::Gpus;
             let s = screen(&st, 100, 30);
             assert!(s.contains("NVML not available"), "{s}");
         }
@@ -99,12 +107,12 @@ fn no_nvml_is_one_note_line() {
 #[test]
 fn a_failed_tick_keeps_the_rows_and_says_so() {
     let mut src = FakeGpus::h200(2);
-    let mut st = State::new(fixtures::host_gpubox(2));
-    gpu::apply_gpu_sample(&mut st, src.sample());
-    gpu::apply_gpu_sample(&mut st, Err(GpuError::Failed("timeout".into())));
+    let mut st = Screen::new(fixtures::host_gpubox(2));
+    gpus::apply_gpu_sample(&mut st, src.sample());
+    gpus::apply_gpu_sample(&mut st, Err(GpuError::Failed("timeout".into())));
     assert_eq!(st.gpus.len(), 2);
     assert!(st.gpu_note.as_deref().unwrap().contains("last sample"));
-    gpu::apply_gpu_sample(&mut st, src.sample());
+    gpus::apply_gpu_sample(&mut st, src.sample());
     assert_eq!(st.gpu_note, None);
 }
 
@@ -121,7 +129,7 @@ fn sampler_thread_feeds_state_and_matches_ranks_to_gpus() {
     rt.block_on(async {
         let (tx, mut rx) = tokio::sync::mpsc::channel(8);
         let mut s = Sampler::spawn(Some(Box::new(src)), Duration::from_millis(10), tx);
-        s.watch(gpu::worker_pids(&st));
+        s.watch(gpus::worker_pids(&st));
         let mut got_gpus = 0;
         while got_gpus < 3 {
             let u = tokio::time::timeout(Duration::from_secs(5), rx.recv())
@@ -131,7 +139,7 @@ fn sampler_thread_feeds_state_and_matches_ranks_to_gpus() {
             if matches!(u, Update::Gpus(_)) {
                 got_gpus += 1;
             }
-            gpu::apply_update(&mut st, u);
+            gpus::apply_update(&mut st, u);
         }
         drop(s);
     });

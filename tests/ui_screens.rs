@@ -4,16 +4,27 @@
 #[path = "ui_fixtures.rs"]
 mod fixtures;
 
-use ddptop::app::{Pane, State};
-use ddptop::config::{Key, KeyMap};
+use ddptop::app::Pane;
+use ddptop::keys::{Key, KeyMap};
 use ddptop::protocol::Backend;
 use ddptop::ui::{self, Theme};
+use fixtures::Screen;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
-fn draw(state: &State, w: u16, h: u16) -> Terminal<TestBackend> {
+fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
+    draw_with(st, w, h, &Theme::dark(), &KeyMap::default())
+}
+
+fn draw_with(st: &Screen, w: u16, h: u16, theme: &Theme, keys: &KeyMap) -> Terminal<TestBackend> {
     let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| ui::draw(f, state, &Theme::dark())).unwrap();
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme,
+        keys,
+    };
+    t.draw(|f| ui::draw(f, &ctx)).unwrap();
     t
 }
 
@@ -42,7 +53,7 @@ fn laptop_no_gpu_sim_run_80x24() {
 #[test]
 fn laptop_no_gpu_sim_run_gpus_tab() {
     let mut st = fixtures::laptop_sim_running();
-    st.pane = Pane::Gpus;
+    st.view.pane = Pane::Gpus;
     let t = draw(&st, 80, 24);
     let s = text(&t);
     assert!(s.contains("NVML not available"), "{s}");
@@ -83,7 +94,7 @@ fn eight_gpus_240x70() {
 #[test]
 fn eight_gpus_80x24_gpus_tab() {
     let mut st = fixtures::gpubox_8();
-    st.pane = Pane::Gpus;
+    st.view.pane = Pane::Gpus;
     let t = draw(&st, 80, 24);
     insta::assert_snapshot!(t.backend());
 }
@@ -155,7 +166,7 @@ fn probe_panel_real_backend() {
 #[test]
 fn probe_panel_simulated_is_labelled() {
     let mut st = fixtures::probe_state(Backend::Sim);
-    st.pane = Pane::Timeline;
+    st.view.pane = Pane::Timeline;
     let t = draw(&st, 100, 30);
     let s = text(&t);
     assert!(s.contains("SIMULATED"), "{s}");
@@ -169,13 +180,16 @@ fn probe_without_bench_says_run_b_first() {
         .retain(|r| r.spec.experiment != ddptop::app::Experiment::Allreduce);
     let t = draw(&st, 80, 24);
     let s = text(&t);
-    assert!(s.contains("run `b` first"), "{s}");
+    assert!(
+        s.contains("no allreduce run at k=2, these settings: press b"),
+        "{s}"
+    );
 }
 
 #[test]
 fn bench_panel_two_settings_and_ratio() {
     let mut st = fixtures::bench_state();
-    st.pane = Pane::Timeline;
+    st.view.pane = Pane::Timeline;
     let t = draw(&st, 120, 32);
     let s = text(&t);
     assert!(s.contains("SHM_USE_CUDA_MEMCPY=1"), "{s}");
@@ -186,7 +200,7 @@ fn bench_panel_two_settings_and_ratio() {
 #[test]
 fn help_screen_from_the_key_map() {
     let mut st = fixtures::laptop_sim_running();
-    st.show_help = true;
+    st.view.show_help = true;
     let t = draw(&st, 80, 24);
     let s = text(&t);
     assert!(s.contains("sweep k = 1, 2, 4"));
@@ -196,13 +210,11 @@ fn help_screen_from_the_key_map() {
 #[test]
 fn help_follows_a_remapped_key() {
     let mut st = fixtures::laptop_sim_running();
-    st.show_help = true;
+    st.view.show_help = true;
     let mut keys = KeyMap::default();
     keys.unbind(&Key::parse("q").unwrap());
     keys.bind(Key::parse("F10").unwrap(), ddptop::app::Action::Quit);
-    let mut t = Terminal::new(TestBackend::new(100, 30)).unwrap();
-    t.draw(|f| ui::draw_with(f, &st, &Theme::dark(), &keys))
-        .unwrap();
+    let t = draw_with(&st, 100, 30, &Theme::dark(), &keys);
     let s = text(&t);
     let quit = s.lines().find(|l| l.contains("quit (stops runs")).unwrap();
     assert!(quit.contains("F10") && !quit.contains(" q "), "{quit}");
@@ -222,7 +234,7 @@ fn too_small_terminal_gets_a_message() {
 
 #[test]
 fn empty_state_explains_what_to_press() {
-    let st = State::new(fixtures::host_laptop());
+    let st = Screen::new(fixtures::host_laptop());
     let t = draw(&st, 80, 24);
     let s = text(&t);
     assert!(s.contains("press 1, 2 or 4"), "{s}");
@@ -238,7 +250,9 @@ fn every_theme_draws_every_fixture_at_every_size() {
         fixtures::failed_run(),
         fixtures::probe_state(Backend::Sim),
         fixtures::bench_state(),
-        State::new(fixtures::host_laptop()),
+        fixtures::fsdp_state(Backend::Nccl),
+        fixtures::fsdp_state(Backend::Gloo),
+        Screen::new(fixtures::host_laptop()),
     ];
     let themes = ["dark", "light", "high-contrast", "monochrome"];
     for (w, h) in [
@@ -253,38 +267,51 @@ fn every_theme_draws_every_fixture_at_every_size() {
         for st in &states {
             for pane in [Pane::Runs, Pane::Gpus, Pane::Timeline, Pane::Log] {
                 for th in themes {
-                    let mut s = st.clone_for_test();
-                    s.pane = pane;
-                    s.show_help = pane == Pane::Log;
-                    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-                    t.draw(|f| ui::draw(f, &s, &Theme::builtin(th).unwrap()))
-                        .unwrap();
+                    let mut s = st.clone();
+                    s.view.pane = pane;
+                    s.view.show_help = pane == Pane::Log;
+                    draw_with(&s, w, h, &Theme::builtin(th).unwrap(), &KeyMap::default());
                 }
             }
         }
     }
 }
 
-trait CloneForTest {
-    fn clone_for_test(&self) -> State;
+#[test]
+fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
+    let mut st = fixtures::fsdp_state(Backend::Nccl);
+    st.view.pane = Pane::Timeline;
+    let t = draw(&st, 120, 36);
+    let s = text(&t);
+    // The Memory pane replaces Probe and Bench for an fsdp run.
+    assert!(s.contains("Memory") && !s.contains("Probe"), "{s}");
+    for want in [
+        "r0 fsdp",
+        "r0 ddp",
+        "r1 fsdp",
+        "r1 ddp",
+        "peak",
+        "predicted",
+        "block4.1",
+    ] {
+        assert!(s.contains(want), "{want} missing:\n{s}");
+    }
+    // FSDP at k=2 holds 89.4 MB of the 178.8 MB DDP holds; ResNet-18 with Adam.
+    assert!(s.contains("89.4 MB") && s.contains("178.8 MB"), "{s}");
+    assert!(
+        s.contains("108.3 MB"),
+        "16P/k + the largest gathered block:\n{s}"
+    );
+    insta::assert_snapshot!(t.backend());
 }
 
-impl CloneForTest for State {
-    fn clone_for_test(&self) -> State {
-        let mut s = State::new(self.host.clone());
-        s.gpus = self.gpus.clone();
-        s.gpu_note = self.gpu_note.clone();
-        s.runs = self.runs.clone();
-        s.selected = self.selected;
-        s.focused = self.focused.clone();
-        s.timeline_rank = self.timeline_rank;
-        s.frozen = self.frozen;
-        s.messages = self.messages.clone();
-        s.next = self.next.clone();
-        s.pane = self.pane;
-        s.show_help = self.show_help;
-        s.proc_stats = self.proc_stats.clone();
-        s.max_k = self.max_k;
-        s
-    }
+#[test]
+fn memory_pane_on_cpu_says_the_peak_is_unavailable() {
+    let mut st = fixtures::fsdp_state(Backend::Gloo);
+    st.view.pane = Pane::Timeline;
+    let t = draw(&st, 120, 36);
+    let s = text(&t);
+    assert!(s.contains("peak unavailable on CPU"), "{s}");
+    assert!(s.contains("RS(=AR on gloo)"), "{s}");
+    insta::assert_snapshot!(t.backend());
 }

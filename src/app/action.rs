@@ -1,20 +1,19 @@
-//! The one enum behind key bindings, the help screen, the hint bar and `--script`.
+//! The one enum behind key bindings, the help screen, the hint bar and `--script`. Variants carry
+//! their data (`Launch { k }`, `Toggle(NcclVar)`); names, help lines and hints are generated
+//! from them, so a new toggle or k is one entry in `ALL`.
 
-use serde::{Deserialize, Serialize};
+use crate::run::NcclVar;
+use std::borrow::Cow;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
-    LaunchK1,
-    LaunchK2,
-    LaunchK4,
+    Launch { k: u32 },
     Sweep,
     SwitchExperiment,
     ToggleDataPath,
     Probe,
     Bench,
-    ToggleShmMemcpy,
-    ToggleP2pDisable,
+    Toggle(NcclVar),
     Rerun,
     Stop,
     NextPane,
@@ -25,22 +24,25 @@ pub enum Action {
     Freeze,
     NextTheme,
     NextPreset,
+    WriteReport,
     Help,
     Quit,
 }
 
 impl Action {
-    pub const ALL: [Action; 22] = [
-        Action::LaunchK1,
-        Action::LaunchK2,
-        Action::LaunchK4,
+    /// Every action, in the order the help and the hint bar list them.
+    pub const ALL: [Action; 24] = [
+        Action::Launch { k: 1 },
+        Action::Launch { k: 2 },
+        Action::Launch { k: 4 },
         Action::Sweep,
         Action::SwitchExperiment,
         Action::ToggleDataPath,
         Action::Probe,
         Action::Bench,
-        Action::ToggleShmMemcpy,
-        Action::ToggleP2pDisable,
+        Action::Toggle(NcclVar::TOGGLES[0]),
+        Action::Toggle(NcclVar::TOGGLES[1]),
+        Action::Toggle(NcclVar::TOGGLES[2]),
         Action::Rerun,
         Action::Stop,
         Action::NextPane,
@@ -51,23 +53,21 @@ impl Action {
         Action::Freeze,
         Action::NextTheme,
         Action::NextPreset,
+        Action::WriteReport,
         Action::Help,
         Action::Quit,
     ];
 
-    /// Name used in the config's key map and in `--script`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Action::LaunchK1 => "launch-k1",
-            Action::LaunchK2 => "launch-k2",
-            Action::LaunchK4 => "launch-k4",
+    /// Name used in the config's key map and in `--script`: `launch-k2`, `toggle-p2p-disable`.
+    pub fn name(self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Action::Launch { k } => return format!("launch-k{k}").into(),
+            Action::Toggle(v) => return format!("toggle-{}", v.slug()).into(),
             Action::Sweep => "sweep",
             Action::SwitchExperiment => "switch-experiment",
             Action::ToggleDataPath => "toggle-data-path",
             Action::Probe => "probe",
             Action::Bench => "bench",
-            Action::ToggleShmMemcpy => "toggle-shm-memcpy",
-            Action::ToggleP2pDisable => "toggle-p2p-disable",
             Action::Rerun => "rerun",
             Action::Stop => "stop",
             Action::NextPane => "next-pane",
@@ -78,9 +78,10 @@ impl Action {
             Action::Freeze => "freeze",
             Action::NextTheme => "next-theme",
             Action::NextPreset => "next-preset",
+            Action::WriteReport => "write-report",
             Action::Help => "help",
             Action::Quit => "quit",
-        }
+        })
     }
 
     pub fn from_name(s: &str) -> Option<Action> {
@@ -88,20 +89,29 @@ impl Action {
     }
 
     /// One line for the help screen.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Action::LaunchK1 => "launch the next experiment at k=1",
-            Action::LaunchK2 => "launch the next experiment at k=2",
-            Action::LaunchK4 => "launch the next experiment at k=4",
+    pub fn describe(self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            Action::Launch { k } => return format!("launch the next experiment at k={k}").into(),
+            Action::Toggle(NcclVar::NvlsEnable) => {
+                "toggle NCCL_NVLS_ENABLE=0 (ddptop's default: NVLink multicast off)"
+            }
+            Action::Toggle(v) => {
+                return format!(
+                    "toggle {}={} for the next launch",
+                    v.name(),
+                    v.toggle_value()
+                )
+                .into();
+            }
             Action::Sweep => "sweep k = 1, 2, 4 one after another",
-            Action::SwitchExperiment => "switch weak/strong scaling for the next launch",
+            Action::SwitchExperiment => {
+                "switch weak/strong/fsdp/jax/handrolled for the next launch"
+            }
             Action::ToggleDataPath => {
                 "switch device-resident data / DataLoader for the next launch"
             }
             Action::Probe => "no_sync probe: toggle it live on the running run, or launch it",
             Action::Bench => "all-reduce bandwidth sweep",
-            Action::ToggleShmMemcpy => "toggle NCCL_SHM_USE_CUDA_MEMCPY=1 for the next launch",
-            Action::ToggleP2pDisable => "toggle NCCL_P2P_DISABLE=1 for the next launch",
             Action::Rerun => "re-run the selected run with its toggles",
             Action::Stop => "stop the selected run",
             Action::NextPane => "move focus to the next pane",
@@ -112,38 +122,26 @@ impl Action {
             Action::Freeze => "freeze / unfreeze the timeline",
             Action::NextTheme => "next colour theme",
             Action::NextPreset => "apply the next NCCL preset of the config to the next launch",
+            Action::WriteReport => "write an HTML report of the selected run's scaling curve",
             Action::Help => "show / hide this help",
             Action::Quit => "quit (stops runs unless --detach)",
-        }
+        })
     }
 
     /// Short label for the hint bar; `None` keeps it out of the bar (help still lists it).
-    pub fn hint(self) -> Option<&'static str> {
-        Some(match self {
-            Action::LaunchK1 => "k=1",
-            Action::LaunchK2 => "k=2",
-            Action::LaunchK4 => "k=4",
+    pub fn hint(self) -> Option<Cow<'static, str>> {
+        Some(Cow::Borrowed(match self {
+            Action::Launch { k } => return Some(format!("k={k}").into()),
+            Action::Toggle(v) => v.hint(),
             Action::Sweep => "sweep",
             Action::SwitchExperiment => "weak/strong",
             Action::Probe => "probe",
             Action::Bench => "bench",
-            Action::ToggleShmMemcpy => "SHM memcpy",
-            Action::ToggleP2pDisable => "P2P off",
             Action::Stop => "stop",
             Action::Help => "help",
             Action::Quit => "quit",
             _ => return None,
-        })
-    }
-
-    /// The k this action launches at, if it is a launch.
-    pub fn launch_k(self) -> Option<u32> {
-        match self {
-            Action::LaunchK1 => Some(1),
-            Action::LaunchK2 => Some(2),
-            Action::LaunchK4 => Some(4),
-            _ => None,
-        }
+        }))
     }
 }
 
@@ -155,9 +153,18 @@ mod tests {
     fn names_round_trip_and_are_unique() {
         let mut seen = std::collections::HashSet::new();
         for a in Action::ALL {
-            assert_eq!(Action::from_name(a.name()), Some(a));
+            assert_eq!(Action::from_name(&a.name()), Some(a));
             assert!(seen.insert(a.name()), "duplicate name {}", a.name());
             assert!(!a.describe().is_empty());
         }
+        assert_eq!(Action::Launch { k: 2 }.name(), "launch-k2");
+        assert_eq!(
+            Action::Toggle(NcclVar::P2pDisable).name(),
+            "toggle-p2p-disable"
+        );
+        assert_eq!(
+            Action::Toggle(NcclVar::ShmUseCudaMemcpy).describe(),
+            "toggle NCCL_SHM_USE_CUDA_MEMCPY=1 for the next launch"
+        );
     }
 }

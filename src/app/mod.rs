@@ -1,12 +1,18 @@
 //! Application state: what the screen and the headless table show, and how events change it.
 //!
-//! `state` holds plain data, `reduce` applies engine events to it, `action` is the one enum behind
-//! keys, help and scripting, `summary` derives the figures (aggregates, speedups, probe medians).
+//! `state` holds the data, `view` what the user is looking at, `reduce` applies engine events to
+//! the data, `gpus` folds the GPU sampler's updates into it, `action` is the one enum behind keys,
+//! help and scripting, `summary` derives the figures (aggregates, speedups, probe medians).
 
 pub mod action;
+pub mod deficits;
+pub mod gpus;
+pub mod predict;
 pub mod reduce;
 pub mod state;
 pub mod summary;
+pub mod view;
 
 pub use action::Action;
 pub use state::*;
+pub use view::{Freeze, FrozenStep, View};

@@ -1,8 +1,8 @@
 //! Applying worker messages to a run. Pure apart from the `now` it is given.
 
-use super::state::{MAX_LOG_TAIL, RunStatus, RunView};
 use super::summary;
-use crate::protocol::WorkerMsg;
+use crate::protocol::{Instrument, WorkerMsg};
+use crate::run::{Aggregate, RunStatus, RunView};
 use std::time::Instant;
 
 const RECENT_STEPS: usize = 64;
@@ -47,6 +47,9 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             run.versions.insert("host".into(), h.host.clone());
+            if let Some(i) = h.instrument {
+                lower_instrument(run, i);
+            }
         }
         WorkerMsg::Heartbeat(hb) => {
             if hb.phase.is_some() && hb.phase != rank.phase {
@@ -73,10 +76,16 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
             rank.last_step = Some(s.clone());
         }
-        WorkerMsg::Buckets(b) => rank.buckets = Some(b.clone()),
+        WorkerMsg::Buckets(b) => {
+            rank.buckets = Some(b.clone());
+            rank.recent_buckets.push_back(b.clone());
+            while rank.recent_buckets.len() > crate::run::MAX_BUCKET_HISTORY {
+                rank.recent_buckets.pop_front();
+            }
+        }
         WorkerMsg::Epoch(e) => {
             rank.epochs.push((e.epoch, e.samples_per_s, e.warmup));
-            run.aggregate = summary::aggregate(run);
+            run.aggregate = Aggregate::of(run);
         }
         WorkerMsg::Probe(p) => run.probe.push(p.clone()),
         WorkerMsg::Bench(b) => {
@@ -86,13 +95,30 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 run.bench.sort_by_key(|x| x.bytes);
             }
         }
-        WorkerMsg::Memory(m) => rank.memory = Some(m.clone()),
-        WorkerMsg::Hlo(_) => {}
+        WorkerMsg::Memory(m) => {
+            if let Some(d) = m.device {
+                run.device_memory.insert(d, m.clone());
+            }
+            rank.record_memory(m);
+        }
+        WorkerMsg::Comm(c) => rank.record_comm(c),
+        WorkerMsg::Hlo(h) => run.hlo = Some(h.clone()),
+        WorkerMsg::Check(c) => run.checks.push(c.clone()),
+        // Stored by the store as raw lines; the views do not read them yet.
+        WorkerMsg::Plan(_) => {}
         WorkerMsg::Log(l) => {
             if l.level == crate::protocol::LogLevel::Error {
                 rank.error = Some(l.msg.chars().take(300).collect());
             }
-            push_tail(run, format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
+            if l.level == crate::protocol::LogLevel::Warn {
+                // The attach bootstrap learns after hello that it measures less (docs/attach.md).
+                if l.msg.starts_with("instrument: steps_only") {
+                    lower_instrument(run, Instrument::StepsOnly);
+                } else if l.msg.starts_with("instrumentation off") {
+                    lower_instrument(run, Instrument::Off);
+                }
+            }
+            run.push_tail(format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
         }
         WorkerMsg::Result(r) => {
             rank.result_sps = r.samples_per_s;
@@ -102,7 +128,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             if run.bucket_bytes.is_empty() {
                 run.bucket_bytes = r.bucket_bytes.clone();
             }
-            run.aggregate = summary::aggregate(run);
+            run.aggregate = Aggregate::of(run);
         }
         WorkerMsg::Bye(b) => {
             if b.reason == crate::protocol::ByeReason::Error && rank.error.is_none() {
@@ -114,10 +140,15 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
     }
 }
 
-pub fn push_tail(run: &mut RunView, line: String) {
-    run.log_tail.push_back(line);
-    while run.log_tail.len() > MAX_LOG_TAIL {
-        run.log_tail.pop_front();
+/// A run is measured as much as its least-measured rank.
+fn lower_instrument(run: &mut RunView, i: Instrument) {
+    let level = |i: Instrument| match i {
+        Instrument::Full => 2,
+        Instrument::StepsOnly => 1,
+        Instrument::Off => 0,
+    };
+    if run.instrument.is_none_or(|cur| level(i) < level(cur)) {
+        run.instrument = Some(i);
     }
 }
 
@@ -161,7 +192,6 @@ mod tests {
 
     fn spec() -> RunSpec {
         RunSpec {
-            profile: Some("h200-nvlink".into()),
             samples: 1000,
             ..RunSpec::new(Experiment::Weak, 2, Backend::Sim)
         }
@@ -259,6 +289,49 @@ mod tests {
         });
         apply_worker(&mut run, &bye, now);
         assert!(run.ranks[&0].error.is_some() && run.ranks[&0].said_bye);
+    }
+
+    #[test]
+    fn an_attached_run_is_measured_as_much_as_its_least_measured_rank() {
+        let now = Instant::now();
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        let hello = |rank: u32| {
+            crate::protocol::parse_worker(&format!(
+                r#"{{"v":1,"type":"hello","token":"t","run_id":"r","rank":{rank},"world_size":2,"local_rank":{rank},"pid":7,"host":"h","device":"cpu","backend":"gloo","worker":"attach","torch":"2.11.0","nccl":null,"cuda":null,"t":1.0,"instrument":"full"}}"#
+            ))
+            .unwrap()
+        };
+        apply_worker(&mut run, &hello(0), now);
+        apply_worker(&mut run, &hello(1), now);
+        assert_eq!(run.instrument, Some(Instrument::Full));
+        let warn = |rank: u32, msg: &str| {
+            WorkerMsg::Log(Log {
+                rank,
+                step: 0,
+                t: 1.0,
+                level: LogLevel::Warn,
+                msg: msg.into(),
+            })
+        };
+        apply_worker(
+            &mut run,
+            &warn(
+                1,
+                "instrument: steps_only - the script registers its own DDP comm hook (allreduce_hook)",
+            ),
+            now,
+        );
+        assert_eq!(run.instrument, Some(Instrument::StepsOnly));
+        apply_worker(&mut run, &warn(0, "some other warning"), now);
+        assert_eq!(run.instrument, Some(Instrument::StepsOnly));
+        apply_worker(
+            &mut run,
+            &warn(0, "instrumentation off: bad DDPTOP_INJECT"),
+            now,
+        );
+        assert_eq!(run.instrument, Some(Instrument::Off));
+        apply_worker(&mut run, &hello(1), now);
+        assert_eq!(run.instrument, Some(Instrument::Off), "never raised again");
     }
 
     #[test]

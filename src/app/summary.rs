@@ -1,56 +1,13 @@
 //! Figures derived from a run: aggregate throughput with spread, speedup and efficiency against
 //! k=1, probe medians, timeline overlap. Pure functions; docs/methods.md explains each.
 
-use super::state::{Aggregate, RunStatus, RunView};
 use crate::protocol::{Buckets, Probe, ProbeMode};
+use crate::run::{RunStatus, RunView, Scaling};
+use crate::util::median;
 
-/// Median of a slice (NaN-free input); `None` when empty.
-pub fn median(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
-/// Aggregate samples/s of a run from its ranks' timed (non-warm-up) figures: per rank the
-/// `result` mean when present, else the mean of its timed epochs; the aggregate is their sum.
-pub fn aggregate(run: &RunView) -> Option<Aggregate> {
-    let mut per_rank = Vec::new();
-    for r in run.ranks.values() {
-        let sps = r.result_sps.or_else(|| {
-            let timed: Vec<f64> = r
-                .epochs
-                .iter()
-                .filter(|(_, _, warm)| !warm)
-                .map(|(_, s, _)| *s)
-                .collect();
-            (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64)
-        })?;
-        per_rank.push(sps);
-    }
-    if per_rank.is_empty() {
-        return None;
-    }
-    let rank_min = per_rank.iter().copied().fold(f64::INFINITY, f64::min);
-    let rank_max = per_rank.iter().copied().fold(0.0, f64::max);
-    Some(Aggregate {
-        samples_per_s: per_rank.iter().sum(),
-        per_rank,
-        rank_min,
-        rank_max,
-    })
-}
-
-/// Speedup and efficiency of `run` against the k=1 run with the same curve key: the same sweep
-/// when there is one, else the most recent completed one.
-pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<(f64, f64)> {
+/// Speedup and efficiency of `run` against a k=1 run of the same curve (`CurveKey`: never a
+/// run timed differently): the same sweep's when there is one, else the most recent completed one.
+pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<Scaling> {
     let agg = run.aggregate.as_ref()?;
     if run.status != RunStatus::Completed {
         return None;
@@ -70,7 +27,11 @@ pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<(f64, f64)> {
         return None;
     }
     let speedup = agg.samples_per_s / base_sps;
-    Some((speedup, speedup / run.spec.k as f64))
+    Some(Scaling {
+        speedup,
+        efficiency: speedup / run.spec.k as f64,
+        baseline: base.id.clone(),
+    })
 }
 
 /// Live aggregate throughput over the last `window_s` seconds of steps (all ranks).
@@ -175,6 +136,50 @@ mod tests {
     use super::*;
     use crate::protocol::BucketSpan;
 
+    fn done(id: &str, spec: crate::run::RunSpec, sps: f64, started: f64) -> RunView {
+        let mut r = RunView::new(id.into(), spec, std::time::Instant::now(), started);
+        r.status = RunStatus::Completed;
+        r.aggregate = Some(crate::run::Aggregate {
+            samples_per_s: sps,
+            per_rank: vec![sps],
+            rank_min: sps,
+            rank_max: sps,
+        });
+        r
+    }
+
+    #[test]
+    fn speedup_never_divides_by_a_run_of_another_curve() {
+        use crate::protocol::Backend;
+        use crate::run::{Experiment, RunSpec};
+        let timed = RunSpec::new(Experiment::Weak, 1, Backend::Nccl);
+        // A newer k=1 run timed with its warm-up (--epochs 1) is not the baseline of a k=2 run
+        // timed without it, nor is one with fewer samples.
+        let warm = RunSpec {
+            epochs: 1,
+            ..timed.clone()
+        };
+        let small = RunSpec {
+            samples: 8192,
+            ..timed.clone()
+        };
+        let k2 = RunSpec {
+            k: 2,
+            ..timed.clone()
+        };
+        let runs = vec![
+            done("base", timed, 5000.0, 1.0),
+            done("warm", warm, 4000.0, 2.0),
+            done("small", small, 4500.0, 3.0),
+            done("k2", k2, 9800.0, 4.0),
+        ];
+        let s = scaling(&runs[3], &runs).unwrap();
+        assert_eq!(s.baseline, "base");
+        assert!((s.speedup - 1.96).abs() < 1e-9 && (s.efficiency - 0.98).abs() < 1e-9);
+        // Without a k=1 run of its own curve there is no speedup at all.
+        assert!(scaling(&runs[3], &runs[1..]).is_none());
+    }
+
     #[test]
     fn median_odd_even() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
@@ -198,6 +203,7 @@ mod tests {
                     ready_ms: 2.0,
                     start_ms: 2.0,
                     done_ms: 4.0,
+                    kernel_ms: None,
                 },
                 BucketSpan {
                     index: 0,
@@ -205,8 +211,10 @@ mod tests {
                     ready_ms: 10.0,
                     start_ms: 10.0,
                     done_ms: 12.0,
+                    kernel_ms: None,
                 },
             ],
+            start_inferred: None,
         };
         // 2 ms hidden of 4 ms total.
         assert_eq!(overlap_pct(&b), Some(50.0));

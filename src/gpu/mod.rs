@@ -1,6 +1,6 @@
 //! GPU and worker-process telemetry: a `GpuSource` (NVML, or fakes for tests), sysinfo CPU % and
 //! RSS of the workers' pids, and a sampler thread that sends both on a channel about once a
-//! second. `apply_gpu_sample` folds a sample into `State` (pure).
+//! second. `app::gpus` folds what it sends into `State`.
 //!
 //! Every field is optional: NVML answers `NotSupported` per metric and per device, and one GPU
 //! that cannot be read at all becomes a row with an error, never a failed tick.
@@ -10,13 +10,51 @@ pub mod nvml;
 pub mod procs;
 pub mod sampler;
 
-use crate::app::{GpuView, ProcStat, State};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 /// Points of utilisation history kept per GPU (a minute at the default 1 Hz).
 pub const HISTORY: usize = 60;
 
-pub use crate::app::GpuSample;
+/// One GPU at one moment. `None` = not supported / not available on this device.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuSample {
+    pub index: u32,
+    pub name: Option<String>,
+    pub util_pct: Option<u32>,
+    pub mem_used: Option<u64>,
+    pub mem_total: Option<u64>,
+    pub power_w: Option<f64>,
+    pub temp_c: Option<u32>,
+    /// NVLink (summed over active links) or PCIe throughput, KB/s.
+    pub link_rx_kbs: Option<u64>,
+    pub link_tx_kbs: Option<u64>,
+    /// "NVLink" or "PCIe": what `link_*` measure.
+    pub link: Option<&'static str>,
+    pub pids: Vec<u32>,
+    /// The device could not be read at all (lost, invalid): why.
+    pub error: Option<String>,
+}
+
+/// One GPU's latest sample plus a minute of utilisation history. Reads of the sample's fields go
+/// through `Deref` (`gpu.util_pct`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuView {
+    pub latest: GpuSample,
+    pub util_history: VecDeque<u64>,
+}
+
+impl std::ops::Deref for GpuView {
+    type Target = GpuSample;
+    fn deref(&self) -> &GpuSample {
+        &self.latest
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProcStat {
+    pub cpu_pct: f32,
+    pub rss_bytes: u64,
+}
 
 /// What does not change while ddptop runs.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -83,134 +121,9 @@ pub enum Update {
     Procs(BTreeMap<u32, ProcStat>),
 }
 
-/// Fold one GPU sample (or a failed tick) into the state: latest figures, a minute of util
-/// history per GPU (`HISTORY` points), the note when sampling fails. Bumps `generation`.
-pub fn apply_gpu_sample(state: &mut State, sample: Result<Vec<GpuSample>, GpuError>) {
-    match sample {
-        Ok(samples) => {
-            state.gpu_note = None;
-            for s in samples {
-                let pos = state.gpus.iter().position(|g| g.index == s.index);
-                let g = match pos {
-                    Some(i) => &mut state.gpus[i],
-                    None => {
-                        state.gpus.push(GpuView {
-                            latest: GpuSample {
-                                index: s.index,
-                                ..Default::default()
-                            },
-                            ..Default::default()
-                        });
-                        state.gpus.sort_by_key(|g| g.index);
-                        let i = state
-                            .gpus
-                            .iter()
-                            .position(|g| g.index == s.index)
-                            .expect("just pushed");
-                        &mut state.gpus[i]
-                    }
-                };
-                // A gap (no figure this tick) is recorded as 0 so the minute stays a minute.
-                g.util_history.push_back(u64::from(s.util_pct.unwrap_or(0)));
-                // Name and total memory do not change: keep them when a tick lacks them.
-                let name = s.name.clone().or_else(|| g.latest.name.take());
-                let mem_total = s.mem_total.or(g.latest.mem_total);
-                g.latest = GpuSample {
-                    name,
-                    mem_total,
-                    ..s
-                };
-                while g.util_history.len() > HISTORY {
-                    g.util_history.pop_front();
-                }
-            }
-        }
-        Err(GpuError::Unavailable(why)) => {
-            state.gpus.clear();
-            state.gpu_note = Some(nvml_note(&why));
-        }
-        Err(e @ GpuError::Failed(_)) => {
-            // Keep the last rows; say that they are stale.
-            state.gpu_note = Some(format!("{e} (showing the last sample)"));
-        }
-    }
-    state.generation += 1;
-}
-
-/// Replace the worker processes' CPU % and RSS. Bumps `generation` only when something changed.
-pub fn apply_proc_stats(state: &mut State, stats: BTreeMap<u32, ProcStat>) {
-    let same = state.proc_stats.len() == stats.len()
-        && state
-            .proc_stats
-            .iter()
-            .zip(stats.iter())
-            .all(|((a, x), (b, y))| a == b && x.cpu_pct == y.cpu_pct && x.rss_bytes == y.rss_bytes);
-    if !same {
-        state.proc_stats = stats;
-        state.generation += 1;
-    }
-}
-
-/// Fold any update from the sampler.
-pub fn apply_update(state: &mut State, u: Update) {
-    match u {
-        Update::Gpus(s) => apply_gpu_sample(state, s),
-        Update::Procs(p) => apply_proc_stats(state, p),
-    }
-}
-
-/// Pids of every rank of every active run: what the sampler should watch.
-pub fn worker_pids(state: &State) -> Vec<u32> {
-    let mut v: Vec<u32> = state
-        .active_runs()
-        .flat_map(|r| r.ranks.values().filter_map(|k| k.pid))
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// Fill the header's GPU fields from a source's static info.
-pub fn apply_info(state: &mut State, info: &GpuInfo) {
-    state.host.gpu_summary = info.summary();
-    if info.interconnect.is_some() {
-        state.host.interconnect = info.interconnect.clone();
-    }
-    state.generation += 1;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::HostInfo;
-
-    #[test]
-    fn history_keeps_a_minute_and_gaps_are_zero() {
-        let mut st = State::new(HostInfo::default());
-        for i in 0..70u32 {
-            let s = GpuSample {
-                index: 0,
-                util_pct: (i % 2 == 0).then_some(50),
-                ..Default::default()
-            };
-            apply_gpu_sample(&mut st, Ok(vec![s]));
-        }
-        let g = &st.gpus[0];
-        assert_eq!(g.util_history.len(), HISTORY);
-        assert_eq!(g.util_history.back(), Some(&0));
-        assert_eq!(g.util_pct, None);
-    }
-
-    #[test]
-    fn unavailable_clears_rows_and_sets_the_note() {
-        let mut st = State::new(HostInfo::default());
-        apply_gpu_sample(&mut st, Ok(vec![GpuSample::default()]));
-        let g0 = st.generation;
-        apply_gpu_sample(&mut st, Err(GpuError::Unavailable("driver gone".into())));
-        assert!(st.gpus.is_empty());
-        assert!(st.gpu_note.as_deref().unwrap().contains("GPU rows off"));
-        assert!(st.generation > g0);
-    }
 
     #[test]
     fn summary_groups_names() {

@@ -1,6 +1,6 @@
 //! CPU % and RSS of the worker processes, from sysinfo, refreshing only the pids asked for.
 
-use crate::app::ProcStat;
+use super::ProcStat;
 use std::collections::BTreeMap;
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 

@@ -1,6 +1,7 @@
 //! Serde types for every protocol v1 message, both directions.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// Which collective backend a worker runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
@@ -21,6 +22,30 @@ impl Backend {
     }
 }
 
+/// The collective library a worker's ranks talk through (`hello.backend`). A superset of the
+/// launch [`Backend`]: JAX on CPU runs XLA's in-process collectives, which ddptop never launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum CommBackend {
+    Nccl,
+    Gloo,
+    Sim,
+    Xla,
+    /// No collective library: the hand-rolled worker averages gradients with tensor copies
+    /// (memcpy on CPU, CUDA peer copies on GPU).
+    Copy,
+}
+
+impl From<Backend> for CommBackend {
+    fn from(b: Backend) -> Self {
+        match b {
+            Backend::Nccl => CommBackend::Nccl,
+            Backend::Gloo => CommBackend::Gloo,
+            Backend::Sim => CommBackend::Sim,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerKind {
@@ -28,12 +53,28 @@ pub enum WorkerKind {
     Probe,
     Allreduce,
     Sim,
+    Handrolled,
+    Fsdp,
+    Jax,
+    /// A user's own training script with ddptop attached to it.
+    Attach,
+}
+
+/// How much an attached worker instruments (`hello.instrument`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Instrument {
+    Full,
+    StepsOnly,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     Init,
+    /// Inside the DDP/FSDP constructor: the process group is up, parameters are being broadcast.
+    DdpInit,
     Train,
     Probe,
     Bench,
@@ -46,6 +87,8 @@ pub enum Phase {
 pub enum Timing {
     CudaEvents,
     Host,
+    /// Read back from the torch profiler's trace.
+    Profiler,
     Model,
 }
 
@@ -83,12 +126,31 @@ pub struct Hello {
     pub pid: u32,
     pub host: String,
     pub device: String,
-    pub backend: Backend,
+    pub backend: CommBackend,
     pub worker: WorkerKind,
     pub torch: Option<String>,
     pub nccl: Option<String>,
     pub cuda: Option<String>,
     pub t: f64,
+    /// Devices this one process drives (a single-process JAX worker over k devices says k).
+    #[serde(default = "one")]
+    pub devices: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instrument: Option<Instrument>,
+    /// Host name of the node for multi-node runs; absent means `host`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Hello {
+    /// The node this rank runs on (`node`, else `host`).
+    pub fn node_name(&self) -> &str {
+        self.node.as_deref().unwrap_or(&self.host)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,6 +177,17 @@ pub struct Step {
     pub data_ms: f64,
     pub step_ms: f64,
     pub timing: Timing,
+    /// This rank's loss on the step, when the worker reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    /// True when forward, backward and optimizer run as one compiled program (JAX `jit`): only
+    /// `step_ms` is measured and the three parts are sent as 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused: Option<bool>,
+    /// Timed every Nth step only (`train --time-every N`); `samples` then counts every sample
+    /// since the previous step message, so throughput from step messages stays right.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub every: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +197,9 @@ pub struct BucketSpan {
     pub ready_ms: f64,
     pub start_ms: f64,
     pub done_ms: f64,
+    /// The NCCL kernel's own duration, when it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_ms: Option<f64>,
 }
 
 impl BucketSpan {
@@ -141,6 +217,10 @@ pub struct Buckets {
     pub bwd_compute_ms: f64,
     pub exposed_ms: f64,
     pub buckets: Vec<BucketSpan>,
+    /// True when `start_ms` is the max(ready, previous done) inference, false when measured;
+    /// absent from older workers, which always inferred it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_inferred: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,6 +247,10 @@ pub struct Probe {
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
+    /// True for the live probe inside a training run (training DDP, buffers broadcast, timing
+    /// hook on), false for the standalone probe; absent from older workers (standalone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -183,14 +267,73 @@ pub struct Bench {
     pub busbw_gbs: f64,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How a rank's parameters, gradients and optimizer state are laid out (`memory.strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    Ddp,
+    Fsdp,
+    JaxData,
+    JaxFsdp,
+}
+
+/// The allocator counters are required keys but null on CPU, where there is no allocator
+/// counter (`Option::deserialize` keeps a missing key an error, unlike a plain `Option`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Memory {
     pub rank: u32,
     pub step: u64,
     pub t: f64,
-    pub allocated_bytes: u64,
-    pub reserved_bytes: u64,
-    pub peak_bytes: u64,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub allocated_bytes: Option<u64>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub reserved_bytes: Option<u64>,
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub peak_bytes: Option<u64>,
+    /// Local device index, for a process that drives several devices and reports each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Exact bytes of parameters / gradients / optimizer state held by this rank.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optim_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_bytes: Option<u64>,
+}
+
+/// How a JAX program shards its batch and parameters (`hlo.sharding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sharding {
+    Data,
+    Fsdp,
+}
+
+/// One collective kind counted in compiled HLO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HloOpStats {
+    pub count: u64,
+    pub largest_elems: u64,
+    pub total_elems: u64,
+    pub total_bytes: u64,
+}
+
+/// `hlo.ops`: other keys are ignored like any unknown field.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HloOps {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_reduce: Option<HloOpStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_gather: Option<HloOpStats>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reduce_scatter: Option<HloOpStats>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,6 +344,108 @@ pub struct Hlo {
     pub k: u32,
     pub all_reduce_ops: u32,
     pub all_reduce_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<Sharding>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ops: Option<HloOps>,
+    /// XLA passes that combined collectives (e.g. `all-reduce-combiner`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combined_by: Option<Vec<String>>,
+    /// Array name → text of `jax.debug.visualize_array_sharding`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<String>,
+}
+
+/// What the worker knows about the run's length, sent once after the data is built.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub rank: u32,
+    pub step: u64,
+    pub t: f64,
+    /// Null when unknown (attach mode); the key itself is required.
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub total_steps: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps_per_epoch: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+}
+
+/// An explicit collective (`comm.ops[].op`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    AllGather,
+    ReduceScatter,
+    AllReduce,
+    Broadcast,
+}
+
+impl Collective {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Collective::AllGather => "all_gather",
+            Collective::ReduceScatter => "reduce_scatter",
+            Collective::AllReduce => "all_reduce",
+            Collective::Broadcast => "broadcast",
+        }
+    }
+}
+
+/// The part of a step a collective belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    Fwd,
+    Bwd,
+    Opt,
+}
+
+/// One collective of a step; times are ms from the step's start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommOp {
+    pub op: Collective,
+    pub name: String,
+    pub pass: Pass,
+    pub bytes: u64,
+    pub start_ms: f64,
+    pub dur_ms: f64,
+}
+
+impl CommOp {
+    pub fn end_ms(&self) -> f64 {
+        self.start_ms + self.dur_ms
+    }
+}
+
+/// The explicit collectives of one step (FSDP and other non-bucketed communication).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comm {
+    pub rank: u32,
+    pub step: u64,
+    pub t: f64,
+    pub timing: Timing,
+    pub ops: Vec<CommOp>,
+}
+
+/// An equality check between two runs or settings (e.g. JAX loss at k=1 vs k=2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub rank: u32,
+    pub step: u64,
+    pub t: f64,
+    pub name: String,
+    pub a: f64,
+    pub b: f64,
+    pub diff: f64,
+    pub tol: f64,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -223,6 +468,17 @@ pub struct ResultMsg {
     pub params: Option<u64>,
     pub grad_bytes: Option<u64>,
     pub bucket_bytes: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer: Option<Optimizer>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Optimizer {
+    Sgd,
+    Adam,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -249,6 +505,9 @@ pub enum WorkerMsg {
     Log(Log),
     Result(ResultMsg),
     Bye(Bye),
+    Plan(Plan),
+    Comm(Comm),
+    Check(Check),
 }
 
 impl WorkerMsg {
@@ -266,6 +525,9 @@ impl WorkerMsg {
             WorkerMsg::Log(_) => "log",
             WorkerMsg::Result(_) => "result",
             WorkerMsg::Bye(_) => "bye",
+            WorkerMsg::Plan(_) => "plan",
+            WorkerMsg::Comm(_) => "comm",
+            WorkerMsg::Check(_) => "check",
         }
     }
 
@@ -283,6 +545,9 @@ impl WorkerMsg {
             WorkerMsg::Log(m) => m.rank,
             WorkerMsg::Result(m) => m.rank,
             WorkerMsg::Bye(m) => m.rank,
+            WorkerMsg::Plan(m) => m.rank,
+            WorkerMsg::Comm(m) => m.rank,
+            WorkerMsg::Check(m) => m.rank,
         }
     }
 
@@ -301,6 +566,9 @@ impl WorkerMsg {
             WorkerMsg::Log(m) => Some(m.step),
             WorkerMsg::Result(m) => Some(m.step),
             WorkerMsg::Bye(m) => Some(m.step),
+            WorkerMsg::Plan(m) => Some(m.step),
+            WorkerMsg::Comm(m) => Some(m.step),
+            WorkerMsg::Check(m) => Some(m.step),
         }
     }
 

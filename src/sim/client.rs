@@ -12,6 +12,9 @@ pub struct Shared {
     pub stop: AtomicBool,
     /// Heartbeats stop when this is set (the `silent` fault).
     pub silent: AtomicBool,
+    /// Nothing of the rank reacts any more, not even to ddptop closing the socket (the `frozen`
+    /// fault): only a signal ends it.
+    pub frozen: AtomicBool,
     pub phase: Mutex<crate::protocol::Phase>,
 }
 
@@ -31,6 +34,7 @@ impl Client {
             probe: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             silent: AtomicBool::new(false),
+            frozen: AtomicBool::new(false),
             phase: Mutex::new(crate::protocol::Phase::Init),
         });
         let start = std::time::Instant::now();
@@ -52,12 +56,15 @@ impl Client {
             pid: std::process::id(),
             host: hostname(),
             device: format!("sim:{rank}"),
-            backend: crate::protocol::Backend::Sim,
+            backend: crate::protocol::CommBackend::Sim,
             worker: crate::protocol::WorkerKind::Sim,
             torch: None,
             nccl: None,
             cuda: None,
             t: 0.0,
+            devices: 1,
+            instrument: None,
+            node: None,
         });
         let mut w = stream.try_clone()?;
         writeln!(w, "{}", hello.to_line())?;
@@ -136,11 +143,15 @@ fn read_commands(mut reader: BufReader<UnixStream>, sh: Arc<Shared>) {
     loop {
         line.clear();
         match reader.read_line(&mut line) {
+            Ok(0) | Err(_) if sh.frozen.load(Ordering::Relaxed) => loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            },
             Ok(0) | Err(_) => {
                 // ddptop closed our connection: it is gone or stopped the run.
                 eprintln!("sim worker: ddptop closed the connection; exiting");
                 std::process::exit(70);
             }
+            Ok(_) if sh.frozen.load(Ordering::Relaxed) => {}
             Ok(_) => match parse_control(line.trim_end()) {
                 Ok(ControlMsg::Command { cmd }) => match cmd {
                     Command::ProbeOn => sh.probe.store(true, Ordering::Relaxed),

@@ -33,7 +33,8 @@ pub struct SimArgs {
     /// NCCL switches the run was launched with (KEY=VAL), which the profile models.
     #[arg(long = "env", value_name = "KEY=VAL")]
     pub env: Vec<String>,
-    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, garbage[:LINES].
+    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
+    /// garbage[:LINES].
     #[arg(long)]
     pub inject: Option<String>,
     /// Wall-clock speed-up: 10 runs ten times faster than the modelled machine (figures unchanged).
@@ -59,6 +60,13 @@ pub enum Fault {
     Silent(u64),
     /// Rank 0 sends N bad lines on its own connection (default 4) and two intruder connections.
     Garbage(u64),
+    /// Every rank sends its result and bye, then blocks instead of exiting (a teardown hang, as
+    /// in NCCL's `destroy_process_group`): ddptop has every bye but the launcher never exits.
+    /// Written `teardown:0` (the step is ignored, as by the Python workers).
+    Teardown,
+    /// The last rank stops at STEP and nothing of it runs any more: no heartbeat, no reader,
+    /// no dead-man switch (Python: a C call holding the GIL). Only a signal ends it.
+    Frozen(u64),
 }
 
 impl Fault {
@@ -73,10 +81,15 @@ impl Fault {
             "raise" => Ok(Fault::Raise(step()?)),
             "hang" => Ok(Fault::Hang(step()?)),
             "silent" => Ok(Fault::Silent(step()?)),
+            "frozen" => Ok(Fault::Frozen(step()?)),
+            "teardown" => {
+                step()?;
+                Ok(Fault::Teardown)
+            }
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(4)),
             "garbage" => Ok(Fault::Garbage(step()?)),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP or garbage[:LINES]"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0 or garbage[:LINES]"
             )),
         }
     }
@@ -112,6 +125,11 @@ mod tests {
         assert_eq!(Fault::parse("garbage"), Ok(Fault::Garbage(4)));
         assert_eq!(Fault::parse("garbage:100000"), Ok(Fault::Garbage(100_000)));
         assert_eq!(Fault::parse("raise:7"), Ok(Fault::Raise(7)));
+        // The Python workers' DDPTOP_INJECT kinds, with the same spelling.
+        assert_eq!(Fault::parse("teardown:0"), Ok(Fault::Teardown));
+        assert_eq!(Fault::parse("frozen:4"), Ok(Fault::Frozen(4)));
+        assert!(Fault::parse("teardown").is_err());
+        assert!(Fault::parse("frozen:x").is_err());
         assert!(Fault::parse("hang").is_err());
         assert!(Fault::parse("explode:1").is_err());
     }

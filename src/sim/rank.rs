@@ -4,8 +4,9 @@ use super::client::Client;
 use super::{Fault, SimArgs};
 use crate::costmodel::{self, Profile, RESNET18_BUCKETS};
 use crate::protocol::*;
+use crate::run::NcclMode;
+use crate::run::{EnvOverlay, NcclSettings};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ struct Sim<'a> {
     rank: u32,
     k: u32,
     profile: Profile,
-    env_key: String,
+    mode: NcclMode,
     noise: f64,
     rng: StdRng,
     client: Client,
@@ -24,13 +25,13 @@ struct Sim<'a> {
 
 pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
     let profile = Profile::get(&args.profile).expect("checked by sim::main");
-    let env: BTreeMap<String, Option<String>> = args
+    let env: EnvOverlay = args
         .env
         .iter()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), Some(v.to_string())))
         .collect();
-    let env_key = Profile::env_key(&env);
+    let mode = NcclSettings::with(&env).mode();
     let client = Client::connect(rank, args.world_size)?;
     let mut sim = Sim {
         args,
@@ -38,7 +39,7 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
         k: args.world_size.max(1),
         noise: args.noise.unwrap_or(profile.noise),
         profile,
-        env_key,
+        mode,
         rng: StdRng::seed_from_u64(
             args.seed ^ (u64::from(rank) << 32) ^ u64::from(std::process::id()),
         ),
@@ -140,6 +141,13 @@ impl Sim<'_> {
                 self.hang_forever(&format!("waiting for rank {} in all_reduce", self.k - 1))
             }
             Some(Fault::Hang(s)) if self.step >= s => self.hang_forever("injected hang"),
+            Some(Fault::Frozen(s)) if self.step >= s && last_rank => {
+                self.client.shared.frozen.store(true, Ordering::Relaxed);
+                self.client.shared.silent.store(true, Ordering::Relaxed);
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
             Some(Fault::Silent(s)) if self.step >= s && last_rank => {
                 self.client.shared.silent.store(true, Ordering::Relaxed);
                 loop {
@@ -148,10 +156,10 @@ impl Sim<'_> {
             }
             _ => {}
         }
-        if self.k > 1 && self.step >= 1 && self.profile.training_hangs(&self.env_key) {
+        if self.k > 1 && self.step >= 1 && self.profile.training_hangs(self.mode) {
             let why = format!(
                 "simulated deadlock: on {} DDP's overlapped all-reduce never completes with {} (as the book reports)",
-                self.profile.name, self.env_key
+                self.profile.name, self.mode
             );
             self.hang_forever(&why);
         }
@@ -197,14 +205,16 @@ impl Sim<'_> {
             data_ms: data,
             step_ms,
             timing: Timing::Model,
+            fused: None,
+            loss: None,
+            every: None,
         }));
         step_ms
     }
 
+    /// At k=1 too, as the real worker does (DDP at world size 1 still runs its hook): the
+    /// bucket-ready times of a k=1 run are what the cost model predicts k ranks from.
     fn send_buckets(&mut self, m: &costmodel::ModelStep) {
-        if self.k < 2 {
-            return;
-        }
         let scale = self.jitter(1.0);
         let tl = &m.timeline;
         let buckets = tl
@@ -217,6 +227,7 @@ impl Sim<'_> {
                 ready_ms: s.ready_ms * scale,
                 start_ms: s.start_ms * scale,
                 done_ms: s.done_ms * scale,
+                kernel_ms: None,
             })
             .collect();
         self.client.send(&WorkerMsg::Buckets(Buckets {
@@ -227,13 +238,14 @@ impl Sim<'_> {
             bwd_compute_ms: tl.bwd_compute_ms * scale,
             exposed_ms: tl.exposed_ms * scale,
             buckets,
+            start_inferred: None,
         }));
     }
 
     fn train(&mut self) -> i32 {
         let batch = self.per_rank_batch();
         let steps_per_epoch = (self.args.samples / u64::from(self.k) / u64::from(batch)).max(1);
-        let model = self.profile.step(batch, self.k, &self.env_key);
+        let model = self.profile.step(batch, self.k, self.mode);
         self.set_phase(Phase::Train);
         self.log(
             LogLevel::Info,
@@ -291,7 +303,7 @@ impl Sim<'_> {
     /// One synced and one no_sync block of forward+backward steps (no optimizer step).
     fn probe_pair(&mut self, block: &mut u32, batch: u32) {
         const STEPS: u32 = 10;
-        let synced = self.profile.step(batch, self.k, &self.env_key);
+        let synced = self.profile.step(batch, self.k, self.mode);
         // DDP's reducer runs even at k=1 (the control): its overhead shows up as "comm".
         let reducer = self.profile.ddp_overhead_ms;
         let synced_ms = synced.fwd_ms + synced.bwd_ms + if self.k == 1 { reducer } else { 0.0 };
@@ -313,9 +325,10 @@ impl Sim<'_> {
                 block: *block,
                 mode,
                 steps: STEPS,
-                median_ms: crate::app::summary::median(&xs).unwrap_or(base),
+                median_ms: crate::util::median(&xs).unwrap_or(base),
                 min_ms: xs[0],
                 max_ms: xs[xs.len() - 1],
+                live: Some(false),
             }));
             *block += 1;
         }
@@ -341,7 +354,7 @@ impl Sim<'_> {
 
     fn allreduce(&mut self) -> i32 {
         self.set_phase(Phase::Bench);
-        let curve = self.profile.curve(&self.env_key);
+        let curve = self.profile.curve(self.mode);
         let mut sizes: Vec<u64> = std::iter::successors(Some(1024u64), |s| Some(s * 4))
             .take_while(|s| *s <= 256 << 20)
             .collect();
@@ -405,6 +418,8 @@ impl Sim<'_> {
             params: Some(costmodel::RESNET18_PARAMS),
             grad_bytes: Some(costmodel::RESNET18_GRAD_BYTES),
             bucket_bytes: RESNET18_BUCKETS.iter().map(|b| b.0).collect(),
+            optimizer: None,
+            strategy: None,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {
             rank: self.rank,
@@ -412,6 +427,13 @@ impl Sim<'_> {
             t: self.client.t(),
             reason,
         }));
+        if self.fault == Some(Fault::Teardown) {
+            // Said bye, then never exits, as a rank stuck in NCCL's teardown.
+            self.client.shared.silent.store(true, Ordering::Relaxed);
+            loop {
+                std::thread::sleep(Duration::from_secs(3600));
+            }
+        }
         0
     }
 
@@ -461,12 +483,15 @@ fn intrude(path: &std::ffi::OsStr, token: &str, rank: u32, k: u32) -> String {
         pid: std::process::id(),
         host: super::client::hostname(),
         device: "sim:intruder".into(),
-        backend: Backend::Sim,
+        backend: CommBackend::Sim,
         worker: WorkerKind::Sim,
         torch: None,
         nccl: None,
         cuda: None,
         t: 0.0,
+        devices: 1,
+        instrument: None,
+        node: None,
     });
     let _ = writeln!(s, "{}", hello.to_line());
     let mut line = String::new();

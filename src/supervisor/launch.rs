@@ -1,8 +1,8 @@
 //! Turning a `RunSpec` into a process: the command line, the environment, the run directory,
 //! and the spawn in a process group of its own with output going to the run's log file.
 
-use crate::app::{Experiment, RunSpec};
 use crate::protocol::Backend;
+use crate::run::{DEFAULT_PROFILE, DataSource, Experiment, RunSpec};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -70,6 +70,7 @@ fn flags<const N: usize>(pairs: [(&str, String); N]) -> impl Iterator<Item = Str
 
 /// Build the command for a run. Pure: no process is started.
 pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<CommandLine> {
+    let mut cwd = ctx.run_dir.to_path_buf();
     let mut env: BTreeMap<String, Option<String>> = BTreeMap::new();
     let mut set = |k: &str, v: String| {
         env.insert(k.to_string(), Some(v));
@@ -78,8 +79,6 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
     set("DDPTOP_TOKEN", ctx.token.to_string());
     set("DDPTOP_RUN_ID", ctx.run_id.to_string());
     set("PYTHONUNBUFFERED", "1".into());
-    // NVLink multicast stays off on shared machines (and is irrelevant for k ≤ 2).
-    set("NCCL_NVLS_ENABLE", "0".into());
     let argv = match spec.backend {
         Backend::Sim => sim_argv(spec, ctx)?,
         Backend::Gloo | Backend::Nccl => {
@@ -111,22 +110,68 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             set("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", format!("{d}/fr_rank"));
             set("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", format!("{d}/fr_pipe_"));
             set("DDPTOP_FR_DIR", d.to_string());
+            if spec.experiment == Experiment::Jax && spec.backend == Backend::Gloo {
+                // XLA's CPU client has one device unless told: the mesh needs k of them.
+                set(
+                    "XLA_FLAGS",
+                    format!("--xla_force_host_platform_device_count={}", spec.k),
+                );
+                set("JAX_PLATFORMS", "cpu".into());
+            }
+            if let Some(a) = spec
+                .attach
+                .as_ref()
+                .filter(|_| spec.experiment == Experiment::Attach)
+            {
+                attach_env(spec, py, &mut set);
+                cwd = a.cwd.clone();
+            }
+            if spec.experiment == Experiment::Handrolled {
+                super::handrolled::prepare(spec, &py.python, &mut set)?;
+            }
             torch_argv(spec, py)
         }
     };
-    // The run's own toggles last: they win, and `None` removes a variable.
-    for (k, v) in &spec.env {
-        env.insert(k.clone(), v.clone());
+    // The run's own settings last (ddptop's NCCL_NVLS_ENABLE=0 among them unless turned off):
+    // they win, and `None` removes a variable.
+    for (k, v) in spec.nccl.launch_env() {
+        env.insert(k.to_string(), v.map(str::to_string));
     }
-    Ok(CommandLine {
-        argv,
-        env,
-        cwd: ctx.run_dir.to_path_buf(),
-    })
+    Ok(CommandLine { argv, env, cwd })
+}
+
+/// The environment of an attached script: ddptop's bootstrap first on PYTHONPATH (its
+/// `sitecustomize` connects each rank), then the worker package, then the user's own path.
+fn attach_env(spec: &RunSpec, py: &PythonEnv, set: &mut impl FnMut(&str, String)) {
+    let mut path = vec![
+        py.workers_dir
+            .join("ddptop_bootstrap")
+            .display()
+            .to_string(),
+        py.workers_dir.display().to_string(),
+    ];
+    path.extend(std::env::var("PYTHONPATH").ok().filter(|p| !p.is_empty()));
+    set("PYTHONPATH", path.join(":"));
+    // What the bootstrap says in hello before the script has built its process group.
+    set("DDPTOP_BACKEND", spec.backend.as_str().into());
+    if spec.backend == Backend::Gloo {
+        // The script picks its own backend; tutorial scripts pick gloo when torch sees no GPU.
+        set("CUDA_VISIBLE_DEVICES", String::new());
+        // torchrun gives each rank one OpenMP thread only when k > 1; the same at every k keeps
+        // the CPU curve a comparison of k (unless the user's own setting says otherwise).
+        if std::env::var_os("OMP_NUM_THREADS").is_none() {
+            set("OMP_NUM_THREADS", "1".into());
+        }
+    }
 }
 
 /// `ddptop worker sim …`: the launcher of the simulated ranks.
 fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> {
+    if spec.model != crate::run::ModelName::Resnet18 {
+        anyhow::bail!(
+            "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl"
+        );
+    }
     let mut v = vec![
         std::env::current_exe()?.display().to_string(),
         "worker".into(),
@@ -135,7 +180,9 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
     v.extend(flags([
         (
             "--profile",
-            spec.profile.clone().unwrap_or_else(|| "h200-nvlink".into()),
+            spec.profile
+                .clone()
+                .unwrap_or_else(|| DEFAULT_PROFILE.into()),
         ),
         ("--experiment", spec.experiment.as_str().into()),
         ("--world-size", spec.k.to_string()),
@@ -147,7 +194,7 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
     if let Some(n) = ctx.sim_noise {
         v.extend(flags([("--noise", n.to_string())]));
     }
-    for (k, val) in &spec.env {
+    for (k, val) in spec.nccl.launch_env() {
         if let Some(val) = val {
             v.extend(flags([("--env", format!("{k}={val}"))]));
         }
@@ -181,6 +228,7 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
                 ("--data-path", spec.data_path.as_str().into()),
                 backend,
             ]));
+            v.extend(data_flags(&spec.data_source));
         }
         Experiment::Probe => {
             v.push("probe".into());
@@ -198,8 +246,85 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
                 v.extend(flags([("--max-bytes", (16u64 << 20).to_string())]));
             }
         }
+        Experiment::Fsdp => {
+            v.push("fsdp".into());
+            v.extend(flags([
+                ("--strategy", spec.strategy.as_str().into()),
+                ("--optimizer", spec.optimizer.as_str().into()),
+                ("--batch", spec.batch.to_string()),
+                ("--epochs", spec.epochs.to_string()),
+                ("--samples", spec.samples.to_string()),
+                ("--model", spec.model.as_str().into()),
+                ("--data-path", spec.data_path.as_str().into()),
+                backend,
+            ]));
+            v.extend(data_flags(&spec.data_source));
+        }
+        // One process drives every device: `command_for` starts it with `jax_argv`.
+        Experiment::Jax => return jax_argv(spec, py),
+        Experiment::Attach => return attach_argv(spec, py),
+        // One Rust process drives every replica: no torchrun, no Python.
+        Experiment::Handrolled => {
+            return super::handrolled::argv(spec, data_flags(&spec.data_source));
+        }
     }
     v
+}
+
+/// `torchrun --standalone --nproc-per-node=k SCRIPT ARGS`: the user's own script, unchanged.
+fn attach_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
+    let mut v = py.torchrun.clone();
+    v.extend([
+        "--standalone".into(),
+        format!("--nproc-per-node={}", spec.k),
+        "--monitor-interval=0.1".into(),
+    ]);
+    if let Some(a) = &spec.attach {
+        v.push(a.script.display().to_string());
+        v.extend(a.args.iter().cloned());
+    }
+    v
+}
+
+/// `python -m ddptop_worker jax …`: one process for all k devices, no torchrun.
+fn jax_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
+    let mut v = vec![
+        py.python.display().to_string(),
+        "-m".into(),
+        "ddptop_worker".into(),
+        "jax".into(),
+    ];
+    v.extend(flags([
+        ("--k", spec.k.to_string()),
+        ("--sharding", spec.sharding.as_str().into()),
+        ("--batch", spec.batch.to_string()),
+        ("--epochs", spec.epochs.to_string()),
+        ("--samples", spec.samples.to_string()),
+        ("--model", spec.model.as_str().into()),
+        ("--data-path", spec.data_path.as_str().into()),
+        (
+            "--platform",
+            if spec.backend == Backend::Nccl {
+                "gpu"
+            } else {
+                "cpu"
+            }
+            .into(),
+        ),
+    ]));
+    v.extend(data_flags(&spec.data_source));
+    v
+}
+
+fn data_flags(source: &DataSource) -> Vec<String> {
+    match source {
+        DataSource::Synthetic => flags([("--data", "synthetic".into())]).collect(),
+        DataSource::Real(dir) => flags([
+            ("--data", "real".into()),
+            ("--data-dir", dir.display().to_string()),
+        ])
+        .collect(),
+    }
 }
 
 /// Spawn in a new process group with stdout and stderr appended to `run_dir/output.log`.
@@ -289,7 +414,7 @@ pub fn probe_torch(py: &Path) -> Result<(String, u32), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::app::RunSpec;
+    use crate::run::NcclVar;
 
     fn ctx<'a>(dir: &'a Path, py: Option<&'a PythonEnv>) -> LaunchContext<'a> {
         LaunchContext {
@@ -311,8 +436,8 @@ mod tests {
             workers_dir: "/repo/workers".into(),
         };
         let mut spec = RunSpec::new(Experiment::Weak, 2, Backend::Nccl);
-        spec.env.insert("NCCL_P2P_DISABLE".into(), Some("1".into()));
-        spec.env.insert("NCCL_ALGO".into(), None);
+        spec.nccl.toggle(NcclVar::P2pDisable);
+        spec.nccl.set("NCCL_ALGO", None);
         let dir = Path::new("/data/runs/r1");
         let cmd = command_for(&spec, &ctx(dir, Some(&py))).unwrap();
         let argv = cmd.argv.join(" ");
@@ -325,7 +450,7 @@ mod tests {
             "{argv}"
         );
         assert!(
-            argv.ends_with("--data-path device --backend nccl"),
+            argv.ends_with("--data-path device --backend nccl --data synthetic"),
             "{argv}"
         );
         let env = |k: &str| cmd.env.get(k).cloned().flatten();
@@ -376,10 +501,100 @@ mod tests {
     }
 
     #[test]
+    fn jax_runs_are_one_python_process_with_k_devices() {
+        let py = PythonEnv {
+            python: "/venv/bin/python".into(),
+            torchrun: vec!["/venv/bin/torchrun".into()],
+            workers_dir: "/repo/workers".into(),
+        };
+        let mut spec = RunSpec::new(Experiment::Jax, 4, Backend::Gloo);
+        spec.sharding = crate::run::JaxSharding::Fsdp;
+        spec.model = crate::run::ModelName::Tiny;
+        let cmd = command_for(&spec, &ctx(Path::new("/d"), Some(&py))).unwrap();
+        assert_eq!(
+            cmd.argv.join(" "),
+            "/venv/bin/python -m ddptop_worker jax --k 4 --sharding fsdp --batch 256 --epochs 2 \
+             --samples 60000 --model tiny --data-path device --platform cpu --data synthetic"
+        );
+        let env = |k: &str| cmd.env.get(k).cloned().flatten();
+        assert_eq!(
+            env("XLA_FLAGS").as_deref(),
+            Some("--xla_force_host_platform_device_count=4")
+        );
+        assert_eq!(env("JAX_PLATFORMS").as_deref(), Some("cpu"));
+        // On GPUs XLA's collectives are NCCL's: ddptop's NCCL settings apply as for torch.
+        let gpu = command_for(
+            &RunSpec::new(Experiment::Jax, 2, Backend::Nccl),
+            &ctx(Path::new("/d"), Some(&py)),
+        )
+        .unwrap();
+        assert!(gpu.argv.join(" ").contains("--platform gpu"));
+        assert!(!gpu.env.contains_key("XLA_FLAGS"));
+        assert_eq!(
+            gpu.env
+                .get("NCCL_NVLS_ENABLE")
+                .cloned()
+                .flatten()
+                .as_deref(),
+            Some("0")
+        );
+    }
+
+    #[test]
+    fn attached_scripts_run_unchanged_with_the_bootstrap_first_on_the_path() {
+        let py = PythonEnv {
+            python: "/venv/bin/python".into(),
+            torchrun: vec!["/venv/bin/torchrun".into()],
+            workers_dir: "/repo/workers".into(),
+        };
+        let mut spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
+        spec.attach = Some(crate::run::AttachTarget {
+            script: "/home/u/train.py".into(),
+            args: vec!["--epochs".into(), "3".into()],
+            cwd: "/home/u".into(),
+        });
+        spec.inject = Some("hang:5".into());
+        let cmd = command_for(&spec, &ctx(Path::new("/data/runs/r1"), Some(&py))).unwrap();
+        assert_eq!(
+            cmd.argv.join(" "),
+            "/venv/bin/torchrun --standalone --nproc-per-node=2 --monitor-interval=0.1 \
+             /home/u/train.py --epochs 3"
+        );
+        assert_eq!(
+            cmd.cwd,
+            Path::new("/home/u"),
+            "the script runs where the user is"
+        );
+        let env = |k: &str| cmd.env.get(k).cloned().flatten();
+        assert!(
+            env("PYTHONPATH")
+                .unwrap()
+                .starts_with("/repo/workers/ddptop_bootstrap:/repo/workers")
+        );
+        assert_eq!(env("DDPTOP_BACKEND").as_deref(), Some("gloo"));
+        assert_eq!(env("CUDA_VISIBLE_DEVICES").as_deref(), Some(""));
+        assert_eq!(env("DDPTOP_INJECT").as_deref(), Some("hang:5"));
+        assert_eq!(env("DDPTOP_FR_DIR").as_deref(), Some("/data/runs/r1"));
+        let nccl = RunSpec {
+            backend: Backend::Nccl,
+            ..spec
+        };
+        let cmd = command_for(&nccl, &ctx(Path::new("/d"), Some(&py))).unwrap();
+        assert!(!cmd.env.contains_key("CUDA_VISIBLE_DEVICES"));
+        assert_eq!(
+            cmd.env
+                .get("NCCL_NVLS_ENABLE")
+                .cloned()
+                .flatten()
+                .as_deref(),
+            Some("0")
+        );
+    }
+
+    #[test]
     fn sim_runs_pass_their_toggles_and_faults() {
         let mut spec = RunSpec::new(Experiment::Weak, 4, Backend::Sim);
-        spec.env
-            .insert("NCCL_SHM_USE_CUDA_MEMCPY".into(), Some("1".into()));
+        spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
         spec.inject = Some("hang:5".into());
         let argv = command_for(&spec, &ctx(Path::new("/d"), None))
             .unwrap()
@@ -390,7 +605,9 @@ mod tests {
             "{argv}"
         );
         assert!(
-            argv.contains("--env NCCL_SHM_USE_CUDA_MEMCPY=1 --inject hang:5"),
+            argv.contains(
+                "--env NCCL_NVLS_ENABLE=0 --env NCCL_SHM_USE_CUDA_MEMCPY=1 --inject hang:5"
+            ),
             "{argv}"
         );
     }

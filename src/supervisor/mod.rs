@@ -2,19 +2,55 @@
 //! authenticated socket server, stopping process trees, the hang watchdog, NCCL log parsing.
 
 pub mod flight;
+pub mod handrolled;
 pub mod launch;
 pub mod nccl_log;
+pub mod output;
 pub mod procs;
 pub mod socket;
 pub mod watchdog;
 
 use crate::protocol::WorkerMsg;
 
+/// How the launcher process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+    /// The wait itself failed.
+    Unknown,
+}
+
+impl Exit {
+    pub fn of(status: std::io::Result<std::process::ExitStatus>) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match status {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(c), _) => Exit::Code(c),
+                (None, Some(sig)) => Exit::Signal(sig),
+                _ => Exit::Unknown,
+            },
+            Err(_) => Exit::Unknown,
+        }
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "launcher exited with code {c}"),
+            Exit::Signal(s) => write!(f, "launcher killed by signal {s}"),
+            Exit::Unknown => f.write_str("launcher ended"),
+        }
+    }
+}
+
 /// What the supervisor reports to the engine loop.
 #[derive(Debug)]
 pub enum SupEvent {
     /// A validated message from an authenticated connection (including its `hello`).
-    Worker { run: String, msg: WorkerMsg },
+    /// (Boxed: a worker message is far larger than the other events.)
+    Worker { run: String, msg: Box<WorkerMsg> },
     /// Bad lines dropped on an authenticated connection since the last report.
     BadLines {
         run: String,
@@ -27,17 +63,15 @@ pub enum SupEvent {
     /// An authenticated connection closed.
     Disconnected { run: String, rank: u32 },
     /// The launcher process exited.
-    Exited {
-        run: String,
-        code: Option<i32>,
-        signal: Option<i32>,
-    },
+    Exited { run: String, exit: Exit },
     /// A stop sequence finished: no process of the run is left.
     StopDone {
         run: String,
-        escalated_to: &'static str,
+        escalated_to: procs::Escalation,
         survivors: Vec<u32>,
     },
     /// A flight-recorder collection finished (hang evidence).
     Evidence { run: String, lines: Vec<String> },
+    /// A watchdog or teardown deadline passed: judge the runs now.
+    Deadline,
 }

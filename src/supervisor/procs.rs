@@ -60,53 +60,68 @@ pub fn signal_group_or_pid(pid: u32, sig: Signal) {
     }
 }
 
+/// The last signal a stop needed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Escalation {
+    /// Nothing was left to signal.
+    None,
+    Sigint,
+    Sigterm,
+    Sigkill,
+}
+
+impl Escalation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Escalation::None => "none",
+            Escalation::Sigint => "SIGINT",
+            Escalation::Sigterm => "SIGTERM",
+            Escalation::Sigkill => "SIGKILL",
+        }
+    }
+}
+
+impl std::fmt::Display for Escalation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Stop a run's process tree: SIGINT → grace → SIGTERM → grace → SIGKILL, to the launcher's
 /// group and to every worker's own group. Returns the last signal needed and any survivors.
 pub async fn stop_tree(
     launcher_pgid: Option<u32>,
     worker_pids: &[u32],
     graces: [Duration; 2],
-) -> (&'static str, Vec<u32>) {
+) -> (Escalation, Vec<u32>) {
     let mut groups: Vec<u32> = launcher_pgid.into_iter().collect();
     groups.extend(worker_pids.iter().copied());
     groups.sort_unstable();
     groups.dedup();
-    let steps: [(Signal, &'static str, Duration); 3] = [
-        (Signal::SIGINT, "SIGINT", graces[0]),
-        (Signal::SIGTERM, "SIGTERM", graces[1]),
-        (Signal::SIGKILL, "SIGKILL", Duration::from_secs(3)),
+    let steps = [
+        (Signal::SIGINT, Escalation::Sigint, graces[0]),
+        (Signal::SIGTERM, Escalation::Sigterm, graces[1]),
+        (Signal::SIGKILL, Escalation::Sigkill, Duration::from_secs(3)),
     ];
-    for (sig, name, grace) in steps {
+    // The signal sent before this one: what it took when the tree is found gone.
+    let mut sent = Escalation::None;
+    for (sig, level, grace) in steps {
         if survivors(&groups, worker_pids).is_empty() {
-            return (
-                if sig == Signal::SIGINT {
-                    "none"
-                } else {
-                    name_before(name)
-                },
-                Vec::new(),
-            );
+            return (sent, Vec::new());
         }
         for &g in &groups {
             signal_group_or_pid(g, sig);
         }
+        sent = level;
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
             if survivors(&groups, worker_pids).is_empty() {
-                return (name, Vec::new());
+                return (level, Vec::new());
             }
         }
     }
-    ("SIGKILL", survivors(&groups, worker_pids))
-}
-
-fn name_before(name: &'static str) -> &'static str {
-    match name {
-        "SIGTERM" => "SIGINT",
-        "SIGKILL" => "SIGTERM",
-        _ => "none",
-    }
+    (Escalation::Sigkill, survivors(&groups, worker_pids))
 }
 
 /// Raise the soft open-files limit to the hard one, so bursts of connections do not hit EMFILE.

@@ -293,7 +293,7 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
     let _ = events
         .send(SupEvent::Worker {
             run: run.clone(),
-            msg: WorkerMsg::Hello(hello),
+            msg: Box::new(WorkerMsg::Hello(hello)),
         })
         .await;
 
@@ -324,7 +324,7 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
                         if pending_bad > 0 {
                             flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
                         }
-                        if events.send(SupEvent::Worker { run: run.clone(), msg }).await.is_err() { break; }
+                        if events.send(SupEvent::Worker { run: run.clone(), msg: Box::new(msg) }).await.is_err() { break; }
                     }
                     other => {
                         let detail = match other {

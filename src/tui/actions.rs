@@ -1,53 +1,28 @@
 //! What each `Action` does to the engine and the state. Shared by the interactive loop and
 //! `--script`, so a script does exactly what the keys do.
 //!
-//! Launches go through a queue: one measurement at a time, because two runs sharing GPUs or
-//! CPU cores would spoil each other's numbers. A launch while a run is active waits for it (the
-//! message says so); a sweep (k = 1, 2, 4) and a probe (the probe, then its k=1 control) are
-//! queue entries that share a sweep id.
+//! Launches go through `plan::Queue`: one measurement at a time. A launch while a run is active
+//! waits for it (the message says so); a sweep (k = 1, 2, 4) and a probe (the probe, then its
+//! k=1 control) are queue entries that share a sweep id. What to launch comes from `plan`, the
+//! same planner `ddptop run` uses.
 
-use crate::app::{Action, DataPath, Experiment, Level, ModelName, RunSpec, State};
+use crate::app::{Action, Freeze, Level, State, View};
 use crate::engine::Engine;
-use crate::protocol::{Backend, Command};
+use crate::plan::{self, Queue, Template};
+use crate::protocol::Command;
+use crate::run::{Experiment, NcclVar, RunSpec};
 use crate::ui::layout::PAGES;
-use std::collections::{HashSet, VecDeque};
-
-/// What a launch from the dashboard uses besides `State.next`.
-#[derive(Debug, Clone)]
-pub struct LaunchDefaults {
-    pub backend: Backend,
-    /// Machine profile of the simulated backend.
-    pub profile: Option<String>,
-    pub model: ModelName,
-    pub epochs: u32,
-    pub samples: u64,
-}
-
-impl LaunchDefaults {
-    pub fn new(backend: Backend, profile: Option<String>) -> Self {
-        LaunchDefaults {
-            backend,
-            profile: (backend == Backend::Sim)
-                .then(|| profile.unwrap_or_else(|| "h200-nvlink".into())),
-            model: ModelName::default_for(backend),
-            epochs: 2,
-            samples: if backend == Backend::Gloo {
-                8_192
-            } else {
-                60_000
-            },
-        }
-    }
-}
+use std::collections::HashSet;
 
 /// The loop's side of actions: the launch queue, probe toggles, and what the loop itself must do.
 #[derive(Debug)]
 pub struct Controller {
-    pub defaults: LaunchDefaults,
-    pub queue: VecDeque<(RunSpec, Option<String>)>,
+    /// Backend, profile, model, epochs, samples of dashboard launches; the experiment, data path
+    /// and NCCL settings come from `State.next`.
+    pub template: Template,
+    pub queue: Queue,
     /// Runs whose live probe is on (Command::ProbeOn sent).
     probing: HashSet<String>,
-    sweeps: u32,
 }
 
 /// What the loop has to do after an action.
@@ -58,83 +33,36 @@ pub enum Flow {
     NextTheme,
     /// Apply the next config preset to the next launch (the loop owns the config).
     NextPreset,
-    /// Freeze was toggled on: capture the timeline now.
-    Frozen,
     Quit,
 }
 
 impl Controller {
-    pub fn new(defaults: LaunchDefaults) -> Self {
+    pub fn new(template: Template) -> Self {
         Controller {
-            defaults,
-            queue: VecDeque::new(),
+            template,
+            queue: Queue::default(),
             probing: HashSet::new(),
-            sweeps: 0,
         }
     }
 
-    fn spec(&self, state: &State, experiment: Experiment, k: u32) -> RunSpec {
-        RunSpec {
-            experiment,
-            k,
-            backend: self.defaults.backend,
-            profile: self.defaults.profile.clone(),
-            model: self.defaults.model,
-            batch: experiment.default_batch(),
-            epochs: self.defaults.epochs,
-            samples: self.defaults.samples,
-            env: state.next.env.clone(),
-            inject: None,
-            control: false,
+    /// The template with the next launch's preferences from the state.
+    fn next(&self, state: &State) -> Template {
+        Template {
+            nccl: state.next.nccl.clone(),
             data_path: state.next.data_path,
+            ..self.template.clone()
         }
     }
 
-    fn sweep_id(&mut self) -> String {
-        self.sweeps += 1;
-        format!("s{}-{}", crate::util::unix_now() as u64, self.sweeps)
-    }
-
-    /// k=2 for experiments that need communication, when the machine has two GPUs (or runs on
-    /// CPUs / simulated); otherwise a message saying why not.
-    fn two_ranks(state: &mut State, why_not: &str) -> Option<u32> {
-        let k = if state.max_k == 0 {
-            2
-        } else {
-            state.max_k.min(2)
-        };
-        if k < 2 {
-            state.push_message(Level::Warn, None, format!("not launched: {why_not}"));
-            return None;
-        }
-        Some(k)
-    }
-
-    /// `k` fits this machine? (max_k = 0: CPU or simulated, no limit.) Says why not.
-    fn fits(state: &mut State, k: u32, what: &str) -> bool {
-        if state.max_k > 0 && k > state.max_k {
-            state.push_message(
-                Level::Warn,
-                None,
-                format!(
-                    "not launched: {what} at k={k} needs {k} GPUs; this machine has {}",
-                    state.max_k
-                ),
-            );
-            return false;
-        }
-        true
-    }
-
-    fn enqueue(&mut self, state: &mut State, items: Vec<(RunSpec, Option<String>)>) {
-        if items.is_empty() {
+    fn enqueue(&mut self, state: &mut State, specs: Vec<RunSpec>, sweep: Option<String>) {
+        if specs.is_empty() {
             return;
         }
         let busy = state.active_runs().next().is_some() || !self.queue.is_empty();
         if busy {
-            let what: Vec<String> = items
+            let what: Vec<String> = specs
                 .iter()
-                .map(|(s, _)| format!("{} k={}", s.experiment.as_str(), s.k))
+                .map(|s| format!("{} k={}", s.experiment.as_str(), s.k))
                 .collect();
             state.push_message(
                 Level::Info,
@@ -145,31 +73,38 @@ impl Controller {
                 ),
             );
         }
-        self.queue.extend(items);
+        self.queue.push(specs, sweep);
     }
 
-    /// Start the next queued launch when nothing is running. Call after every event.
-    pub fn pump(&mut self, engine: &mut Engine) {
-        if engine.has_active_runs() {
-            return;
-        }
-        while let Some((spec, sweep)) = self.queue.pop_front() {
-            let control = spec.control;
-            let before = engine.state().focused.clone();
-            if engine.launch(spec, sweep.clone()).is_ok() {
-                // A probe's k=1 control runs after it; the screens stay on the probe.
-                if control && let Some(id) = before {
-                    let st = engine.state_mut();
-                    if let Some(i) = st.runs.iter().position(|r| r.id == id) {
-                        st.selected = i;
-                        st.focused = Some(id);
-                    }
+    /// Plan `ks` of `experiment` and queue it, or say why not.
+    fn plan(&mut self, state: &mut State, experiment: Experiment, ks: &[u32], sweep: bool) {
+        let planned = if experiment == Experiment::Fsdp {
+            plan::fsdp_pairs(&self.next(state), ks, state.max_k)
+        } else {
+            plan::sweep(&self.next(state), experiment, ks, state.max_k)
+        };
+        match planned {
+            Ok(p) => {
+                for n in &p.notes {
+                    state.push_message(Level::Warn, None, format!("not launched: {n}"));
                 }
-                return;
+                let id = (sweep || p.specs.len() > 1).then(|| self.queue.sweep_id());
+                self.enqueue(state, p.specs, id);
             }
-            // The engine said why; the rest of the same sweep would fail the same way.
-            if let Some(s) = sweep {
-                self.queue.retain(|(_, w)| w.as_deref() != Some(s.as_str()));
+            Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
+        }
+    }
+
+    /// Start the next queued launch when nothing is running, and focus it. Call after every
+    /// event.
+    pub fn pump(&mut self, engine: &mut Engine, view: &mut View) {
+        let before = view.focused.clone();
+        if let Some((id, spec)) = self.queue.pump(engine) {
+            // A probe's k=1 control runs after it; the screens stay on the probe.
+            let stay = before.filter(|_| spec.control);
+            view.focus(engine.state(), stay.as_deref().unwrap_or(&id));
+            if stay.is_none() {
+                view.timeline_rank = 0;
             }
         }
     }
@@ -179,55 +114,96 @@ impl Controller {
         self.queue.len()
     }
 
-    /// Apply one action. Navigation and toggles change the state; launches, stops and probe
-    /// commands go to the engine.
-    pub fn handle(&mut self, engine: &mut Engine, action: Action) -> Flow {
-        let flow = self.handle_inner(engine, action);
-        engine.state_mut().generation += 1;
-        self.pump(engine);
+    /// Apply one action. Navigation changes the view, toggles the next launch's settings;
+    /// launches, stops and probe commands go to the engine. The screen is redrawn after any.
+    pub fn handle(&mut self, engine: &mut Engine, view: &mut View, action: Action) -> Flow {
+        let flow = if action == Action::WriteReport {
+            write_report(engine, view);
+            Flow::Continue
+        } else {
+            self.handle_inner(engine, view, action)
+        };
+        self.pump(engine, view);
         flow
     }
 
-    fn handle_inner(&mut self, engine: &mut Engine, action: Action) -> Flow {
+    fn handle_inner(&mut self, engine: &mut Engine, view: &mut View, action: Action) -> Flow {
         let state = engine.state_mut();
         match action {
-            Action::LaunchK1 | Action::LaunchK2 | Action::LaunchK4 => {
-                let k = action.launch_k().expect("launch action");
+            Action::Launch { k } => {
                 let exp = state.next.experiment;
-                if Self::fits(state, k, exp.as_str()) {
-                    let spec = self.spec(state, exp, k);
-                    self.enqueue(state, vec![(spec, None)]);
+                self.plan(state, exp, &[k], false);
+            }
+            Action::Sweep if state.next.experiment == Experiment::Handrolled => {
+                // The deficits set: DDP and the three hand-rolled variants at each k.
+                match plan::deficits_sweep(&self.next(state), &[1, 2, 4], state.max_k) {
+                    Ok(p) => {
+                        for n in &p.notes {
+                            state.push_message(Level::Warn, None, format!("not launched: {n}"));
+                        }
+                        let id = Some(self.queue.sweep_id());
+                        self.enqueue(state, p.specs, id);
+                    }
+                    Err(why) => {
+                        state.push_message(Level::Warn, None, format!("not launched: {why}"))
+                    }
                 }
             }
             Action::Sweep => {
                 let exp = state.next.experiment;
-                let ks: Vec<u32> = [1, 2, 4]
-                    .into_iter()
-                    .filter(|&k| state.max_k == 0 || k <= state.max_k)
-                    .collect();
-                if ks.len() < 3 {
-                    state.push_message(
-                        Level::Warn,
-                        None,
-                        format!(
-                            "sweep: this machine has {} GPU(s); running k = {:?}",
-                            state.max_k, ks
-                        ),
-                    );
-                }
-                let id = self.sweep_id();
-                let items = ks
-                    .into_iter()
-                    .map(|k| (self.spec(state, exp, k), Some(id.clone())))
-                    .collect();
-                self.enqueue(state, items);
+                self.plan(state, exp, &[1, 2, 4], true);
             }
             Action::SwitchExperiment => {
                 state.next.experiment = match state.next.experiment {
                     Experiment::Weak => Experiment::Strong,
+                    Experiment::Strong => Experiment::Fsdp,
+                    Experiment::Fsdp => Experiment::Jax,
+                    Experiment::Jax => Experiment::Handrolled,
+                    Experiment::Handrolled if self.template.attach.is_some() => Experiment::Attach,
                     _ => Experiment::Weak,
                 };
                 let e = state.next.experiment;
+                if let Some(a) = self
+                    .template
+                    .attach
+                    .as_ref()
+                    .filter(|_| e == Experiment::Attach)
+                {
+                    state.push_message(
+                        Level::Info,
+                        None,
+                        format!("next launch: attach {} (1/2/4 run it at that k)", a.label()),
+                    );
+                    return Flow::Continue;
+                }
+                if e == Experiment::Handrolled {
+                    state.push_message(
+                        Level::Info,
+                        None,
+                        "next launch: handrolled single+star (one Rust process, k replicas, gradients \
+                         all-reduced by tensor copies); a runs DDP and all three variants \
+                         at k = 1, 2, 4 for the Deficits pane",
+                    );
+                    return Flow::Continue;
+                }
+                if e == Experiment::Jax {
+                    state.push_message(
+                        Level::Info,
+                        None,
+                        "next launch: jax (one process over k devices, batch 256 per device): \
+                         the Receipt pane shows the collectives XLA wrote",
+                    );
+                    return Flow::Continue;
+                }
+                if e == Experiment::Fsdp {
+                    state.push_message(
+                        Level::Info,
+                        None,
+                        "next launch: fsdp (batch 256 per rank, Adam): FSDP then DDP at each k, \
+                         memory per rank in the Memory pane",
+                    );
+                    return Flow::Continue;
+                }
                 state.push_message(
                     Level::Info,
                     None,
@@ -244,13 +220,12 @@ impl Controller {
                 );
             }
             Action::ToggleDataPath => {
-                state.next.data_path = match state.next.data_path {
-                    DataPath::Device => DataPath::Loader,
-                    DataPath::Loader => DataPath::Device,
-                };
+                state.next.data_path = state.next.data_path.toggled();
                 let msg = match state.next.data_path {
-                    DataPath::Loader => "next launch: the book's DataLoader (watch the data wait)",
-                    DataPath::Device => "next launch: device-resident data",
+                    crate::run::DataPath::Loader => {
+                        "next launch: the book's DataLoader (watch the data wait)"
+                    }
+                    crate::run::DataPath::Device => "next launch: device-resident data",
                 };
                 state.push_message(Level::Info, None, msg);
             }
@@ -291,41 +266,36 @@ impl Controller {
                     }
                     return Flow::Continue;
                 }
-                let Some(k) = Self::two_ranks(
-                    state,
-                    "the no_sync probe needs 2 GPUs (k=1 has no communication to measure)",
-                ) else {
-                    return Flow::Continue;
-                };
-                let id = self.sweep_id();
-                let probe = self.spec(state, Experiment::Probe, k);
-                let mut control = self.spec(state, Experiment::Probe, 1);
-                control.control = true;
-                self.enqueue(state, vec![(probe, Some(id.clone())), (control, Some(id))]);
+                match plan::two_ranks(state.max_k, "the no_sync probe") {
+                    Ok(k) => self.plan(state, Experiment::Probe, &[k], true),
+                    Err(why) => {
+                        state.push_message(Level::Warn, None, format!("not launched: {why}"))
+                    }
+                }
             }
-            Action::Bench => {
-                let Some(k) = Self::two_ranks(state, "an all-reduce bench needs 2 GPUs") else {
-                    return Flow::Continue;
-                };
-                let spec = self.spec(state, Experiment::Allreduce, k);
-                self.enqueue(state, vec![(spec, None)]);
-            }
-            Action::ToggleShmMemcpy => toggle(state, "NCCL_SHM_USE_CUDA_MEMCPY"),
-            Action::ToggleP2pDisable => toggle(state, "NCCL_P2P_DISABLE"),
-            Action::Rerun => match state.runs.get(state.selected) {
+            Action::Bench => match plan::two_ranks(state.max_k, "an all-reduce bench") {
+                Ok(k) => self.plan(state, Experiment::Allreduce, &[k], false),
+                Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
+            },
+            Action::Toggle(var) => toggle(state, var),
+            Action::Rerun => match view.selected_run(state) {
                 Some(r) => {
                     let mut spec = r.spec.clone();
                     spec.inject = None;
-                    if Self::fits(state, spec.k, spec.experiment.as_str()) {
-                        self.enqueue(state, vec![(spec, None)]);
+                    match plan::fits(spec.k, state.max_k) {
+                        Ok(()) => self.enqueue(state, vec![spec], None),
+                        Err(why) => state.push_message(
+                            Level::Warn,
+                            None,
+                            format!("not launched: {} at {why}", spec.experiment.as_str()),
+                        ),
                     }
                 }
                 None => state.push_message(Level::Info, None, "nothing to rerun: no run selected"),
             },
             Action::Stop => {
-                let selected = state
-                    .runs
-                    .get(state.selected)
+                let selected = view
+                    .selected_run(state)
                     .filter(|r| !r.status.is_final())
                     .map(|r| (r.id.clone(), r.sweep.clone()));
                 let target = selected.or_else(|| {
@@ -337,9 +307,7 @@ impl Controller {
                 match target {
                     Some((id, sweep)) => {
                         if let Some(s) = sweep {
-                            let before = self.queue.len();
-                            self.queue.retain(|(_, w)| w.as_deref() != Some(s.as_str()));
-                            let dropped = before - self.queue.len();
+                            let dropped = self.queue.drop_sweep(&s);
                             if dropped > 0 {
                                 state.push_message(
                                     Level::Info,
@@ -358,8 +326,7 @@ impl Controller {
                         );
                     }
                     None if !self.queue.is_empty() => {
-                        let n = self.queue.len();
-                        self.queue.clear();
+                        let n = self.queue.clear();
                         state.push_message(
                             Level::Info,
                             None,
@@ -372,37 +339,45 @@ impl Controller {
                 }
             }
             Action::NextPane => {
-                let i = PAGES.iter().position(|p| *p == state.pane).unwrap_or(0);
-                state.pane = PAGES[(i + 1) % PAGES.len()];
+                let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
+                view.pane = PAGES[(i + 1) % PAGES.len()];
             }
             Action::Up => {
-                state.selected = state.selected.saturating_sub(1);
+                view.selected = view.selected.saturating_sub(1);
             }
             Action::Down => {
-                if state.selected + 1 < state.runs.len() {
-                    state.selected += 1;
+                if view.selected + 1 < state.runs.len() {
+                    view.selected += 1;
                 }
             }
             Action::Focus => {
-                if let Some(r) = state.runs.get(state.selected) {
-                    state.focused = Some(r.id.clone());
-                    state.timeline_rank = 0;
+                if let Some(r) = view.selected_run(state) {
+                    view.focused = Some(r.id.clone());
+                    view.timeline_rank = 0;
                 }
             }
             Action::NextRank => {
-                if let Some(k) = state.focused_run().map(|r| r.spec.k.max(1)) {
-                    state.timeline_rank = (state.timeline_rank + 1) % k;
+                if let Some(k) = view.subject(state).map(|r| r.spec.k.max(1)) {
+                    view.timeline_rank = (view.timeline_rank + 1) % k;
                 }
             }
-            Action::Freeze => {
-                state.frozen = !state.frozen;
-                if state.frozen {
-                    return Flow::Frozen;
+            Action::Freeze => match view.freeze {
+                Freeze::Frozen(_) => view.freeze = Freeze::Live,
+                Freeze::Live => {
+                    if !view.freeze(state) {
+                        state.push_message(
+                            Level::Info,
+                            None,
+                            "nothing to freeze: the timeline has no step yet",
+                        );
+                    }
                 }
-            }
+            },
             Action::NextTheme => return Flow::NextTheme,
             Action::NextPreset => return Flow::NextPreset,
-            Action::Help => state.show_help = !state.show_help,
+            // Handled in `handle`, which holds the engine (the store's path).
+            Action::WriteReport => {}
+            Action::Help => view.show_help = !view.show_help,
             Action::Quit => return Flow::Quit,
         }
         Flow::Continue
@@ -410,23 +385,43 @@ impl Controller {
 
     /// Nothing running and nothing queued (for `--script`'s `wait-run`).
     pub fn idle(&self, engine: &Engine) -> bool {
-        self.queue.is_empty() && !engine.has_active_runs()
+        self.queue.idle(engine)
     }
 }
 
-fn toggle(state: &mut State, var: &str) {
-    let on = state.next.env.get(var).is_some_and(|v| v.is_some());
-    if on {
-        state.next.env.remove(var);
-    } else {
-        state.next.env.insert(var.to_string(), Some("1".into()));
+/// The report of the selected run's curve, into the data dir's `reports/`; the log says where.
+fn write_report(engine: &mut Engine, view: &View) {
+    let store = engine.store_path().to_path_buf();
+    let dir = store
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .join("reports");
+    let id = view.selected_run(engine.state()).map(|r| r.id.clone());
+    let state = engine.state_mut();
+    let Some(id) = id else {
+        state.push_message(Level::Info, None, "no report: no run selected");
+        return;
+    };
+    match crate::report::cmd::write_curve_report(&store, &dir, &id) {
+        Ok(path) => state.push_message(
+            Level::Info,
+            Some(&id),
+            format!("report of its curve written to {}", path.display()),
+        ),
+        Err(e) => state.push_message(Level::Warn, Some(&id), format!("no report: {e:#}")),
     }
+}
+
+fn toggle(state: &mut State, var: NcclVar) {
+    let on = state.next.nccl.toggle(var);
+    let what = if on {
+        format!("{}={}", var.name(), var.toggle_value())
+    } else {
+        format!("{} unset", var.name())
+    };
     state.push_message(
         Level::Info,
         None,
-        format!(
-            "{var}={} for the next launch (NCCL reads it at communicator init)",
-            if on { "unset" } else { "1" }
-        ),
+        format!("{what} for the next launch (NCCL reads it at communicator init)"),
     );
 }

@@ -3,7 +3,7 @@
 //! One tokio task owns the engine (and through it `State`) and `select!`s over the terminal's
 //! key events, the engine's supervisor events, the GPU sampler's channel, a 250 ms tick (only
 //! while runs are active: watchdog, throughput samples, log tails) and SIGTERM/SIGHUP/SIGINT. It
-//! redraws only when `State.generation` changed (or the terminal was resized), at most
+//! redraws only when a handler said something shown changed (or the terminal was resized), at most
 //! `max_fps` times a second, so an idle dashboard does no work.
 //!
 //! Leaving — `q`, Ctrl-C, SIGTERM, SIGHUP (terminal closed), a panic — stops every run first
@@ -16,14 +16,15 @@
 pub mod actions;
 pub mod script;
 
-use crate::app::{HostInfo, Level, State};
+use crate::app::{self as model, Level, View};
 use crate::cli::{GlobalArgs, TuiArgs};
 use crate::config::{Config, no_color_env};
-use crate::engine::{Engine, EngineOptions};
-use crate::gpu::{self, GpuSource, Update, nvml::NvmlSource, sampler::Sampler};
-use crate::protocol::Backend;
-use crate::ui::{self, ThemeSet, timeline::FrozenStep};
-use actions::{Controller, Flow, LaunchDefaults};
+use crate::engine::Engine;
+use crate::gpu::{GpuSource, Update, nvml::NvmlSource, sampler::Sampler};
+use crate::plan::{self, BrokenConfig};
+use crate::run::NcclSettings;
+use crate::ui::{self, ThemeSet};
+use actions::{Controller, Flow};
 use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind};
 use futures::{FutureExt, StreamExt};
 use std::io::IsTerminal;
@@ -43,7 +44,8 @@ pub struct App {
     pub themes: ThemeSet,
     pub sampler: Sampler,
     pub gpu_rx: mpsc::Receiver<Update>,
-    pub frozen: Option<FrozenStep>,
+    /// What the user is looking at (the engine holds the data).
+    pub view: View,
     pub detach: bool,
     /// Index of the last preset applied with `next-preset` (starts before the first).
     pub preset_idx: usize,
@@ -52,7 +54,7 @@ pub struct App {
 impl App {
     /// Apply an action from a key or a script step; `true` = quit.
     pub fn act(&mut self, a: crate::app::Action) -> bool {
-        match self.ctrl.handle(&mut self.engine, a) {
+        match self.ctrl.handle(&mut self.engine, &mut self.view, a) {
             Flow::Quit => return true,
             Flow::NextTheme => {
                 let name = self.themes.cycle().name.clone();
@@ -72,70 +74,45 @@ impl App {
                 } else {
                     self.preset_idx = self.preset_idx.wrapping_add(1) % names.len();
                     let name = names[self.preset_idx].clone();
-                    let preset = self.config.presets[&name].clone();
-                    // `None` entries unset the variable; a preset replaces the toggles.
-                    st.next.env = preset.clone();
-                    let desc: Vec<String> = preset
-                        .iter()
-                        .map(|(k, v)| match v {
-                            Some(v) => format!("{k}={v}"),
-                            None => format!("-{k}"),
-                        })
-                        .collect();
+                    // A preset replaces the toggles, on top of ddptop's defaults.
+                    st.next.nccl = NcclSettings::with(&self.config.presets[&name]);
+                    let desc = st.next.nccl.short();
                     st.push_message(
                         Level::Info,
                         None,
-                        format!("next launch: preset {name} ({})", desc.join(" ")),
+                        format!("next launch: preset {name} ({desc})"),
                     );
                 }
             }
-            Flow::Frozen => {
-                self.frozen = ui::timeline::capture(self.engine.state());
-                let st = self.engine.state_mut();
-                if self.frozen.is_none() {
-                    st.push_message(Level::Info, None, "frozen (no timeline step to hold yet)");
-                }
-            }
             Flow::Continue => {}
-        }
-        if !self.engine.state().frozen {
-            self.frozen = None;
         }
         false
     }
 
     /// After any engine event: watch the workers' pids, start queued launches.
     pub fn after_event(&mut self) {
-        self.sampler.watch(gpu::worker_pids(self.engine.state()));
-        self.ctrl.pump(&mut self.engine);
+        self.sampler
+            .watch(model::gpus::worker_pids(self.engine.state()));
+        self.ctrl.pump(&mut self.engine, &mut self.view);
     }
 
     pub fn draw(&self, f: &mut ratatui::Frame) {
-        ui::draw_view(
-            f,
-            self.engine.state(),
-            self.themes.current(),
-            &self.config.keys,
-            self.frozen.as_ref(),
-        );
+        let ctx = ui::Ctx {
+            state: self.engine.state(),
+            view: &self.view,
+            theme: self.themes.current(),
+            keys: &self.config.keys,
+        };
+        ui::draw(f, &ctx);
     }
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
 }
 
 /// Load config and themes, pick the backend, start the engine and the sampler.
 async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
-    let cfg_path = crate::paths::config_file(g.config.as_deref());
-    let config = Config::load(Some(&cfg_path)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let setup = plan::setup(g, a.backend, a.profile.as_deref(), BrokenConfig::Fail)?;
+    let config = &setup.config;
     let theme_name = a.theme.clone().unwrap_or_else(|| config.theme.clone());
-    if !ui::theme::theme_exists(&theme_name, config.themes_dir().as_deref()) {
+    if !crate::config::theme_exists(&theme_name, config.themes_dir().as_deref()) {
         anyhow::bail!(
             "unknown theme `{theme_name}` (built in: {})",
             crate::config::BUILTIN_THEMES.join(", ")
@@ -143,49 +120,38 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
     }
     let themes = ThemeSet::load(&theme_name, config.themes_dir().as_deref(), no_color_env())
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-
-    let python = g.python.clone().or_else(|| config.python.clone());
-    let resolved = crate::detect::resolve(
-        a.backend,
-        python.as_deref(),
-        g.workers_dir.as_deref(),
-        config.torchrun.as_deref(),
-    )?;
-    let profile = (resolved.backend == Backend::Sim).then(|| a.profile.clone());
-    if let Some(p) = &profile
-        && crate::costmodel::Profile::get(p).is_none()
-    {
-        anyhow::bail!(
-            "unknown profile `{p}`; known: {}",
-            crate::costmodel::Profile::names().join(", ")
-        );
+    let state = setup.state(crate::paths::hostname());
+    let mut template = setup.template();
+    if let Some((script, args)) = a.attach.split_first() {
+        let cwd = std::env::current_dir()?;
+        let target =
+            crate::run::AttachTarget::new(std::path::Path::new(script), args.to_vec(), &cwd)
+                .map_err(crate::cli::BadInput)?;
+        if template.backend == crate::protocol::Backend::Sim {
+            return Err(crate::cli::BadInput(
+                "--attach runs your script with real PyTorch: use --backend gloo (CPU) or nccl (GPUs)"
+                    .into(),
+            )
+            .into());
+        }
+        template.attach = Some(target);
     }
-
-    let backend_label = match resolved.backend {
-        Backend::Sim => format!("SIMULATED {}", profile.as_deref().unwrap_or("")),
-        Backend::Gloo => "gloo (CPU)".to_string(),
-        Backend::Nccl => "NCCL".to_string(),
-    };
-    let mut state = State::new(HostInfo {
-        hostname: hostname(),
-        gpu_summary: None,
-        interconnect: None,
-        backend_label: backend_label.trim().to_string(),
-        torch: resolved.torch.clone(),
-        nccl: None,
-    });
-    state.max_k = resolved.gpus;
-
-    let mut opts = EngineOptions::new(crate::paths::data_dir(g.data_dir.as_deref()));
-    opts.python = resolved.python.clone();
+    let mut opts = setup.opts;
     opts.sim_speed = a.sim_speed;
-    opts.watchdog.floor_s = config.watchdog.hang_floor_s;
-    opts.watchdog.factor = config.watchdog.hang_factor;
-    opts.watchdog.startup_s = config.watchdog.startup_s;
+    let config = setup.config;
     let mut engine = Engine::start(opts, state)?;
 
     let st = engine.state_mut();
-    st.push_message(Level::Info, None, resolved.note.clone());
+    st.push_message(Level::Info, None, setup.resolved.note.clone());
+    if let Some(a) = &template.attach {
+        st.next.experiment = crate::run::Experiment::Attach;
+        st.next.attach = Some(a.label());
+        st.push_message(
+            Level::Info,
+            None,
+            format!("attached script: {} (1/2/4 run it at that k)", a.label()),
+        );
+    }
     if config.created
         && let Some(p) = &config.path
     {
@@ -197,11 +163,11 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
     }
     let source: Option<Box<dyn GpuSource>> = match NvmlSource::new() {
         Ok(src) => {
-            gpu::apply_info(st, src.info());
+            model::gpus::apply_info(st, src.info());
             Some(Box::new(src))
         }
         Err(why) => {
-            st.gpu_note = Some(gpu::nvml_note(&why));
+            st.gpu_note = Some(crate::gpu::nvml_note(&why));
             None
         }
     };
@@ -211,7 +177,8 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         Duration::from_millis(config.refresh.gpu_sample_ms),
         tx,
     );
-    let ctrl = Controller::new(LaunchDefaults::new(resolved.backend, profile));
+    let ctrl = Controller::new(template);
+    let timeline_steps = config.timeline.steps;
     Ok(App {
         engine,
         ctrl,
@@ -219,7 +186,10 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         themes,
         sampler,
         gpu_rx,
-        frozen: None,
+        view: View {
+            timeline_steps,
+            ..View::default()
+        },
         detach: a.detach,
         preset_idx: usize::MAX,
     })
@@ -231,7 +201,7 @@ pub fn main(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<i32> {
         eprintln!("{NO_TTY}");
         return Ok(2);
     }
-    let rt = crate::cli::runtime()?;
+    let rt = crate::util::runtime()?;
     rt.block_on(async {
         let app = setup(g, a).await?;
         match &a.script {
@@ -267,20 +237,18 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut drawn_gen: Option<u64> = None;
     let mut last_draw = Instant::now() - frame_gap;
-    let mut force = true;
+    // Set by every handler that changed what the screen shows.
+    let mut dirty = true;
     loop {
         // Draw when something changed, no more often than max_fps.
-        let generation = app.engine.state().generation;
         let mut next_frame = None;
-        if force || drawn_gen != Some(generation) {
+        if dirty {
             let due = last_draw + frame_gap;
             if Instant::now() >= due {
                 terminal.draw(|f| app.draw(f))?;
                 last_draw = Instant::now();
-                drawn_gen = Some(generation);
-                force = false;
+                dirty = false;
             } else {
                 next_frame = Some(due);
             }
@@ -292,31 +260,32 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
                     if k.kind == KeyEventKind::Release {
                         continue;
                     }
-                    if app.engine.state().show_help && k.code == KeyCode::Esc {
-                        let st = app.engine.state_mut();
-                        st.show_help = false;
-                        st.generation += 1;
+                    if app.view.show_help && k.code == KeyCode::Esc {
+                        app.view.show_help = false;
+                        dirty = true;
                         continue;
                     }
-                    if let Some(a) = app.config.keys.resolve(&k)
-                        && app.act(a)
-                    {
-                        break;
+                    if let Some(a) = app.config.keys.resolve(&k) {
+                        if app.act(a) {
+                            break;
+                        }
+                        dirty = true;
                     }
-                    force = true;
                 }
-                Some(Ok(Event::Resize(..))) => force = true,
+                Some(Ok(Event::Resize(..))) => dirty = true,
                 Some(Ok(_)) => {}
                 // The terminal went away (EIO): leave like SIGHUP.
                 Some(Err(_)) | None => break,
             },
             ev = app.engine.next_event() => {
-                app.engine.apply(ev);
+                dirty |= app.engine.apply(ev);
                 app.after_event();
             }
-            Some(u) = app.gpu_rx.recv() => gpu::apply_update(app.engine.state_mut(), u),
+            Some(u) = app.gpu_rx.recv() => {
+                dirty |= model::gpus::apply_update(app.engine.state_mut(), u);
+            }
             _ = tick.tick(), if active => {
-                app.engine.tick();
+                dirty |= app.engine.tick();
                 app.after_event();
             }
             _ = sleep_until(next_frame), if next_frame.is_some() => {}

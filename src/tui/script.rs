@@ -7,8 +7,9 @@
 //! `DDPTOP_SCREEN=WxH` says otherwise.
 
 use super::App;
-use crate::app::Action;
-use crate::gpu;
+use super::actions::Controller;
+use crate::app::{Action, gpus};
+use crate::engine::Engine;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use std::path::Path;
@@ -27,7 +28,7 @@ pub enum Step {
 }
 
 /// Parse a script; an unknown step is an error naming it.
-pub fn parse(script: &str, keys: &crate::config::KeyMap) -> anyhow::Result<Vec<Step>> {
+pub fn parse(script: &str, keys: &crate::keys::KeyMap) -> anyhow::Result<Vec<Step>> {
     script
         .split(',')
         .map(str::trim)
@@ -88,26 +89,25 @@ pub fn screen_text(t: &Terminal<TestBackend>) -> String {
     out
 }
 
-/// Process engine events, GPU samples and ticks until `until` or until `done` holds.
-async fn drive(app: &mut App, until: Instant, done: impl Fn(&App) -> bool) {
-    let mut tick = tokio::time::interval(Duration::from_millis(250));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    while !done(app) && Instant::now() < until {
-        tokio::select! {
-            ev = app.engine.next_event() => {
-                app.engine.apply(ev);
-                app.after_event();
+/// Drive the engine until `deadline` or until `done` holds, folding in GPU samples and
+/// starting queued launches as the dashboard does.
+async fn drive(app: &mut App, deadline: Instant, done: impl Fn(&Controller, &Engine) -> bool) {
+    let (ctrl, view, sampler, gpu_rx) = (
+        &mut app.ctrl,
+        &mut app.view,
+        &mut app.sampler,
+        &mut app.gpu_rx,
+    );
+    app.engine
+        .drive(Some(deadline), |e| {
+            while let Ok(u) = gpu_rx.try_recv() {
+                gpus::apply_update(e.state_mut(), u);
             }
-            Some(u) = app.gpu_rx.recv() => gpu::apply_update(app.engine.state_mut(), u),
-            _ = tick.tick() => {
-                if app.engine.has_active_runs() {
-                    app.engine.tick();
-                }
-                app.after_event();
-            }
-            _ = tokio::time::sleep_until(until.into()) => {}
-        }
-    }
+            sampler.watch(gpus::worker_pids(e.state()));
+            ctrl.pump(e, view);
+            done(ctrl, e)
+        })
+        .await;
 }
 
 pub async fn run(mut app: App, script: &str, dump: Option<&Path>) -> anyhow::Result<i32> {
@@ -124,18 +124,17 @@ pub async fn run(mut app: App, script: &str, dump: Option<&Path>) -> anyhow::Res
                         break;
                     }
                     // Let the launch or command take effect before the next step.
-                    drive(&mut app, Instant::now() + Duration::from_millis(50), |_| {
-                        false
-                    })
+                    drive(
+                        &mut app,
+                        Instant::now() + Duration::from_millis(50),
+                        |_, _| false,
+                    )
                     .await;
                 }
                 Step::WaitRun => {
-                    drive(&mut app, Instant::now() + WAIT_RUN_MAX, |a| {
-                        a.ctrl.idle(&a.engine)
-                    })
-                    .await;
+                    drive(&mut app, Instant::now() + WAIT_RUN_MAX, |c, e| c.idle(e)).await;
                 }
-                Step::Sleep(d) => drive(&mut app, Instant::now() + *d, |_| false).await,
+                Step::Sleep(d) => drive(&mut app, Instant::now() + *d, |_, _| false).await,
                 Step::Dump(p) => {
                     term.draw(|f| app.draw(f))?;
                     std::fs::write(p, screen_text(&term))?;
@@ -165,7 +164,7 @@ pub async fn run(mut app: App, script: &str, dump: Option<&Path>) -> anyhow::Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::KeyMap;
+    use crate::keys::KeyMap;
 
     #[test]
     fn parses_names_keys_waits_and_sleeps() {
@@ -178,11 +177,11 @@ mod tests {
         assert_eq!(
             s,
             vec![
-                Step::Act(Action::LaunchK2),
+                Step::Act(Action::Launch { k: 2 }),
                 Step::WaitRun,
                 Step::Act(Action::Probe),
                 Step::Sleep(Duration::from_millis(1500)),
-                Step::Act(Action::LaunchK4),
+                Step::Act(Action::Launch { k: 4 }),
                 Step::Act(Action::NextPane),
                 Step::Dump("/tmp/x.txt".into()),
                 Step::Act(Action::Quit),

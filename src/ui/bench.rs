@@ -53,7 +53,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     for s in &settings {
         h1.push(Span::styled(
             format!("{:>col_w$}", fmt::trunc(&s.label, col_w - 1)),
-            if s.run.spec.env.is_empty() {
+            if s.run.spec.nccl.is_default() {
                 t.label
             } else {
                 t.badge

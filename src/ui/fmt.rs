@@ -1,7 +1,7 @@
 //! Number and label formatting shared by the panes. Missing values print as `n/a`.
 
-use crate::app::RunSpec;
 use crate::protocol::Backend;
+use crate::run::RunSpec;
 
 pub const NA: &str = "n/a";
 
@@ -94,26 +94,6 @@ pub fn tiny_id(id: &str) -> &str {
     } else {
         id
     }
-}
-
-/// A toggle badge, short: `NCCL_SHM_USE_CUDA_MEMCPY=1` → `SHM_USE_CUDA_MEMCPY=1`, unset → `-P2P_DISABLE`.
-pub fn toggle_short(k: &str, v: Option<&str>) -> String {
-    let name = k.strip_prefix("NCCL_").unwrap_or(k);
-    match v {
-        Some(v) => format!("{name}={v}"),
-        None => format!("-{name}"),
-    }
-}
-
-pub fn toggles_short(spec: &RunSpec) -> String {
-    if spec.env.is_empty() {
-        return "default".into();
-    }
-    spec.env
-        .iter()
-        .map(|(k, v)| toggle_short(k, v.as_deref()))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// `SIM h200-nvlink`, `nccl`, `gloo`.

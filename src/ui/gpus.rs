@@ -4,7 +4,7 @@
 use super::fmt::{self, NA};
 use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, model, put_line};
-use crate::app::summary::median;
+use crate::util::median;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -213,7 +213,7 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
-    let runs = model::ranks_runs(s);
+    let runs = model::ranks_runs(s, ctx.view);
     let title = vec![Span::raw("Ranks"), Span::styled(" worker processes", t.dim)];
     let inner = frame_block(ctx, PaneId::Ranks, title, area, buf);
     if inner.height == 0 {
@@ -329,8 +329,8 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                     |m| {
                         format!(
                             "{}/{}",
-                            fmt::bytes_short(m.allocated_bytes),
-                            fmt::bytes_short(m.peak_bytes)
+                            m.allocated_bytes.map_or("-".into(), fmt::bytes_short),
+                            m.peak_bytes.map_or("-".into(), fmt::bytes_short)
                         )
                     },
                 );

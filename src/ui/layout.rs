@@ -28,6 +28,10 @@ pub enum PaneId {
     Log,
     /// Tabs mode, Runs page: the selected run's scaling, probe or bench pane.
     Detail,
+    /// An fsdp run's memory per rank: drawn where Probe and Bench are (`memory::swap_in`).
+    Memory,
+    /// A hand-rolled run's deficits table: drawn where Probe and Bench are (`deficits::swap_in`).
+    Deficits,
 }
 
 impl PaneId {
@@ -36,7 +40,11 @@ impl PaneId {
         match self {
             PaneId::Gpus | PaneId::Ranks => Pane::Gpus,
             PaneId::Runs | PaneId::Scaling | PaneId::Detail => Pane::Runs,
-            PaneId::Timeline | PaneId::Probe | PaneId::Bench => Pane::Timeline,
+            PaneId::Timeline
+            | PaneId::Probe
+            | PaneId::Bench
+            | PaneId::Memory
+            | PaneId::Deficits => Pane::Timeline,
             PaneId::Log => Pane::Log,
         }
     }
@@ -71,8 +79,6 @@ pub struct Layout {
     pub hints: Rect,
     /// Tabs mode only: the tab bar.
     pub tabs: Option<Rect>,
-    /// Where the help screen goes (the whole body under the header).
-    pub body: Rect,
     /// Full mode: every pane. Tabs mode: empty (see `pages`).
     pub panes: Vec<(PaneId, Rect)>,
     /// Tabs mode: the panes of each page.
@@ -124,7 +130,6 @@ pub fn compute(area: Rect, n_gpus: usize) -> Layout {
         header: Rect::default(),
         hints: Rect::default(),
         tabs: None,
-        body: area,
         panes: Vec::new(),
         pages: Vec::new(),
     };
@@ -202,19 +207,12 @@ fn full_layout(area: Rect, n_gpus: usize) -> Layout {
         ]);
     }
     panes.push((PaneId::Log, log));
-    let body = Rect::new(
-        area.x,
-        area.y + 2,
-        area.width,
-        area.height.saturating_sub(3),
-    );
     Layout {
         area,
         mode: Mode::Full,
         header,
         hints,
         tabs: None,
-        body,
         panes,
         pages: Vec::new(),
     }
@@ -269,7 +267,6 @@ fn tabs_layout(area: Rect, n_gpus: usize) -> Layout {
         header,
         hints,
         tabs: Some(tabs),
-        body,
         panes: Vec::new(),
         pages: vec![
             (Pane::Runs, runs_page),

@@ -2,7 +2,7 @@
 
 use super::fmt;
 use super::layout::PaneId;
-use super::{Ctx, frame_block, model, put_line};
+use super::{Ctx, frame_block, put_line};
 use crate::app::Level;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -28,7 +28,7 @@ fn line_style(ctx: &Ctx, l: &str) -> Style {
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
-    let run = model::subject(s);
+    let run = ctx.view.subject(s);
     let mut title = vec![Span::raw("Log")];
     if let Some(r) = run {
         title.push(Span::styled(

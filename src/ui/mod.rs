@@ -1,23 +1,29 @@
-//! Pure drawing: `draw(frame, &State, &Theme)` paints one frame from the state and nothing else
-//! (no clock, no I/O), so every screen can be tested with ratatui's `TestBackend`.
+//! Pure drawing: `draw(frame, &Ctx)` paints one frame from the state, the view, the theme and the
+//! key map and nothing else (no clock, no I/O), so every screen can be tested with ratatui's
+//! `TestBackend`.
 //!
 //! `layout` decides where panes go from the terminal size and GPU count; each pane module renders
 //! into a `Buffer` rect; `model` derives what the panes show; `theme` loads the colour themes.
 
 pub mod bench;
+pub mod comm;
+pub mod deficits;
 pub mod fmt;
 pub mod gpus;
 pub mod layout;
 pub mod log;
+pub mod memory;
 pub mod model;
 pub mod probe;
+pub mod receipt;
 pub mod runs;
 pub mod scaling;
 pub mod theme;
 pub mod timeline;
 
-use crate::app::{Action, State};
-use crate::config::KeyMap;
+use crate::app::{Action, State, View};
+use crate::keys::KeyMap;
+use crate::run::{HostBackend, NcclVar};
 use layout::{Mode, PaneId};
 use ratatui::Frame;
 use ratatui::buffer::Buffer;
@@ -27,42 +33,19 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Widget, Wrap};
 pub use theme::{Theme, ThemeSet};
 
-/// Everything a pane needs to draw.
+/// Everything a pane needs to draw: the data, what the user is looking at, the colours and the
+/// key map (for the hint bar and help).
 pub struct Ctx<'a> {
     pub state: &'a State,
+    pub view: &'a View,
     pub theme: &'a Theme,
     pub keys: &'a KeyMap,
-    /// The timeline step captured when `f` froze it (drawn while `State.frozen`).
-    pub frozen: Option<&'a timeline::FrozenStep>,
 }
 
-/// Draw one frame with the default key map.
-pub fn draw(frame: &mut Frame, state: &State, theme: &Theme) {
-    draw_with(frame, state, theme, &KeyMap::default());
-}
-
-/// Draw one frame; the hint bar and help come from `keys`.
-pub fn draw_with(frame: &mut Frame, state: &State, theme: &Theme, keys: &KeyMap) {
-    draw_view(frame, state, theme, keys, None);
-}
-
-/// Draw one frame with everything the loop holds besides `State`: the key map and the frozen
-/// timeline step.
-pub fn draw_view(
-    frame: &mut Frame,
-    state: &State,
-    theme: &Theme,
-    keys: &KeyMap,
-    frozen: Option<&timeline::FrozenStep>,
-) {
+/// Draw one frame.
+pub fn draw(frame: &mut Frame, ctx: &Ctx) {
     let area = frame.area();
-    let ctx = Ctx {
-        state,
-        theme,
-        keys,
-        frozen,
-    };
-    render(&ctx, area, frame.buffer_mut());
+    render(ctx, area, frame.buffer_mut());
 }
 
 /// Draw the whole screen into `buf` at `area`.
@@ -78,11 +61,12 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     if let Some(t) = l.tabs {
         tabs(ctx, t, buf);
     }
-    for (id, r) in l.visible(ctx.state.pane) {
-        pane(ctx, *id, *r, buf);
+    let visible = memory::swap_in(ctx, l.visible(ctx.view.pane));
+    for (id, r) in deficits::swap_in(ctx, &visible) {
+        pane(ctx, id, r, buf);
     }
     hints(ctx, l.hints, buf);
-    if ctx.state.show_help {
+    if ctx.view.show_help {
         // Everything but the hint bar: the help must fit 80×24 in one column.
         let r = Rect::new(area.x, area.y, area.width, area.height.saturating_sub(1));
         help(ctx, r, buf);
@@ -95,13 +79,27 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
         PaneId::Ranks => gpus::render_ranks(ctx, r, buf),
         PaneId::Runs => runs::render(ctx, r, buf),
         PaneId::Scaling => scaling::render(ctx, r, buf),
-        PaneId::Timeline => timeline::render(ctx, r, buf),
-        PaneId::Probe => probe::render(ctx, r, buf),
+        PaneId::Timeline => match ctx.view.subject(ctx.state) {
+            // A JAX run has no bucket timeline: its receipt takes the place.
+            Some(run) if run.spec.experiment == crate::app::Experiment::Jax => {
+                receipt::render(ctx, run, r, buf)
+            }
+            _ => timeline::render(ctx, r, buf),
+        },
+        PaneId::Probe => match ctx.view.subject(ctx.state) {
+            Some(run) if run.spec.experiment == crate::app::Experiment::Jax => {
+                receipt::render_layout(ctx, run, r, buf)
+            }
+            _ => probe::render(ctx, r, buf),
+        },
         PaneId::Bench => bench::render(ctx, r, buf),
+        PaneId::Memory => memory::render(ctx, r, buf),
+        PaneId::Deficits => deficits::render(ctx, r, buf),
         PaneId::Log => log::render(ctx, r, buf),
         PaneId::Detail => {
             use crate::app::Experiment;
-            match model::selected(ctx.state).or_else(|| model::subject(ctx.state)) {
+            let v = ctx.view;
+            match v.selected_run(ctx.state).or_else(|| v.subject(ctx.state)) {
                 Some(run) if !run.status.shows_results() => runs::render_status(ctx, run, r, buf),
                 Some(run) if run.spec.experiment == Experiment::Probe => probe::render(ctx, r, buf),
                 Some(run) if run.spec.experiment == Experiment::Allreduce => {
@@ -113,7 +111,7 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
     }
 }
 
-/// A pane's frame: rounded border, title, focus colour when `State.pane` points at it. Returns
+/// A pane's frame: rounded border, title, focus colour when `View.pane` points at it. Returns
 /// the inner rect.
 pub fn frame_block(
     ctx: &Ctx,
@@ -123,7 +121,7 @@ pub fn frame_block(
     buf: &mut Buffer,
 ) -> Rect {
     let t = ctx.theme;
-    let focused = id.pane() == ctx.state.pane;
+    let focused = id.pane() == ctx.view.pane;
     let (bs, ts) = if focused {
         (t.border_focus, t.title_focus)
     } else {
@@ -221,30 +219,18 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         (None, n) => Span::styled(format!("{n} GPUs"), t.header),
     };
     l1.push((1, vec![gpus]));
-    let label = s.host.backend_label.trim();
-    let sim = label.to_ascii_lowercase().contains("sim")
-        || (label.is_empty()
-            && s.runs
+    // The host's backend; without one (listings, tests), a running simulation still says so.
+    let backend = match &s.host.backend {
+        HostBackend::Unknown
+            if s.runs
                 .iter()
-                .any(|r| r.is_simulated() && !r.status.is_final()));
-    let backend = if sim {
-        let rest = if label.to_ascii_uppercase().contains("SIMULATED") {
-            label.to_string()
-        } else if label.is_empty() {
-            "SIMULATED".to_string()
-        } else {
-            format!(
-                "SIMULATED {}",
-                label
-                    .trim_start_matches(|c: char| c.is_ascii_alphabetic())
-                    .trim()
-            )
-        };
-        Span::styled(format!(" {} ", rest.trim()), t.sim)
-    } else if label.is_empty() {
-        Span::styled("backend ?", t.dim)
-    } else {
-        Span::styled(label.to_string(), t.header)
+                .any(|r| r.is_simulated() && !r.status.is_final()) =>
+        {
+            Span::styled(" SIMULATED ", t.sim)
+        }
+        HostBackend::Unknown => Span::styled("backend ?", t.dim),
+        b if b.is_simulated() => Span::styled(format!(" {b} "), t.sim),
+        b => Span::styled(b.to_string(), t.header),
     };
     l1.push((0, vec![backend]));
     if let Some(ic) = &s.host.interconnect {
@@ -273,9 +259,9 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     put_line(buf, r, 0, &fit_segments(l1, w, sep.clone()));
 
     let exp = s.next.experiment;
-    let batch = match exp {
-        crate::app::Experiment::Strong => format!("global batch {}", exp.default_batch()),
-        _ => format!("batch {}/rank", exp.default_batch()),
+    let batch = match (&s.next.attach, exp) {
+        (Some(label), crate::run::Experiment::Attach) => label.clone(),
+        _ => crate::run::RunSpec::new(exp, 1, crate::protocol::Backend::Sim).batch_label(),
     };
     let mut l2: Vec<(u8, Vec<Span<'static>>)> = vec![(
         0,
@@ -288,20 +274,17 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     if s.next.data_path == crate::app::DataPath::Loader {
         l2.push((1, vec![Span::styled("DataLoader", t.value)]));
     }
+    // Every setting the launch will carry, ddptop's own default (NVLS off) included.
     let mut nccl = vec![Span::styled("NCCL ", t.label)];
-    if s.next.env.is_empty() {
-        nccl.push(Span::styled("defaults", t.dim));
-    } else {
-        for (i, (k, v)) in s.next.env.iter().enumerate() {
-            if i > 0 {
-                nccl.push(Span::raw(" "));
-            }
-            let b = match v {
-                Some(v) => format!("{k}={v}"),
-                None => format!("unset {k}"),
-            };
-            nccl.push(Span::styled(format!(" {b} "), t.badge));
+    let badges = s.next.nccl.short_badges();
+    if badges.is_empty() {
+        nccl.push(Span::styled("NCCL's defaults", t.dim));
+    }
+    for (i, b) in badges.into_iter().enumerate() {
+        if i > 0 {
+            nccl.push(Span::raw(" "));
         }
+        nccl.push(Span::styled(format!(" {b} "), t.badge));
     }
     l2.push((0, nccl));
     l2.push((
@@ -316,7 +299,7 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     if active > 0 {
         l2.push((1, vec![Span::styled(format!("{active} active"), t.running)]));
     }
-    if s.frozen {
+    if ctx.view.frozen().is_some() {
         l2.push((0, vec![Span::styled(" FROZEN ", t.frozen)]));
     }
     l2.push((3, vec![Span::styled(format!("theme {}", t.name), t.dim)]));
@@ -330,7 +313,7 @@ fn tabs(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         if i > 0 {
             spans.push(Span::styled(" ", t.dim));
         }
-        let style = if *p == ctx.state.pane {
+        let style = if *p == ctx.view.pane {
             t.tab_active
         } else {
             t.tab
@@ -354,21 +337,21 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         };
         let prio = match a {
             Action::Help | Action::Quit => 0,
-            Action::LaunchK1
-            | Action::LaunchK2
-            | Action::LaunchK4
-            | Action::Probe
-            | Action::Stop => 1,
+            Action::Launch { .. } | Action::Probe | Action::Stop => 1,
             Action::Bench | Action::Sweep => 2,
-            Action::ToggleShmMemcpy | Action::ToggleP2pDisable | Action::SwitchExperiment => 3,
+            Action::Toggle(_) | Action::SwitchExperiment => 3,
             _ => 4,
         };
         let mut label = h.to_string();
-        // Show a toggle's current state.
-        let on = |var: &str| ctx.state.next.env.get(var).is_some_and(|v| v.is_some());
+        // Show a toggle's current state (NVLS is off by default: its hint says how to turn it on).
         match a {
-            Action::ToggleShmMemcpy if on("NCCL_SHM_USE_CUDA_MEMCPY") => label.push_str(" ON"),
-            Action::ToggleP2pDisable if on("NCCL_P2P_DISABLE") => label.push_str(" ON"),
+            Action::Toggle(NcclVar::NvlsEnable)
+                if !ctx.state.next.nccl.is_on(NcclVar::NvlsEnable) =>
+            {
+                label = "NVLS on".into()
+            }
+            Action::Toggle(NcclVar::NvlsEnable) => {}
+            Action::Toggle(v) if ctx.state.next.nccl.is_on(v) => label.push_str(" ON"),
             _ => {}
         }
         items.push((prio, k.to_string(), label));
@@ -398,7 +381,11 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
 /// read best together (and keep the screen inside 80×24).
 const HELP_GROUPS: [(&[Action], &str); 2] = [
     (
-        &[Action::LaunchK1, Action::LaunchK2, Action::LaunchK4],
+        &[
+            Action::Launch { k: 1 },
+            Action::Launch { k: 2 },
+            Action::Launch { k: 4 },
+        ],
         "launch the next experiment at k = 1, 2, 4",
     ),
     (
@@ -408,7 +395,7 @@ const HELP_GROUPS: [(&[Action], &str); 2] = [
 ];
 
 /// The help screen, generated from the key map and `Action::describe`.
-pub fn help_lines(keys: &KeyMap) -> Vec<(String, &'static str, &'static str)> {
+pub fn help_lines(keys: &KeyMap) -> Vec<(String, String, String)> {
     let keys_of =
         |a: Action| -> Vec<String> { keys.keys_for(a).iter().map(|k| k.to_string()).collect() };
     let mut out = Vec::new();
@@ -423,16 +410,16 @@ pub fn help_lines(keys: &KeyMap) -> Vec<(String, &'static str, &'static str)> {
                     .map(|m| keys_of(*m).join(" "))
                     .filter(|s| !s.is_empty())
                     .collect();
-                (parts.join(" / "), *desc)
+                (parts.join(" / "), desc.to_string())
             }
-            None => (keys_of(a).join(" "), a.describe()),
+            None => (keys_of(a).join(" "), a.describe().into_owned()),
         };
         let ks = if ks.is_empty() {
             "(unbound)".to_string()
         } else {
             ks
         };
-        out.push((ks, a.name(), desc));
+        out.push((ks, a.name().into_owned(), desc));
     }
     out
 }

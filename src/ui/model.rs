@@ -3,19 +3,11 @@
 //! control and model, the bench settings side by side.
 
 use crate::app::summary::{self, ProbeSummary};
-use crate::app::{Experiment, GpuView, RunSpec, RunStatus, RunView, State};
+use crate::app::{State, View};
+use crate::gpu::GpuView;
 use crate::protocol::{Backend, Bench};
-use std::collections::BTreeMap;
-
-/// The run the analysis panes talk about: the focused run, else the selected one.
-pub fn subject(state: &State) -> Option<&RunView> {
-    state.focused_run()
-}
-
-/// The run selected in the runs table (the table's cursor).
-pub fn selected(state: &State) -> Option<&RunView> {
-    state.runs.get(state.selected)
-}
+use crate::run::{Aggregate, CurveKey, Experiment, NcclSettings, RunSpec, RunStatus, RunView};
+use std::collections::{BTreeMap, HashMap};
 
 /// (run id, rank) of every rank of an active run whose worker pid is on this GPU.
 pub fn gpu_owners<'a>(state: &'a State, gpu: &GpuView) -> Vec<(&'a str, u32)> {
@@ -44,23 +36,12 @@ pub fn foreign_pids(state: &State, gpu: &GpuView) -> usize {
 }
 
 /// The ranks the Ranks pane lists: every active run's, else the focused run's.
-pub fn ranks_runs(state: &State) -> Vec<&RunView> {
+pub fn ranks_runs<'a>(state: &'a State, view: &View) -> Vec<&'a RunView> {
     let active: Vec<&RunView> = state.active_runs().collect();
     if !active.is_empty() {
         return active;
     }
-    subject(state).into_iter().collect()
-}
-
-/// Key of "the same setting, either experiment": backend, profile, model, toggles.
-fn setting_key(spec: &RunSpec) -> String {
-    format!(
-        "{}|{}|{}|{}",
-        spec.backend.as_str(),
-        spec.profile.as_deref().unwrap_or("-"),
-        spec.model.as_str(),
-        spec.toggle_badges().join(",")
-    )
+    view.subject(state).into_iter().collect()
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -72,13 +53,15 @@ pub struct CurvePoint {
     pub spread_pct: f64,
     pub speedup: Option<f64>,
     pub efficiency: Option<f64>,
+    /// The k=1 run the speedup and efficiency divide by.
+    pub baseline: Option<String>,
+    /// The cost model's prediction of this k>1 point, or why there is none.
+    pub prediction: Option<Result<crate::app::predict::RunPrediction, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Curve {
-    pub experiment: Experiment,
-    pub curve_key: String,
-    pub batch: u32,
+    pub key: CurveKey,
     pub simulated: bool,
     /// Latest completed run per k, ascending k.
     pub points: Vec<CurvePoint>,
@@ -87,7 +70,7 @@ pub struct Curve {
 }
 
 /// Spread of per-rank throughput as ± % of the mean rank.
-pub fn spread_pct(agg: &crate::app::Aggregate) -> f64 {
+pub fn spread_pct(agg: &Aggregate) -> f64 {
     let n = agg.per_rank.len().max(1) as f64;
     let mean = agg.samples_per_s / n;
     if mean <= 0.0 {
@@ -97,7 +80,7 @@ pub fn spread_pct(agg: &crate::app::Aggregate) -> f64 {
     }
 }
 
-fn curve(state: &State, key: &str, exp: Experiment, batch: u32, sim: bool) -> Curve {
+fn curve(state: &State, key: CurveKey) -> Curve {
     let mut by_k: BTreeMap<u32, &RunView> = BTreeMap::new();
     for r in state.runs.iter().filter(|r| {
         r.status == RunStatus::Completed
@@ -120,8 +103,12 @@ fn curve(state: &State, key: &str, exp: Experiment, batch: u32, sim: bool) -> Cu
                 run_id: r.id.clone(),
                 sps: agg.samples_per_s,
                 spread_pct: spread_pct(agg),
-                speedup: sc.map(|s| s.0),
-                efficiency: sc.map(|s| s.1),
+                speedup: sc.as_ref().map(|s| s.speedup),
+                efficiency: sc.as_ref().map(|s| s.efficiency),
+                baseline: sc.map(|s| s.baseline),
+                // The cost model predicts DDP weak scaling (docs/methods.md).
+                prediction: (r.spec.k > 1 && r.spec.experiment == Experiment::Weak)
+                    .then(|| crate::app::predict::predict_run(r, &state.runs)),
             }
         })
         .collect();
@@ -138,20 +125,18 @@ fn curve(state: &State, key: &str, exp: Experiment, batch: u32, sim: bool) -> Cu
             )
         });
     Curve {
-        experiment: exp,
-        curve_key: key.to_string(),
-        batch,
-        simulated: sim,
+        simulated: key.backend == Backend::Sim,
+        key,
         points,
         live,
     }
 }
 
-/// The scaling curves to draw: the subject run's curve (or the latest weak/strong run's when the
-/// subject is a probe or bench), plus the other experiment's curve at the same setting.
-pub fn curves(state: &State) -> Vec<Curve> {
+/// The scaling curves to draw: the subject run's curve (or the latest weak/strong/jax run's when
+/// the subject is a probe or bench), plus the other experiments' curves at the same setting.
+pub fn curves(state: &State, view: &View) -> Vec<Curve> {
     // The selected run (arrows browse curves), else the focused one, else the latest.
-    let anchor = [selected(state), subject(state)]
+    let anchor = [view.selected_run(state), view.subject(state)]
         .into_iter()
         .flatten()
         .find(|r| r.spec.experiment.has_throughput() && !r.spec.control)
@@ -165,9 +150,20 @@ pub fn curves(state: &State) -> Vec<Curve> {
     let Some(anchor) = anchor else {
         return Vec::new();
     };
-    let setting = setting_key(&anchor.spec);
+    if anchor.spec.experiment == Experiment::Fsdp {
+        return fsdp_curves(state, &anchor.spec);
+    }
+    if anchor.spec.experiment == Experiment::Handrolled {
+        return handrolled_curves(state, &anchor.spec);
+    }
+    if anchor.spec.experiment == Experiment::Attach {
+        // The user's own job: one curve per script and arguments, nothing beside it.
+        return vec![curve(state, anchor.spec.curve_key())];
+    }
+    let setting = anchor.spec.curve_key().setting();
     let mut out = Vec::new();
-    for exp in [Experiment::Weak, Experiment::Strong] {
+    // JAX's one-process curve sits beside DDP's at the same setting (backend, model, data).
+    for exp in [Experiment::Weak, Experiment::Strong, Experiment::Jax] {
         let spec = if exp == anchor.spec.experiment {
             Some(&anchor.spec)
         } else {
@@ -175,21 +171,48 @@ pub fn curves(state: &State) -> Vec<Curve> {
             state
                 .runs
                 .iter()
-                .filter(|r| r.spec.experiment == exp && setting_key(&r.spec) == setting)
+                .filter(|r| r.spec.experiment == exp && r.spec.curve_key().setting() == setting)
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
                 .map(|r| &r.spec)
         };
         if let Some(spec) = spec {
-            out.push(curve(
-                state,
-                &spec.curve_key(),
-                exp,
-                spec.batch,
-                spec.backend == Backend::Sim,
-            ));
+            out.push(curve(state, spec.curve_key()));
         }
     }
     out
+}
+
+/// A hand-rolled run's curve (titled by its dispatch+reduce) and, beside it, DDP's weak-scaling
+/// curve at the same model, batch and data: what DDP's fixes are worth.
+fn handrolled_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
+    let ddp = RunSpec {
+        experiment: Experiment::Weak,
+        hand: crate::run::HandRolled::default(),
+        ..spec.clone()
+    };
+    vec![
+        curve(state, spec.curve_key()),
+        curve(state, ddp.curve_key()),
+    ]
+}
+
+/// An fsdp run's curve and, beside it, the other strategy's with the same settings (FSDP against
+/// DDP), each with speedup and efficiency against its own k=1 run.
+fn fsdp_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
+    use crate::run::TorchStrategy;
+    [TorchStrategy::Fsdp, TorchStrategy::Ddp]
+        .into_iter()
+        .map(|strategy| {
+            curve(
+                state,
+                RunSpec {
+                    strategy,
+                    ..spec.clone()
+                }
+                .curve_key(),
+            )
+        })
+        .collect()
 }
 
 /// The cost-model prediction of a probe's comm time.
@@ -212,10 +235,10 @@ pub struct ProbeView<'a> {
 }
 
 /// The run the probe pane shows.
-pub fn probe_run(state: &State) -> Option<&RunView> {
+pub fn probe_run<'a>(state: &'a State, view: &View) -> Option<&'a RunView> {
     // The selected run when it is a probe (or carries live probe blocks), else the focused one,
     // else the latest probe run.
-    [selected(state), subject(state)]
+    [view.selected_run(state), view.subject(state)]
         .into_iter()
         .flatten()
         .find(|r| {
@@ -230,8 +253,8 @@ pub fn probe_run(state: &State) -> Option<&RunView> {
         })
 }
 
-pub fn probe_view(state: &State) -> Option<ProbeView<'_>> {
-    let run = probe_run(state)?;
+pub fn probe_view<'a>(state: &'a State, view: &View) -> Option<ProbeView<'a>> {
+    let run = probe_run(state, view)?;
     let summary = if run.status.shows_results() {
         summary::probe_summary(&run.probe)
     } else {
@@ -264,12 +287,12 @@ pub fn probe_view(state: &State) -> Option<ProbeView<'_>> {
     })
 }
 
-fn control_matches(c: &RunSpec, run: &RunSpec, key: &str) -> bool {
-    if c.curve_key() == key {
+fn control_matches(c: &RunSpec, run: &RunSpec, key: &CurveKey) -> bool {
+    if c.curve_key() == *key {
         return true;
     }
     // The control may carry control-specific toggles; fall back to the same setting.
-    c.experiment == run.experiment && setting_key(c) == setting_key(run)
+    c.experiment == run.experiment && c.curve_key().setting() == key.setting()
 }
 
 /// Bench rows of rank 0 (or the lowest rank present), keyed by size: (busbw, algbw).
@@ -283,59 +306,30 @@ pub fn bench_table(rows: &[Bench]) -> BTreeMap<u64, (f64, f64)> {
         .collect()
 }
 
-/// Predicted all-reduce time of one step: Σ 2(k−1)/k · bytes / busbw(bytes), from bench rows of
-/// the run itself, else of the latest completed bench run at the same backend, profile, toggles
-/// and k.
+/// The cost model's exposed comm at the probe's k (docs/methods.md, "Predicting k ranks"): from
+/// the bucket-ready times of the latest weak k=1 run at the same setting and per-rank batch, and
+/// busbw from the latest allreduce run at the same k and NCCL settings (the profile on sim).
 pub fn predict_comm(state: &State, run: &RunView) -> Prediction {
-    let k = run.spec.k;
-    let buckets: Vec<u64> = if !run.bucket_bytes.is_empty() {
-        run.bucket_bytes.clone()
-    } else if let Some(b) = run
-        .ranks
-        .values()
-        .find_map(|r| r.buckets.as_ref())
-        .filter(|b| !b.buckets.is_empty())
-    {
-        b.buckets.iter().map(|s| s.bytes).collect()
-    } else if let Some(g) = run.grad_bytes {
-        vec![g]
-    } else {
-        return Prediction::Na("n/a (gradient size not reported yet)".into());
-    };
-    if k <= 1 {
+    if run.spec.k <= 1 {
         return Prediction::Ms {
             ms: 0.0,
             source: "k=1: no communication".into(),
         };
     }
-    let (table, source) = if !run.bench.is_empty() {
-        (bench_table(&run.bench), run.id.clone())
-    } else {
-        let b = state
-            .runs
-            .iter()
-            .filter(|b| {
-                b.spec.experiment == Experiment::Allreduce
-                    && b.status == RunStatus::Completed
-                    && b.spec.k == k
-                    && b.spec.backend == run.spec.backend
-                    && b.spec.profile == run.spec.profile
-                    && b.spec.env == run.spec.env
-                    && !b.bench.is_empty()
-            })
-            .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix));
-        match b {
-            Some(b) => (bench_table(&b.bench), b.id.clone()),
-            None => return Prediction::Na("n/a (run `b` first)".into()),
-        }
-    };
-    // The project's cost model: Σ 2(k−1)/k · bytes / busbw(bytes), busbw interpolated from the
-    // measured sweep (α left out: the sweep's small sizes already carry the latency).
-    let curve =
-        crate::costmodel::BusbwCurve::new(table.iter().map(|(b, (bus, _))| (*b, *bus)).collect());
-    match crate::costmodel::predicted_comm_ms(&buckets, k, &curve, 0.0) {
-        Some(ms) => Prediction::Ms { ms, source },
-        None => Prediction::Na("n/a (run `b` first)".into()),
+    match crate::app::predict::exposed_prediction(&run.spec, &state.runs) {
+        Ok(e) => Prediction::Ms {
+            ms: e.ms,
+            source: format!(
+                "k=1 {}, bw {}",
+                super::fmt::tiny_id(&e.k1_run),
+                e.busbw
+                    .run_id
+                    .as_deref()
+                    .map_or("profile", super::fmt::tiny_id)
+            ),
+        },
+        Err(why) if why.starts_with("n/a") => Prediction::Na(why),
+        Err(why) => Prediction::Na(format!("n/a ({why})")),
     }
 }
 
@@ -349,18 +343,18 @@ pub struct BenchSetting<'a> {
 
 /// The latest all-reduce bench run per setting (backend, profile, k, toggles), defaults first.
 pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
-    let mut latest: BTreeMap<String, &RunView> = BTreeMap::new();
+    type Key = (Backend, Option<String>, u32, NcclSettings);
+    let mut latest: HashMap<Key, &RunView> = HashMap::new();
     for r in state
         .runs
         .iter()
         .filter(|r| r.spec.experiment == Experiment::Allreduce)
     {
-        let key = format!(
-            "{}|{}|{}|{}",
-            r.spec.backend.as_str(),
-            r.spec.profile.as_deref().unwrap_or("-"),
+        let key = (
+            r.spec.backend,
+            r.spec.profile.clone(),
             r.spec.k,
-            r.spec.toggle_badges().join(",")
+            r.spec.nccl.normalized(),
         );
         let e = latest.entry(key).or_insert(r);
         if r.started_unix >= e.started_unix {
@@ -369,8 +363,8 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
     }
     let mut v: Vec<&RunView> = latest.into_values().collect();
     v.sort_by(|a, b| {
-        (!a.spec.env.is_empty(), a.spec.k, a.started_unix)
-            .partial_cmp(&(!b.spec.env.is_empty(), b.spec.k, b.started_unix))
+        (!a.spec.nccl.is_default(), a.spec.k, a.started_unix)
+            .partial_cmp(&(!b.spec.nccl.is_default(), b.spec.k, b.started_unix))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
     let many_backends = v
@@ -381,7 +375,7 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
         > 1;
     v.into_iter()
         .map(|r| {
-            let mut label = super::fmt::toggles_short(&r.spec);
+            let mut label = r.spec.nccl.short();
             if many_backends {
                 label = format!("{} k={} {label}", super::fmt::backend(&r.spec), r.spec.k);
             }
@@ -397,19 +391,4 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
             }
         })
         .collect()
-}
-
-/// Latest complete step of the timeline's rank on `run`: (rank shown, buckets, last step).
-pub fn timeline_rank(state: &State, run: &RunView) -> u32 {
-    let ranks: Vec<u32> = run.ranks.keys().copied().collect();
-    if ranks.contains(&state.timeline_rank) {
-        state.timeline_rank
-    } else {
-        ranks.first().copied().unwrap_or(0)
-    }
-}
-
-/// Whether a run may show figures: completed ones always, running ones as "live".
-pub fn shows_numbers(run: &RunView) -> bool {
-    run.status.shows_results()
 }

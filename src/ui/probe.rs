@@ -14,7 +14,7 @@ use ratatui::text::{Line, Span};
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
-    let view = model::probe_view(s);
+    let view = model::probe_view(s, ctx.view);
     let mut title = vec![Span::raw("Probe"), Span::styled(" no_sync", t.dim)];
     if let Some(v) = &view {
         title.push(Span::styled(
@@ -24,6 +24,10 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         if v.run.is_simulated() {
             title.push(Span::raw(" "));
             title.push(Span::styled(" SIMULATED ", t.sim));
+        }
+        if is_live(v.run) {
+            title.push(Span::raw(" "));
+            title.push(Span::styled(" LIVE ", t.warn));
         }
     }
     let inner = frame_block(ctx, PaneId::Probe, title, area, buf);
@@ -42,6 +46,19 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let w = inner.width as usize;
     let run = v.run;
     let mut y = 0u16;
+    if is_live(run) {
+        // Not comparable with the standalone probe: say what these blocks ran inside.
+        put_line(
+            buf,
+            inner,
+            y,
+            &Line::from(Span::styled(
+                fmt::trunc("live (training DDP, buffers broadcast, timing hook on)", w),
+                t.warn,
+            )),
+        );
+        y += 1;
+    }
     if !run.status.shows_results() {
         put_line(
             buf,
@@ -64,7 +81,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         put_line(
             buf,
             inner,
-            1,
+            y + 1,
             &Line::from(Span::styled(
                 "no figures from a run that did not complete",
                 t.dim,
@@ -170,15 +187,16 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             Span::styled(format!("{:>val_w$}", "pending"), t.dim),
             Span::styled("  k=1 control", t.control),
         ]),
-        Some((_, Some(cs))) => Line::from(vec![
+        Some((c, Some(cs))) => Line::from(vec![
             Span::styled(format!("{:<name_w$}", "k=1 ctrl"), t.label),
             Span::styled(format!("{:>val_w$}", fmt::ms(cs.diff_ms)), t.value),
             Span::styled("  k=1 control", t.control),
             Span::styled(
-                if wide {
-                    " (Δ without comm: reducer only)"
-                } else {
-                    ""
+                match (wide, ran_before(c, run)) {
+                    (true, true) => " ran before, not interleaved (reducer only)",
+                    (true, false) => " (Δ without comm: reducer only)",
+                    (false, true) => " ran before",
+                    (false, false) => "",
                 },
                 t.dim,
             ),
@@ -188,20 +206,40 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     y += 1;
     model_line(ctx, &v.prediction, inner, y, buf);
     y += 1;
+    // (difference − control) / predicted exposed comm: 1.0 when the difference is exactly the
+    // reducer plus what the model predicts is exposed.
     if let (Prediction::Ms { ms, .. }, true) = (&v.prediction, y < inner.height)
         && *ms > 0.0
     {
-        let ratio = sum.diff_ms / ms;
+        let ctrl = v.control.as_ref().and_then(|(_, cs)| cs.as_ref());
+        let (txt, note) = match ctrl {
+            Some(cs) => (
+                format!("{:.2}×", (sum.diff_ms - cs.diff_ms) / ms),
+                " (difference − control) / model",
+            ),
+            None => ("n/a".to_string(), " needs the k=1 control"),
+        };
         put_line(
             buf,
             inner,
             y,
             &Line::from(vec![
-                Span::styled(format!("{:<name_w$}", "meas/model"), t.label),
-                Span::styled(format!("{:>val_w$}", format!("{ratio:.2}×")), t.value),
+                Span::styled(format!("{:<name_w$}", "Δ−ctrl/mod"), t.label),
+                Span::styled(format!("{txt:>val_w$}"), t.value),
+                Span::styled(if wide { note } else { "" }, t.dim),
             ]),
         );
     }
+}
+
+/// Probe blocks from the live probe inside a training run, not the standalone probe.
+fn is_live(run: &crate::run::RunView) -> bool {
+    run.probe.iter().any(|b| b.live == Some(true))
+}
+
+/// The control finished before the probe started: it was not interleaved with its blocks.
+fn ran_before(c: &crate::run::RunView, run: &crate::run::RunView) -> bool {
+    c.ended_unix.is_some_and(|e| e <= run.started_unix)
 }
 
 fn model_line(ctx: &Ctx, p: &Prediction, inner: Rect, y: u16, buf: &mut Buffer) {
@@ -213,10 +251,7 @@ fn model_line(ctx: &Ctx, p: &Prediction, inner: Rect, y: u16, buf: &mut Buffer) 
             Span::styled(format!("{:>9}", fmt::ms(*ms)), t.value),
             Span::styled("  model", t.model),
             Span::styled(
-                fmt::trunc(
-                    &format!(" Σ2(k−1)/k·B/busbw, busbw from {}", fmt::tiny_id(source)),
-                    w.saturating_sub(28),
-                ),
+                fmt::trunc(&format!(" exposed comm; {source}"), w.saturating_sub(28)),
                 t.dim,
             ),
         ]),

@@ -19,8 +19,12 @@ use ratatui::widgets::{Cell, Row, StatefulWidget, Table, TableState};
 pub struct Figures {
     /// Samples/s column (or the experiment's headline figure).
     pub main: String,
-    /// Efficiency column.
+    /// Efficiency column: speedup, efficiency and the k=1 run they divide by.
     pub eff: String,
+    /// The same, shorter (speedup and the k=1 run), for a narrow table.
+    pub eff_narrow: String,
+    /// The main figure without its spread, for a narrow table.
+    pub main_short: String,
     /// Reason, transport, sweep.
     pub note: String,
     /// The main figure is live (running), not final.
@@ -34,7 +38,9 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
         RunStatus::Failed | RunStatus::Hung | RunStatus::Stopped => {
             return Figures {
                 main: dash.clone(),
-                eff: dash,
+                main_short: dash.clone(),
+                eff: dash.clone(),
+                eff_narrow: dash,
                 note: run
                     .reason
                     .clone()
@@ -57,6 +63,8 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
         note.push(format!("{} bad lines", run.bad_lines() + run.rejected));
     }
     let live = !run.status.is_final();
+    let mut eff_narrow = None;
+    let mut main_short = None;
     let (main, eff) = match (run.spec.experiment, run.status) {
         (e, RunStatus::Completed) if e.has_throughput() => match &run.aggregate {
             Some(agg) => {
@@ -65,11 +73,17 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
                     fmt::rate(agg.samples_per_s),
                     model::spread_pct(agg)
                 );
+                main_short = Some(fmt::rate(agg.samples_per_s));
                 let eff = if run.spec.k == 1 {
                     "k=1 base".to_string()
                 } else {
                     match summary::scaling(run, runs) {
-                        Some((sp, eff)) => format!("{sp:.2}× {:.0}%", eff * 100.0),
+                        Some(s) => {
+                            let base = fmt::tiny_id(&s.baseline);
+                            let pct = s.efficiency * 100.0;
+                            eff_narrow = Some(format!("{:.2}× vs {base}", s.speedup));
+                            format!("{:.2}× {pct:.0}% vs {base}", s.speedup)
+                        }
                         None => "no k=1".to_string(),
                     }
                 };
@@ -119,7 +133,9 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
         _ => (dash.clone(), dash.clone()),
     };
     Figures {
+        main_short: main_short.unwrap_or_else(|| main.clone()),
         main,
+        eff_narrow: eff_narrow.unwrap_or_else(|| eff.clone()),
         eff,
         note: note.join(" · "),
         live,
@@ -154,7 +170,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let w = inner.width as usize;
     let wide = w >= 100;
     let id_w = if w >= 150 { 21 } else { 11 };
-    let focused = s.focused.as_deref();
+    let focused = ctx.view.focused.as_deref();
     let header_style = t.label;
     let rows: Vec<Row> = s
         .runs
@@ -215,8 +231,12 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 };
                 cells.extend([
                     Cell::from(Span::styled(
-                        fmt::toggles_short(&r.spec),
-                        if r.spec.env.is_empty() { t.dim } else { t.text },
+                        r.spec.nccl.short(),
+                        if r.spec.nccl.is_default() {
+                            t.dim
+                        } else {
+                            t.text
+                        },
                     )),
                     Cell::from(status),
                     Cell::from(Span::styled(f.main, main_style)),
@@ -225,9 +245,19 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 ]);
             } else {
                 let result = if r.status.shows_results() {
-                    let mut v = vec![Span::styled(f.main, main_style)];
-                    if f.eff != "—" {
-                        v.push(Span::styled(format!("  {}", f.eff), t.value));
+                    // The longest form that fits the column: the speedup always keeps its k=1 run.
+                    let avail = w.saturating_sub(33 + id_w);
+                    let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
+                    let (main, eff) = if len(&f.main, &f.eff) <= avail {
+                        (f.main, f.eff)
+                    } else if len(&f.main, &f.eff_narrow) <= avail {
+                        (f.main, f.eff_narrow)
+                    } else {
+                        (f.main_short, f.eff_narrow)
+                    };
+                    let mut v = vec![Span::styled(main, main_style)];
+                    if eff != "—" {
+                        v.push(Span::styled(format!("  {eff}"), t.value));
                     }
                     Line::from(v)
                 } else {
@@ -238,74 +268,50 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             Row::new(cells)
         })
         .collect();
-    let (header, widths): (Vec<&str>, Vec<Constraint>) = if wide {
-        let be_w = s
-            .runs
-            .iter()
-            .map(|r| fmt::backend(&r.spec).chars().count())
-            .max()
-            .unwrap_or(4)
-            .clamp(7, 18) as u16;
-        let tog_w = s
-            .runs
-            .iter()
-            .map(|r| fmt::toggles_short(&r.spec).chars().count())
-            .max()
-            .unwrap_or(7)
-            .clamp(12, 28) as u16;
-        (
-            vec![
-                "",
-                "run",
-                "exp",
-                "k",
+    // (header, width) of each column; the first four are the same in both layouts.
+    let id_w = id_w as u16;
+    let mut cols: Vec<(&str, Constraint)> = vec![
+        ("", Constraint::Length(1)),
+        ("run", Constraint::Length(id_w)),
+        ("exp", Constraint::Length(9)),
+        ("k", Constraint::Length(2)),
+    ];
+    if wide {
+        let widest = |f: &dyn Fn(&RunView) -> String, lo: u16, hi: u16| {
+            s.runs
+                .iter()
+                .map(|r| f(r).chars().count() as u16)
+                .max()
+                .unwrap_or(lo)
+                .clamp(lo, hi)
+        };
+        cols.extend([
+            (
                 "backend",
+                Constraint::Length(widest(&|r| fmt::backend(&r.spec), 7, 18)),
+            ),
+            (
                 "NCCL toggles",
-                "status",
-                "samples/s ±rank",
-                "speedup eff",
-                "note",
-            ],
-            vec![
-                Constraint::Length(1),
-                Constraint::Length(id_w as u16),
-                Constraint::Length(9),
-                Constraint::Length(2),
-                Constraint::Length(be_w),
-                Constraint::Length(tog_w),
-                Constraint::Length(11),
-                Constraint::Length(16),
-                Constraint::Length(11),
-                Constraint::Min(4),
-            ],
-        )
+                Constraint::Length(widest(&|r| r.spec.nccl.short(), 12, 28)),
+            ),
+            ("status", Constraint::Length(11)),
+            ("samples/s ±rank", Constraint::Length(16)),
+            ("speedup eff vs", Constraint::Length(17)),
+            ("note", Constraint::Min(4)),
+        ]);
     } else {
-        (
-            vec![
-                "",
-                "run",
-                "exp",
-                "k",
-                "be",
-                "status",
-                "samples/s · eff / reason",
-            ],
-            vec![
-                Constraint::Length(1),
-                Constraint::Length(id_w as u16),
-                Constraint::Length(9),
-                Constraint::Length(2),
-                Constraint::Length(4),
-                Constraint::Length(11),
-                Constraint::Min(8),
-            ],
-        )
-    };
+        cols.extend([
+            ("be", Constraint::Length(4)),
+            ("status", Constraint::Length(11)),
+            ("samples/s · eff / reason", Constraint::Min(8)),
+        ]);
+    }
+    let (header, widths): (Vec<&str>, Vec<Constraint>) = cols.into_iter().unzip();
     let table = Table::new(rows, widths)
         .header(Row::new(header).style(header_style))
         .column_spacing(1)
         .row_highlight_style(t.selected);
-    let mut ts = TableState::default().with_selected(Some(s.selected.min(s.runs.len() - 1)));
+    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.runs.len() - 1)));
     StatefulWidget::render(table, inner, buf, &mut ts);
 }
 
@@ -341,7 +347,7 @@ pub fn render_status(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
             ),
             t.label,
         ),
-        Span::styled(fmt::toggles_short(&run.spec), t.dim),
+        Span::styled(run.spec.nccl.short(), t.dim),
     ])];
     lines.push(Line::from(vec![
         Span::styled("why: ", t.label),

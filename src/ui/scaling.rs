@@ -12,7 +12,7 @@ use ratatui::text::{Line, Span};
 
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let t = ctx.theme;
-    let curves = model::curves(ctx.state);
+    let curves = model::curves(ctx.state, ctx.view);
     let inner = frame_block(
         ctx,
         PaneId::Scaling,
@@ -55,29 +55,72 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 }
 
 fn curve_height(c: &Curve) -> u16 {
-    2 + c.points.len().max(1) as u16 + u16::from(c.live.is_some())
+    let predictions = c.points.iter().filter(|p| p.prediction.is_some()).count() as u16;
+    2 + c.points.len().max(1) as u16 + predictions + u16::from(c.live.is_some())
+}
+
+/// The line under a k>1 point: the cost model's samples/s with its error against the measured
+/// point, predicted/measured exposed comm, and where busbw came from.
+fn prediction_line(
+    ctx: &Ctx,
+    p: &Result<crate::app::predict::RunPrediction, String>,
+    w: usize,
+) -> Line<'static> {
+    let t = ctx.theme;
+    let pad = "    ";
+    match p {
+        Ok(m) => {
+            let err_style = if m.sps_error_pct.abs() <= 5.0 {
+                t.good
+            } else {
+                t.warn
+            };
+            let bw = match &m.busbw.run_id {
+                Some(id) => format!("bw {}", fmt::tiny_id(id)),
+                None => "bw profile".to_string(),
+            };
+            let rest = format!(
+                " · exposed {}/{} ms · {bw} · k=1 {}",
+                fmt::ms_num(m.predicted_exposed_ms),
+                m.measured_exposed_ms.map_or("n/a".into(), fmt::ms_num),
+                fmt::tiny_id(&m.baseline)
+            );
+            Line::from(vec![
+                Span::styled(pad, t.dim),
+                Span::styled("model ", t.model),
+                Span::styled(fmt::rate(m.predicted_sps), t.value),
+                Span::styled(format!(" {:+.1}%", m.sps_error_pct), err_style),
+                Span::styled(fmt::trunc(&rest, w.saturating_sub(22)), t.dim),
+            ])
+        }
+        Err(why) => Line::from(vec![
+            Span::styled(pad, t.dim),
+            Span::styled("model ", t.model),
+            Span::styled(fmt::trunc(why, w.saturating_sub(10)), t.dim),
+        ]),
+    }
 }
 
 fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
     let t = ctx.theme;
     let w = r.width as usize;
-    let batch = match c.experiment {
-        crate::app::Experiment::Strong => format!("global batch {}", c.batch),
-        _ => format!("batch {}/rank", c.batch),
-    };
-    let parts: Vec<&str> = c.curve_key.split('|').collect();
-    let setting = format!(
-        "{} {}{}",
-        parts.get(1).copied().unwrap_or(""),
-        parts.get(3).copied().unwrap_or(""),
-        match parts.get(5).copied().unwrap_or("") {
-            "" => String::new(),
-            tg => format!(" {tg}"),
-        }
-    );
     let mut title = vec![
-        Span::styled(c.experiment.as_str().to_string(), t.value),
-        Span::styled(format!(" · {batch} · {setting}"), t.dim),
+        Span::styled(
+            match c.key.experiment {
+                // The switches name a hand-rolled curve first: they are what tells curves apart.
+                crate::run::Experiment::Handrolled => format!("handrolled {}", c.key.hand),
+                e => e.as_str().to_string(),
+            },
+            t.value,
+        ),
+        Span::styled(
+            match c.key.experiment {
+                // An attached script's batch is its own: the title names the command line.
+                crate::run::Experiment::Attach => format!(" · {}", c.key.title()),
+                _ => format!(" · {} · {}", c.key.batch, c.key.title()),
+            },
+            t.dim,
+        ),
     ];
     if c.simulated {
         title.push(Span::raw(" "));
@@ -105,11 +148,14 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
             .map(|p| p.sps.max(base.map_or(0.0, |b| b * p.k as f64)))
             .fold(0.0, f64::max)
             .max(1.0);
-        // "k=4 " + bar + " 11.8k ±1.0% " + "eff 95% " + effbar
+        // "k=4 " + bar + " 11.8k ±1.0% " + "eff 95% " + effbar + " vs 3f2a" (the k=1 run divided by)
         let val_w = 13usize;
         let eff_w = if w >= 44 { 9 } else { 0 };
+        let base_w = if w >= 56 { 8 } else { 0 };
         let effbar_w = if w >= 60 { 10 } else { 0 };
-        let bar_w = w.saturating_sub(4 + 1 + val_w + eff_w + effbar_w).max(1);
+        let bar_w = w
+            .saturating_sub(4 + 1 + val_w + eff_w + effbar_w + base_w)
+            .max(1);
         put_line(
             buf,
             r,
@@ -177,11 +223,26 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
                 if effbar_w > 0
                     && let Some(e) = p.efficiency
                 {
-                    spans.push(Span::styled(fmt::hbar(e.min(1.0), effbar_w), t.eff_bar));
+                    let bar = fmt::hbar(e.min(1.0), effbar_w);
+                    let pad = effbar_w - bar.chars().count();
+                    spans.push(Span::styled(bar, t.eff_bar));
+                    spans.push(Span::raw(" ".repeat(pad)));
+                }
+                if base_w > 0
+                    && p.k > 1
+                    && let Some(b) = &p.baseline
+                {
+                    spans.push(Span::styled(format!(" vs {}", fmt::tiny_id(b)), t.dim));
                 }
             }
             put_line(buf, r, y, &Line::from(spans));
             y += 1;
+            if let Some(pred) = &p.prediction
+                && y < r.height
+            {
+                put_line(buf, r, y, &prediction_line(ctx, pred, w));
+                y += 1;
+            }
         }
     }
     if let Some((id, k, tp)) = &c.live

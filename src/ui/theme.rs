@@ -277,12 +277,6 @@ pub fn status_glyph(s: RunStatus) -> &'static str {
     }
 }
 
-/// Whether `name` is a built-in theme or a file `dir/NAME.toml`.
-pub fn theme_exists(name: &str, dir: Option<&Path>) -> bool {
-    BUILTIN.iter().any(|(n, _)| *n == name)
-        || dir.is_some_and(|d| d.join(format!("{name}.toml")).is_file())
-}
-
 /// The themes `t` cycles through, and which one is showing.
 #[derive(Debug, Clone)]
 pub struct ThemeSet {

@@ -5,10 +5,12 @@
 
 use super::fmt;
 use super::layout::PaneId;
-use super::{Ctx, empty_note, frame_block, model, put_line};
+use super::{Ctx, empty_note, frame_block, put_line};
+use crate::app::predict::{self, TimelineStats};
 use crate::app::summary::overlap_pct;
-use crate::app::{Experiment, RunView};
+use crate::app::view::same_step;
 use crate::protocol::Buckets;
+use crate::run::{Experiment, RunView};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -21,53 +23,14 @@ pub const COMM_EXPOSED: char = '█';
 pub const WAIT: char = '░';
 pub const OPT: char = '█';
 
-/// A timeline step held still by `f` (freeze): the loop captures it, the pane draws it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FrozenStep {
-    pub run_id: String,
-    pub rank: u32,
-    pub buckets: Buckets,
-    pub opt_ms: Option<f64>,
-    pub data_ms: Option<f64>,
-}
-
-/// The step the timeline shows right now, to freeze.
-pub fn capture(state: &crate::app::State) -> Option<FrozenStep> {
-    let run = model::subject(state)?;
-    let rank = model::timeline_rank(state, run);
-    let rv = run.ranks.get(&rank)?;
-    let b = rv.buckets.clone()?;
-    Some(FrozenStep {
-        run_id: run.id.clone(),
-        rank,
-        opt_ms: opt_ms_for(rv, &b),
-        data_ms: data_ms_for(rv, &b),
-        buckets: b,
-    })
-}
-
-fn opt_ms_for(rv: &crate::app::RankView, b: &Buckets) -> Option<f64> {
-    rv.last_step
-        .as_ref()
-        .filter(|st| st.step.abs_diff(b.step) <= 1)
-        .map(|st| st.opt_ms)
-}
-
-/// How long the step waited for its input batch (the loader, not the GPU, when this grows).
-fn data_ms_for(rv: &crate::app::RankView, b: &Buckets) -> Option<f64> {
-    rv.last_step
-        .as_ref()
-        .filter(|st| st.step.abs_diff(b.step) <= 1)
-        .map(|st| st.data_ms)
-}
-
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
-    let frozen = ctx.frozen.filter(|_| s.frozen);
+    let v = ctx.view;
+    let frozen = v.frozen();
     let run = match frozen {
-        Some(f) => s.run(&f.run_id).or_else(|| model::subject(s)),
-        None => model::subject(s),
+        Some(f) => s.run(&f.run_id).or_else(|| v.subject(s)),
+        None => v.subject(s),
     };
     let mut title = vec![Span::raw("Timeline")];
     if let Some(r) = run {
@@ -76,12 +39,12 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 " {} k={} rank {}",
                 fmt::tiny_id(&r.id),
                 r.spec.k,
-                model::timeline_rank(s, r)
+                v.timeline_rank(r)
             ),
             t.dim,
         ));
     }
-    if s.frozen {
+    if frozen.is_some() {
         title.push(Span::raw(" "));
         title.push(Span::styled(" FROZEN ", t.frozen));
     }
@@ -138,12 +101,17 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         );
         return;
     }
-    if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
+    if run.spec.experiment == Experiment::Fsdp {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-        gantt(ctx, run, &f.buckets, f.opt_ms, f.data_ms, sub, buf);
+        super::comm::render_step(ctx, run, v.timeline_rank(run), sub, buf);
         return;
     }
-    let rank = model::timeline_rank(s, run);
+    if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
+        let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
+        gantt(ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, sub, buf);
+        return;
+    }
+    let rank = v.timeline_rank(run);
     let rv = run.ranks.get(&rank);
     let Some(b) = rv.and_then(|r| r.buckets.as_ref()) else {
         let msg = if run.status.is_final() {
@@ -154,17 +122,25 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         put_line(buf, inner, y, &Line::from(Span::styled(msg, t.dim)));
         return;
     };
-    let opt_ms = rv.and_then(|r| opt_ms_for(r, b));
-    let data_ms = rv.and_then(|r| data_ms_for(r, b));
+    let step = rv.and_then(|r| same_step(r, b));
+    let opt_ms = step.map(|st| st.opt_ms);
+    let data_ms = step.map(|st| st.data_ms);
     let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-    gantt(ctx, run, b, opt_ms, data_ms, sub, buf);
+    // The median over the last N steps (one step is noise); `f` freezes a single step instead.
+    let stats = rv.and_then(|r| predict::timeline_stats(r, v.timeline_window()));
+    match &stats {
+        Some(st) => gantt(ctx, run, &st.median, Some(st), opt_ms, data_ms, sub, buf),
+        None => gantt(ctx, run, b, None, opt_ms, data_ms, sub, buf),
+    }
 }
 
-/// Draw the chart for one step into `r`.
+/// Draw the chart for one step (or, with `stats`, the median step of a window) into `r`.
+#[allow(clippy::too_many_arguments)]
 pub fn gantt(
     ctx: &Ctx,
     run: &RunView,
     b: &Buckets,
+    stats: Option<&TimelineStats>,
     opt_ms: Option<f64>,
     data_ms: Option<f64>,
     r: Rect,
@@ -175,8 +151,15 @@ pub fn gantt(
     let mut y = 0u16;
     let comm_total: f64 = b.buckets.iter().map(|s| s.comm_ms()).sum();
     let total_bytes: u64 = b.buckets.iter().map(|s| s.bytes).sum();
+    let what = match stats {
+        Some(st) if st.steps > 1 => format!(
+            "median of {} steps ({}–{})",
+            st.steps, st.first_step, st.last_step
+        ),
+        _ => format!("step {}", b.step),
+    };
     let mut info = vec![
-        Span::styled(format!("step {}", b.step), t.value),
+        Span::styled(what, t.value),
         Span::styled(
             format!(
                 " · {} buckets {} · ",
@@ -196,8 +179,23 @@ pub fn gantt(
                 t.good
             },
         ),
-        Span::styled(format!(" of {}", fmt::ms(comm_total)), t.dim),
+        Span::styled(
+            match stats {
+                Some(st) if st.steps > 1 => format!(
+                    " [{}–{}] of {}",
+                    fmt::ms_num(st.exposed_ms.min),
+                    fmt::ms_num(st.exposed_ms.max),
+                    fmt::ms(comm_total)
+                ),
+                _ => format!(" of {}", fmt::ms(comm_total)),
+            },
+            t.dim,
+        ),
     ];
+    let inferred = predict::is_inferred(b);
+    if inferred {
+        info.push(Span::styled(" · start inferred", t.warn));
+    }
     if let Some(d) = data_ms {
         info.push(Span::styled(" · data wait ", t.label));
         info.push(Span::styled(fmt::ms(d), t.value));
@@ -221,8 +219,14 @@ pub fn gantt(
     let t_end = (opt_start + opt_ms.unwrap_or(0.0)).max(1e-6);
 
     let label_w = 5usize;
-    // Right-hand labels for bucket rows when there is room.
-    let right_w = if w >= 60 { 20 } else { 0 };
+    // Right-hand labels for bucket rows when there is room (with the window's range when wide).
+    let right_w = if w >= 86 {
+        36
+    } else if w >= 60 {
+        24
+    } else {
+        0
+    };
     let cw = w.saturating_sub(label_w + right_w).max(4);
     let x_of = |ms: f64| -> usize { ((ms / t_end).clamp(0.0, 1.0) * cw as f64).round() as usize };
     let chart_x = r.x + label_w as u16;
@@ -298,12 +302,7 @@ pub fn gantt(
             let s = &b.buckets[i];
             label(buf, y, &format!("b{}", s.index), t.label);
             draw_bucket(buf, y, k, i);
-            let figure = format!(
-                "{} {}",
-                crate::util::fmt_bytes(s.bytes),
-                fmt::ms(s.comm_ms())
-            );
-            right(buf, y, figure, t.dim);
+            right(buf, y, bucket_figure(s, stats, right_w), t.dim);
             y += 1;
         }
     } else if n > 0 {
@@ -357,5 +356,53 @@ pub fn gantt(
             Span::styled(" optimizer", t.dim),
         ]);
         put_line(buf, r, y, &l);
+        y += 1;
     }
+    if legend && per_bucket && right_w > 0 && y < r.height {
+        let key = if inferred {
+            "k NCCL kernel time · ~ done − start (start inferred) · q queued: start − ready"
+        } else {
+            "k NCCL kernel time (measured) · q queued: start − ready"
+        };
+        put_line(
+            buf,
+            r,
+            y,
+            &Line::from(Span::styled(fmt::trunc(key, w), t.dim)),
+        );
+    }
+}
+
+/// A bucket row's right-hand figure: size, all-reduce time (`k`: the kernel's own, measured;
+/// `~`: done − start with an inferred start) and queueing `q` = start − ready; with a window and
+/// room, the all-reduce time's min–max over it.
+fn bucket_figure(
+    s: &crate::protocol::BucketSpan,
+    stats: Option<&TimelineStats>,
+    right_w: usize,
+) -> String {
+    let bs = stats.and_then(|st| {
+        st.buckets
+            .iter()
+            .find(|x| x.index == s.index && x.bytes == s.bytes)
+    });
+    let (mark, ms, range) = match (s.kernel_ms, bs) {
+        (Some(k), Some(b)) => ('k', k, b.kernel_ms.map(|k| (k.min, k.max))),
+        (Some(k), None) => ('k', k, None),
+        (None, Some(b)) => ('~', b.comm_ms.median, Some((b.comm_ms.min, b.comm_ms.max))),
+        (None, None) => ('~', s.comm_ms(), None),
+    };
+    let queue = bs.map_or((s.start_ms - s.ready_ms).max(0.0), |b| b.queue_ms.median);
+    let mut out = format!(
+        "{} {mark}{} q{}",
+        crate::util::fmt_bytes(s.bytes),
+        fmt::ms_num(ms),
+        fmt::ms_num(queue)
+    );
+    if right_w >= 36
+        && let Some((lo, hi)) = range.filter(|_| stats.is_some_and(|st| st.steps > 1))
+    {
+        out.push_str(&format!(" [{}–{}]", fmt::ms_num(lo), fmt::ms_num(hi)));
+    }
+    out
 }

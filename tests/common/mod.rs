@@ -67,3 +67,26 @@ pub fn assert_no_survivors(doc: &Value) {
     let alive = ddptop::supervisor::procs::survivors(&pids, &pids);
     assert!(alive.is_empty(), "processes left behind: {alive:?}");
 }
+
+/// The python in DDPTOP_PYTHON when it can `import {modules}`. On CI (CI=1) a missing one is a
+/// failure; elsewhere the test says it is skipped and gets None.
+pub fn python_importing(modules: &str) -> Option<String> {
+    let py = std::env::var("DDPTOP_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty());
+    let ok = py.as_ref().is_some_and(|p| {
+        Command::new(p)
+            .args(["-c", &format!("import {modules}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if ok {
+        return py;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide DDPTOP_PYTHON with {modules} (scripts/test does)"
+    );
+    eprintln!("SKIPPED: set DDPTOP_PYTHON to a python with {modules} to run this test");
+    None
+}

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from . import protocol
 
@@ -38,6 +38,27 @@ class HandshakeError(RuntimeError):
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else default
+
+
+def write_line(text: str, stream: TextIO | None = None) -> None:
+    """Write one line (the newline added) with ONE write call.
+
+    `print()` issues the text and its newline as separate writes, so with unbuffered output two
+    ranks sharing torchrun's pipe interleave mid-line (`…batch 256rank 0: 178.6…`). A pipe write
+    of at most PIPE_BUF (4096) bytes is atomic, so whole lines up to that size never mix."""
+    out = stream if stream is not None else sys.stdout
+    data = text if text.endswith("\n") else text + "\n"
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # a replaced stream (tests, notebooks)
+        out.write(data)
+        out.flush()
+        return
+    out.flush()  # anything buffered earlier goes first
+    raw = data.encode(getattr(out, "encoding", None) or "utf-8", "replace")
+    while raw:
+        n = os.write(fd, raw)
+        raw = raw[n:]
 
 
 def torch_versions() -> dict[str, str | None]:
@@ -69,9 +90,11 @@ def hello_message(
     backend: str,
     worker: str,
     versions: dict[str, str | None],
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The first line of every connection (docs/protocol.md `hello`)."""
-    return {
+    """The first line of every connection (docs/protocol.md `hello`); `extra` holds the optional
+    fields (`devices`, `instrument`, `node`; see protocol.hello_extra)."""
+    msg = {
         "v": protocol.VERSION,
         "type": "hello",
         "token": token,
@@ -89,6 +112,9 @@ def hello_message(
         "cuda": versions.get("cuda"),
         "t": time.monotonic(),
     }
+    if extra:
+        msg.update(extra)
+    return msg
 
 
 class Client:
@@ -113,7 +139,8 @@ class Client:
             validate if validate is not None else os.environ.get("DDPTOP_VALIDATE", "") == "1"
         )
         self.step = 0
-        self.phase = "init"
+        self._phase = "init"
+        self._silent = False
         self.heartbeat_s = 1.0
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -152,10 +179,12 @@ class Client:
         validate: bool | None = None,
         start_threads: bool = True,
         deadman: bool = True,
+        hello_extra: dict[str, Any] | None = None,
     ) -> Client:
         """Connect to `$DDPTOP_SOCKET`, send hello, wait for welcome; a no-op client if unset.
 
         rank / world_size / local_rank default to torchrun's RANK / WORLD_SIZE / LOCAL_RANK.
+        `hello_extra`: optional hello fields merged in (build them with protocol.hello_extra).
         """
         path = os.environ.get("DDPTOP_SOCKET")
         rank = rank if rank is not None else _env_int("RANK", 0)
@@ -187,6 +216,7 @@ class Client:
                 backend=backend,
                 worker=worker,
                 versions=v,
+                extra=hello_extra,
             )
             c._write(hello)
             c._await_welcome()
@@ -224,6 +254,22 @@ class Client:
             th = threading.Thread(target=target, name=name, daemon=True)
             th.start()
             self._threads.append(th)
+
+    # ------------------------------------------------------------------ phase
+
+    @property
+    def phase(self) -> str:
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        """Entering a phase is reported at once (a heartbeat), not at the next beat: ddptop's
+        watchdog applies a different threshold per phase (e.g. `ddp_init`, whose constructor
+        broadcast is where the book's deadlock blocks)."""
+        changed = value != self._phase
+        self._phase = value
+        if changed and self._threads and not self._silent and not self._closing:
+            self.send("heartbeat", phase=value)
 
     # ------------------------------------------------------------------ commands
 
@@ -302,7 +348,7 @@ class Client:
         except (ValueError, protocol.ProtocolError) as e:
             if self.validate:
                 raise
-            print(f"ddptop_worker: dropped a {msg.get('type')} message: {e}", file=sys.stderr)
+            write_line(f"ddptop_worker: dropped a {msg.get('type')} message: {e}", sys.stderr)
             return
         with self._send_lock:
             sock = self._sock
@@ -329,9 +375,9 @@ class Client:
         while not self._stop_threads.wait(self.heartbeat_s):
             if self._closing:
                 return
-            if getattr(self, "_silent", False):
+            if self._silent:
                 continue
-            self.send("heartbeat", phase=self.phase)
+            self.send("heartbeat", phase=self._phase)
 
     def _reader_loop(self) -> None:
         rfile = self._rfile
@@ -343,15 +389,12 @@ class Client:
                 try:
                     msg = protocol.parse_line(line.rstrip(b"\n"), "ddptop")
                 except protocol.ProtocolError as e:
-                    print(f"ddptop_worker: ignoring a bad line from ddptop: {e}", file=sys.stderr)
+                    write_line(f"ddptop_worker: ignoring a bad line from ddptop: {e}", sys.stderr)
                     continue
                 if msg["type"] == "command":
                     self._handle_command(str(msg["cmd"]))
                 elif msg["type"] == "error":
-                    print(
-                        f"ddptop_worker: ddptop reported {msg['code']}: {msg['msg']}",
-                        file=sys.stderr,
-                    )
+                    write_line(f"ddptop_worker: ddptop reported {msg['code']}: {msg['msg']}", sys.stderr)
         except (OSError, ValueError):
             pass
         if rfile is not None:
@@ -366,11 +409,7 @@ class Client:
 
     def _deadman(self) -> None:
         """ddptop's end closed: terminate this process now (SIGTERM, then _exit after a grace)."""
-        print(
-            "ddptop_worker: ddptop closed the connection; exiting (dead-man switch)",
-            file=sys.stderr,
-            flush=True,
-        )
+        write_line("ddptop_worker: ddptop closed the connection; exiting (dead-man switch)", sys.stderr)
         self._closed = True
 
         def _hard_exit() -> None:
@@ -389,7 +428,7 @@ class Client:
         """Send `bye` and close the connection without triggering the dead-man switch."""
         if self._sock is None or self._closed:
             return
-        self.phase = "done"
+        self._phase = "done"  # no heartbeat: bye is the last line
         self._closing = True
         self._stop_threads.set()
         self._write(self.build("bye", {"reason": reason}), final=True)

@@ -1,22 +1,35 @@
 """Fault injection for ddptop's fault matrix: `DDPTOP_INJECT=KIND:STEP` in the environment.
 
-Kinds (applied on the last rank, at the first training step >= STEP):
-  crash   exit at once with code 3 (no cleanup)
-  raise   raise a RuntimeError (a worker failing with a traceback)
-  hang    stop making progress; the heartbeat thread keeps running (alive but stuck)
-  silent  stop making progress and stop heartbeats too
+Kinds applied on the last rank, at the first training step >= STEP:
+  crash     exit at once with code 3 (no cleanup)
+  raise     raise a RuntimeError (a worker failing with a traceback)
+  hang      stop making progress; the heartbeat thread keeps running (alive but stuck)
+  silent    stop making progress and stop heartbeats too; the connection stays open
+  frozen    block the whole interpreter: a C call that holds the GIL, so no Python thread runs
+            (no heartbeat, no reader, no dead-man switch), as a rank stuck inside an extension
+            that never releases the GIL. Only a signal's default action (SIGTERM, SIGKILL) ends it.
 The other ranks then block in their next all-reduce, as in a real stuck collective.
+
+Applied on every rank, at the end of the run (STEP is ignored; write `teardown:0`):
+  teardown  send `result` and `bye` as usual, then block instead of destroy_process_group(), as
+            a rank whose NCCL teardown hangs: ddptop has every bye but the launcher never exits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from dataclasses import dataclass
 
 from .client import Client
 
-KINDS = ("crash", "raise", "hang", "silent")
+STEP_KINDS = ("crash", "raise", "hang", "silent", "frozen")
+KINDS = (*STEP_KINDS, "teardown")
+
+
+class FaultSpecError(ValueError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -25,20 +38,30 @@ class Fault:
     step: int
 
     @staticmethod
-    def from_env() -> Fault | None:
-        spec = os.environ.get("DDPTOP_INJECT", "").strip()
+    def parse(spec: str) -> Fault | None:
+        spec = spec.strip()
         if not spec:
             return None
         kind, _, step = spec.partition(":")
         if kind not in KINDS or not step.isdigit():
-            raise ValueError(f"DDPTOP_INJECT={spec!r}: expected one of {', '.join(KINDS)} as KIND:STEP")
+            raise FaultSpecError(
+                f"DDPTOP_INJECT={spec!r}: expected one of {', '.join(KINDS)} as KIND:STEP"
+            )
         return Fault(kind, int(step))
 
+    @staticmethod
+    def from_env() -> Fault | None:
+        return Fault.parse(os.environ.get("DDPTOP_INJECT", ""))
+
+    @property
+    def at_teardown(self) -> bool:
+        return self.kind == "teardown"
+
     def due(self, step: int, rank: int, world_size: int) -> bool:
-        return rank == world_size - 1 and step >= self.step
+        return self.kind in STEP_KINDS and rank == world_size - 1 and step >= self.step
 
     def fire(self, client: Client) -> None:
-        """Apply the fault; only `raise` returns control (by raising)."""
+        """Apply a step fault; only `raise` returns control (by raising)."""
         client.log("warn", f"injected fault {self.kind}:{self.step}")
         if self.kind == "crash":
             os._exit(3)
@@ -46,5 +69,24 @@ class Fault:
             raise RuntimeError(f"injected exception at step {self.step}")
         if self.kind == "silent":
             client.silence()
-        while True:
-            time.sleep(3600)
+        if self.kind == "frozen":
+            hold_gil_forever()
+        block_forever()
+
+    def block_teardown(self, client: Client) -> None:
+        """The teardown hang: after bye, never reach destroy_process_group()."""
+        if self.at_teardown:
+            client.silence()
+            block_forever()
+
+
+def block_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def hold_gil_forever() -> None:
+    # ctypes.PyDLL keeps the GIL during the foreign call (CDLL would release it).
+    libc = ctypes.PyDLL(None)
+    while True:
+        libc.sleep(3600)

@@ -69,6 +69,20 @@ def opt_uint(x: Any) -> bool:
     return x is None or uint(x)
 
 
+def opt(check: Check) -> Check:
+    """`check`, or null: an optional field sent as null means the same as leaving it out."""
+
+    def checked(x: Any) -> bool:
+        return x is None or check(x)
+
+    checked.__name__ = f"{check.__name__} or null"
+    return checked
+
+
+def finite(x: Any) -> bool:
+    return _is_num(x)
+
+
 def one_of(*values: str) -> Check:
     allowed = frozenset(values)
 
@@ -87,18 +101,40 @@ def list_of(item: Check) -> Check:
     return check
 
 
-def obj(fields: dict[str, Check]) -> Check:
-    def check(x: Any) -> bool:
-        return isinstance(x, dict) and all(k in x and c(x[k]) for k, c in fields.items())
+def obj(fields: dict[str, Check], optional: dict[str, Check] | None = None) -> Check:
+    """An object with every key of `fields`; keys of `optional` are checked when present."""
+    extra = optional or {}
 
-    check.__name__ = "object{" + ",".join(fields) + "}"
+    def check(x: Any) -> bool:
+        return (
+            isinstance(x, dict)
+            and all(k in x and c(x[k]) for k, c in fields.items())
+            and all(c(x[k]) for k, c in extra.items() if k in x)
+        )
+
+    check.__name__ = "object{" + ",".join([*fields, *(k + "?" for k in extra)]) + "}"
     return check
 
 
-BACKENDS: Final = ("nccl", "gloo", "sim")
-WORKERS: Final = ("train", "probe", "allreduce", "sim")
-PHASES: Final = ("init", "train", "probe", "bench", "done")
-TIMINGS: Final = ("cuda_events", "host", "model")
+def dict_of(value: Check) -> Check:
+    def check(x: Any) -> bool:
+        return isinstance(x, dict) and all(isinstance(k, str) and value(v) for k, v in x.items())
+
+    check.__name__ = f"object of {value.__name__}"
+    return check
+
+
+BACKENDS: Final = ("nccl", "gloo", "sim", "xla", "copy")
+WORKERS: Final = ("train", "probe", "allreduce", "sim", "handrolled", "fsdp", "jax", "attach")
+INSTRUMENTS: Final = ("full", "steps_only", "off")
+PHASES: Final = ("init", "ddp_init", "train", "probe", "bench", "done")
+TIMINGS: Final = ("cuda_events", "host", "profiler", "model")
+COLLECTIVES: Final = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
+PASSES: Final = ("fwd", "bwd", "opt")
+STRATEGIES: Final = ("ddp", "fsdp", "jax_data", "jax_fsdp")
+SHARDINGS: Final = ("data", "fsdp")
+HLO_OPS: Final = ("all_reduce", "all_gather", "reduce_scatter")
+OPTIMIZERS: Final = ("sgd", "adam")
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
 BYE_REASONS: Final = ("done", "stopped", "error")
 PROBE_MODES: Final = ("synced", "no_sync")
@@ -117,8 +153,37 @@ COMMANDS: Final = ("probe_on", "probe_off", "dump_fr", "stop")
 COMMON: Final[dict[str, Check]] = {"rank": uint, "step": uint, "t": nonneg}
 
 BUCKET: Final = obj(
-    {"index": uint, "bytes": uint, "ready_ms": nonneg, "start_ms": nonneg, "done_ms": nonneg}
+    {"index": uint, "bytes": uint, "ready_ms": nonneg, "start_ms": nonneg, "done_ms": nonneg},
+    {"kernel_ms": opt(nonneg)},
 )
+
+COMM_OP: Final = obj(
+    {
+        "op": one_of(*COLLECTIVES),
+        "name": string,
+        "pass": one_of(*PASSES),
+        "bytes": uint,
+        "start_ms": nonneg,
+        "dur_ms": nonneg,
+    }
+)
+
+
+HLO_STATS_KEYS: Final = ("count", "largest_elems", "total_elems", "total_bytes")
+
+
+def hlo_op_stats(x: Any) -> bool:
+    return (
+        isinstance(x, dict)
+        and all(k in x and uint(x[k]) for k in HLO_STATS_KEYS)
+        and x["largest_elems"] <= x["total_elems"]
+    )
+
+
+hlo_op_stats.__name__ = "{count,largest_elems<=total_elems,total_bytes}"
+
+# Other op names are ignored, like unknown fields.
+HLO_OPS_CHECK: Final = obj({}, {name: hlo_op_stats for name in HLO_OPS})
 
 # Required fields per message type (worker -> ddptop), beyond COMMON.
 WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
@@ -180,7 +245,12 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
         "algbw_gbs": nonneg,
         "busbw_gbs": nonneg,
     },
-    "memory": {"allocated_bytes": uint, "reserved_bytes": uint, "peak_bytes": uint},
+    # Required keys, null where there is no allocator counter (CPU).
+    "memory": {
+        "allocated_bytes": opt_uint,
+        "reserved_bytes": opt_uint,
+        "peak_bytes": opt_uint,
+    },
     "hlo": {"k": uint, "all_reduce_ops": uint, "all_reduce_bytes": uint},
     "log": {"level": one_of(*LOG_LEVELS), "msg": string},
     "result": {
@@ -192,11 +262,48 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
         "bucket_bytes": list_of(uint),
     },
     "bye": {"reason": one_of(*BYE_REASONS)},
+    "plan": {"total_steps": opt_uint},
+    "comm": {"timing": one_of(*TIMINGS), "ops": list_of(COMM_OP)},
+    "check": {
+        "name": string,
+        "a": finite,
+        "b": finite,
+        "diff": nonneg,
+        "tol": nonneg,
+        "ok": boolean,
+    },
 }
 
-# Optional fields: checked only when present.
+# Optional fields: checked only when present; null allowed except for hello.devices.
 WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
-    "heartbeat": {"phase": one_of(*PHASES)},
+    "hello": {"devices": pos_int, "instrument": opt(one_of(*INSTRUMENTS)), "node": opt_string},
+    "heartbeat": {"phase": opt(one_of(*PHASES))},
+    "step": {"fused": opt(boolean), "loss": opt(finite), "every": opt(pos_int)},
+    "probe": {"live": opt(boolean)},
+    "buckets": {"start_inferred": opt(boolean)},
+    "memory": {
+        "device": opt_uint,
+        "strategy": opt(one_of(*STRATEGIES)),
+        "phase": opt_string,
+        "param_bytes": opt_uint,
+        "grad_bytes": opt_uint,
+        "optim_bytes": opt_uint,
+        "predicted_bytes": opt_uint,
+    },
+    "hlo": {
+        "sharding": opt(one_of(*SHARDINGS)),
+        "ops": opt(HLO_OPS_CHECK),
+        "combined_by": opt(list_of(string)),
+        "layout": opt(dict_of(string)),
+        "platform": opt_string,
+    },
+    "result": {"optimizer": opt(one_of(*OPTIMIZERS)), "strategy": opt(one_of(*STRATEGIES))},
+    "plan": {
+        "epochs": opt_uint,
+        "steps_per_epoch": opt_uint,
+        "phase": opt(one_of(*PHASES)),
+    },
+    "check": {"note": opt_string},
 }
 
 DDPTOP_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
@@ -280,3 +387,101 @@ def encode(msg: dict[str, Any]) -> bytes:
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError(f"{msg.get('type')}: line of {len(line)} bytes is over 1 MiB")
     return line + b"\n"
+
+
+# Builders for the type-specific fields of the newer messages, for `Client.send(mtype, **fields)`.
+# Each validates what it builds, so a bad value fails at the call site with the field's name.
+
+
+def _checked(mtype: str, fields: dict[str, Any]) -> dict[str, Any]:
+    validate({"v": VERSION, "type": mtype, "rank": 0, "step": 0, "t": 0.0, **fields}, "worker")
+    return fields
+
+
+def hello_extra(
+    *, devices: int = 1, instrument: str | None = None, node: str | None = None
+) -> dict[str, Any]:
+    """The optional `hello` fields, to merge into a hello message (only those that are set)."""
+    if not pos_int(devices):
+        raise ProtocolError(f"hello: devices must be an int >= 1, got {devices!r}")
+    if instrument is not None and instrument not in INSTRUMENTS:
+        raise ProtocolError(f"hello: instrument must be one of {'|'.join(INSTRUMENTS)}")
+    if node is not None and not isinstance(node, str):
+        raise ProtocolError("hello: node must be a string")
+    out: dict[str, Any] = {"devices": devices}
+    if instrument is not None:
+        out["instrument"] = instrument
+    if node is not None:
+        out["node"] = node
+    return out
+
+
+def plan_fields(
+    total_steps: int | None,
+    *,
+    epochs: int | None = None,
+    steps_per_epoch: int | None = None,
+    phase: str | None = "train",
+) -> dict[str, Any]:
+    """`plan`: total_steps None means unknown (attach mode)."""
+    fields: dict[str, Any] = {"total_steps": total_steps}
+    for key, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch), ("phase", phase)):
+        if value is not None:
+            fields[key] = value
+    return _checked("plan", fields)
+
+
+def comm_op(
+    op: str, name: str, pass_: str, nbytes: int, start_ms: float, dur_ms: float
+) -> dict[str, Any]:
+    """One entry of `comm.ops`; times in ms from the step's start."""
+    entry: dict[str, Any] = {
+        "op": op,
+        "name": name,
+        "pass": pass_,
+        "bytes": nbytes,
+        "start_ms": start_ms,
+        "dur_ms": dur_ms,
+    }
+    if not COMM_OP(entry):
+        raise ProtocolError(f"comm: bad op {entry!r} ({COMM_OP.__name__})")
+    return entry
+
+
+def comm_fields(timing: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return _checked("comm", {"timing": timing, "ops": ops})
+
+
+def check_fields(
+    name: str, a: float, b: float, tol: float, *, note: str | None = None
+) -> dict[str, Any]:
+    """`check` with diff = |a - b| and ok = diff <= tol."""
+    if not (finite(a) and finite(b)):
+        raise ProtocolError(f"check {name}: a={a!r} and b={b!r} must be finite numbers")
+    diff = abs(float(a) - float(b))
+    fields: dict[str, Any] = {
+        "name": name,
+        "a": a,
+        "b": b,
+        "diff": diff,
+        "tol": tol,
+        "ok": diff <= tol,
+    }
+    if note is not None:
+        fields["note"] = note
+    return _checked("check", fields)
+
+
+def hlo_ops_entry(
+    count: int, largest_elems: int, total_elems: int, total_bytes: int
+) -> dict[str, int]:
+    """One value of `hlo.ops`."""
+    entry = {
+        "count": count,
+        "largest_elems": largest_elems,
+        "total_elems": total_elems,
+        "total_bytes": total_bytes,
+    }
+    if not hlo_op_stats(entry):
+        raise ProtocolError(f"hlo: bad ops entry {entry!r} ({hlo_op_stats.__name__})")
+    return entry

@@ -1,7 +1,12 @@
 """Per-process setup shared by the subcommands: orphan guard, backend/device choice, the ddptop
 client, `init_process_group`, and a small gloo control group on which ranks agree on
 probe/stop commands (so that every rank switches at the same step and no collective is left
-unmatched)."""
+unmatched).
+
+Phases reported to ddptop (heartbeat `phase`): `init` from the start (process group, barrier,
+data, model), `ddp_init` around DDP's constructor (`wrap_ddp`, entered once the process group is
+up: the constructor's parameter broadcast is the first collective on the model and where the
+book's NCCL deadlock blocks), then the experiment's own phase set by the caller."""
 
 from __future__ import annotations
 
@@ -12,11 +17,15 @@ import socket
 import sys
 from datetime import timedelta
 from types import TracebackType
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .client import Client, torch_versions
+from .faults import Fault
 
 PR_SET_PDEATHSIG = 1
 
@@ -60,10 +69,18 @@ class Runtime:
     sends the error as a `log` line and `bye` with reason `error`, and tears down."""
 
     def __init__(
-        self, worker: str, backend: str, timeout_s: float = 300.0, *, quiet: bool = False
+        self,
+        worker: str,
+        backend: str,
+        timeout_s: float = 300.0,
+        *,
+        quiet: bool = False,
+        kernel_timing: bool = False,
     ) -> None:
         self.worker = worker
         self.quiet = quiet  # no log lines (train --no-instrument)
+        # Ask ProcessGroupNCCL for per-collective start events (Work._get_duration); NCCL only.
+        self.kernel_timing = kernel_timing
         self.backend = resolve_backend(backend)
         self.timeout_s = timeout_s
         self.rank = _env_int("RANK", 0)
@@ -76,6 +93,7 @@ class Runtime:
         self.client: Client = Client.disabled()
         self.ctl_group: dist.ProcessGroup | None = None
         self.stopped = False
+        self.fault: Fault | None = None  # DDPTOP_INJECT, parsed once here
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -90,6 +108,7 @@ class Runtime:
             versions=torch_versions(),
         )
         try:
+            self.fault = Fault.from_env()
             self._init_distributed()
         except BaseException as e:
             self._fail(e)
@@ -108,6 +127,9 @@ class Runtime:
             torch.cuda.set_device(self.local_rank)
         elif self.backend != "gloo":
             raise WorkerError(f"unknown backend {self.backend!r} (nccl|gloo)")
+        if self.kernel_timing and self.backend == "nccl":
+            # Read by ProcessGroupNCCL's constructor (ProcessGroupNCCL.hpp, TORCH_NCCL_ENABLE_TIMING).
+            os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         if "MASTER_ADDR" not in os.environ and self.world_size == 1:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
             os.environ["MASTER_PORT"] = str(_free_port())
@@ -122,6 +144,11 @@ class Runtime:
             # NCCL is then initialized eagerly, here, rather than at the first collective)
             device_id=self.device if self.device.type == "cuda" else None,
         )
+        if self.kernel_timing and self.backend == "nccl":
+            try:  # the same switch at run time, in case the environment was read before
+                dist.group.WORLD._enable_collectives_timing()  # type: ignore[union-attr]
+            except (AttributeError, RuntimeError):
+                pass
         if self.world_size > 1:
             self.ctl_group = dist.new_group(backend="gloo")
         if self.device.type == "cuda":
@@ -145,6 +172,8 @@ class Runtime:
             self._fail(exc)
             return
         self.client.close("stopped" if self.stopped else "done")
+        if self.fault is not None:
+            self.fault.block_teardown(self.client)
         self._destroy()
 
     def _fail(self, exc: BaseException) -> None:
@@ -161,6 +190,12 @@ class Runtime:
                 pass
 
     # ------------------------------------------------------------------ helpers
+
+    def wrap_ddp(self, net: nn.Module, **kwargs: Any) -> DDP:
+        """DDP's constructor in its own phase, `ddp_init` (its broadcast can deadlock on NCCL).
+        The caller sets the next phase."""
+        self.client.phase = "ddp_init"
+        return DDP(net, device_ids=[self.local_rank] if self.device.type == "cuda" else None, **kwargs)
 
     def agree(self) -> tuple[bool, bool]:
         """(probe, stop) agreed by all ranks: on if any rank has it on (MAX over the ctl group)."""

@@ -9,7 +9,15 @@ mark at hook entry (the bucket's gradients are complete on the compute stream), 
 the all-reduce future's `then` callback (on CUDA that callback runs on a stream that waits for the
 NCCL kernel, so an event recorded there completes with it; on gloo the future completes when the
 all-reduce has finished on the host). Kernel start ≈ max(ready_i, done_{i-1}) since all-reduces
-serialize in bucket order.
+serialize in bucket order: an inference (`start_inferred`), which counts the all-reduce's wait
+behind backward kernels on the GPU as communication.
+
+Where torch measures the NCCL kernel itself, the start is measured instead: with collective
+timing on (`TORCH_NCCL_ENABLE_TIMING=1`, or `ProcessGroup._enable_collectives_timing()`),
+ProcessGroupNCCL records a start event on its stream before the kernel, and `Work._get_duration()`
+(torch 2.11: WorkNCCL::getDuration, ProcessGroupNCCL.hpp) is the elapsed time from it to the end
+event, in ms. Then start = done - kernel_ms, and start - ready is the bucket's queueing. Gloo has
+no such duration ("This Backend doesn't support getDuration"): there the start stays inferred.
 
 No `from __future__ import annotations` here: DDP's `_check_comm_hook` compares the hook's
 annotations with the real `dist.GradBucket` / `torch.futures.Future[torch.Tensor]` objects.
@@ -66,6 +74,8 @@ class BucketRecord:
     nbytes: int
     ready: Mark
     done: Optional[Mark] = None
+    work: Any = None  # the all-reduce's Work, kept when kernel timing is on
+    kernel_ms: Optional[float] = None  # NCCL's own measure of the kernel, once resolved
 
 
 @dataclass
@@ -135,6 +145,12 @@ class BucketSpan:
     ready_ms: float
     start_ms: float
     done_ms: float
+    kernel_ms: Optional[float] = None  # None: start_ms is inferred
+
+
+def start_inferred(spans: list[BucketSpan]) -> bool:
+    """True when any span's start is the max(ready, previous done) inference."""
+    return any(s.kernel_ms is None for s in spans)
 
 
 def bucket_timeline(
@@ -148,8 +164,13 @@ def bucket_timeline(
             continue
         ready = max(0.0, Clock.ms(bwd_start, r.ready))
         done = max(ready, Clock.ms(bwd_start, r.done))
-        start = min(done, max(ready, prev_done))
-        spans.append(BucketSpan(r.index, r.nbytes, ready, start, done))
+        if r.kernel_ms is not None:
+            # The done mark completes right after NCCL's end event, so the kernel began
+            # kernel_ms before it; it cannot have begun before its gradients were ready.
+            start = min(done, max(ready, done - r.kernel_ms))
+        else:
+            start = min(done, max(ready, prev_done))
+        spans.append(BucketSpan(r.index, r.nbytes, ready, start, done, r.kernel_ms))
         prev_done = done
     if not spans:
         return spans, 0.0, 0.0
@@ -162,12 +183,39 @@ class BucketTimer:
     """State of the timing comm hook. The hook always all-reduces (like DDP's default hook);
     it records marks only while `recording` is on, into the list set by `begin_step`."""
 
-    def __init__(self, clock: Clock, process_group: Optional[dist.ProcessGroup] = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        process_group: Optional[dist.ProcessGroup] = None,
+        *,
+        kernel_timing: bool = False,
+    ) -> None:
         self.clock = clock
         self.pg = process_group
         self.recording = False
+        self.kernel_timing = kernel_timing  # keep each Work to ask NCCL for its kernel time
+        self.kernel_error: Optional[str] = None  # why kernel timing stopped, if it did
         self._current: Optional[list[BucketRecord]] = None
         self._lock = threading.Lock()
+        self._avg: Optional[bool] = None
+
+    def average_in_collective(self, group: Any) -> bool:
+        if self._avg is None:
+            self._avg = dist.get_backend(group) == "nccl"
+        return self._avg
+
+    def resolve_kernels(self, records: Optional[list[BucketRecord]]) -> None:
+        """Fill kernel_ms from each record's Work; call only once the step's marks completed
+        (elapsed_time on an unfinished CUDA event raises). The first failure turns it off."""
+        for r in records or []:
+            work, r.work = r.work, None
+            if work is None or not self.kernel_timing:
+                continue
+            try:
+                r.kernel_ms = max(0.0, float(work._get_duration()))
+            except Exception as e:  # noqa: BLE001 - private API; unsupported backends raise
+                self.kernel_timing = False
+                self.kernel_error = f"{type(e).__name__}: {e}"
 
     def begin_step(self) -> Optional[list[BucketRecord]]:
         with self._lock:
@@ -185,7 +233,7 @@ class BucketTimer:
 def timed_allreduce_hook(
     state: BucketTimer, bucket: GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default all-reduce (divide by world size first), with ready/done marks."""
+    """DDP's default all-reduce (the mean over ranks), with ready/done marks."""
     buf = bucket.buffer()
     with state._lock:
         records = state._current
@@ -194,9 +242,16 @@ def timed_allreduce_hook(
         rec = BucketRecord(bucket.index(), buf.numel() * buf.element_size(), state.clock.mark())
         records.append(rec)
     group = state.pg if state.pg is not None else dist.group.WORLD
-    buf.div_(dist.get_world_size(group))
-    work = dist.all_reduce(buf, group=group, async_op=True)
+    if state.average_in_collective(group):
+        # NCCL averages inside the all-reduce: no separate div_ kernel on the compute stream
+        # (DDP's own C++ path folds the division into its bucket copy; a Python hook cannot).
+        work = dist.all_reduce(buf, op=dist.ReduceOp.AVG, group=group, async_op=True)
+    else:
+        buf.div_(dist.get_world_size(group))  # gloo has no AVG
+        work = dist.all_reduce(buf, group=group, async_op=True)
     assert work is not None
+    if rec is not None and state.kernel_timing:
+        rec.work = work
     fut = work.get_future()
     clock = state.clock
 

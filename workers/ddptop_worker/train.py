@@ -5,6 +5,12 @@ Epoch 0 is warm-up (reported with warmup:true and never counted). Step messages 
 or two steps late from CUDA events (no per-step synchronize) or, on gloo/CPU, from host timers.
 The comm-hook bucket timeline is recorded only after DDP's bucket rebuild (>= 2 steps in).
 Ranks agree on ddptop's probe/stop commands every `--control-every` steps over a small gloo group.
+
+The hot loop is kept as close as possible to the book's bare loop (zero_grad(set_to_none=True),
+forward, backward, step, on slices of device-resident data): an untimed step does nothing else;
+no `.item()`, no synchronize, no per-step allocation of marks. With `--time-every N` only every
+Nth step of the timed epochs carries events and a `step` message (whose `samples` then counts
+every step since the previous message, and `every` says N); the warm-up epoch is timed in full.
 """
 
 from __future__ import annotations
@@ -19,10 +25,19 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import models
-from .client import Client
+from .client import Client, write_line
+from .data import Data, DataConfig, add_data_args
 from .faults import Fault
-from .data import Data, DataConfig
-from .probe import run_block
+from .probe import (
+    DEFAULT_SAMPLE_RATE,
+    NO_SAMPLING,
+    BlockStats,
+    live_label,
+    run_block,
+    send_block,
+    set_logger_sample_rate,
+    synced_warmup_steps,
+)
 from .runtime import Runtime, WorkerError
 from .timing import (
     BucketTimer,
@@ -32,11 +47,68 @@ from .timing import (
     bucket_timeline,
     parse_bucket_sizes,
     rebuilt_bucket_sizes,
+    start_inferred,
 )
 
 REBUILD_MIN_STEPS = 2  # never time buckets before this many steps (iteration 0 has one bucket)
 REBUILD_GIVE_UP_STEPS = 8  # then time whatever layout there is, marked rebuilt:false
 MEMORY_EVERY = 50
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """Everything `train` reads from its command line, converted once."""
+
+    experiment: str = "weak"
+    batch: int = 256
+    epochs: int = 2
+    model: str = "resnet18"
+    data: DataConfig = field(default_factory=DataConfig)
+    backend: str = "auto"
+    lr: float = 0.1
+    instrument: bool = True
+    kernel_timing: bool = True
+    time_every: int = 1
+    buckets_every: int = 1
+    control_every: int = 5
+    probe_block_steps: int = 10
+    probe_warmup_steps: int = 3
+    timeout_s: float = 300.0
+
+    @staticmethod
+    def from_args(a: argparse.Namespace) -> TrainSettings:
+        return TrainSettings(
+            experiment=a.experiment,
+            batch=a.batch,
+            epochs=a.epochs,
+            model=a.model,
+            data=DataConfig.from_args(a),
+            backend=a.backend,
+            lr=a.lr,
+            instrument=a.instrument,
+            kernel_timing=a.kernel_timing,
+            time_every=a.time_every,
+            buckets_every=a.buckets_every,
+            control_every=a.control_every,
+            probe_block_steps=a.probe_block_steps,
+            probe_warmup_steps=a.probe_warmup_steps,
+            timeout_s=a.timeout_s,
+        )
+
+    def per_rank_batch(self, world_size: int) -> int:
+        """Checks the settings for this world size; returns the per-rank batch."""
+        if self.epochs < 1 or self.batch < 1 or self.data.samples < 1:
+            raise WorkerError("--epochs, --batch and --samples must be >= 1")
+        counts = (self.time_every, self.buckets_every, self.control_every, self.probe_block_steps)
+        if min(counts) < 1 or self.probe_warmup_steps < 0:
+            raise WorkerError(
+                "--time-every, --buckets-every, --control-every and --probe-block-steps must be "
+                ">= 1, --probe-warmup-steps >= 0"
+            )
+        per_rank = self.batch if self.experiment == "weak" else self.batch // world_size
+        if per_rank < 1:
+            raise WorkerError(f"strong scaling: global batch {self.batch} < {world_size} ranks")
+        return per_rank
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -50,35 +122,32 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="weak: per-rank batch; strong: global batch, per-rank = B // k",
     )
     p.add_argument("--epochs", type=int, default=2, help="epochs, epoch 0 is warm-up")
-    p.add_argument(
-        "--samples", type=int, default=60000, help="samples per epoch, split across ranks"
-    )
     p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18", help="model")
-    p.add_argument(
-        "--data",
-        choices=("synthetic", "real", "auto"),
-        default="auto",
-        help="auto: real if --data-dir (or $DDPTOP_DATASET_DIR) has the raw files, else synthetic",
-    )
-    p.add_argument(
-        "--data-path", choices=("loader", "device"), default="device", help="input pipeline"
-    )
-    p.add_argument(
-        "--data-dir",
-        default=os.environ.get("DDPTOP_DATASET_DIR") or None,
-        help="folder with FashionMNIST raw files (default: $DDPTOP_DATASET_DIR)",
-    )
+    add_data_args(p)
     p.add_argument(
         "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
     )
     p.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
-    p.add_argument("--seed", type=int, default=0, help="data and init seed")
     p.add_argument(
         "--no-instrument",
         dest="instrument",
         action="store_false",
-        help="bare DDP loop: no hook, no events, only hello/result/bye (overhead baseline)"
+        help="bare DDP loop: no hook, no events, only hello/plan/result/bye (overhead baseline)"
         "%(default).0s",
+    )
+    p.add_argument(
+        "--no-kernel-timing",
+        dest="kernel_timing",
+        action="store_false",
+        help="nccl: do not ask ProcessGroupNCCL for the all-reduce kernels' own durations "
+        "(bucket starts are then inferred)%(default).0s",
+    )
+    p.add_argument(
+        "--time-every",
+        type=int,
+        default=os.environ.get("DDPTOP_TIME_EVERY") or 1,  # argparse applies type= to it
+        help="timed epochs: events and a step message on every Nth step only "
+        "(default: $DDPTOP_TIME_EVERY or 1)",
     )
     p.add_argument(
         "--buckets-every", type=int, default=1, help="send a buckets message every N steps"
@@ -88,6 +157,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--probe-block-steps", type=int, default=10, help="steps per probe block (probe_on)"
+    )
+    p.add_argument(
+        "--probe-warmup-steps",
+        type=int,
+        default=3,
+        help="probe_on: unreported warm-up steps per mode before the first block pair",
     )
     p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
 
@@ -109,7 +184,7 @@ class EpochStats:
 
 @dataclass
 class Trainer:
-    args: argparse.Namespace
+    s: TrainSettings
     rt: Runtime
     client: Client
     data: Data
@@ -122,40 +197,49 @@ class Trainer:
     pending: Pending = field(default_factory=Pending)
     loss_fn: nn.Module = field(default_factory=nn.CrossEntropyLoss)
     global_step: int = 0
+    synced_iterations: int = 0  # synced DDP forwards so far: DDP's logger samples by these
+    extra_steps: int = 0  # probe steps, beyond the planned training steps
     probe_block: int = 0
+    probing: bool = False
     layout: list[int] | None = None
     last_loss: torch.Tensor | None = None
-    fault: Fault | None = field(default_factory=Fault.from_env)
+    unreported_samples: int = 0  # samples since the last step message
 
     @property
-    def instrument(self) -> bool:
-        return bool(self.args.instrument)
+    def fault(self) -> Fault | None:
+        return self.rt.fault
 
-    # ------------------------------------------------------------------ one step
+    # ------------------------------------------------------------------ steps
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, sm: StepMarks) -> None:
-        mark = self.clock.mark if self.instrument else None
+    def bare_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """The book's loop body and nothing else."""
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.ddp(x), y)
+        loss.backward()
+        self.opt.step()
+        self.last_loss = loss
+
+    def timed_step(self, x: torch.Tensor, y: torch.Tensor, sm: StepMarks) -> None:
+        mark = self.clock.mark
         self.opt.zero_grad(set_to_none=True)
         if self.btimer is not None:
             sm.buckets = self.btimer.begin_step()
-        if mark:
-            sm.marks["fwd0"] = mark()
+        sm.marks["fwd0"] = mark()
         loss = self.loss_fn(self.ddp(x), y)
-        if mark:
-            sm.marks["bwd0"] = mark()
+        sm.marks["bwd0"] = mark()
         loss.backward()
-        if mark:
-            sm.marks["bwd1"] = mark()
+        sm.marks["bwd1"] = mark()
         self.opt.step()
-        if mark:
-            sm.marks["opt1"] = mark()
+        sm.marks["opt1"] = mark()
         if self.btimer is not None:
             self.btimer.end_step()
-        self.last_loss = loss.detach()
+        self.last_loss = loss
 
     def emit(self, sm: StepMarks) -> None:
         m, info = sm.marks, sm.info
         step_no = int(info["step"])
+        every = int(info["every"])
+        extra = {"every": every} if every > 1 else {}
         self.client.send(
             "step",
             step=step_no,
@@ -169,28 +253,43 @@ class Trainer:
             data_ms=max(0.0, float(info["data_ms"])),
             step_ms=max(0.0, Clock.ms(m["start"], m["opt1"])),
             timing=self.clock.method,
+            **extra,
         )
-        every = max(1, int(self.args.buckets_every))
-        if sm.buckets is not None and step_no % every == 0:
-            spans, bwd_compute, exposed = bucket_timeline(sm.buckets, m["bwd0"], m["bwd1"])
-            if spans:
-                self.client.send(
-                    "buckets",
-                    step=step_no,
-                    rebuilt=self.layout is not None,
-                    bwd_compute_ms=bwd_compute,
-                    exposed_ms=exposed,
-                    buckets=[
-                        {
-                            "index": s.index,
-                            "bytes": s.nbytes,
-                            "ready_ms": s.ready_ms,
-                            "start_ms": s.start_ms,
-                            "done_ms": s.done_ms,
-                        }
-                        for s in spans
-                    ],
-                )
+        if sm.buckets is None or step_no % self.s.buckets_every != 0:
+            return
+        assert self.btimer is not None
+        self.btimer.resolve_kernels(sm.buckets)
+        if self.btimer.kernel_error is not None:
+            self.client.log(
+                "warn",
+                f"kernel timing unavailable ({self.btimer.kernel_error}); bucket starts are "
+                "inferred from now on",
+            )
+            self.btimer.kernel_error = None
+        spans, bwd_compute, exposed = bucket_timeline(sm.buckets, m["bwd0"], m["bwd1"])
+        if not spans:
+            return
+        buckets = []
+        for sp in spans:
+            b = {
+                "index": sp.index,
+                "bytes": sp.nbytes,
+                "ready_ms": sp.ready_ms,
+                "start_ms": sp.start_ms,
+                "done_ms": sp.done_ms,
+            }
+            if sp.kernel_ms is not None:
+                b["kernel_ms"] = sp.kernel_ms
+            buckets.append(b)
+        self.client.send(
+            "buckets",
+            step=step_no,
+            rebuilt=self.layout is not None,
+            bwd_compute_ms=bwd_compute,
+            exposed_ms=exposed,
+            start_inferred=start_inferred(spans),
+            buckets=buckets,
+        )
 
     def flush(self, force: bool = False) -> None:
         for sm in self.pending.pop_ready(force_all=force):
@@ -214,11 +313,7 @@ class Trainer:
                 self.client.log(
                     "warn", "DDP reported no rebuilt bucket layout; timing the buckets as they are"
                 )
-        if (
-            self.instrument
-            and self.rt.device.type == "cuda"
-            and self.global_step % MEMORY_EVERY == 0
-        ):
+        if self.rt.device.type == "cuda" and self.global_step % MEMORY_EVERY == 0:
             self.send_memory()
 
     def send_memory(self) -> None:
@@ -232,85 +327,128 @@ class Trainer:
             peak_bytes=int(torch.cuda.max_memory_allocated(dev)),
         )
 
-    # ------------------------------------------------------------------ probe blocks
+    def send_plan(self) -> None:
+        send_plan(self.client, self.s, self.data, self.extra_steps)
 
-    def advance(self) -> None:
-        """One more iteration done (probe steps count too: the step counter is liveness)."""
+    # ------------------------------------------------------------------ live probe
+
+    def advance(self, synced: bool) -> None:
+        """One more probe iteration (the step counter is liveness, probe steps count too)."""
         self.global_step += 1
+        self.extra_steps += 1
+        self.synced_iterations += int(synced)
         self.client.step = self.global_step
 
-    def probe_pair(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        """One synced and one no_sync block on the last batch (fwd+bwd, no optimizer step)."""
+    def block(self, x: torch.Tensor, y: torch.Tensor, mode: str, steps: int) -> BlockStats:
+        synced = mode == "synced"
+        return run_block(
+            self.ddp, x, y, mode, steps, self.clock, self.loss_fn, lambda: self.advance(synced)
+        )
+
+    def start_probe(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """A probe session begins: DDP's logger stops sampling, then warm-up in both modes."""
+        sampling_off = set_logger_sample_rate(self.ddp, NO_SAMPLING)
+        warm = synced_warmup_steps(self.s.probe_warmup_steps, self.synced_iterations)
+        self.client.log(
+            "info",
+            f"probe: {live_label(self.btimer is not None)}; warm-up {warm} synced + {self.s.probe_warmup_steps} no_sync "
+            f"steps; DDP logger sampling {'off' if sampling_off else 'unchanged'} while probing",
+        )
+        if warm > 0:
+            self.block(x, y, "synced", warm)
+        if self.s.probe_warmup_steps > 0:
+            self.block(x, y, "no_sync", self.s.probe_warmup_steps)
+        self.probing = True
+
+    def end_probe(self) -> None:
+        set_logger_sample_rate(self.ddp, DEFAULT_SAMPLE_RATE)  # as the bare loop has it
+        self.probing = False
+        self.client.log("info", "probe: off; training resumes with DDP's default logger sampling")
+
+    def live_probe(self, x: torch.Tensor, y: torch.Tensor, st: EpochStats) -> None:
+        """One synced and one no_sync block on the last batch (fwd+bwd, no optimizer step),
+        all of it left out of the epoch's time."""
         self.flush(force=True)
+        # The training steps still in flight finish here, on the epoch's clock, not the probe's.
+        self.rt.synchronize()
+        t0 = time.perf_counter()
         self.client.phase = "probe"
-        steps = max(1, int(self.args.probe_block_steps))
+        if not self.probing:
+            self.start_probe(x, y)
+        steps = self.s.probe_block_steps
         for mode in ("synced", "no_sync"):
-            s = run_block(self.ddp, x, y, mode, steps, self.clock, self.loss_fn, self.advance)
-            self.client.send(
-                "probe",
-                block=self.probe_block,
-                mode=mode,
-                steps=s.steps,
-                median_ms=s.median_ms,
-                min_ms=s.min_ms,
-                max_ms=s.max_ms,
-            )
+            send_block(self.client, self.probe_block, self.block(x, y, mode, steps), live=True)
             self.probe_block += 1
+        self.rt.synchronize()
+        st.excluded_s += time.perf_counter() - t0
         self.client.phase = "train"
+        self.send_plan()  # the probe's steps extend the run
 
     # ------------------------------------------------------------------ epochs
 
     def run_epoch(self, epoch: int) -> tuple[EpochStats, bool]:
         """Train one epoch; returns its stats and whether a stop was agreed."""
         # Epoch 0 is warm-up, unless it is the only one (then it is all there is to time).
-        st = EpochStats(epoch, warmup=epoch == 0 and self.args.epochs > 1)
-        inst = self.instrument
-        every = max(1, int(self.args.control_every))
-        self.rt.synchronize()
-        t_epoch = time.perf_counter()
-        it = self.data.epoch(epoch)
+        st = EpochStats(epoch, warmup=epoch == 0 and self.s.epochs > 1)
+        inst = self.s.instrument
+        time_every = 1 if st.warmup else self.s.time_every
+        control_every = self.s.control_every
+        batch = self.per_rank_batch
+        fault = self.fault
+        rank, k = self.rt.rank, self.rt.world_size
+        steps = self.data.steps_per_epoch
+        batches = self.data.epoch(epoch)
         last: tuple[torch.Tensor, torch.Tensor] | None = None
         stop = False
         i = 0
-        while i < self.data.steps_per_epoch:
-            if self.global_step % every == 0 or (i == 0 and epoch > 0):
+        self.rt.synchronize()
+        t_epoch = time.perf_counter()
+        while i < steps:
+            if self.global_step % control_every == 0 or (i == 0 and epoch > 0):
                 probe, stop = self.rt.agree()
                 if stop:
                     break
                 if probe and last is not None:
-                    t_probe = time.perf_counter()
-                    self.probe_pair(*last)
-                    st.excluded_s += time.perf_counter() - t_probe
+                    self.live_probe(*last, st)
                     continue
-            sm = StepMarks()
+                if not probe and self.probing:
+                    self.end_probe()
+            if fault is not None and fault.due(self.global_step, rank, k):
+                fault.fire(self.client)
             t0 = time.perf_counter()
-            if inst:
-                sm.marks["start"] = self.clock.mark()
-            x, y = next(it)
-            data_ms = (time.perf_counter() - t0) * 1000.0
-            if self.fault and self.fault.due(self.global_step, self.rt.rank, self.rt.world_size):
-                self.fault.fire(self.client)
-            self.step(x, y, sm)
-            last = (x, y)
-            i += 1
+            x, y = next(batches)
+            t1 = time.perf_counter()
+            st.data_wait_ms += (t1 - t0) * 1000.0
             self.global_step += 1
-            self.client.step = self.global_step
-            st.steps += 1
-            st.samples += int(y.shape[0])
-            st.data_wait_ms += data_ms
-            if inst:
+            if inst and self.global_step % time_every == 0:
+                sm = StepMarks()
+                sm.marks["start"] = self.clock.mark()
+                self.timed_step(x, y, sm)
                 sm.info = {
                     "step": self.global_step,
                     "epoch": epoch,
                     "warmup": st.warmup,
-                    "samples": int(y.shape[0]),
-                    "data_ms": data_ms,
+                    "samples": self.unreported_samples + batch,
+                    "data_ms": (t1 - t0) * 1000.0,
+                    "every": time_every,
                 }
+                self.unreported_samples = 0
                 self.pending.push(sm)
                 self.flush()
-            self.after_step()
+            else:
+                self.bare_step(x, y)
+                self.unreported_samples += batch
+            self.synced_iterations += 1
+            self.client.step = self.global_step
+            last = (x, y)
+            i += 1
+            if inst:
+                self.after_step()
         self.rt.synchronize()
+        st.steps = i
+        st.samples = i * batch
         st.seconds = max(0.0, time.perf_counter() - t_epoch - st.excluded_s)
+        self.unreported_samples = 0  # an epoch's leftover is in its epoch message
         if inst:
             self.flush(force=True)
             if st.steps > 0:
@@ -333,46 +471,59 @@ class Trainer:
         return st, stop
 
 
+def send_plan(client: Client, s: TrainSettings, data: Data, extra_steps: int = 0) -> None:
+    spe = data.steps_per_epoch
+    client.send(
+        "plan",
+        total_steps=s.epochs * spe + extra_steps,
+        epochs=s.epochs,
+        steps_per_epoch=spe,
+        phase="train",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    with Runtime("train", args.backend, args.timeout_s, quiet=not args.instrument) as rt:
-        if args.epochs < 1 or args.batch < 1 or args.samples < 1:
-            raise WorkerError("--epochs, --batch and --samples must be >= 1")
+    return train(TrainSettings.from_args(args))
+
+
+def train(s: TrainSettings) -> int:
+    kernel_timing = s.instrument and s.kernel_timing
+    with Runtime(
+        "train", s.backend, s.timeout_s, quiet=not s.instrument, kernel_timing=kernel_timing
+    ) as rt:
         client = rt.client
         k = rt.world_size
-        per_rank = args.batch if args.experiment == "weak" else args.batch // k
-        if per_rank < 1:
-            raise WorkerError(f"strong scaling: global batch {args.batch} < {k} ranks")
-        torch.manual_seed(args.seed)
-        data = Data(
-            DataConfig(args.data, args.data_path, args.data_dir, args.samples, args.seed),
-            batch=per_rank,
-            rank=rt.rank,
-            world_size=k,
-            device=rt.device,
-        )
-        net = models.build_model(args.model, rt.device)
-        spec = models.MODEL_SPECS[args.model]
-        ddp = DDP(
-            net,
-            device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
-            bucket_cap_mb=spec.bucket_cap_mb,  # None: DDP's default 25 MiB + 1 MiB first bucket
-        )
-        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
+        per_rank = s.per_rank_batch(k)
+        torch.manual_seed(s.data.seed)
+        data = Data(s.data, batch=per_rank, rank=rt.rank, world_size=k, device=rt.device)
+        send_plan(client, s, data)
+        net = models.build_model(s.model, rt.device)
+        spec = models.MODEL_SPECS[s.model]
+        # bucket_cap_mb None: DDP's default 25 MiB + 1 MiB first bucket
+        ddp = rt.wrap_ddp(net, bucket_cap_mb=spec.bucket_cap_mb)
+        opt = torch.optim.SGD(ddp.parameters(), lr=s.lr)
         clock = Clock(rt.device)
-        tr = Trainer(args, rt, client, data, net, ddp, opt, clock, per_rank)
-        if args.instrument:
-            tr.btimer = BucketTimer(clock)
+        tr = Trainer(s, rt, client, data, net, ddp, opt, clock, per_rank)
+        if s.instrument:
+            tr.btimer = BucketTimer(clock, kernel_timing=kernel_timing and rt.backend == "nccl")
             tr.btimer.register(ddp)
+            kernels = (
+                "NCCL kernel durations measured (TORCH_NCCL_ENABLE_TIMING)"
+                if tr.btimer.kernel_timing
+                else "bucket starts inferred (no kernel durations on "
+                f"{rt.backend if rt.backend != 'nccl' else 'this run'})"
+            )
+            every = f", steps timed 1 in {s.time_every} after warm-up" if s.time_every > 1 else ""
             client.log(
                 "info",
-                f"{args.experiment} scaling: k={k}, per-rank batch {per_rank} "
+                f"{s.experiment} scaling: k={k}, per-rank batch {per_rank} "
                 f"(global {per_rank * k}), {data.steps_per_epoch} steps/epoch, data "
-                f"{data.description} via the {args.data_path} path, model {args.model} "
-                f"({models.count_params(net)} params), timing {clock.method}",
+                f"{data.description} via the {s.data.path} path, model {s.model} "
+                f"({models.count_params(net)} params), timing {clock.method}{every}; {kernels}",
             )
         client.phase = "train"
         timed: list[float] = []
-        for epoch in range(args.epochs):
+        for epoch in range(s.epochs):
             st, stop = tr.run_epoch(epoch)
             if not st.warmup and st.steps > 0:
                 timed.append(st.samples_per_s)
@@ -389,7 +540,7 @@ def run(args: argparse.Namespace) -> int:
                 layout = None
         client.send(
             "result",
-            experiment=args.experiment,
+            experiment=s.experiment,
             samples_per_s=mean,
             timed_epochs=len(timed),
             params=models.count_params(net),
@@ -397,10 +548,9 @@ def run(args: argparse.Namespace) -> int:
             bucket_bytes=layout or [],
         )
         rate = f"{mean:.1f}" if mean is not None else "n/a"
-        print(
+        write_line(
             f"rank {rt.rank}: {rate} samples/s per rank over {len(timed)} timed epoch(s), "
-            f"{args.experiment} k={k} per-rank batch {per_rank}"
-            f"{'' if args.instrument else ' (no instrumentation)'}",
-            flush=True,
+            f"{s.experiment} k={k} per-rank batch {per_rank}"
+            f"{'' if s.instrument else ' (no instrumentation)'}"
         )
     return 0

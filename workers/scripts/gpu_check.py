@@ -78,12 +78,20 @@ def digest(name: str, srv: FakeDdptop) -> dict[str, Any]:
     bk = [m for m in msgs if m["type"] == "buckets" and m["rank"] == 0]
     if bk:
         per: dict[int, list[float]] = defaultdict(list)
+        kern: dict[int, list[float]] = defaultdict(list)
+        queue: dict[int, list[float]] = defaultdict(list)
         nbytes: dict[int, int] = {}
         for m in bk[-20:]:
             for b in m["buckets"]:
                 per[b["index"]].append((b["done_ms"] - b["start_ms"]) * 1000.0)
+                if "kernel_ms" in b:  # NCCL's own kernel duration (TORCH_NCCL_ENABLE_TIMING)
+                    kern[b["index"]].append(b["kernel_ms"] * 1000.0)
+                queue[b["index"]].append((b["start_ms"] - b["ready_ms"]) * 1000.0)
                 nbytes[b["index"]] = b["bytes"]
         d["bucket_us_median_last20"] = {i: (nbytes[i], med(v)) for i, v in sorted(per.items())}
+        d["bucket_kernel_us_median_last20"] = {i: med(v) for i, v in sorted(kern.items())}
+        d["bucket_queue_us_median_last20"] = {i: med(v) for i, v in sorted(queue.items())}
+        d["start_inferred"] = sorted({m.get("start_inferred") for m in bk}, key=str)
         d["bucket_order"] = [b["index"] for b in bk[-1]["buckets"]]
         d["bwd_compute_ms"] = med([m["bwd_compute_ms"] for m in bk[-20:]])
         d["exposed_ms"] = med([m["exposed_ms"] for m in bk[-20:]])
@@ -93,6 +101,7 @@ def digest(name: str, srv: FakeDdptop) -> dict[str, Any]:
         for mode in ("synced", "no_sync"):
             xs = [m["median_ms"] for m in pr if m["mode"] == mode]
             d[f"probe_{mode}_ms"] = (med(xs), round(min(xs), 3), round(max(xs), 3), len(xs))
+        d["probe_live"] = sorted({m.get("live") for m in pr}, key=str)
     be = [m for m in msgs if m["type"] == "bench" and m["rank"] == 0]
     if be:
         d["bench"] = [(m["bytes"], round(m["time_us"], 1), round(m["algbw_gbs"], 2), round(m["busbw_gbs"], 2)) for m in be]
@@ -100,6 +109,7 @@ def digest(name: str, srv: FakeDdptop) -> dict[str, Any]:
     if mem:
         d["memory_last"] = {k: mem[-1][k] for k in ("allocated_bytes", "reserved_bytes", "peak_bytes")}
     d["logs"] = [f"{m['rank']}:{m['level']}:{m['msg'][:200]}" for m in msgs if m["type"] == "log"][:14]
+    d["plans"] = [(m["rank"], m["total_steps"], m.get("phase")) for m in msgs if m["type"] == "plan"][:6]
     d["hello"] = [{k: h[k] for k in ("rank", "pid", "device", "torch", "nccl", "cuda")} for h in srv.hellos()]
     d["bye"] = [(m["rank"], m["reason"]) for m in msgs if m["type"] == "bye"]
     return d

@@ -14,7 +14,7 @@ from conftest import WORKERS
 from fakeserver import RUN_ID, TOKEN, FakeDdptop
 
 from ddptop_worker import protocol
-from ddptop_worker.client import Client, HandshakeError
+from ddptop_worker.client import Client, HandshakeError, write_line
 
 VERSIONS: dict[str, str | None] = {"torch": "2.11.0+test", "nccl": None, "cuda": None}
 
@@ -93,6 +93,75 @@ def test_heartbeats_carry_step_and_phase(server: FakeDdptop) -> None:
         assert hb["rank"] == 1 and hb["step"] == 42 and hb["phase"] == "train"
     finally:
         c.close()
+
+
+def test_entering_a_phase_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    srv = FakeDdptop(heartbeat_s=60.0)  # the periodic beat would come a minute later
+    monkeypatch.setenv("DDPTOP_SOCKET", srv.path)
+    monkeypatch.setenv("DDPTOP_TOKEN", TOKEN)
+    monkeypatch.setenv("DDPTOP_RUN_ID", RUN_ID)
+    c = connect()
+    try:
+        c.phase = "ddp_init"
+        c.phase = "ddp_init"  # no change, no message
+        c.phase = "train"
+        assert srv.wait_for(lambda: len(srv.messages("heartbeat")) >= 2, timeout=5)
+        time.sleep(0.2)
+        assert [m["phase"] for m in srv.messages("heartbeat")] == ["ddp_init", "train"]
+    finally:
+        c.close()
+    assert [m["type"] for m in srv.messages()][-1] == "bye"  # closing sends no "done" beat
+    srv.stop()
+
+
+def test_hello_extra_fields_are_merged(server: FakeDdptop) -> None:
+    c = connect(hello_extra=protocol.hello_extra(devices=2, instrument="steps_only"))
+    try:
+        assert server.wait_for(lambda: len(server.hellos()) == 1)
+        hello = server.hellos()[0]
+        assert hello["devices"] == 2 and hello["instrument"] == "steps_only"
+        assert hello["worker"] == "train"
+    finally:
+        c.close()
+
+
+class _Recorder:
+    """A text stream without a file descriptor that records each write call."""
+
+    encoding = "utf-8"
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.writes.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_write_line_is_one_write_call(tmp_path: object) -> None:
+    rec = _Recorder()
+    write_line("rank 0: 178.6 samples/s", rec)  # type: ignore[arg-type]
+    assert rec.writes == ["rank 0: 178.6 samples/s\n"]
+    # Through a real file descriptor: two processes appending lines never split each other's.
+    path = os.path.join(str(tmp_path), "out.txt")
+    script = (
+        "import sys\n"
+        "from ddptop_worker.client import write_line\n"
+        "f = open(sys.argv[1], 'a', buffering=1)\n"
+        "for i in range(300): write_line(sys.argv[2] * 200 + f' {i}', f)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, path, ch], env=dict(os.environ, PYTHONPATH=WORKERS))
+        for ch in "ab"
+    ]
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    lines = open(path).read().splitlines()
+    assert len(lines) == 600
+    assert all(ln[:200] in ("a" * 200, "b" * 200) and ln[200:].strip().isdigit() for ln in lines)
 
 
 def test_send_adds_common_fields_and_is_thread_safe(server: FakeDdptop) -> None:

@@ -13,11 +13,13 @@ from ddptop_worker import data as data_mod
 from ddptop_worker.data import Data, DataConfig, DataError
 from ddptop_worker.timing import (
     BucketRecord,
+    BucketTimer,
     Clock,
     Pending,
     StepMarks,
     bucket_timeline,
     parse_bucket_sizes,
+    start_inferred,
 )
 
 
@@ -83,6 +85,15 @@ def test_both_paths_give_full_batches_per_rank(path: str) -> None:
     assert not torch.equal(xs0, xs1)
 
 
+def test_device_path_steps_take_views_of_one_epoch_tensor() -> None:
+    d = Data(DataConfig("synthetic", "device", None, 64, 0), batch=8, rank=0, world_size=1,
+             device=torch.device("cpu"))
+    batches = list(d.epoch(0))
+    storages = {x.untyped_storage().data_ptr() for x, _ in batches}
+    assert len(storages) == 1  # slices of one tensor: no per-step gather or copy
+    assert all(x._base is not None and y._base is not None for x, y in batches)
+
+
 def test_too_few_samples() -> None:
     with pytest.raises(DataError, match="fewer than one batch"):
         Data(DataConfig("synthetic", "device", None, 10, 0), batch=8, rank=0, world_size=2,
@@ -106,6 +117,40 @@ def test_bucket_timeline_arithmetic() -> None:
     # an unfinished record is skipped, not reported as zero
     spans2, _, _ = bucket_timeline([BucketRecord(0, 1, t0 + 0.001, None)], t0, t0 + 0.002)
     assert spans2 == []
+
+
+def test_measured_kernel_time_gives_the_start_and_the_queueing() -> None:
+    t0 = 10.0
+    recs = [
+        BucketRecord(0, 100, t0 + 0.001, t0 + 0.0030, kernel_ms=1.5),  # queued 0.5 ms
+        BucketRecord(1, 200, t0 + 0.002, t0 + 0.0050, kernel_ms=1.0),  # started at 4, not 3
+        BucketRecord(2, 300, t0 + 0.006, t0 + 0.0065, kernel_ms=9.0),  # longer than possible
+    ]
+    spans, _, _ = bucket_timeline(recs, t0, t0 + 0.007)
+    assert [round(s.start_ms, 6) for s in spans] == [1.5, 4.0, 6.0]  # clamped at ready
+    assert [s.kernel_ms for s in spans] == [1.5, 1.0, 9.0]
+    assert not start_inferred(spans)
+    spans2, _, _ = bucket_timeline([BucketRecord(0, 1, t0, t0 + 0.001)], t0, t0 + 0.002)
+    assert spans2[0].kernel_ms is None and start_inferred(spans2)
+
+
+class _Work:
+    def __init__(self, ms: float | None) -> None:
+        self.ms = ms
+
+    def _get_duration(self) -> float:
+        if self.ms is None:
+            raise RuntimeError("This Backend doesn't support getDuration.")
+        return self.ms
+
+
+def test_kernel_durations_come_from_the_work_and_stop_on_the_first_failure() -> None:
+    bt = BucketTimer(Clock(torch.device("cpu")), kernel_timing=True)
+    recs = [BucketRecord(0, 1, 0.0, 0.1, work=_Work(0.25)), BucketRecord(1, 1, 0.0, 0.1, work=_Work(None))]
+    bt.resolve_kernels(recs)
+    assert recs[0].kernel_ms == 0.25 and recs[1].kernel_ms is None
+    assert not bt.kernel_timing and "getDuration" in (bt.kernel_error or "")
+    assert all(r.work is None for r in recs)  # no Work outlives its step
 
 
 def test_pending_resolves_host_marks_immediately() -> None:

@@ -1,8 +1,16 @@
-"""DDPTOP_INJECT parsing and targeting (the fault matrix's worker side)."""
+"""DDPTOP_INJECT parsing and targeting (the fault matrix's worker side), and the faults on real
+2-rank gloo runs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
+
 import pytest
+from conftest import WORKERS
+from fakeserver import FakeDdptop
+from test_train_gloo import launcher
 
 from ddptop_worker.faults import Fault
 
@@ -26,3 +34,84 @@ def test_bad_specs_are_refused(monkeypatch: pytest.MonkeyPatch, bad: str) -> Non
     monkeypatch.setenv("DDPTOP_INJECT", bad)
     with pytest.raises(ValueError, match="DDPTOP_INJECT"):
         Fault.from_env()
+
+
+def test_teardown_and_new_kinds_parse() -> None:
+    assert Fault.parse("teardown:0") == Fault("teardown", 0)
+    assert Fault.parse("teardown:0").at_teardown
+    assert not Fault("teardown", 0).due(5, 1, 2)  # never fires as a step fault
+    assert Fault.parse("frozen:4") == Fault("frozen", 4) and Fault("frozen", 4).due(4, 1, 2)
+    assert Fault.parse("") is None
+
+
+# ---------------------------------------------------------------- real 2-rank gloo runs
+
+GLOO_TRAIN = ["train", "--model", "tiny", "--backend", "gloo", "--batch", "16"]
+
+
+def _start(srv: FakeDdptop, inject: str, samples: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        launcher(2) + GLOO_TRAIN + ["--samples", str(samples)],
+        env=srv.env(PYTHONPATH=WORKERS, DDPTOP_INJECT=inject),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[str]) -> tuple[str, str]:
+    """SIGTERM torchrun (it forwards it to the workers, whose default action ends them)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_teardown_hang_after_every_bye() -> None:
+    srv = FakeDdptop(heartbeat_s=0.2)
+    proc = _start(srv, "teardown:0", 256)
+    try:
+        assert srv.wait_for(lambda: len(srv.messages("bye")) == 2, timeout=120), srv.messages()[-5:]
+        time.sleep(3)
+        assert proc.poll() is None  # every rank said bye, and the launcher has not exited
+        assert all(_alive(h["pid"]) for h in srv.hellos())
+        for r in (0, 1):
+            msgs = srv.messages(rank=r)
+            assert [m["type"] for m in msgs][-2:] == ["result", "bye"] and msgs[-1]["reason"] == "done"
+    finally:
+        _stop(proc)
+        srv.stop()
+    assert srv.bad == []
+    assert not any(_alive(h["pid"]) for h in srv.hellos())
+
+
+@pytest.mark.parametrize("kind", ["silent", "frozen"])
+def test_a_silent_rank_stops_heartbeats_and_stays_alive(kind: str) -> None:
+    srv = FakeDdptop(heartbeat_s=0.2)
+    proc = _start(srv, f"{kind}:3", 20000)
+    try:
+        assert srv.wait_for(lambda: any(
+            m["msg"] == f"injected fault {kind}:3" for m in srv.messages("log", rank=1)), timeout=120)
+        time.sleep(0.5)  # let a beat in flight arrive
+        n1, n0 = len(srv.messages("heartbeat", rank=1)), len(srv.messages("heartbeat", rank=0))
+        time.sleep(2.0)  # ten heartbeat periods
+        assert len(srv.messages("heartbeat", rank=1)) == n1  # rank 1 is silent
+        assert len(srv.messages("heartbeat", rank=0)) >= n0 + 5  # rank 0, blocked, still beats
+        assert proc.poll() is None
+        assert all(_alive(h["pid"]) for h in srv.hellos())
+        assert max(m["step"] for m in srv.messages("step", rank=1)) <= 3
+    finally:
+        _stop(proc)
+        srv.stop()
+    assert not any(_alive(h["pid"]) for h in srv.hellos())

@@ -104,3 +104,76 @@ def test_validator_catches_bad_built_messages() -> None:
 def test_encode_is_compact_json_lines() -> None:
     line = protocol.encode({"v": 1, "type": "bye", "rank": 0, "step": 1, "t": 1.0, "reason": "done"})
     assert line == b'{"v":1,"type":"bye","rank":0,"step":1,"t":1.0,"reason":"done"}\n'
+
+
+def test_builders_reproduce_the_doc_examples() -> None:
+    assert protocol.plan_fields(470, epochs=2, steps_per_epoch=235) == doc_fields("plan")
+    assert protocol.plan_fields(None, phase=None) == doc_fields("plan_unknown_length")
+    op = protocol.comm_op("all_gather", "layer1.0", "fwd", 1234, 0.5, 0.2)
+    assert protocol.comm_fields("cuda_events", [op]) == doc_fields("comm")
+    note = "first step only; BatchNorm statistics differ after"
+    check = protocol.check_fields("k1_vs_k2_loss", 2.3026, 2.3026, 1e-6, note=note)
+    assert check["ok"] is True and check["diff"] == 0.0
+    assert {k: v for k, v in check.items() if k != "diff"} == {
+        k: v for k, v in doc_fields("check").items() if k != "diff"
+    }
+    ops = doc_fields("hlo_fsdp")["ops"]
+    assert protocol.hlo_ops_entry(**ops["all_gather"]) == ops["all_gather"]
+
+
+def test_check_fields_computes_the_verdict() -> None:
+    failed = protocol.check_fields("k1_vs_k2_loss", 2.30, 2.31, 1e-3)
+    assert failed["ok"] is False and abs(failed["diff"] - 0.01) < 1e-12
+    assert protocol.check_fields("neg", -0.5, -0.5, 0.0)["ok"] is True
+
+
+def test_builders_reject_bad_values() -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.plan_fields(-470)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.plan_fields(470, phase="warmup")
+    with pytest.raises(protocol.ProtocolError):
+        protocol.comm_op("all_gather", "layer1.0", "fwd", 1234, 0.5, -0.2)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.comm_op("all_to_all", "layer1.0", "fwd", 1234, 0.5, 0.2)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.comm_fields("guess", [])
+    with pytest.raises(protocol.ProtocolError):
+        protocol.check_fields("x", float("nan"), 1.0, 1e-6)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.check_fields("x", 1.0, 1.0, -1.0)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.hlo_ops_entry(2, 10, 5, 20)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.hello_extra(devices=0)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.hello_extra(instrument="some")
+
+
+def test_hello_extra_merges_into_a_valid_hello() -> None:
+    versions: dict[str, str | None] = {"torch": None, "nccl": None, "cuda": None}
+    hello = hello_message(
+        token="ab" * 32,
+        run_id="r1",
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        device="cpu",
+        backend="gloo",
+        worker="jax",
+        versions=versions,
+    )
+    extra = protocol.hello_extra(devices=2, instrument="full", node="gpubox")
+    assert extra == {"devices": 2, "instrument": "full", "node": "gpubox"}
+    assert protocol.validate({**hello, **extra}, "worker") == "hello"
+    assert protocol.hello_extra() == {"devices": 1}
+    with pytest.raises(protocol.ProtocolError):
+        protocol.validate({**hello, "devices": 0}, "worker")
+
+
+def test_older_messages_stay_valid() -> None:
+    """The first-release shapes (no optional fields) of every extended message still validate."""
+    old = ("hello", "heartbeat", "step", "buckets", "memory", "hlo", "result")
+    for name in (f"doc_{t}" for t in old):
+        case = next(c for c in CASES if c["name"] == name)
+        assert protocol.parse_line(case["raw"], "worker")["type"] == case["type"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -67,6 +69,19 @@ def test_train_weak_two_ranks(server: FakeDdptop) -> None:
     steps_per_epoch = 512 // 2 // 32
     steps, buckets, epochs, results = (by_rank(server, t) for t in ("step", "buckets", "epoch", "result"))
     for r in (0, 1):
+        msgs = server.messages(rank=r)
+        types = [m["type"] for m in msgs]
+        # the plan comes before training, once the data is built
+        (plan,) = [m for m in msgs if m["type"] == "plan"]
+        assert types.index("plan") < types.index("step")
+        assert (plan["total_steps"], plan["epochs"], plan["steps_per_epoch"], plan["phase"]) == (
+            2 * steps_per_epoch, 2, steps_per_epoch, "train")
+        # phases: DDP's constructor is its own phase, entered once the process group is up
+        beats = [m for m in msgs if m["type"] == "heartbeat" and m.get("phase") != "init"]
+        phases = [m["phase"] for m in beats]
+        assert [p for i, p in enumerate(phases) if i == 0 or phases[i - 1] != p][:2] == ["ddp_init", "train"]
+        pg_up = next(i for i, m in enumerate(msgs) if m["type"] == "log" and m["msg"].startswith(f"rank {r}/2 train"))
+        assert pg_up < msgs.index(beats[0]) < types.index("step")
         s = steps[r]
         assert [m["step"] for m in s] == list(range(1, 2 * steps_per_epoch + 1))
         assert all(m["timing"] == "host" and m["sync"] and m["samples"] == 32 for m in s)
@@ -77,6 +92,8 @@ def test_train_weak_two_ranks(server: FakeDdptop) -> None:
         assert all(m["rebuilt"] and m["step"] >= 3 for m in b)  # only after the rebuild
         for m in b:
             spans = m["buckets"]
+            # gloo has no kernel durations: starts are inferred, and say so
+            assert m["start_inferred"] is True and all("kernel_ms" not in x for x in spans)
             assert len(spans) >= 2  # tiny with bucket_cap_mb=1
             assert sorted(x["index"] for x in spans) == list(range(len(spans)))
             prev_done = 0.0
@@ -99,18 +116,29 @@ def test_train_weak_two_ranks(server: FakeDdptop) -> None:
     assert any("via the device path" in msg for msg in logs)
 
 
-def test_train_strong_loader_path(server: FakeDdptop) -> None:
+def test_train_strong_loader_path_timing_every_third_step(server: FakeDdptop) -> None:
     p = run(
         server,
         ["train", "--experiment", "strong", "--model", "tiny", "--samples", "256", "--batch", "32",
-         "--epochs", "2", "--data-path", "loader", "--backend", "gloo"],
+         "--epochs", "2", "--data-path", "loader", "--backend", "gloo", "--time-every", "3"],
     )
     assert p.returncode == 0, p.stderr[-3000:]
     check_common(server, "train", 2)
+    spe = 256 // 2 // 16  # global batch 32 over 2 ranks: 16 per rank
     for r, s in by_rank(server, "step").items():
-        assert all(m["samples"] == 16 for m in s)  # global batch 32 over 2 ranks
-        assert len(s) == 2 * (256 // 2 // 16)
-    assert any("via the loader path" in m["msg"] for m in server.messages("log"))
+        warm = [m for m in s if m["warmup"]]
+        timed = [m for m in s if not m["warmup"]]
+        # the warm-up epoch is timed in full; then every third step, standing for the steps since
+        # the previous message
+        assert [m["step"] for m in warm] == list(range(1, spe + 1))
+        assert all(m["samples"] == 16 and "every" not in m for m in warm)
+        assert [m["step"] for m in timed] == [9, 12, 15]
+        assert [m["samples"] for m in timed] == [16, 48, 48] and all(m["every"] == 3 for m in timed)
+        assert {m["step"] for m in by_rank(server, "buckets")[r]} <= {m["step"] for m in s}
+        (e1,) = [m for m in by_rank(server, "epoch")[r] if not m["warmup"]]
+        assert e1["samples"] == spe * 16  # the epoch counts every step
+    logs = [m["msg"] for m in server.messages("log")]
+    assert any("via the loader path" in m and "steps timed 1 in 3" in m for m in logs)
 
 
 def test_train_no_instrument(server: FakeDdptop) -> None:
@@ -119,7 +147,8 @@ def test_train_no_instrument(server: FakeDdptop) -> None:
     assert p.returncode == 0, p.stderr[-3000:]
     check_common(server, "train", 2)
     types = {m["type"] for m in server.messages()}
-    assert types <= {"heartbeat", "result", "bye"}, types
+    assert types <= {"heartbeat", "plan", "result", "bye"}, types
+    assert len(server.messages("plan")) == 2
     assert "samples/s" in p.stdout and "no instrumentation" in p.stdout
 
 
@@ -145,7 +174,15 @@ def test_train_probe_on_off_then_stop(server: FakeDdptop) -> None:
     assert proc.returncode == 0, err[-3000:]
     check_common(server, "train", 2, reason="stopped")
     probes = by_rank(server, "probe")
+    logs = [m["msg"] for m in server.messages("log", rank=0)]
+    start = [m for m in logs if m.startswith("probe: live (training DDP, buffers broadcast, timing hook on)")]
+    assert len(start) == 1 and "warm-up" in start[0] and "sampling off" in start[0]
+    assert any(m.startswith("probe: off") for m in logs)
     for r in (0, 1):
+        assert all(m["live"] is True for m in probes[r])
+        # the warm-up and block steps extend the planned total
+        plans = by_rank(server, "plan")[r]
+        assert len(plans) >= 2 and plans[-1]["total_steps"] > plans[0]["total_steps"]
         modes = [m["mode"] for m in probes[r]]
         assert modes == ["synced", "no_sync"] * (len(modes) // 2)
         assert [m["block"] for m in probes[r]] == list(range(len(modes)))
@@ -165,27 +202,39 @@ def test_deadman_ends_a_real_run(server: FakeDdptop) -> None:
         assert server.wait_for(lambda: len(server.messages("step")) >= 6, timeout=30)
         t0 = time.monotonic()
         server.close_all()  # ddptop is gone
-        _, err = proc.communicate(timeout=15)
+        _, err = proc.communicate(timeout=60)
         elapsed = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert elapsed < 5
+    # Order, not a tight clock: each rank noticed ddptop was gone (its own line), then the
+    # launcher exited with a failure by itself, before the 60 s above. The time is only a loose
+    # sanity bound: measured 2.5-4.3 s on the shared 2-core machine under a parallel build (the
+    # client's 2 s hard exit plus torchrun noticing), so 5 s was a coin toss there.
     assert proc.returncode != 0
-    assert err.count("dead-man switch") == 2
+    assert err.count("dead-man switch") == 2, err[-2000:]
+    assert elapsed < 20, elapsed
 
 
 def test_probe_two_ranks_interleaved(server: FakeDdptop) -> None:
-    p = run(server, ["probe", "--model", "tiny", "--batch", "16", "--blocks", "3", "--block-steps", "3",
-                     "--warmup-steps", "2", "--backend", "gloo"])
+    # 3 x 34 synced steps: past DDP's every-100th logger sample unless the probe turns it off
+    p = run(server, ["probe", "--model", "tiny", "--batch", "8", "--blocks", "3", "--block-steps", "34",
+                     "--warmup-steps", "2", "--backend", "gloo"], timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     check_common(server, "probe", 2)
+    warm = 11 + 2  # synced warm-up covers DDP's first ten logger samples; 2 no_sync
     for r, msgs in by_rank(server, "probe").items():
         assert [m["block"] for m in msgs] == list(range(6))
         assert [m["mode"] for m in msgs] == ["synced", "no_sync"] * 3
-        assert all(m["steps"] == 3 and 0 < m["min_ms"] <= m["median_ms"] <= m["max_ms"] for m in msgs)
-        assert [m["step"] for m in msgs] == [4 + 3 * (i + 1) for i in range(6)]
+        assert all(m["live"] is False for m in msgs)
+        assert all(m["steps"] == 34 and 0 < m["min_ms"] <= m["median_ms"] <= m["max_ms"] for m in msgs)
+        assert [m["step"] for m in msgs] == [warm + 34 * (i + 1) for i in range(6)]
+        (plan,) = by_rank(server, "plan")[r]
+        assert plan["total_steps"] == warm + 6 * 34 and plan["phase"] == "probe"
+        (line,) = [m["msg"] for m in server.messages("log", rank=r) if m["msg"].startswith("DDP logger:")]
+        sampled = int(line.split("synced iteration ")[1].split()[0])
+        assert sampled < 11, line  # no logger sample (a host sync on CUDA) inside a timed block
     for res in server.messages("result"):
         assert res["experiment"] == "probe" and res["samples_per_s"] is None
     assert "probe k=2" in p.stdout
@@ -206,6 +255,9 @@ def test_allreduce_one_bench_row_per_size(server: FakeDdptop) -> None:
     p = run(server, args)
     assert p.returncode == 0, p.stderr[-3000:]
     check_common(server, "allreduce", 2)
+    for r in (0, 1):
+        (plan,) = by_rank(server, "plan")[r]
+        assert plan["total_steps"] == 7 * (1 + 3) and plan["phase"] == "bench"
     expected = sizes(1024, 1048576, 4, [65536, 100000])
     assert expected == [1024, 4096, 16384, 65536, 100000, 262144, 1048576]
     rows = by_rank(server, "bench")[0]
@@ -233,3 +285,19 @@ def test_nccl_without_cuda_fails_clearly(server: FakeDdptop) -> None:
     errors = [m for m in server.messages("log") if m["level"] == "error"]
     assert errors and "needs CUDA" in errors[0]["msg"]
     assert [m["reason"] for m in server.messages("bye")] == ["error"]
+
+
+def test_bare_d2l_script_two_ranks() -> None:
+    """The independent bare loop of scripts/device/loop_overhead.sh: nothing from ddptop."""
+    script = os.path.join(WORKERS, "scripts", "bare_d2l.py")
+    src = open(script).read()
+    assert not re.search(r"^\s*(from|import) ddptop_worker", src, re.M)
+    base = launcher(2)[: -2]  # torchrun --standalone --nproc-per-node=2
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPTOP_")}
+    p = subprocess.run(base + [script, "--batch", "2", "--samples", "4", "--epochs", "2"],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (line,) = [ln for ln in p.stdout.splitlines() if ln.startswith("BARE_RESULT ")]
+    r = json.loads(line.split(" ", 1)[1])
+    assert r["k"] == 2 and len(r["per_rank"]) == 2 and r["samples_per_s"] > 0
+    assert r["samples_per_s"] == pytest.approx(sum(r["per_rank"]), abs=0.2)

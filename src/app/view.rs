@@ -1,0 +1,117 @@
+//! What the user is looking at, apart from the data: the selected and focused run, the page,
+//! help, the timeline's rank and whether the timeline is frozen. Owned by the dashboard; the
+//! engine and `ddptop run` never see it.
+
+use super::state::{Pane, State};
+use crate::protocol::Buckets;
+use crate::run::{RankView, RunView};
+
+/// A timeline step held still by `f`: what the pane draws while frozen.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrozenStep {
+    pub run_id: String,
+    pub rank: u32,
+    pub buckets: Buckets,
+    pub opt_ms: Option<f64>,
+    pub data_ms: Option<f64>,
+}
+
+/// The timeline follows the run, or holds one step.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Freeze {
+    #[default]
+    Live,
+    Frozen(Box<FrozenStep>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Index of the runs table's cursor in `State.runs`.
+    pub selected: usize,
+    /// The run the analysis panes talk about (Enter), by id.
+    pub focused: Option<String>,
+    pub pane: Pane,
+    pub show_help: bool,
+    pub timeline_rank: u32,
+    pub freeze: Freeze,
+    /// Steps the timeline's median covers (config.toml `[timeline] steps`; 0: the default).
+    pub timeline_steps: usize,
+}
+
+impl View {
+    /// The run under the table's cursor.
+    pub fn selected_run<'a>(&self, state: &'a State) -> Option<&'a RunView> {
+        state.runs.get(self.selected)
+    }
+
+    /// The run the analysis panes talk about: the focused run, else the selected one.
+    pub fn subject<'a>(&self, state: &'a State) -> Option<&'a RunView> {
+        self.focused
+            .as_deref()
+            .and_then(|id| state.run(id))
+            .or_else(|| self.selected_run(state))
+    }
+
+    /// The rank the timeline shows on `run`: the chosen one when the run has it, else its first.
+    pub fn timeline_rank(&self, run: &RunView) -> u32 {
+        if run.ranks.contains_key(&self.timeline_rank) {
+            self.timeline_rank
+        } else {
+            run.ranks.keys().next().copied().unwrap_or(0)
+        }
+    }
+
+    /// The timeline's median window.
+    pub fn timeline_window(&self) -> usize {
+        if self.timeline_steps == 0 {
+            super::predict::DEFAULT_TIMELINE_STEPS
+        } else {
+            self.timeline_steps
+        }
+    }
+
+    pub fn frozen(&self) -> Option<&FrozenStep> {
+        match &self.freeze {
+            Freeze::Live => None,
+            Freeze::Frozen(f) => Some(f),
+        }
+    }
+
+    /// Point the cursor and the focus at `id` (a run just launched, or one to stay on).
+    pub fn focus(&mut self, state: &State, id: &str) {
+        if let Some(i) = state.runs.iter().position(|r| r.id == id) {
+            self.selected = i;
+            self.focused = Some(id.to_string());
+        }
+    }
+
+    /// Freeze the step the timeline shows now; `false` when there is none yet.
+    pub fn freeze(&mut self, state: &State) -> bool {
+        let Some(run) = self.subject(state) else {
+            return false;
+        };
+        let rank = self.timeline_rank(run);
+        let Some(rv) = run.ranks.get(&rank) else {
+            return false;
+        };
+        let Some(b) = rv.buckets.clone() else {
+            return false;
+        };
+        self.freeze = Freeze::Frozen(Box::new(FrozenStep {
+            run_id: run.id.clone(),
+            rank,
+            opt_ms: same_step(rv, &b).map(|s| s.opt_ms),
+            data_ms: same_step(rv, &b).map(|s| s.data_ms),
+            buckets: b,
+        }));
+        true
+    }
+}
+
+/// The rank's last step message when it belongs to the timeline's step (its optimizer and data
+/// wait are drawn beside the buckets).
+pub fn same_step<'a>(rv: &'a RankView, b: &Buckets) -> Option<&'a crate::protocol::Step> {
+    rv.last_step
+        .as_ref()
+        .filter(|st| st.step.abs_diff(b.step) <= 1)
+}

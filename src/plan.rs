@@ -1,0 +1,560 @@
+//! From what the user asked for to the launches that do it, shared by the dashboard (`tui`) and
+//! `ddptop run` (`headless`): the set-up (config, backend, profile, engine options), the one
+//! way a `RunSpec` is built (`Template`), the one "does k fit" check, sweeps and the probe with
+//! its k=1 control, and the one-measurement-at-a-time queue.
+
+use crate::app::{HostInfo, State};
+use crate::cli::{BackendArg, BadInput, GlobalArgs};
+use crate::config::Config;
+use crate::costmodel::Profile;
+use crate::detect::Resolved;
+use crate::engine::{Engine, EngineOptions};
+use crate::protocol::Backend;
+use crate::run::HandRolled;
+pub use crate::run::fits;
+use crate::run::{
+    AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, Experiment, HostBackend,
+    JaxSharding, ModelName, NcclSettings, OptimizerName, RunSpec, TorchStrategy,
+};
+use std::collections::VecDeque;
+
+/// What the front ends share once set up.
+pub struct Setup {
+    pub config: Config,
+    pub resolved: Resolved,
+    /// The simulated backend's profile (`None` on real backends).
+    pub profile: Option<String>,
+    pub opts: EngineOptions,
+}
+
+/// How a front end treats a config file that does not parse.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokenConfig {
+    /// The dashboard and `ddptop run`: the error (file:line) is the answer, exit code 2.
+    Fail,
+    /// One warning line, then the built-in defaults.
+    Warn,
+}
+
+/// Load the config, pick the backend, check the profile, fill the engine's options.
+pub fn setup(
+    g: &GlobalArgs,
+    backend: BackendArg,
+    profile: Option<&str>,
+    broken: BrokenConfig,
+) -> anyhow::Result<Setup> {
+    let cfg_path = crate::paths::config_file(g.config.as_deref());
+    let config = match (Config::load(Some(&cfg_path)), broken) {
+        (Ok(c), _) => c,
+        (Err(e), BrokenConfig::Fail) => {
+            return Err(BadInput(format!("{e}; fix the file or point --config elsewhere")).into());
+        }
+        (Err(e), BrokenConfig::Warn) => {
+            eprintln!("ddptop: {e}; continuing with the built-in defaults");
+            Config::default()
+        }
+    };
+    let python = g.python.clone().or_else(|| config.python.clone());
+    let resolved = crate::detect::resolve(
+        backend,
+        python.as_deref(),
+        g.workers_dir.as_deref(),
+        config.torchrun.as_deref(),
+    )?;
+    let profile = profile_for(resolved.backend, profile)?;
+    let mut opts = EngineOptions::new(crate::paths::data_dir(g.data_dir.as_deref()));
+    opts.python = resolved.python.clone();
+    opts.watchdog.floor_s = config.watchdog.hang_floor_s;
+    opts.watchdog.factor = config.watchdog.hang_factor;
+    opts.watchdog.startup_s = config.watchdog.startup_s;
+    Ok(Setup {
+        config,
+        resolved,
+        profile,
+        opts,
+    })
+}
+
+impl Setup {
+    /// The state the engine starts with: the host, and how many GPUs launches may use.
+    pub fn state(&self, hostname: String) -> State {
+        let mut state = State::new(HostInfo {
+            hostname,
+            backend: HostBackend::new(self.resolved.backend, self.profile.clone()),
+            torch: self.resolved.torch.clone(),
+            ..HostInfo::default()
+        });
+        state.max_k = max_k(self.resolved.backend, self.resolved.gpus);
+        state
+    }
+
+    /// The launch template for this backend and profile, everything else at its default.
+    pub fn template(&self) -> Template {
+        Template::new(self.resolved.backend, self.profile.clone())
+    }
+}
+
+/// The profile of a simulated backend (named, else the default), checked; `None` elsewhere.
+pub fn profile_for(backend: Backend, named: Option<&str>) -> anyhow::Result<Option<String>> {
+    if backend != Backend::Sim {
+        return Ok(None);
+    }
+    let p = named.unwrap_or(DEFAULT_PROFILE);
+    if Profile::get(p).is_none() {
+        return Err(BadInput(format!(
+            "unknown profile `{p}`; known: {}",
+            Profile::names().join(", ")
+        ))
+        .into());
+    }
+    Ok(Some(p.to_string()))
+}
+
+/// GPUs a launch may use: torch's count on NCCL; 0 (no limit) on CPUs and in simulation.
+pub fn max_k(backend: Backend, gpus: u32) -> u32 {
+    if backend == Backend::Nccl { gpus } else { 0 }
+}
+
+/// Everything of a launch but the experiment and k.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template {
+    pub backend: Backend,
+    pub profile: Option<String>,
+    pub model: ModelName,
+    /// `None`: the experiment's default batch.
+    pub batch: Option<u32>,
+    pub epochs: u32,
+    pub samples: u64,
+    pub nccl: NcclSettings,
+    pub data_path: DataPath,
+    pub data_source: DataSource,
+    pub inject: Option<String>,
+    /// The JAX experiment's parameter layout.
+    pub sharding: JaxSharding,
+    /// The fsdp experiment's strategy.
+    pub strategy: TorchStrategy,
+    /// `None`: the experiment's default (Adam for fsdp, SGD elsewhere).
+    pub optimizer: Option<OptimizerName>,
+    /// The script `attach` launches (the dashboard's `--attach`, `ddptop attach`).
+    pub attach: Option<AttachTarget>,
+    /// The hand-rolled experiment's dispatch and reduce.
+    pub hand: HandRolled,
+}
+
+impl Template {
+    /// 2 epochs (the first is warm-up), 60,000 samples (8,192 on gloo, where CPUs are slow),
+    /// the backend's default model, ddptop's NCCL defaults.
+    pub fn new(backend: Backend, profile: Option<String>) -> Self {
+        Template {
+            backend,
+            profile: profile.or_else(|| (backend == Backend::Sim).then(|| DEFAULT_PROFILE.into())),
+            model: ModelName::default_for(backend),
+            batch: None,
+            epochs: 2,
+            samples: if backend == Backend::Gloo {
+                8_192
+            } else {
+                60_000
+            },
+            nccl: NcclSettings::default(),
+            data_path: DataPath::Device,
+            data_source: DataSource::Synthetic,
+            inject: None,
+            sharding: JaxSharding::Data,
+            strategy: TorchStrategy::Fsdp,
+            optimizer: None,
+            attach: None,
+            hand: HandRolled::default(),
+        }
+    }
+
+    /// The one way a `RunSpec` is built.
+    pub fn spec(&self, experiment: Experiment, k: u32) -> RunSpec {
+        RunSpec {
+            experiment,
+            k,
+            backend: self.backend,
+            profile: self.profile.clone(),
+            model: self.model,
+            batch: self.batch.unwrap_or(experiment.default_batch()),
+            epochs: self.epochs.max(1),
+            samples: self.samples,
+            nccl: self.nccl.clone(),
+            inject: self.inject.clone(),
+            control: false,
+            data_path: self.data_path,
+            data_source: self.data_source.clone(),
+            sharding: self.sharding,
+            // Only the fsdp worker reads these: elsewhere they stay at their defaults, so that
+            // they never split another experiment's curve.
+            strategy: if experiment == Experiment::Fsdp {
+                self.strategy
+            } else {
+                TorchStrategy::Fsdp
+            },
+            optimizer: match self.optimizer {
+                Some(o) if experiment == Experiment::Fsdp => o,
+                _ => OptimizerName::default_for(experiment),
+            },
+            attach: (experiment == Experiment::Attach)
+                .then(|| self.attach.clone())
+                .flatten(),
+            hand: if experiment == Experiment::Handrolled {
+                self.hand
+            } else {
+                HandRolled::default()
+            },
+        }
+    }
+
+    /// Apply environment settings (`--env`, a preset): `DDPTOP_DATASET_DIR` names the dataset
+    /// folder (the real data), every other variable goes to the launch's environment.
+    pub fn apply_env(&mut self, overlay: &EnvOverlay) {
+        let mut rest = overlay.clone();
+        if let Some(dir) = rest.remove(DataSource::ENV) {
+            self.data_source = match dir {
+                Some(d) if !d.is_empty() => DataSource::Real(d.into()),
+                _ => DataSource::Synthetic,
+            };
+        }
+        self.nccl.apply(&rest);
+    }
+}
+
+/// The launches of one request, in order, sharing a sweep id when there are several.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub specs: Vec<RunSpec>,
+    /// What was left out and why (k beyond this machine), for the user.
+    pub notes: Vec<String>,
+}
+
+/// Launches at each k of `ks` that fits; probes get a k=1 control (where there is no
+/// communication at all) unless k=1 is among them. `Err` when nothing fits.
+pub fn sweep(
+    t: &Template,
+    experiment: Experiment,
+    ks: &[u32],
+    max_k: u32,
+) -> Result<Planned, String> {
+    if experiment == Experiment::Jax && t.backend == Backend::Sim {
+        return Err(
+            "jax has no simulated worker: it needs Python with jax (--backend gloo on CPUs, nccl on GPUs)"
+                .into(),
+        );
+    }
+    if experiment == Experiment::Attach {
+        if t.attach.is_none() {
+            return Err("attach needs a script: ddptop attach -- train.py ARGS".into());
+        }
+        if t.backend == Backend::Sim {
+            return Err(
+                "attach runs your script with real PyTorch: use --backend gloo on CPUs, nccl on GPUs"
+                    .into(),
+            );
+        }
+    }
+    if experiment == Experiment::Handrolled && t.backend == Backend::Sim {
+        return Err(
+            "handrolled has no simulated worker: it runs libtorch through tch (--backend gloo on CPUs, nccl on GPUs)"
+                .into(),
+        );
+    }
+    if experiment == Experiment::Fsdp && t.backend == Backend::Sim {
+        return Err(
+            "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)"
+                .into(),
+        );
+    }
+    let mut notes = Vec::new();
+    let mut specs = Vec::new();
+    for &k in ks {
+        match fits(k, max_k) {
+            Ok(()) => specs.push(t.spec(experiment, k)),
+            Err(why) => notes.push(format!("{} at {why}", experiment.as_str())),
+        }
+    }
+    if specs.is_empty() {
+        return Err(notes.join("; "));
+    }
+    if experiment == Experiment::Probe && !ks.contains(&1) {
+        let mut control = t.spec(Experiment::Probe, 1);
+        control.control = true;
+        specs.push(control);
+    }
+    Ok(Planned { specs, notes })
+}
+
+/// The dashboard's fsdp launches: at each k, FSDP then DDP with the same settings, so that the
+/// Memory pane has both sides and the two curves grow together.
+pub fn fsdp_pairs(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
+    let mut specs = Vec::new();
+    let mut notes = Vec::new();
+    for &k in ks {
+        for strategy in [TorchStrategy::Fsdp, TorchStrategy::Ddp] {
+            let t = Template {
+                strategy,
+                ..t.clone()
+            };
+            let p = sweep(&t, Experiment::Fsdp, &[k], max_k)?;
+            specs.extend(p.specs);
+            notes.extend(p.notes);
+        }
+    }
+    Ok(Planned { specs, notes })
+}
+
+/// The deficits table's launches: at each k that fits, DDP (weak) then the hand-rolled loop as
+/// the book wrote it (single+star) and with each fix (threads+star, threads+ring), interleaved
+/// so that a drift of the machine spreads over all four.
+pub fn deficits_sweep(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
+    let ddp = sweep(t, Experiment::Weak, ks, max_k)?;
+    let mut specs = Vec::new();
+    for weak in ddp.specs {
+        let k = weak.k;
+        specs.push(weak);
+        for hand in HandRolled::DEFICITS {
+            let mut h = t.clone();
+            h.hand = hand;
+            specs.push(h.spec(Experiment::Handrolled, k));
+        }
+    }
+    if t.backend == Backend::Sim {
+        return Err(
+            "the deficits table needs the hand-rolled worker, which has no simulated version (--backend gloo or nccl)"
+                .into(),
+        );
+    }
+    Ok(Planned {
+        specs,
+        notes: ddp.notes,
+    })
+}
+
+/// The k for an experiment that needs communication: 2 where the machine has two GPUs (or runs
+/// on CPUs / simulated).
+pub fn two_ranks(max_k: u32, what: &str) -> Result<u32, String> {
+    fits(2, max_k).map(|()| 2).map_err(|_| {
+        format!(
+            "{what} needs 2 GPUs (k=1 has no communication to measure); this machine has {max_k}"
+        )
+    })
+}
+
+/// Launches waiting their turn: one measurement at a time, because two runs sharing GPUs or CPU
+/// cores would spoil each other's numbers.
+#[derive(Debug, Default)]
+pub struct Queue {
+    items: VecDeque<(RunSpec, Option<String>)>,
+    sweeps: u32,
+}
+
+impl Queue {
+    /// A sweep id for launches that belong together.
+    pub fn sweep_id(&mut self) -> String {
+        self.sweeps += 1;
+        format!("s{}-{}", crate::util::unix_now() as u64, self.sweeps)
+    }
+
+    pub fn push(&mut self, specs: Vec<RunSpec>, sweep: Option<String>) {
+        self.items
+            .extend(specs.into_iter().map(|s| (s, sweep.clone())));
+    }
+
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Drop the queued launches of a sweep; how many went.
+    pub fn drop_sweep(&mut self, sweep: &str) -> usize {
+        let before = self.items.len();
+        self.items.retain(|(_, w)| w.as_deref() != Some(sweep));
+        before - self.items.len()
+    }
+
+    pub fn clear(&mut self) -> usize {
+        let n = self.items.len();
+        self.items.clear();
+        n
+    }
+
+    /// Start the next launch when nothing is running; call after every event. Returns the id
+    /// and spec of what it started. A launch that fails takes the rest of its sweep with it (the
+    /// engine said why; they would fail the same way).
+    pub fn pump(&mut self, engine: &mut Engine) -> Option<(String, RunSpec)> {
+        if engine.has_active_runs() {
+            return None;
+        }
+        while let Some((spec, sweep)) = self.items.pop_front() {
+            match engine.launch(spec.clone(), sweep.clone()) {
+                Ok(id) => return Some((id, spec)),
+                Err(_) => {
+                    if let Some(s) = sweep {
+                        self.drop_sweep(&s);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Nothing running and nothing queued.
+    pub fn idle(&self, engine: &Engine) -> bool {
+        self.items.is_empty() && !engine.has_active_runs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_beyond_the_gpus_is_left_out_with_a_reason() {
+        let t = Template::new(Backend::Nccl, None);
+        let p = sweep(&t, Experiment::Weak, &[1, 2, 4], 2).unwrap();
+        assert_eq!(p.specs.iter().map(|s| s.k).collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(p.notes, ["weak at k=4 needs 4 GPUs; this machine has 2"]);
+        assert!(sweep(&t, Experiment::Weak, &[4], 2).is_err());
+        assert!(fits(64, 0).is_ok(), "CPUs and simulation: no limit");
+    }
+
+    #[test]
+    fn jax_sweeps_carry_their_sharding_and_refuse_simulation() {
+        let mut t = Template::new(Backend::Gloo, None);
+        t.sharding = JaxSharding::Fsdp;
+        let p = sweep(&t, Experiment::Jax, &[1, 2, 4], 0).unwrap();
+        assert!(p.specs.iter().all(|s| s.sharding == JaxSharding::Fsdp));
+        assert_eq!(
+            p.specs[2].processes(),
+            1,
+            "one process drives all k devices"
+        );
+        let err = sweep(&Template::new(Backend::Sim, None), Experiment::Jax, &[2], 0).unwrap_err();
+        assert!(err.contains("no simulated worker"), "{err}");
+    }
+
+    #[test]
+    fn fsdp_pairs_interleave_the_strategies_at_each_k() {
+        let t = Template::new(Backend::Nccl, None);
+        let p = fsdp_pairs(&t, &[1, 2], 2).unwrap();
+        let got: Vec<(u32, TorchStrategy)> = p.specs.iter().map(|s| (s.k, s.strategy)).collect();
+        assert_eq!(
+            got,
+            [
+                (1, TorchStrategy::Fsdp),
+                (1, TorchStrategy::Ddp),
+                (2, TorchStrategy::Fsdp),
+                (2, TorchStrategy::Ddp)
+            ]
+        );
+        assert!(fsdp_pairs(&t, &[4], 2).is_err());
+    }
+
+    #[test]
+    fn fsdp_sweeps_default_to_adam_carry_the_strategy_and_refuse_simulation() {
+        let mut t = Template::new(Backend::Gloo, None);
+        t.strategy = TorchStrategy::Ddp;
+        let p = sweep(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        assert!(p.specs.iter().all(|s| s.strategy == TorchStrategy::Ddp));
+        assert!(p.specs.iter().all(|s| s.optimizer == OptimizerName::Adam));
+        let weak = t.spec(Experiment::Weak, 1);
+        assert_eq!(
+            (weak.optimizer, weak.strategy),
+            (OptimizerName::Sgd, TorchStrategy::Fsdp)
+        );
+        t.optimizer = Some(OptimizerName::Sgd);
+        assert_eq!(t.spec(Experiment::Fsdp, 1).optimizer, OptimizerName::Sgd);
+        let err = sweep(
+            &Template::new(Backend::Sim, None),
+            Experiment::Fsdp,
+            &[2],
+            0,
+        )
+        .unwrap_err();
+        assert!(err.contains("no simulated worker"), "{err}");
+    }
+
+    #[test]
+    fn the_deficits_sweep_interleaves_ddp_and_each_hand_rolled_variant_per_k() {
+        let t = Template::new(Backend::Nccl, None);
+        let p = deficits_sweep(&t, &[1, 2, 4], 2).unwrap();
+        let shape: Vec<(u32, &str, String)> = p
+            .specs
+            .iter()
+            .map(|s| (s.k, s.experiment.as_str(), s.hand.label()))
+            .collect();
+        let row = |k: u32| {
+            vec![
+                (k, "weak", "single+star".to_string()),
+                (k, "handrolled", "single+star".to_string()),
+                (k, "handrolled", "threads+star".to_string()),
+                (k, "handrolled", "threads+ring".to_string()),
+            ]
+        };
+        assert_eq!(shape, [row(1), row(2)].concat());
+        assert_eq!(p.notes, ["weak at k=4 needs 4 GPUs; this machine has 2"]);
+        let weak = &p.specs[0];
+        assert_eq!(weak.curve_key().setting(), p.specs[3].curve_key().setting());
+        let err = deficits_sweep(&Template::new(Backend::Sim, None), &[2], 0).unwrap_err();
+        assert!(err.contains("no simulated version"), "{err}");
+        let err = sweep(
+            &Template::new(Backend::Sim, None),
+            Experiment::Handrolled,
+            &[2],
+            0,
+        );
+        assert!(err.unwrap_err().contains("no simulated worker"));
+    }
+
+    #[test]
+    fn attach_needs_its_script_and_real_torch() {
+        let mut t = Template::new(Backend::Gloo, None);
+        let err = sweep(&t, Experiment::Attach, &[2], 0).unwrap_err();
+        assert!(err.contains("needs a script"), "{err}");
+        t.attach = Some(AttachTarget {
+            script: "/u/train.py".into(),
+            args: vec![],
+            cwd: "/u".into(),
+        });
+        let p = sweep(&t, Experiment::Attach, &[1, 2], 0).unwrap();
+        assert!(p.specs.iter().all(|s| s.attach == t.attach));
+        assert!(
+            t.spec(Experiment::Weak, 1).attach.is_none(),
+            "only attach runs carry it"
+        );
+        t.backend = Backend::Sim;
+        let err = sweep(&t, Experiment::Attach, &[2], 0).unwrap_err();
+        assert!(err.contains("real PyTorch"), "{err}");
+    }
+
+    #[test]
+    fn a_probe_gets_its_k1_control_last() {
+        let t = Template::new(Backend::Sim, None);
+        let p = sweep(&t, Experiment::Probe, &[2], 0).unwrap();
+        let shape: Vec<(u32, bool)> = p.specs.iter().map(|s| (s.k, s.control)).collect();
+        assert_eq!(shape, [(2, false), (1, true)]);
+        assert_eq!(p.specs[0].profile.as_deref(), Some(DEFAULT_PROFILE));
+        assert!(two_ranks(1, "the probe").is_err());
+    }
+
+    #[test]
+    fn the_dataset_folder_is_a_data_source_not_an_nccl_setting() {
+        let mut t = Template::new(Backend::Nccl, None);
+        t.apply_env(&EnvOverlay::from([
+            (
+                DataSource::ENV.to_string(),
+                Some("/data/fmnist".to_string()),
+            ),
+            ("NCCL_P2P_DISABLE".to_string(), Some("1".to_string())),
+        ]));
+        let s = t.spec(Experiment::Weak, 1);
+        assert_eq!(s.data_source, DataSource::Real("/data/fmnist".into()));
+        assert_eq!(
+            s.nccl.badges(),
+            ["NCCL_NVLS_ENABLE=0", "NCCL_P2P_DISABLE=1"]
+        );
+    }
+}

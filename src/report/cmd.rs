@@ -1,0 +1,928 @@
+//! The commands that read the store: `ddptop report`, `show`, `runs`, `diff`, and the shell
+//! completions and man page. Each returns its exit code; bad input (an unknown run, a bad
+//! `--since`) is a [`BadInput`] error, which `main` turns into exit 2.
+
+use super::build::{self, Source};
+use super::doc::PlotSlot;
+use super::markdown::Image;
+use super::plot::Plot;
+use super::{Format, Report, Timestamp, json};
+use crate::cli::{BadInput, Cli, ExperimentArg, GlobalArgs};
+use crate::run::{RunStatus, RunView};
+use crate::store::{LaunchRecord, Store};
+use clap::{Args, CommandFactory, ValueEnum};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Stored runs read per command: far more than a person compares, few enough to load at once.
+const HISTORY: usize = 5000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Markdown; with -o, the plots are written beside it as SVG (or PNG) and linked.
+    Md,
+    /// One self-contained HTML page with the plots inline.
+    Html,
+    /// One JSON document (schema in docs/report.md).
+    Json,
+    /// One row per run with its figures.
+    Csv,
+}
+
+impl From<FormatArg> for Format {
+    fn from(f: FormatArg) -> Self {
+        match f {
+            FormatArg::Md => Format::Markdown,
+            FormatArg::Html => Format::Html,
+            FormatArg::Json => Format::Json,
+            FormatArg::Csv => Format::Csv,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImageArg {
+    Svg,
+    Png,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Runs to report: a full id or its end (`023011-9e4a`, `9e4a`). Default: the last sweep.
+    #[arg(value_name = "RUN")]
+    pub runs: Vec<String>,
+    /// The most recent sweep (or run, when it was not part of one).
+    #[arg(long, conflicts_with_all = ["runs", "sweep", "curve"])]
+    pub last: bool,
+    /// Every run of one sweep (its id, or the id of any of its runs).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["runs", "curve"])]
+    pub sweep: Option<String>,
+    /// The scaling curve RUN belongs to: the latest completed run per k with the same settings.
+    #[arg(long, value_name = "RUN", conflicts_with = "runs")]
+    pub curve: Option<String>,
+    #[arg(long, value_enum, default_value_t = FormatArg::Md)]
+    pub format: FormatArg,
+    /// Write the report to FILE (Markdown: its plots beside it) instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Image format of a Markdown report's plots.
+    #[arg(long, value_enum, default_value_t = ImageArg::Svg)]
+    pub images: ImageArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// The run: a full id or its end (`023011-9e4a`, `9e4a`).
+    pub run: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendFilter {
+    Sim,
+    Gloo,
+    Nccl,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunsArgs {
+    /// Only runs of this experiment.
+    #[arg(long, value_enum)]
+    pub experiment: Option<ExperimentArg>,
+    /// Only runs on this backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendFilter>,
+    /// Only runs started since: a date (2026-11-30), an RFC 3339 time, or an age (90m, 6h, 7d).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<f64>,
+    /// At most this many runs, newest first.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// One JSON document.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// CSV, one row per run with its figures.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    pub run_a: String,
+    pub run_b: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ManArgs {
+    /// Write ddptop.1 and one page per subcommand into DIR instead of printing ddptop.1.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// The store's runs, newest first, with their launch records.
+struct Loaded {
+    runs: Vec<RunView>,
+    records: HashMap<String, LaunchRecord>,
+}
+
+fn load(g: &GlobalArgs) -> anyhow::Result<Loaded> {
+    let path = crate::paths::data_dir(g.data_dir.as_deref()).join("runs.db");
+    if !path.exists() {
+        // Opening would create an empty database; say where runs would be instead.
+        return Ok(Loaded {
+            runs: Vec::new(),
+            records: HashMap::new(),
+        });
+    }
+    load_store(&Store::open(&path)?)
+}
+
+fn load_store(store: &Store) -> anyhow::Result<Loaded> {
+    let runs = store.load_runs(HISTORY)?;
+    let mut records = HashMap::new();
+    for r in &runs {
+        if let Some(rec) = store.launch_record(&r.id)? {
+            records.insert(r.id.clone(), rec);
+        }
+    }
+    Ok(Loaded { runs, records })
+}
+
+/// A run named by its id or the end of it (the dashboard shows `023011-9e4a`, `9e4a`).
+pub fn resolve<'a>(runs: &'a [RunView], query: &str) -> Result<&'a RunView, BadInput> {
+    if let Some(r) = runs.iter().find(|r| r.id == query) {
+        return Ok(r);
+    }
+    let hits: Vec<&RunView> = runs.iter().filter(|r| r.id.ends_with(query)).collect();
+    match hits.as_slice() {
+        [one] => Ok(one),
+        [] => Err(BadInput(format!(
+            "no stored run matches `{query}`; `ddptop runs` lists them"
+        ))),
+        many => Err(BadInput(format!(
+            "`{query}` matches {} runs ({}…); give more of the id",
+            many.len(),
+            many.iter()
+                .take(3)
+                .map(|r| r.id.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+fn no_runs(g: &GlobalArgs) -> BadInput {
+    BadInput(format!(
+        "no stored runs in {}; run some first (`ddptop run weak --k 1,2`)",
+        crate::paths::data_dir(g.data_dir.as_deref()).display()
+    ))
+}
+
+/// The scaling curve `anchor` belongs to: the latest completed run per k with its `CurveKey`
+/// (the anchor alone when none has completed), and the report's title.
+fn curve<'a>(runs: &'a [RunView], anchor: &'a RunView) -> (String, Vec<&'a RunView>) {
+    let key = anchor.spec.curve_key();
+    // Newest first in the store: the first completed run seen per k is the latest.
+    let mut sel: Vec<&RunView> = Vec::new();
+    for r in runs
+        .iter()
+        .filter(|r| r.status == RunStatus::Completed && r.spec.curve_key() == key)
+    {
+        if !sel.iter().any(|s| s.spec.k == r.spec.k) {
+            sel.push(r);
+        }
+    }
+    if sel.is_empty() {
+        sel.push(anchor);
+    }
+    sel.sort_by_key(|r| r.spec.k);
+    (
+        format!("ddptop scaling curve: {}", build::curve_label(anchor)),
+        sel,
+    )
+}
+
+/// The dashboard's report key: the HTML report of the curve of run `run_id`, written into
+/// `dir` as `curve-RUN.html`; its path.
+pub fn write_curve_report(store_path: &Path, dir: &Path, run_id: &str) -> anyhow::Result<PathBuf> {
+    let store = Store::open(store_path)?;
+    let l = load_store(&store)?;
+    let anchor = l.runs.iter().find(|r| r.id == run_id).ok_or_else(|| {
+        anyhow::anyhow!("run {run_id} is not stored yet: a report covers finished runs")
+    })?;
+    let (title, sel) = curve(&l.runs, anchor);
+    let r = build_report(title, sel, &l);
+    let path = dir.join(format!("curve-{run_id}.html"));
+    write_report(&r, Format::Html, &path, ImageArg::Svg)?;
+    Ok(path)
+}
+
+/// The runs a report covers, and its title.
+fn select<'a>(a: &ReportArgs, runs: &'a [RunView]) -> Result<(String, Vec<&'a RunView>), BadInput> {
+    if !a.runs.is_empty() {
+        let mut sel = Vec::new();
+        for q in &a.runs {
+            let r = resolve(runs, q)?;
+            if !sel.iter().any(|s: &&RunView| s.id == r.id) {
+                sel.push(r);
+            }
+        }
+        let title = if sel.len() == 1 {
+            format!("ddptop run {}", sel[0].id)
+        } else {
+            format!(
+                "ddptop runs {}",
+                sel.iter()
+                    .map(|r| r.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        return Ok((title, sel));
+    }
+    if let Some(q) = &a.curve {
+        let anchor = resolve(runs, q)?;
+        return Ok(curve(runs, anchor));
+    }
+    let sweep: Option<String> = match &a.sweep {
+        Some(q) if runs.iter().any(|r| r.sweep.as_deref() == Some(q.as_str())) => Some(q.clone()),
+        Some(q) => Some(resolve(runs, q)?.sweep.clone().ok_or_else(|| {
+            BadInput(format!(
+                "run `{q}` was not part of a sweep; report it by id"
+            ))
+        })?),
+        None => runs.first().and_then(|r| r.sweep.clone()),
+    };
+    let sel: Vec<&RunView> = match &sweep {
+        Some(s) => {
+            let mut v: Vec<&RunView> = runs
+                .iter()
+                .filter(|r| r.sweep.as_ref() == Some(s))
+                .collect();
+            v.reverse(); // launch order
+            v
+        }
+        None => runs.first().into_iter().collect(),
+    };
+    let title = match (&sweep, sel.first()) {
+        (Some(s), Some(r)) => format!("ddptop sweep {s}: {}", build::curve_label(r)),
+        (_, Some(r)) => format!("ddptop run {}", r.id),
+        _ => "ddptop report".into(),
+    };
+    Ok((title, sel))
+}
+
+fn build_report(title: String, selected: Vec<&RunView>, l: &Loaded) -> Report {
+    build::build(
+        title,
+        &Source {
+            selected,
+            history: &l.runs,
+            records: &l.records,
+        },
+        crate::util::unix_now(),
+    )
+}
+
+/// Write the report's plots beside `out` (`out.scaling.svg`, …) and return their links.
+fn write_images(r: &Report, out: &Path, kind: ImageArg) -> anyhow::Result<Vec<Image>> {
+    let ext = match kind {
+        ImageArg::Svg => "svg",
+        ImageArg::Png => "png",
+    };
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "report".into());
+    let dir = out.parent().unwrap_or(Path::new(""));
+    let settings = r.bench_settings();
+    let mut plots: Vec<(PlotSlot, String, Plot)> = Vec::new();
+    if !r.curves.is_empty() {
+        plots.push((
+            PlotSlot::Scaling,
+            "scaling".into(),
+            Plot::Scaling(&r.curves),
+        ));
+    }
+    if !settings.is_empty() {
+        plots.push((PlotSlot::Bench, "bench".into(), Plot::Bench(&settings)));
+    }
+    for (i, t) in r.timelines.iter().enumerate() {
+        let name = if r.timelines.len() == 1 {
+            "timeline".to_string()
+        } else {
+            format!("timeline-{}", i + 1)
+        };
+        plots.push((PlotSlot::Timeline(i), name, Plot::Timeline(t)));
+    }
+    let mut images = Vec::new();
+    for (slot, name, plot) in plots {
+        let file = format!("{stem}.{name}.{ext}");
+        let bytes = match kind {
+            ImageArg::Svg => plot.svg()?.into_bytes(),
+            ImageArg::Png => plot.png()?,
+        };
+        let path = dir.join(&file);
+        std::fs::write(&path, bytes)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        images.push(Image {
+            slot,
+            alt: plot.title(),
+            path: file,
+        });
+    }
+    Ok(images)
+}
+
+/// Write a report to `out` (with a Markdown report's plots beside it); the paths written.
+pub fn write_report(
+    r: &Report,
+    format: Format,
+    out: &Path,
+    images: ImageArg,
+) -> anyhow::Result<Vec<PathBuf>> {
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    }
+    let imgs = if format == Format::Markdown {
+        write_images(r, out, images)?
+    } else {
+        Vec::new()
+    };
+    let text = super::render(r, format, &imgs);
+    std::fs::write(out, text)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
+    let dir = out.parent().unwrap_or(Path::new(""));
+    Ok(std::iter::once(out.to_path_buf())
+        .chain(imgs.iter().map(|i| dir.join(&i.path)))
+        .collect())
+}
+
+pub fn report(g: &GlobalArgs, a: &ReportArgs) -> anyhow::Result<i32> {
+    let l = load(g)?;
+    if l.runs.is_empty() {
+        return Err(no_runs(g).into());
+    }
+    let (title, selected) = select(a, &l.runs)?;
+    let r = build_report(title, selected, &l);
+    let format: Format = a.format.into();
+    match &a.output {
+        Some(out) => {
+            let written = write_report(&r, format, out, a.images)?;
+            let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+            eprintln!("ddptop: wrote {}", names.join(", "));
+        }
+        None => print!("{}", super::render(&r, format, &[])),
+    }
+    Ok(0)
+}
+
+fn opt_f(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "—".into())
+}
+
+pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
+    let l = load(g)?;
+    if l.runs.is_empty() {
+        return Err(no_runs(g).into());
+    }
+    let run = resolve(&l.runs, &a.run)?;
+    let r = build_report(format!("ddptop run {}", run.id), vec![run], &l);
+    let rec = l.records.get(&run.id);
+    let info = &r.runs[0];
+    let f = r.figures(&run.id);
+    let sc = build::scaling_of(
+        run,
+        &Source {
+            selected: vec![run],
+            history: &l.runs,
+            records: &l.records,
+        },
+    );
+    if a.json {
+        let mut v = json::envelope("run", &r.ddptop_version, r.generated);
+        v["run"] = json::run(info);
+        let agg = run
+            .aggregate
+            .as_ref()
+            .filter(|_| run.status == RunStatus::Completed);
+        v["figures"] = json!({
+            "samples_per_s": agg.map(|a| a.samples_per_s),
+            "per_rank_samples_per_s": agg.map(|a| a.per_rank.clone()),
+            "rank_min": agg.map(|a| a.rank_min),
+            "rank_max": agg.map(|a| a.rank_max),
+            "speedup": sc.as_ref().map(|s| s.speedup),
+            "efficiency": sc.as_ref().map(|s| s.efficiency),
+            "baseline_run_id": sc.as_ref().map(|s| s.baseline.clone()),
+            "predicted_samples_per_s": f.point.and_then(|p| p.predicted_samples_per_s),
+            "probe_diff_ms": f.probe_diff_ms,
+            "probe_net_of_control_ms": f.probe_net_ms,
+            "busbw_peak_gbs": f.busbw_peak_gbs,
+        });
+        v["ranks"] = run
+            .ranks
+            .values()
+            .map(|x| json!({"rank": x.rank, "pid": x.pid, "device": x.device, "samples_per_s": x.result_sps}))
+            .collect();
+        let full = json::document(&r);
+        v["timelines"] = full["timelines"].clone();
+        v["probes"] = full["probes"].clone();
+        v["bench"] = full["bench"].clone();
+        v["hang_report"] = json!(run.hang_report);
+        v["environ"] = json!(rec.map(|r| &r.environ));
+        v["run_dir"] = json!(rec.map(|r| r.run_dir.display().to_string()));
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let mut rows: Vec<(&str, String)> =
+        vec![("run", info.id.clone()), ("status", info.status.clone())];
+    if let Some(why) = &info.reason {
+        rows.push(("reason", why.clone()));
+    }
+    rows.extend([
+        ("experiment", info.experiment.clone()),
+        ("k", info.k.to_string()),
+        (
+            "backend",
+            match &info.profile {
+                Some(p) if info.simulated() => format!("SIMULATED (profile {p})"),
+                _ => info.backend.clone(),
+            },
+        ),
+        ("model", info.model.clone()),
+        (
+            "batch",
+            format!("{}/rank, {} global", info.per_rank_batch, info.global_batch),
+        ),
+        (
+            "epochs",
+            format!("{} (the first is warm-up when > 1)", info.epochs),
+        ),
+        ("samples", format!("{} per epoch", info.samples)),
+        (
+            "data",
+            format!("{} · {}", info.data_path, run.spec.data_source),
+        ),
+        ("settings", run.spec.nccl.badges().join(" ")),
+        ("started", info.started.to_string()),
+        (
+            "ended",
+            opt_f(info.ended.map(|t| t.0), |t| Timestamp(t).to_string()),
+        ),
+    ]);
+    if let Some(sweep) = &info.sweep {
+        rows.push(("sweep", sweep.clone()));
+    }
+    if let Some(agg) = run
+        .aggregate
+        .as_ref()
+        .filter(|_| run.status == RunStatus::Completed)
+    {
+        rows.push((
+            "samples/s",
+            format!(
+                "{} (ranks {}–{})",
+                super::fmt_rate(agg.samples_per_s),
+                super::fmt_rate(agg.rank_min),
+                super::fmt_rate(agg.rank_max)
+            ),
+        ));
+    }
+    if let Some(s) = &sc {
+        rows.push((
+            "speedup",
+            format!(
+                "{:.2}× · efficiency {:.0}% · vs k=1 run {}",
+                s.speedup,
+                s.efficiency * 100.0,
+                s.baseline
+            ),
+        ));
+    }
+    if let Some(p) = f.point.and_then(|p| p.predicted_samples_per_s) {
+        rows.push((
+            "predicted",
+            format!("{} samples/s (cost model)", super::fmt_rate(p)),
+        ));
+    }
+    if let Some(p) = r.probes.iter().find(|p| p.run_id == run.id) {
+        rows.push((
+            "probe",
+            format!(
+                "synced {} ms, no_sync {} ms, Δ {} ms{}",
+                super::fmt_ms(p.synced_ms.median),
+                super::fmt_ms(p.no_sync_ms.median),
+                super::fmt_ms(p.diff_ms()),
+                f.probe_net_ms
+                    .map(|n| format!(", Δ − control {} ms", super::fmt_ms(n)))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(b) = f.busbw_peak_gbs {
+        rows.push(("peak busbw", format!("{b:.2} GB/s")));
+    }
+    if let Some(t) = r.timelines.first() {
+        rows.push((
+            "timeline",
+            format!(
+                "rank {} step {}: {} buckets, backward {} ms, overlap {}, exposed {} ms",
+                t.rank,
+                t.step,
+                t.buckets.len(),
+                super::fmt_ms(t.bwd_compute_ms),
+                opt_f(t.overlap_pct, |p| format!("{p:.0}%")),
+                super::fmt_ms(t.exposed_ms)
+            ),
+        ));
+    }
+    if let Some(t) = &info.transport {
+        rows.push(("transport", t.clone()));
+    }
+    for x in run.ranks.values() {
+        rows.push((
+            "rank",
+            format!(
+                "{}: pid {} · {} · {}",
+                x.rank,
+                x.pid.map_or("—".into(), |p| p.to_string()),
+                x.device.as_deref().unwrap_or("—"),
+                opt_f(x.result_sps, |s| format!(
+                    "{} samples/s",
+                    super::fmt_rate(s)
+                ))
+            ),
+        ));
+    }
+    for (k, v) in &info.versions {
+        if k == "host" {
+            rows.push(("host", v.clone()));
+        } else {
+            rows.push(("version", format!("{k} {v}")));
+        }
+    }
+    if let Some(rec) = rec {
+        rows.push(("command", rec.command.clone()));
+        rows.push(("run dir", rec.run_dir.display().to_string()));
+    }
+    if let Some(log) = &info.output_log {
+        rows.push(("output log", log.clone()));
+    }
+    for l in &run.hang_report {
+        rows.push(("evidence", l.clone()));
+    }
+    for (k, v) in rows {
+        println!("{k:<11} {v}");
+    }
+    if info.simulated() {
+        println!(
+            "SIMULATED: figures come from the cost model of the profile, not from a measurement."
+        );
+    }
+    Ok(0)
+}
+
+/// Days since 1970-01-01 of a civil date (the inverse of `util::utc_parts`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `--since`: an age (`90m`, `6h`, `7d`), a date (`2026-11-30`, UTC) or an RFC 3339 UTC time.
+pub fn parse_since(s: &str) -> Result<f64, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a time: use an age (90m, 6h, 7d), a date (2026-11-30) or 2026-11-30T08:00:00Z"
+        )
+    };
+    let now = crate::util::unix_now();
+    if let Some(unit) = s.chars().last().filter(|c| "smhd".contains(*c))
+        && let Ok(n) = s[..s.len() - 1].parse::<f64>()
+    {
+        if !(n.is_finite() && n >= 0.0) {
+            return Err(bad());
+        }
+        let secs = match unit {
+            's' => 1.0,
+            'm' => 60.0,
+            'h' => 3600.0,
+            _ => 86_400.0,
+        };
+        return Ok(now - n * secs);
+    }
+    let (date, time) = match s.split_once('T') {
+        Some((d, t)) => (d, Some(t.trim_end_matches('Z'))),
+        None => (s, None),
+    };
+    let mut it = date.split('-');
+    let (Some(y), Some(m), Some(d), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    let (y, m, d) = (
+        y.parse::<i64>().map_err(|_| bad())?,
+        m.parse::<u32>().map_err(|_| bad())?,
+        d.parse::<u32>().map_err(|_| bad())?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let mut secs = days_from_civil(y, m, d) * 86_400;
+    if let Some(t) = time {
+        let parts: Vec<&str> = t.split(':').collect();
+        if parts.len() < 2 || parts.len() > 3 {
+            return Err(bad());
+        }
+        let num = |p: &str, max: u32| p.parse::<u32>().ok().filter(|v| *v <= max).ok_or_else(bad);
+        secs += num(parts[0], 23)? as i64 * 3600 + num(parts[1], 59)? as i64 * 60;
+        if let Some(sec) = parts.get(2) {
+            secs += num(sec.split('.').next().unwrap_or(sec), 60)? as i64;
+        }
+    }
+    Ok(secs as f64)
+}
+
+pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
+    let l = load(g)?;
+    let selected: Vec<&RunView> = l
+        .runs
+        .iter()
+        .filter(|r| {
+            a.experiment
+                .is_none_or(|e| r.spec.experiment == crate::run::Experiment::from(e))
+        })
+        .filter(|r| {
+            a.backend.is_none_or(|b| {
+                r.spec.backend.as_str()
+                    == match b {
+                        BackendFilter::Sim => "sim",
+                        BackendFilter::Gloo => "gloo",
+                        BackendFilter::Nccl => "nccl",
+                    }
+            })
+        })
+        .filter(|r| a.since.is_none_or(|t| r.started_unix >= t))
+        .take(a.limit as usize)
+        .collect();
+    let r = build_report("ddptop runs".into(), selected, &l);
+    if a.csv {
+        print!("{}", super::csv::render(&r));
+        return Ok(0);
+    }
+    if a.json {
+        let mut v = json::envelope("runs", &r.ddptop_version, r.generated);
+        v["runs"] = r
+            .runs
+            .iter()
+            .map(|info| {
+                let f = r.figures(&info.id);
+                let mut j = json::run(info);
+                j["samples_per_s"] = json!(f.point.map(|p| p.samples_per_s));
+                j["speedup"] = json!(f.point.and_then(|p| p.speedup));
+                j["efficiency"] = json!(f.point.and_then(|p| p.efficiency));
+                j["baseline_run_id"] = json!(f.point.and_then(|p| p.baseline_run_id.clone()));
+                j["probe_diff_ms"] = json!(f.probe_diff_ms);
+                j["busbw_peak_gbs"] = json!(f.busbw_peak_gbs);
+                if let Some(run) = l.runs.iter().find(|x| x.id == info.id) {
+                    j["prediction"] = json!(crate::headless::prediction_json(run, &l.runs));
+                }
+                j
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    if r.runs.is_empty() {
+        println!(
+            "no stored runs{}",
+            if l.runs.is_empty() {
+                ""
+            } else {
+                " match these filters"
+            }
+        );
+        return Ok(0);
+    }
+    println!(
+        "{:<24} {:<10} {:>2} {:<9} {:<10} {:>10} {:>7} {:>5} {:>9} {:>10}  settings",
+        "run",
+        "experiment",
+        "k",
+        "backend",
+        "status",
+        "samples/s",
+        "speedup",
+        "eff",
+        "Δ probe",
+        "busbw GB/s"
+    );
+    for info in &r.runs {
+        let f = r.figures(&info.id);
+        println!(
+            "{:<24} {:<10} {:>2} {:<9} {:<10} {:>10} {:>7} {:>5} {:>9} {:>10}  {}",
+            info.id,
+            info.experiment,
+            info.k,
+            if info.simulated() {
+                "SIM"
+            } else {
+                &info.backend
+            },
+            info.status,
+            opt_f(f.point.map(|p| p.samples_per_s), super::fmt_rate),
+            opt_f(f.point.and_then(|p| p.speedup), |s| format!("{s:.2}×")),
+            opt_f(f.point.and_then(|p| p.efficiency), |e| format!(
+                "{:.0}%",
+                e * 100.0
+            )),
+            opt_f(f.probe_diff_ms, |d| format!("{} ms", super::fmt_ms(d))),
+            opt_f(f.busbw_peak_gbs, |b| format!("{b:.2}")),
+            info.settings
+        );
+    }
+    if r.simulated() {
+        println!("SIM: SIMULATED runs (cost model plus noise), not measurements.");
+    }
+    Ok(0)
+}
+
+pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
+    let l = load(g)?;
+    if l.runs.is_empty() {
+        return Err(no_runs(g).into());
+    }
+    let ra = resolve(&l.runs, &a.run_a)?;
+    let rb = resolve(&l.runs, &a.run_b)?;
+    let r = build_report(format!("ddptop diff {} {}", ra.id, rb.id), vec![ra, rb], &l);
+    let (ia, ib) = (&r.runs[0], &r.runs[1]);
+    let (fa, fb) = (r.figures(&ia.id), r.figures(&ib.id));
+    let text: Vec<(&str, String, String)> = vec![
+        ("experiment", ia.experiment.clone(), ib.experiment.clone()),
+        ("k", ia.k.to_string(), ib.k.to_string()),
+        ("backend", ia.backend_label(), ib.backend_label()),
+        (
+            "profile",
+            ia.profile.clone().unwrap_or_default(),
+            ib.profile.clone().unwrap_or_default(),
+        ),
+        ("model", ia.model.clone(), ib.model.clone()),
+        (
+            "batch/rank",
+            ia.per_rank_batch.to_string(),
+            ib.per_rank_batch.to_string(),
+        ),
+        ("epochs", ia.epochs.to_string(), ib.epochs.to_string()),
+        ("samples", ia.samples.to_string(), ib.samples.to_string()),
+        ("data", ia.data_path.clone(), ib.data_path.clone()),
+        ("settings", ia.settings.clone(), ib.settings.clone()),
+        ("status", ia.status.clone(), ib.status.clone()),
+        (
+            "transport",
+            ia.transport.clone().unwrap_or_default(),
+            ib.transport.clone().unwrap_or_default(),
+        ),
+        ("started", ia.started.to_string(), ib.started.to_string()),
+    ];
+    let nums: Vec<(&str, Option<f64>, Option<f64>)> = vec![
+        (
+            "samples/s",
+            fa.point.map(|p| p.samples_per_s),
+            fb.point.map(|p| p.samples_per_s),
+        ),
+        (
+            "speedup",
+            fa.point.and_then(|p| p.speedup),
+            fb.point.and_then(|p| p.speedup),
+        ),
+        (
+            "efficiency",
+            fa.point.and_then(|p| p.efficiency),
+            fb.point.and_then(|p| p.efficiency),
+        ),
+        ("probe Δ ms", fa.probe_diff_ms, fb.probe_diff_ms),
+        ("peak busbw GB/s", fa.busbw_peak_gbs, fb.busbw_peak_gbs),
+    ];
+    let mut keys: Vec<&String> = ia.versions.keys().chain(ib.versions.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    if a.json {
+        let mut v = json::envelope("diff", &r.ddptop_version, r.generated);
+        v["a"] = json::run(ia);
+        v["b"] = json::run(ib);
+        v["fields"] = text
+            .iter()
+            .map(|(k, x, y)| json!({"field": k, "a": x, "b": y, "same": x == y}))
+            .collect();
+        v["figures"] = nums
+            .iter()
+            .map(|(k, x, y)| {
+                json!({"figure": k, "a": x, "b": y,
+                       "b_over_a": match (x, y) { (Some(x), Some(y)) if *x != 0.0 => Some(y / x), _ => None }})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let w = ia.id.len().max(ib.id.len()).max(12);
+    println!("{:<16} {:<w$} {:<w$}", "", ia.id, ib.id);
+    for (k, x, y) in &text {
+        let mark = if x == y { ' ' } else { '*' };
+        println!("{mark}{k:<15} {x:<w$} {y:<w$}");
+    }
+    for (k, x, y) in &nums {
+        let show = |v: &Option<f64>| opt_f(*v, |v| format!("{v:.3}"));
+        let ratio = match (x, y) {
+            (Some(x), Some(y)) if *x != 0.0 => format!("B/A {:.3}×", y / x),
+            _ => String::new(),
+        };
+        println!(" {k:<15} {:<w$} {:<w$} {ratio}", show(x), show(y));
+    }
+    for k in keys {
+        let (x, y) = (
+            ia.versions.get(k).cloned().unwrap_or_default(),
+            ib.versions.get(k).cloned().unwrap_or_default(),
+        );
+        let mark = if x == y { ' ' } else { '*' };
+        println!("{mark}{:<15} {x:<w$} {y:<w$}", k);
+    }
+    println!("* differs");
+    if r.simulated() {
+        println!("SIMULATED: at least one of these runs is simulated (cost model plus noise).");
+    }
+    Ok(0)
+}
+
+pub fn completions(a: &CompletionsArgs) -> anyhow::Result<i32> {
+    let mut cmd = Cli::command();
+    let mut out = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "ddptop", &mut out);
+    write_stdout(&out)
+}
+
+/// Write to stdout; a closed pipe (`ddptop man | head`) is not an error.
+fn write_stdout(bytes: &[u8]) -> anyhow::Result<i32> {
+    use std::io::Write;
+    match std::io::stdout().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(0),
+    }
+}
+
+pub fn man(a: &ManArgs) -> anyhow::Result<i32> {
+    let cmd = Cli::command();
+    match &a.out_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            clap_mangen::generate_to(cmd, dir)?;
+            eprintln!("ddptop: wrote man pages into {}", dir.display());
+        }
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            return write_stdout(&out);
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_accepts_dates_times_and_ages() {
+        assert_eq!(parse_since("2026-11-30"), Ok(1_795_996_800.0));
+        assert_eq!(parse_since("2026-11-30T01:15:00Z"), Ok(1_796_001_300.0));
+        let age = parse_since("2h").unwrap();
+        assert!((crate::util::unix_now() - age - 7200.0).abs() < 5.0);
+        for bad in ["yesterday", "2026-13-01", "2026-11-30T25:00", "-2h", "h"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn civil_days_invert_utc_parts() {
+        for secs in [0i64, 951_782_400, 1_796_001_300, 4_102_444_800] {
+            let (y, m, d, ..) = crate::util::utc_parts(secs);
+            assert_eq!(days_from_civil(y, m, d), secs.div_euclid(86_400));
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The report as one JSON document, for scripts. Layout versioned by `schema_version`;
+//! docs/report.md describes each field.
+
+use super::{
+    BenchRow, Curve, Environment, ProbeRow, Report, RunInfo, SCHEMA_VERSION, Timeline, Timestamp,
+};
+use serde_json::{Value, json};
+
+/// The fields every ddptop JSON document starts with.
+pub fn envelope(kind: &str, ddptop_version: &str, generated: Timestamp) -> Value {
+    json!({
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "ddptop_version": ddptop_version,
+        "generated_at": generated.to_string(),
+    })
+}
+
+pub fn document(r: &Report) -> Value {
+    let mut v = envelope("report", &r.ddptop_version, r.generated);
+    v["title"] = json!(r.title);
+    v["simulated"] = json!(r.simulated());
+    v["environment"] = environment(&r.environment);
+    v["runs"] = r.runs.iter().map(run).collect();
+    v["curves"] = r.curves.iter().map(curve).collect();
+    v["timelines"] = r.timelines.iter().map(timeline).collect();
+    v["probes"] = r.probes.iter().map(|p| probe(r, p)).collect();
+    let settings: Vec<Value> = r
+        .bench_settings()
+        .iter()
+        .map(|s| {
+            json!({
+                "setting": s.setting,
+                "transport": s.transport,
+                "run_id": s.run_id,
+                "k": s.k,
+                "simulated": s.simulated,
+                "peak_busbw_gbs": s.peak_busbw(),
+                "rows": s.rows.iter().map(|b| bench_row(b)).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let ratios: Vec<Value> = r
+        .bench_ratios()
+        .iter()
+        .map(|q| {
+            json!({"setting": q.setting, "baseline": q.baseline, "bytes": q.bytes, "busbw_ratio": q.ratio})
+        })
+        .collect();
+    v["bench"] = json!({ "settings": settings, "ratios": ratios });
+    v
+}
+
+pub fn environment(e: &Environment) -> Value {
+    json!({
+        "host": e.host,
+        "os": e.os,
+        "cpus": e.cpus,
+        "gpus": e.gpus,
+        "versions": e.versions,
+    })
+}
+
+/// One run as `ddptop show --json`, `ddptop runs --json` and the report print it.
+pub fn run(r: &RunInfo) -> Value {
+    json!({
+        "run_id": r.id,
+        "experiment": r.experiment,
+        "k": r.k,
+        "backend": r.backend,
+        "simulated": r.simulated(),
+        "profile": r.profile,
+        "model": r.model,
+        "per_rank_batch": r.per_rank_batch,
+        "global_batch": r.global_batch,
+        "epochs": r.epochs,
+        "samples": r.samples,
+        "data_path": r.data_path,
+        "settings": r.settings,
+        "status": r.status,
+        "reason": r.reason,
+        "started_at": r.started.to_string(),
+        "ended_at": r.ended.map(|t| t.to_string()),
+        "duration_s": r.ended.map(|t| t.0 - r.started.0),
+        "transport": r.transport,
+        "sweep": r.sweep,
+        "command": r.command,
+        "versions": r.versions,
+        "output_log": r.output_log,
+    })
+}
+
+fn curve(c: &Curve) -> Value {
+    json!({
+        "label": c.label,
+        "simulated": c.simulated,
+        "baseline_samples_per_s": c.baseline_samples_per_s(),
+        "points": c.points.iter().map(|p| json!({
+            "k": p.k,
+            "run_id": p.run_id,
+            "samples_per_s": p.samples_per_s,
+            "rank_min": p.rank_min,
+            "rank_max": p.rank_max,
+            "spread_pct": p.spread_pct(),
+            "speedup": p.speedup,
+            "efficiency": p.efficiency,
+            "baseline_run_id": p.baseline_run_id,
+            "ideal_samples_per_s": c.ideal(p.k),
+            "predicted_samples_per_s": p.predicted_samples_per_s,
+            "error_pct": p.error_pct(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn timeline(t: &Timeline) -> Value {
+    json!({
+        "run_id": t.run_id,
+        "k": t.k,
+        "rank": t.rank,
+        "step": t.step,
+        "simulated": t.simulated,
+        "bwd_compute_ms": t.bwd_compute_ms,
+        "comm_ms": t.comm_ms(),
+        "exposed_ms": t.exposed_ms,
+        "predicted_exposed_ms": t.predicted_exposed_ms,
+        "overlap_pct": t.overlap_pct,
+        "optimizer_ms": t.optimizer_ms,
+        "start_inferred": t.start_inferred,
+        "total_bytes": t.total_bytes(),
+        "buckets": t.buckets.iter().map(|b| json!({
+            "index": b.index,
+            "bytes": b.bytes,
+            "ready_ms": b.ready_ms,
+            "start_ms": b.start_ms,
+            "done_ms": b.done_ms,
+            "comm_ms": b.comm_ms(),
+            "exposed_ms": b.exposed_ms(t.bwd_compute_ms),
+            "kernel_ms": b.kernel_ms,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn probe(r: &Report, p: &ProbeRow) -> Value {
+    let control = r.control_for(p);
+    let side = |s: &super::Spread| json!({"median": s.median, "min": s.min, "max": s.max});
+    json!({
+        "run_id": p.run_id,
+        "k": p.k,
+        "control": p.control,
+        "simulated": p.simulated,
+        "blocks": p.blocks,
+        "synced_ms": side(&p.synced_ms),
+        "no_sync_ms": side(&p.no_sync_ms),
+        "diff_ms": p.diff_ms(),
+        "control_run_id": control.map(|c| c.run_id.clone()),
+        "diff_net_of_control_ms": control.map(|c| p.diff_ms() - c.diff_ms()),
+        "predicted_comm_ms": p.predicted_comm_ms,
+    })
+}
+
+fn bench_row(b: &BenchRow) -> Value {
+    json!({
+        "bytes": b.bytes,
+        "time_us": b.time_us,
+        "algbw_gbs": b.algbw_gbs,
+        "busbw_gbs": b.busbw_gbs,
+    })
+}

@@ -1,0 +1,310 @@
+//! The scaling curve a run belongs to. Speedup and efficiency divide a run's throughput by the
+//! k=1 run of the same curve, so the key holds everything that changes the figure.
+
+use super::handrolled::HandRolled;
+use super::nccl::NcclSettings;
+use super::spec::{
+    DataPath, DataSource, Experiment, JaxSharding, ModelName, OptimizerName, RunSpec, TorchStrategy,
+};
+use crate::protocol::Backend;
+use std::fmt;
+
+/// The batch a curve holds fixed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Batch {
+    /// Weak scaling (and the probe): each rank's batch.
+    PerRank(u32),
+    /// Strong scaling: the global batch, split k ways.
+    Global(u32),
+}
+
+impl fmt::Display for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Batch::PerRank(b) => write!(f, "batch {b}/rank"),
+            Batch::Global(b) => write!(f, "global batch {b}"),
+        }
+    }
+}
+
+/// Which epochs are timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Warmup {
+    /// The first epoch is warm-up and never counted.
+    FirstEpochExcluded,
+    /// `--epochs 1`: the only epoch is timed, warm-up included.
+    Included,
+}
+
+impl Warmup {
+    pub fn of(epochs: u32) -> Self {
+        if epochs <= 1 {
+            Warmup::Included
+        } else {
+            Warmup::FirstEpochExcluded
+        }
+    }
+}
+
+/// Everything that changes a run's samples/s besides k.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CurveKey {
+    pub experiment: Experiment,
+    pub model: ModelName,
+    pub batch: Batch,
+    pub samples: u64,
+    pub epochs: u32,
+    pub warmup: Warmup,
+    pub data_path: DataPath,
+    pub data_source: DataSource,
+    pub backend: Backend,
+    pub profile: Option<String>,
+    /// Normalized: unsets that change nothing are left out.
+    pub nccl: NcclSettings,
+    /// The JAX parameter layout (`Data` elsewhere).
+    pub sharding: JaxSharding,
+    /// The fsdp experiment's strategy: DDP and FSDP are two curves.
+    pub strategy: TorchStrategy,
+    pub optimizer: OptimizerName,
+    /// An attached run's script (absolute path) and arguments.
+    pub script: Option<(std::path::PathBuf, Vec<String>)>,
+    /// The hand-rolled loop's dispatch and reduce (`single+star` elsewhere, where it is unused).
+    pub hand: HandRolled,
+}
+
+/// The same machine and settings, either experiment (weak and strong side by side).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Setting {
+    pub backend: Backend,
+    pub profile: Option<String>,
+    pub model: ModelName,
+    pub data_path: DataPath,
+    pub data_source: DataSource,
+    pub nccl: NcclSettings,
+}
+
+impl CurveKey {
+    pub fn of(s: &RunSpec) -> CurveKey {
+        CurveKey {
+            experiment: s.experiment,
+            model: s.model,
+            batch: match s.experiment {
+                Experiment::Strong => Batch::Global(s.batch),
+                _ => Batch::PerRank(s.batch),
+            },
+            samples: s.samples,
+            epochs: s.epochs,
+            warmup: Warmup::of(s.epochs),
+            data_path: s.data_path,
+            data_source: s.data_source.clone(),
+            backend: s.backend,
+            profile: s.profile.clone(),
+            nccl: s.nccl.normalized(),
+            sharding: s.sharding,
+            strategy: s.strategy,
+            optimizer: s.optimizer,
+            script: s
+                .attach
+                .as_ref()
+                .map(|a| (a.script.clone(), a.args.clone())),
+            hand: s.hand,
+        }
+    }
+
+    pub fn setting(&self) -> Setting {
+        Setting {
+            backend: self.backend,
+            profile: self.profile.clone(),
+            model: self.model,
+            data_path: self.data_path,
+            data_source: self.data_source.clone(),
+            nccl: self.nccl.clone(),
+        }
+    }
+
+    /// `sim h200-nvlink resnet18`, then what is not default: the NCCL settings, the DataLoader,
+    /// the real dataset, a warm-up-included epoch.
+    pub fn title(&self) -> String {
+        let mut parts = vec![match (&self.backend, &self.profile) {
+            (Backend::Sim, Some(p)) => format!("sim {p}"),
+            (b, _) => b.as_str().to_string(),
+        }];
+        match &self.script {
+            // An attached script's model is its own: the command line names the curve.
+            Some((script, args)) => parts.push(
+                std::iter::once(script.file_name().map_or_else(
+                    || script.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                ))
+                .chain(args.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(" "),
+            ),
+            None => parts.push(self.model.as_str().to_string()),
+        }
+        if !self.nccl.is_default() {
+            parts.push(self.nccl.short());
+        }
+        if self.data_path == DataPath::Loader {
+            parts.push("DataLoader".into());
+        }
+        if let DataSource::Real(_) = self.data_source {
+            parts.push("real data".into());
+        }
+        if self.warmup == Warmup::Included {
+            parts.push("warm-up timed".into());
+        }
+        if self.experiment == Experiment::Jax {
+            parts.push(format!("{} sharding", self.sharding.as_str()));
+        }
+        if self.experiment == Experiment::Fsdp {
+            parts.push(self.strategy.as_str().to_string());
+        }
+        if self.experiment == Experiment::Handrolled {
+            parts.push(self.hand.label());
+        }
+        if self.optimizer != OptimizerName::default_for(self.experiment) {
+            parts.push(self.optimizer.as_str().to_string());
+        }
+        parts.join(" ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{AttachTarget, NcclVar};
+
+    #[test]
+    fn everything_that_changes_the_figure_is_in_the_key() {
+        let base = RunSpec::new(Experiment::Weak, 1, Backend::Nccl);
+        let k = base.curve_key();
+        let changed: Vec<RunSpec> = vec![
+            RunSpec {
+                epochs: 1,
+                ..base.clone()
+            },
+            RunSpec {
+                samples: 8192,
+                ..base.clone()
+            },
+            RunSpec {
+                batch: 128,
+                ..base.clone()
+            },
+            RunSpec {
+                model: ModelName::Tiny,
+                ..base.clone()
+            },
+            RunSpec {
+                data_path: DataPath::Loader,
+                ..base.clone()
+            },
+            RunSpec {
+                data_source: DataSource::Real("/d".into()),
+                ..base.clone()
+            },
+            RunSpec {
+                backend: Backend::Gloo,
+                ..base.clone()
+            },
+            RunSpec {
+                experiment: Experiment::Strong,
+                ..base.clone()
+            },
+            {
+                let mut s = base.clone();
+                s.nccl.toggle(NcclVar::P2pDisable);
+                s
+            },
+            {
+                let mut s = base.clone();
+                s.nccl.toggle(NcclVar::NvlsEnable);
+                s
+            },
+            RunSpec {
+                experiment: Experiment::Jax,
+                ..base.clone()
+            },
+            RunSpec {
+                sharding: JaxSharding::Fsdp,
+                ..base.clone()
+            },
+            RunSpec {
+                experiment: Experiment::Fsdp,
+                ..base.clone()
+            },
+            RunSpec {
+                strategy: TorchStrategy::Ddp,
+                ..base.clone()
+            },
+            RunSpec {
+                optimizer: OptimizerName::Adam,
+                ..base.clone()
+            },
+            RunSpec {
+                attach: Some(AttachTarget {
+                    script: "/home/u/train.py".into(),
+                    args: vec!["--epochs".into(), "3".into()],
+                    cwd: "/home/u".into(),
+                }),
+                ..base.clone()
+            },
+            RunSpec {
+                experiment: Experiment::Handrolled,
+                ..base.clone()
+            },
+            RunSpec {
+                hand: crate::run::HandRolled::DEFICITS[2],
+                ..base.clone()
+            },
+        ];
+        for s in changed {
+            assert_ne!(s.curve_key(), k, "{s:?}");
+        }
+        // k, the fault and the control flag are not part of the curve.
+        let same = RunSpec {
+            k: 2,
+            inject: Some("hang:3".into()),
+            ..base.clone()
+        };
+        assert_eq!(same.curve_key(), k);
+    }
+
+    #[test]
+    fn an_attached_script_names_its_curve() {
+        let mut s = RunSpec::new(Experiment::Attach, 1, Backend::Gloo);
+        s.attach = Some(AttachTarget {
+            script: "/home/u/train.py".into(),
+            args: vec!["--lr".into(), "0.1".into()],
+            cwd: "/home/u".into(),
+        });
+        assert_eq!(s.curve_key().title(), "gloo train.py --lr 0.1");
+    }
+
+    #[test]
+    fn a_p2p_off_curve_is_titled_by_its_settings() {
+        let mut s = RunSpec::new(Experiment::Weak, 1, Backend::Nccl);
+        assert_eq!(s.curve_key().title(), "nccl resnet18");
+        s.nccl.toggle(NcclVar::P2pDisable);
+        assert_eq!(s.curve_key().title(), "nccl resnet18 P2P_DISABLE=1");
+    }
+
+    #[test]
+    fn hand_rolled_curves_are_titled_by_their_switches() {
+        let mut s = RunSpec::new(Experiment::Handrolled, 2, Backend::Gloo);
+        assert_eq!(s.curve_key().title(), "gloo tiny single+star");
+        s.hand = crate::run::HandRolled::DEFICITS[2];
+        assert_eq!(s.curve_key().title(), "gloo tiny threads+ring");
+    }
+
+    #[test]
+    fn fsdp_curves_are_titled_by_strategy_and_a_non_default_optimizer() {
+        let mut s = RunSpec::new(Experiment::Fsdp, 1, Backend::Nccl);
+        assert_eq!(s.optimizer, OptimizerName::Adam);
+        assert_eq!(s.curve_key().title(), "nccl resnet18 fsdp");
+        s.strategy = TorchStrategy::Ddp;
+        s.optimizer = OptimizerName::Sgd;
+        assert_eq!(s.curve_key().title(), "nccl resnet18 ddp sgd");
+    }
+}

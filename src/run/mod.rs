@@ -1,0 +1,21 @@
+//! The run model at the bottom of the tree: what a run is (`RunSpec`, `Experiment`, its NCCL
+//! settings), which curve it belongs to (`CurveKey`), what it reported (`RunView`). Imported by
+//! the supervisor, the store, `app`, `ui` and both front ends; it imports only `protocol`.
+
+pub mod curve;
+pub mod handrolled;
+pub mod nccl;
+pub mod spec;
+pub mod view;
+
+pub use curve::{Batch, CurveKey, Setting, Warmup};
+pub use handrolled::{HandDispatch, HandReduce, HandRolled};
+pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};
+pub use spec::{
+    AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, Experiment, HostBackend, JaxSharding,
+    ModelName, OptimizerName, RunSpec, RunStatus, TorchStrategy, fits,
+};
+pub use view::{
+    Aggregate, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, OpTotal, RankView,
+    RunView, Scaling,
+};

@@ -1,0 +1,520 @@
+//! What a run is: the experiment, its settings, its status. Everything a run needs to be
+//! reproduced is in `RunSpec`.
+
+use super::curve::CurveKey;
+use super::handrolled::HandRolled;
+use super::nccl::NcclSettings;
+use crate::protocol::Backend;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::PathBuf;
+
+/// The simulated backend's machine profile when none is named.
+pub const DEFAULT_PROFILE: &str = "h200-nvlink";
+
+/// A run's kind. Adding a family (FSDP, JAX, …) starts here: see docs/architecture.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Experiment {
+    Weak,
+    Strong,
+    Probe,
+    Allreduce,
+    /// One JAX process drives all k devices: a jitted step over a Mesh (weak scaling, batch per
+    /// device), with the HLO receipt of the collectives XLA wrote.
+    Jax,
+    /// PyTorch FSDP2 (or DDP, `TorchStrategy`) on the weak experiment's model and batch: memory
+    /// per rank and the per-block all-gathers and reduce-scatters.
+    Fsdp,
+    /// A user's own DDP script under torchrun (`ddptop attach`), measured through torch's hooks
+    /// by the bootstrap in workers/ddptop_bootstrap (docs/attach.md).
+    Attach,
+    /// The hand-rolled loop in Rust on tch (workers/handrolled): one process, k replicas, the
+    /// gradient all-reduce by tensor copies after the whole backward; weak scaling like DDP's.
+    Handrolled,
+}
+
+impl Experiment {
+    pub const ALL: [Experiment; 8] = [
+        Experiment::Weak,
+        Experiment::Strong,
+        Experiment::Probe,
+        Experiment::Allreduce,
+        Experiment::Jax,
+        Experiment::Fsdp,
+        Experiment::Attach,
+        Experiment::Handrolled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Experiment::Weak => "weak",
+            Experiment::Strong => "strong",
+            Experiment::Probe => "probe",
+            Experiment::Allreduce => "allreduce",
+            Experiment::Jax => "jax",
+            Experiment::Fsdp => "fsdp",
+            Experiment::Attach => "attach",
+            Experiment::Handrolled => "handrolled",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Experiment::ALL.into_iter().find(|e| e.as_str() == s)
+    }
+    /// Default batch: per-rank for weak and probe, global for strong.
+    pub fn default_batch(self) -> u32 {
+        match self {
+            Experiment::Strong => 512,
+            _ => 256,
+        }
+    }
+    pub fn has_throughput(self) -> bool {
+        matches!(
+            self,
+            Experiment::Weak
+                | Experiment::Strong
+                | Experiment::Jax
+                | Experiment::Fsdp
+                | Experiment::Attach
+                | Experiment::Handrolled
+        )
+    }
+    /// Experiments without communication at k=1 need at least two ranks to mean anything.
+    pub fn needs_two_ranks(self) -> bool {
+        matches!(self, Experiment::Probe | Experiment::Allreduce)
+    }
+    /// Worker processes (protocol connections) a run at k has: one JAX process drives all k
+    /// devices, every other experiment has one rank per device.
+    pub fn processes(self, k: u32) -> u32 {
+        if self == Experiment::Jax { 1 } else { k }
+    }
+}
+
+/// How the JAX experiment lays out parameters and optimizer state on its mesh (the batch is
+/// always split along the mesh axis): the PartitionSpec changes, the training step does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum JaxSharding {
+    /// Replicated on every device (data parallelism).
+    #[default]
+    Data,
+    /// Split along the mesh axis (FSDP-style): XLA gathers them where they are used.
+    Fsdp,
+}
+
+impl JaxSharding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JaxSharding::Data => "data",
+            JaxSharding::Fsdp => "fsdp",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [JaxSharding::Data, JaxSharding::Fsdp]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// How the `fsdp` experiment holds the training state: sharded over the k ranks, or replicated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TorchStrategy {
+    /// `fully_shard` on each residual block, then the root: 16P/k bytes of state per rank.
+    #[default]
+    Fsdp,
+    /// DistributedDataParallel: every rank holds all 16P bytes.
+    Ddp,
+}
+
+impl TorchStrategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TorchStrategy::Fsdp => "fsdp",
+            TorchStrategy::Ddp => "ddp",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [TorchStrategy::Fsdp, TorchStrategy::Ddp]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+}
+
+/// The optimizer of a PyTorch run: the book's plain SGD (no state), or Adam (8 bytes of state
+/// per parameter, which makes the 16P of the memory rule real).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerName {
+    #[default]
+    Sgd,
+    Adam,
+}
+
+impl OptimizerName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptimizerName::Sgd => "sgd",
+            OptimizerName::Adam => "adam",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [OptimizerName::Sgd, OptimizerName::Adam]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+    }
+    /// The fsdp experiment measures memory, so its default carries state; the rest use the book's.
+    pub fn default_for(experiment: Experiment) -> Self {
+        if experiment == Experiment::Fsdp {
+            OptimizerName::Adam
+        } else {
+            OptimizerName::Sgd
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelName {
+    Resnet18,
+    Tiny,
+}
+
+impl ModelName {
+    /// The book's ResNet-18 on GPUs and in simulation; the tiny CNN for gloo on CPUs, where a
+    /// ResNet-18 epoch takes many minutes.
+    pub fn default_for(backend: Backend) -> Self {
+        if backend == Backend::Gloo {
+            ModelName::Tiny
+        } else {
+            ModelName::Resnet18
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelName::Resnet18 => "resnet18",
+            ModelName::Tiny => "tiny",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [ModelName::Resnet18, ModelName::Tiny]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Starting,
+    Running,
+    Completed,
+    Failed,
+    Hung,
+    Stopped,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Starting => "starting",
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Hung => "hung",
+            RunStatus::Stopped => "stopped",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            RunStatus::Starting,
+            RunStatus::Running,
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Hung,
+            RunStatus::Stopped,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
+    }
+    pub fn is_final(self) -> bool {
+        !matches!(self, RunStatus::Starting | RunStatus::Running)
+    }
+    /// Whether the run's figures may be shown: a completed run's as results, a starting or
+    /// running one's as live figures; a failed, hung or stopped run shows none.
+    pub fn shows_results(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Completed | RunStatus::Running | RunStatus::Starting
+        )
+    }
+}
+
+/// Where training batches come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DataPath {
+    /// Tensors resident on the device, sliced per step: no input pipeline cost.
+    #[default]
+    Device,
+    /// The book's DataLoader with a DistributedSampler and worker processes.
+    Loader,
+}
+
+impl DataPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DataPath::Device => "device",
+            DataPath::Loader => "loader",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [DataPath::Device, DataPath::Loader]
+            .into_iter()
+            .find(|d| d.as_str() == s)
+    }
+    pub fn toggled(self) -> Self {
+        match self {
+            DataPath::Device => DataPath::Loader,
+            DataPath::Loader => DataPath::Device,
+        }
+    }
+}
+
+/// What the training data is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DataSource {
+    /// FashionMNIST-shaped synthetic images (deterministic).
+    #[default]
+    Synthetic,
+    /// The real FashionMNIST raw files in this folder (nothing is downloaded).
+    Real(PathBuf),
+}
+
+impl DataSource {
+    /// The environment variable `--env` used to name the dataset folder before `--dataset-dir`.
+    pub const ENV: &'static str = "DDPTOP_DATASET_DIR";
+
+    /// `synthetic` or `real:/path` (the store's column).
+    pub fn to_stored(&self) -> String {
+        match self {
+            DataSource::Synthetic => "synthetic".into(),
+            DataSource::Real(p) => format!("real:{}", p.display()),
+        }
+    }
+    pub fn from_stored(s: &str) -> Option<Self> {
+        match s {
+            "synthetic" => Some(DataSource::Synthetic),
+            _ => s
+                .strip_prefix("real:")
+                .map(|p| DataSource::Real(PathBuf::from(p))),
+        }
+    }
+}
+
+impl fmt::Display for DataSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DataSource::Synthetic => f.write_str("synthetic"),
+            DataSource::Real(p) => write!(f, "real FashionMNIST ({})", p.display()),
+        }
+    }
+}
+
+/// The script an attached run starts (`torchrun … SCRIPT ARGS`, in the folder ddptop was
+/// started from). Script and arguments are part of the curve key: `1`/`2`/`4` of the same
+/// command line form one scaling curve.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct AttachTarget {
+    /// Absolute path of the script.
+    pub script: PathBuf,
+    pub args: Vec<String>,
+    /// The script's working directory (relative paths in its arguments mean what they meant).
+    pub cwd: PathBuf,
+}
+
+impl AttachTarget {
+    /// Check the script (an existing file, `.py`) and make its path absolute against `cwd`.
+    pub fn new(
+        script: &std::path::Path,
+        args: Vec<String>,
+        cwd: &std::path::Path,
+    ) -> Result<Self, String> {
+        let abs = if script.is_absolute() {
+            script.to_path_buf()
+        } else {
+            cwd.join(script)
+        };
+        if !abs.is_file() {
+            return Err(format!(
+                "{}: no such script (ddptop attach runs a Python training script: ddptop attach -- train.py ARGS)",
+                script.display()
+            ));
+        }
+        if abs.extension().and_then(|e| e.to_str()) != Some("py") {
+            return Err(format!(
+                "{}: not a .py file (ddptop attach starts it as `torchrun SCRIPT.py ARGS`)",
+                script.display()
+            ));
+        }
+        Ok(AttachTarget {
+            script: abs,
+            args,
+            cwd: cwd.to_path_buf(),
+        })
+    }
+
+    /// `train.py --epochs 3`: the script's file name and its arguments.
+    pub fn label(&self) -> String {
+        let name = self.script.file_name().map_or_else(
+            || self.script.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        std::iter::once(name)
+            .chain(self.args.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+/// What to launch. Everything a run needs to be reproduced is here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSpec {
+    pub experiment: Experiment,
+    pub k: u32,
+    pub backend: Backend,
+    /// Machine profile of the simulated backend (`h200-nvlink`, `book-pcie`); `None` elsewhere.
+    pub profile: Option<String>,
+    pub model: ModelName,
+    /// Per-rank batch for weak and probe, global batch for strong.
+    pub batch: u32,
+    pub epochs: u32,
+    pub samples: u64,
+    /// NCCL (and other) environment settings of the launch.
+    pub nccl: NcclSettings,
+    pub inject: Option<String>,
+    /// A k=1 control run launched alongside a probe.
+    pub control: bool,
+    #[serde(default)]
+    pub data_path: DataPath,
+    #[serde(default)]
+    pub data_source: DataSource,
+    /// The JAX experiment's parameter layout (`Data` for every other experiment).
+    #[serde(default)]
+    pub sharding: JaxSharding,
+    /// The fsdp experiment's strategy (`Fsdp` for every other experiment, where it is unused).
+    #[serde(default)]
+    pub strategy: TorchStrategy,
+    /// The optimizer (SGD except in the fsdp experiment, which defaults to Adam).
+    #[serde(default)]
+    pub optimizer: OptimizerName,
+    /// The script of an attached run (`None` for every other experiment).
+    #[serde(default)]
+    pub attach: Option<AttachTarget>,
+    /// The hand-rolled experiment's switches (`single+star`, unused, elsewhere).
+    #[serde(default)]
+    pub hand: HandRolled,
+}
+
+impl RunSpec {
+    /// A launch with the experiment's defaults: its default batch, 2 epochs (the first is
+    /// warm-up), 60,000 samples, the backend's default model and profile, ddptop's NCCL defaults.
+    pub fn new(experiment: Experiment, k: u32, backend: Backend) -> RunSpec {
+        RunSpec {
+            experiment,
+            k,
+            backend,
+            profile: (backend == Backend::Sim).then(|| DEFAULT_PROFILE.to_string()),
+            model: ModelName::default_for(backend),
+            batch: experiment.default_batch(),
+            epochs: 2,
+            samples: 60_000,
+            nccl: NcclSettings::default(),
+            inject: None,
+            control: false,
+            data_path: DataPath::Device,
+            data_source: DataSource::Synthetic,
+            sharding: JaxSharding::Data,
+            strategy: TorchStrategy::Fsdp,
+            optimizer: OptimizerName::default_for(experiment),
+            attach: None,
+            hand: HandRolled::default(),
+        }
+    }
+
+    pub fn per_rank_batch(&self) -> u32 {
+        match self.experiment {
+            Experiment::Strong => (self.batch / self.k.max(1)).max(1),
+            _ => self.batch,
+        }
+    }
+    pub fn global_batch(&self) -> u32 {
+        self.per_rank_batch() * self.k
+    }
+    /// Worker processes of this run (see `Experiment::processes`).
+    pub fn processes(&self) -> u32 {
+        self.experiment.processes(self.k)
+    }
+    /// `batch 256/rank` or `global batch 512`.
+    pub fn batch_label(&self) -> String {
+        match self.experiment {
+            Experiment::Strong => format!("global batch {}", self.batch),
+            _ => format!("batch {}/rank", self.batch),
+        }
+    }
+    /// The scaling curve this run is a point of: runs are comparable only when it matches.
+    pub fn curve_key(&self) -> CurveKey {
+        CurveKey::of(self)
+    }
+}
+
+/// The one "does k fit" check (`max_k` = 0: CPUs or simulation, no limit); `Err` says why not.
+pub fn fits(k: u32, max_k: u32) -> Result<(), String> {
+    if k == 0 {
+        return Err("k must be at least 1".into());
+    }
+    if max_k > 0 && k > max_k {
+        return Err(format!("k={k} needs {k} GPUs; this machine has {max_k}"));
+    }
+    Ok(())
+}
+
+/// The backend the host launches on, as the header shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HostBackend {
+    /// Not known (headless listings, tests).
+    #[default]
+    Unknown,
+    Sim {
+        profile: Option<String>,
+    },
+    Gloo,
+    Nccl,
+}
+
+impl HostBackend {
+    pub fn new(backend: Backend, profile: Option<String>) -> Self {
+        match backend {
+            Backend::Sim => HostBackend::Sim { profile },
+            Backend::Gloo => HostBackend::Gloo,
+            Backend::Nccl => HostBackend::Nccl,
+        }
+    }
+    pub fn is_simulated(&self) -> bool {
+        matches!(self, HostBackend::Sim { .. })
+    }
+}
+
+impl fmt::Display for HostBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HostBackend::Unknown => Ok(()),
+            HostBackend::Sim { profile: Some(p) } => write!(f, "SIMULATED {p}"),
+            HostBackend::Sim { profile: None } => f.write_str("SIMULATED"),
+            HostBackend::Gloo => f.write_str("gloo (CPU)"),
+            HostBackend::Nccl => f.write_str("NCCL"),
+        }
+    }
+}

@@ -1,0 +1,272 @@
+//! A run's record: its spec, status and everything its ranks reported. Plain data, filled by
+//! `app::reduce` from worker messages and by the store from history.
+
+use super::spec::{RunSpec, RunStatus};
+use crate::protocol::{
+    Backend, Bench, Buckets, Check, Collective, Comm, Hlo, Memory, Phase, Probe, Step,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+/// Lines of a run's output kept for the log pane.
+pub const MAX_LOG_TAIL: usize = 200;
+/// Bucket timelines kept per rank: the timeline's median window (`[timeline] steps`) reads at
+/// most this many.
+pub const MAX_BUCKET_HISTORY: usize = 500;
+
+#[derive(Debug, Clone, Default)]
+pub struct RankView {
+    pub rank: u32,
+    pub pid: Option<u32>,
+    pub device: Option<String>,
+    pub connected: bool,
+    pub said_bye: bool,
+    pub last_seen: Option<Instant>,
+    /// Highest step counter seen from this rank in any message.
+    pub step: u64,
+    /// Last time this rank's step counter advanced.
+    pub last_progress: Option<Instant>,
+    pub phase: Option<Phase>,
+    pub last_step: Option<Step>,
+    pub recent_step_ms: VecDeque<f64>,
+    /// Time recent steps waited for their input batch (ms).
+    pub recent_data_ms: VecDeque<f64>,
+    /// (epoch, samples/s, warm-up)
+    pub epochs: Vec<(u32, f64, bool)>,
+    pub result_sps: Option<f64>,
+    pub buckets: Option<Buckets>,
+    /// The latest bucket timelines, oldest first (at most `MAX_BUCKET_HISTORY`).
+    pub recent_buckets: VecDeque<Buckets>,
+    pub memory: Option<Memory>,
+    /// The fsdp experiment's `memory` reports, one per phase (`data`, `init`, `first_step`,
+    /// `epoch<N>`), in order.
+    pub memory_phases: Vec<Memory>,
+    /// The last step's explicit collectives (FSDP's per-block all-gathers and reduce-scatters).
+    pub comm: Option<Comm>,
+    /// Those collectives added up over the timed (non-warm-up) steps.
+    pub comm_totals: CommTotals,
+    /// The rank's own report of a failure: an `error` log line or `bye` with reason `error`.
+    pub error: Option<String>,
+    pub bad_lines: u64,
+    /// Samples in recent steps, for the live throughput: (when, samples).
+    pub recent_samples: VecDeque<(Instant, u64)>,
+}
+
+/// Memory reports kept per rank: a run has a handful of phases; this bounds a misbehaving worker.
+pub const MAX_MEMORY_PHASES: usize = 64;
+
+/// One kind of collective over the timed steps of a rank.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpTotal {
+    pub count: u64,
+    pub bytes: u64,
+    pub ms: f64,
+}
+
+/// A rank's explicit collectives over its timed steps, by kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CommTotals {
+    pub steps: u64,
+    pub by_op: BTreeMap<String, OpTotal>,
+}
+
+impl CommTotals {
+    pub fn add(&mut self, c: &Comm) {
+        self.steps += 1;
+        for op in &c.ops {
+            let t = self.by_op.entry(op.op.as_str().to_string()).or_default();
+            t.count += 1;
+            t.bytes += op.bytes;
+            t.ms += op.dur_ms;
+        }
+    }
+    /// Per-step means of one kind: (calls, bytes, ms).
+    pub fn per_step(&self, op: Collective) -> Option<(f64, f64, f64)> {
+        let t = self.by_op.get(op.as_str())?;
+        let n = self.steps.max(1) as f64;
+        Some((t.count as f64 / n, t.bytes as f64 / n, t.ms / n))
+    }
+}
+
+impl RankView {
+    /// The last `memory` report that names a phase (the fsdp experiment's), if any.
+    pub fn last_memory_phase(&self) -> Option<&Memory> {
+        self.memory_phases.last()
+    }
+    /// The fsdp worker sends a step before that step's `comm`: count the collectives of timed
+    /// steps only, as throughput counts only timed epochs.
+    pub fn record_comm(&mut self, c: &Comm) {
+        let timed = self
+            .last_step
+            .as_ref()
+            .is_some_and(|s| s.step == c.step && !s.warmup);
+        if timed {
+            self.comm_totals.add(c);
+        }
+        self.comm = Some(c.clone());
+    }
+    pub fn record_memory(&mut self, m: &Memory) {
+        if m.phase.is_some() && self.memory_phases.len() < MAX_MEMORY_PHASES {
+            self.memory_phases.push(m.clone());
+        }
+        self.memory = Some(m.clone());
+    }
+}
+
+/// The figures of a finished (or running) run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Aggregate {
+    pub samples_per_s: f64,
+    pub per_rank: Vec<f64>,
+    pub rank_min: f64,
+    pub rank_max: f64,
+}
+
+#[derive(Debug, Clone)]
+pub struct RunView {
+    pub id: String,
+    pub spec: RunSpec,
+    pub status: RunStatus,
+    /// Why it ended as it did (exit codes, hang verdict, who stopped it).
+    pub reason: Option<String>,
+    /// Unix seconds.
+    pub started_unix: f64,
+    pub ended_unix: Option<f64>,
+    pub started: Option<Instant>,
+    /// Last time any rank's step counter advanced.
+    pub last_progress: Option<Instant>,
+    /// Recent wall-clock gaps (s) between step advances, for the watchdog's threshold.
+    pub progress_gaps: VecDeque<f64>,
+    pub ranks: BTreeMap<u32, RankView>,
+    pub aggregate: Option<Aggregate>,
+    /// (seconds since start, aggregate samples/s), sampled about once a second.
+    pub throughput: Vec<(f64, f64)>,
+    pub probe: Vec<Probe>,
+    pub bench: Vec<Bench>,
+    pub transport: Option<String>,
+    pub versions: BTreeMap<String, String>,
+    pub rejected: u64,
+    pub log_tail: VecDeque<String>,
+    /// Evidence collected when a run hung (flight recorder summary, last steps).
+    pub hang_report: Vec<String>,
+    pub exit_codes: Vec<(String, i32)>,
+    pub grad_bytes: Option<u64>,
+    pub bucket_bytes: Vec<u64>,
+    /// From this session (false: loaded from the store).
+    pub live: bool,
+    pub sweep: Option<String>,
+    /// How much an attached script is measured (`hello.instrument`, then the bootstrap's
+    /// `instrument: steps_only` / `instrumentation off` log lines); `None` for ddptop's workers.
+    pub instrument: Option<crate::protocol::Instrument>,
+    /// The JAX receipt: the collectives in the compiled step and the arrays' layouts.
+    pub hlo: Option<Hlo>,
+    /// Equality checks the worker made (JAX: the first-step loss at k=1 against k).
+    pub checks: Vec<Check>,
+    /// Latest memory report per device, for a process that drives several (JAX).
+    pub device_memory: BTreeMap<u32, Memory>,
+}
+
+impl RunView {
+    pub fn new(id: String, spec: RunSpec, now: Instant, unix: f64) -> Self {
+        let ranks = (0..spec.processes())
+            .map(|r| {
+                (
+                    r,
+                    RankView {
+                        rank: r,
+                        ..Default::default()
+                    },
+                )
+            })
+            .collect();
+        RunView {
+            id,
+            spec,
+            status: RunStatus::Starting,
+            reason: None,
+            started_unix: unix,
+            ended_unix: None,
+            started: Some(now),
+            last_progress: None,
+            progress_gaps: VecDeque::new(),
+            ranks,
+            aggregate: None,
+            throughput: Vec::new(),
+            probe: Vec::new(),
+            bench: Vec::new(),
+            transport: None,
+            versions: BTreeMap::new(),
+            rejected: 0,
+            log_tail: VecDeque::new(),
+            hang_report: Vec::new(),
+            exit_codes: Vec::new(),
+            grad_bytes: None,
+            bucket_bytes: Vec::new(),
+            live: true,
+            sweep: None,
+            instrument: None,
+            hlo: None,
+            checks: Vec::new(),
+            device_memory: BTreeMap::new(),
+        }
+    }
+
+    pub fn is_simulated(&self) -> bool {
+        self.spec.backend == Backend::Sim
+    }
+
+    pub fn bad_lines(&self) -> u64 {
+        self.ranks.values().map(|r| r.bad_lines).sum()
+    }
+}
+
+impl Aggregate {
+    /// Aggregate samples/s of a run from its ranks' timed (non-warm-up) figures: per rank the
+    /// `result` mean when present, else the mean of its timed epochs; the aggregate is their sum.
+    pub fn of(run: &RunView) -> Option<Aggregate> {
+        let mut per_rank = Vec::new();
+        for r in run.ranks.values() {
+            let sps = r.result_sps.or_else(|| {
+                let timed: Vec<f64> = r
+                    .epochs
+                    .iter()
+                    .filter(|(_, _, warm)| !warm)
+                    .map(|(_, s, _)| *s)
+                    .collect();
+                (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64)
+            })?;
+            per_rank.push(sps);
+        }
+        if per_rank.is_empty() {
+            return None;
+        }
+        let rank_min = per_rank.iter().copied().fold(f64::INFINITY, f64::min);
+        let rank_max = per_rank.iter().copied().fold(0.0, f64::max);
+        Some(Aggregate {
+            samples_per_s: per_rank.iter().sum(),
+            per_rank,
+            rank_min,
+            rank_max,
+        })
+    }
+}
+
+/// Speedup and efficiency of a run against the k=1 run of its curve, and which run that was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Scaling {
+    pub speedup: f64,
+    pub efficiency: f64,
+    /// The id of the k=1 run divided by.
+    pub baseline: String,
+}
+
+impl RunView {
+    /// Append a line to the log tail, keeping the last `MAX_LOG_TAIL`.
+    pub fn push_tail(&mut self, line: String) {
+        self.log_tail.push_back(line);
+        while self.log_tail.len() > MAX_LOG_TAIL {
+            self.log_tail.pop_front();
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! `ddptop attach`: the unmodified tutorial-style scripts in examples/ under real torchrun and
+//! PyTorch DDP over gloo, through the real binary. Needs a python with torch in DDPTOP_PYTHON
+//! (scripts/test sets it up); on CI (CI=1) a missing torch is a failure.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn python() -> Option<String> {
+    python_importing("torch")
+}
+
+fn example(name: &str) -> String {
+    format!("{}/examples/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `ddptop attach FLAGS -- SCRIPT ARGS --json`: the report and whether ddptop exited 0.
+fn attach(data: &std::path::Path, py: &str, flags: &[&str], script: &[&str]) -> (bool, Value) {
+    let out = ddptop(data)
+        .env("DDPTOP_PYTHON", py)
+        .arg("attach")
+        .args(flags)
+        .args(["--backend", "gloo", "--json", "--"])
+        .args(script)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_no_survivors(&doc);
+    (out.status.success(), doc)
+}
+
+#[test]
+fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = example("train_ddp.py");
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "1,2"],
+        &[&script, "--samples", "1024"],
+    );
+    assert!(ok, "{doc:#}");
+    assert_eq!(doc["experiment"], "attach");
+    assert_eq!(doc["simulated"], false);
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    for r in runs {
+        let k = r["k"].as_u64().unwrap() as usize;
+        assert_eq!(r["status"], "completed", "{r:#}");
+        assert_eq!(r["instrument"], "full");
+        assert_eq!(r["script"], script.as_str());
+        assert_eq!(r["args"], serde_json::json!(["--samples", "1024"]));
+        // 1024 samples split k ways, batch 32, 2 epochs: every rank counts its optimizer steps.
+        let steps = 2 * 1024 / k / 32;
+        assert_eq!(r["steps"], serde_json::json!(vec![steps; k]));
+        let per_rank = r["per_rank_samples_per_s"].as_array().unwrap();
+        assert_eq!(per_rank.len(), k);
+        assert!(per_rank.iter().all(|x| x.as_f64().unwrap() > 0.0));
+        assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+        assert_eq!(
+            r["versions"]["torch"].as_str().map(|v| v.starts_with("2.")),
+            Some(true)
+        );
+    }
+    let k2 = &runs[1];
+    let tl = k2["timeline"].as_array().expect("a bucket timeline");
+    assert_eq!(tl.len(), 2, "a timeline from each rank");
+    for t in tl {
+        let buckets = t["buckets"].as_array().unwrap();
+        assert_eq!(
+            buckets.len(),
+            2,
+            "the MLP's 1 MiB first bucket and the rest"
+        );
+        assert!(buckets.iter().all(|b| b["bytes"].as_u64().unwrap() > 0));
+    }
+    // The same script with the same arguments is one curve: k=2 is measured against this k=1.
+    assert_eq!(k2["baseline_run_id"], runs[0]["run_id"]);
+    assert!(k2["speedup"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_times_steps() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = example("train_ddp.py");
+
+    // The last rank stops after optimizer step 4, heartbeats going; the other waits in gloo.
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "2", "--inject", "hang:4", "--hang-floor", "3"],
+        &[&script],
+    );
+    assert!(!ok);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "hung", "{r:#}");
+    let report = r["hang_report"].as_array().unwrap();
+    assert!(
+        report
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("alive but stuck at step 4")),
+        "{report:#?}"
+    );
+    assert_eq!(r["worker_pids"].as_array().unwrap().len(), 2);
+
+    // A script that raises on its last rank: failed, with its traceback's last line.
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "2"],
+        &[&example("train_ddp_raises.py")],
+    );
+    assert!(!ok);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "failed");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("rank 1: ValueError: label out of range in batch 5 (example failure)"),
+        "{reason}"
+    );
+
+    // Its own comm hook: kept, steps timed, no bucket timeline; another script, another curve.
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "2"],
+        &[&example("train_ddp_own_hook.py"), "--epochs", "1"],
+    );
+    assert!(ok, "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed");
+    assert_eq!(r["instrument"], "steps_only");
+    assert_eq!(r["steps"], serde_json::json!([32, 32]));
+    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+    assert!(r.get("timeline").is_none(), "{r:#}");
+    assert!(r["speedup"].is_null(), "no k=1 run of this command line");
+}
+
+#[test]
+fn bad_attach_input_is_one_clear_line() {
+    let d = tempfile::tempdir().unwrap();
+    for (args, want) in [
+        (vec!["attach", "--", "no/such/train.py"], "no such script"),
+        (
+            vec!["attach", "--", env!("CARGO_MANIFEST_DIR")],
+            "no such script",
+        ),
+        (
+            vec!["attach", "--backend", "sim", "--", "train.py"],
+            "real PyTorch",
+        ),
+    ] {
+        let out = ddptop(d.path()).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].starts_with("ddptop: ") && lines[0].contains(want),
+            "{err}"
+        );
+    }
+    let out = ddptop(d.path()).arg("attach").output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap's usage error: the script is required"
+    );
+}

@@ -1,0 +1,126 @@
+//! The report's text formats: snapshots of Markdown, HTML, JSON and CSV from fixed inputs, and
+//! the properties a reader relies on (SIMULATED labels, schema fields, parseable CSV).
+
+#[path = "report_support/fixture.rs"]
+mod fixture;
+
+use ddptop::report::markdown::Image;
+use ddptop::report::{Format, doc::PlotSlot, render};
+
+#[test]
+fn markdown_snapshot() {
+    let images = [Image {
+        slot: PlotSlot::Scaling,
+        alt: "scaling".into(),
+        path: "report.scaling.svg".into(),
+    }];
+    insta::assert_snapshot!(render(&fixture::measured(), Format::Markdown, &images));
+}
+
+#[test]
+fn csv_snapshot() {
+    insta::assert_snapshot!(render(&fixture::measured(), Format::Csv, &[]));
+}
+
+#[test]
+fn json_snapshot() {
+    insta::assert_snapshot!(render(&fixture::measured(), Format::Json, &[]));
+}
+
+#[test]
+fn simulated_markdown_snapshot() {
+    insta::assert_snapshot!(render(&fixture::simulated(), Format::Markdown, &[]));
+}
+
+#[test]
+fn json_carries_schema_version_timestamps_model_epochs_samples() {
+    let v: serde_json::Value =
+        serde_json::from_str(&render(&fixture::measured(), Format::Json, &[])).unwrap();
+    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["ddptop_version"], "0.1.0-test");
+    assert_eq!(v["generated_at"], "2026-11-30T01:25:00Z");
+    let run = &v["runs"][0];
+    assert_eq!(run["started_at"], "2026-11-30T01:15:00Z");
+    assert_eq!(run["model"], "tiny");
+    assert_eq!(run["epochs"], 2);
+    assert_eq!(run["samples"], 60000);
+    let p2 = &v["curves"][0]["points"][1];
+    assert_eq!(p2["baseline_run_id"], "r1");
+    assert_eq!(p2["ideal_samples_per_s"], 2000.0);
+    // (1800 − 1900) / 1900
+    assert!((p2["error_pct"].as_f64().unwrap() + 100.0 / 19.0).abs() < 1e-9);
+    let probe = &v["probes"][0];
+    assert_eq!(probe["control_run_id"], "p1");
+    assert!((probe["diff_net_of_control_ms"].as_f64().unwrap() - (5.2 - 1.1)).abs() < 1e-9);
+    assert_eq!(v["bench"]["ratios"][0]["bytes"], 1024u64 << 16);
+    assert!(v["simulated"] == false);
+}
+
+#[test]
+fn csv_has_one_row_per_run_with_a_constant_column_count() {
+    let text = render(&fixture::measured(), Format::Csv, &[]);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1 + fixture::measured().runs.len());
+    // The failed run's reason is not in the CSV, but a field with a comma would be quoted; no
+    // line here has quotes, so splitting on commas counts the fields.
+    let n = lines[0].split(',').count();
+    assert_eq!(n, ddptop::report::csv::HEADER.len());
+    for l in &lines {
+        assert_eq!(l.split(',').count(), n, "{l}");
+    }
+    assert!(lines[2].starts_with(
+        "r2,weak,2,gloo,false,,tiny,256,512,2,60000,device,defaults,completed,2026-11-30T01:15:40Z,"
+    ));
+}
+
+#[test]
+fn csv_quotes_fields_that_need_it() {
+    assert_eq!(ddptop::report::csv::field("a,b"), "\"a,b\"");
+    assert_eq!(
+        ddptop::report::csv::field("say \"hi\""),
+        "\"say \"\"hi\"\"\""
+    );
+    assert_eq!(ddptop::report::csv::field("plain"), "plain");
+}
+
+#[test]
+fn every_format_says_simulated_when_it_is() {
+    let r = fixture::simulated();
+    for f in [Format::Markdown, Format::Html, Format::Json, Format::Csv] {
+        let text = render(&r, f, &[]);
+        match f {
+            Format::Json => assert!(text.contains("\"simulated\": true"), "{f:?}"),
+            Format::Csv => assert!(text.lines().skip(1).all(|l| l.contains(",sim,true,"))),
+            _ => assert!(text.contains("SIMULATED"), "{f:?}"),
+        }
+    }
+    let measured = fixture::measured();
+    for f in [Format::Markdown, Format::Html] {
+        assert!(!render(&measured, f, &[]).contains("SIMULATED"), "{f:?}");
+    }
+}
+
+#[test]
+fn markdown_escapes_pipes_in_cells_and_shows_the_failed_runs_log() {
+    let mut r = fixture::measured();
+    r.runs[0].settings = "X=a|b".into();
+    let md = render(&r, Format::Markdown, &[]);
+    assert!(md.contains("| X=a\\|b |"));
+    assert!(md.contains("f2: failed: rank 1 exited with status 1 | RuntimeError: boom"));
+    assert!(md.contains("output log /data/runs/f2/output.log"));
+    // Completed runs do not list their log.
+    assert!(!md.contains("/data/runs/r1/output.log"));
+}
+
+#[test]
+fn html_is_escaped_and_embeds_the_plots() {
+    let mut r = fixture::measured();
+    r.title = "<script>alert(1)</script>".into();
+    let html = render(&r, Format::Html, &[]);
+    assert!(!html.contains("<script>"));
+    assert!(html.contains("&lt;script&gt;"));
+    // Scaling, timeline and bench plots, inline, without XML declarations.
+    assert_eq!(html.matches("<svg").count(), 3);
+    assert!(!html.contains("<?xml"));
+    assert!(html.contains("<td class=\"r\">1800</td>"));
+}

@@ -1,0 +1,78 @@
+//! The Deficits pane and the hand-rolled curve on the Scaling pane, drawn from a hand-built state
+//! (DDP and the three hand-rolled variants at k = 1, 2 on two GPUs), kept as an insta snapshot.
+
+#[path = "ui_fixtures.rs"]
+mod fixtures;
+
+use ddptop::app::Pane;
+use ddptop::keys::KeyMap;
+use ddptop::protocol::Backend;
+use ddptop::run::{Experiment, HandRolled};
+use ddptop::ui::{self, Theme};
+use fixtures::{Screen, completed, host_gpubox, id, spec};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+/// Figures are illustrative (shaped like the chapter's claim, not measured).
+fn deficits_state() -> Screen {
+    let mut st = Screen::new(host_gpubox(2));
+    let hand = |n: u32, i: usize, k: u32, sps: f64| {
+        let mut s = spec(Experiment::Handrolled, k, Backend::Nccl);
+        s.hand = HandRolled::DEFICITS[i];
+        completed(n, s, &vec![sps; k as usize])
+    };
+    st.runs = vec![
+        completed(1, spec(Experiment::Weak, 1, Backend::Nccl), &[5_602.0]),
+        hand(2, 0, 1, 5_410.0),
+        hand(3, 1, 1, 5_430.0),
+        hand(4, 2, 1, 5_420.0),
+        completed(
+            5,
+            spec(Experiment::Weak, 2, Backend::Nccl),
+            &[5_480.0, 5_479.0],
+        ),
+        hand(6, 0, 2, 4_300.0),
+        hand(7, 1, 2, 4_900.0),
+        hand(8, 2, 2, 5_150.0),
+    ];
+    st.view.focused = Some(id(8));
+    st.view.selected = 7;
+    st.view.pane = Pane::Timeline;
+    st
+}
+
+fn text(t: &Terminal<TestBackend>) -> String {
+    let buf = t.backend().buffer();
+    let mut s = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[test]
+fn deficits_pane_sets_each_variant_beside_ddp() {
+    let st = deficits_state();
+    let mut t = Terminal::new(TestBackend::new(120, 40)).unwrap();
+    let (theme, keys) = (Theme::dark(), KeyMap::default());
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme: &theme,
+        keys: &keys,
+    };
+    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    let s = text(&t);
+    assert!(s.contains("Deficits"), "{s}");
+    // k=2: 8,600 / 10,959 = 78% for the book's loop, 94% with both fixes.
+    assert!(s.contains("78% of DDP"), "{s}");
+    assert!(s.contains("94% of DDP"), "{s}");
+    assert!(s.contains("threads+ring"), "{s}");
+    // The Scaling pane: the hand-rolled curve, titled by its switches, beside DDP's weak curve.
+    assert!(s.contains("handrolled"), "{s}");
+    assert!(s.contains("weak"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}

@@ -1,0 +1,626 @@
+"""Attach mode: watch a user's own DDP script under ddptop with no code changes (docs/attach.md).
+
+`ddptop attach -- script.py` starts the script under torchrun with `workers/ddptop_bootstrap` on
+its PYTHONPATH; that `sitecustomize` calls `start_zero_code()` once the script imports torch.
+Explicit mode (`ddptop_worker.watch(ddp)`, `ddptop_worker.step(samples=...)`) calls `watch_ddp`
+and `explicit_step` here. Without `DDPTOP_SOCKET` nothing connects and nothing is installed.
+
+One `Session` per rank process: the ddptop client (heartbeats, dead-man switch, flight-recorder
+dumps), the step being measured, and the epoch tallies. Every hook body runs under `guard`: an
+error in ddptop's code turns instrumentation off with a `log` (warn) and the script goes on.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from . import attach_hooks as hooks
+from . import protocol
+from .attach_steps import Account, StepInfo
+from .client import Client
+from .faults import Fault
+from .timing import (
+    BucketRecord,
+    BucketTimer,
+    Clock,
+    Mark,
+    Pending,
+    StepMarks,
+    bucket_timeline,
+    rebuilt_bucket_sizes,
+    start_inferred,
+)
+
+ATTACHED_PID_ENV = "DDPTOP_ATTACHED_PID"  # the same name as in ddptop_bootstrap/sitecustomize.py
+REBUILD_MIN_STEPS = 2  # DDP's iteration 0 runs on one bucket; the rebuild happens before step 2
+REBUILD_GIVE_UP_STEPS = 8  # then time whatever layout there is, marked rebuilt:false
+MEMORY_EVERY = 50
+
+
+class DeviceClock(Clock):
+    """CUDA events recorded on `device`'s current stream, whatever the current device is (scripts
+    that never call torch.cuda.set_device would otherwise time, and touch, cuda:0)."""
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__(device)
+        self.device = device
+
+    def mark(self) -> Mark:
+        ev = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+
+def clock_for(device: torch.device) -> Clock:
+    return DeviceClock(device) if device.type == "cuda" else Clock(device)
+
+
+@dataclass
+class DdpRecord:
+    """ddptop's view of one DistributedDataParallel module."""
+
+    watched: bool = False  # the one DDP whose forwards and buckets are measured
+    hook_state: hooks.HookState | None = None
+    registered: bool = False  # ddptop's comm hook is in the reducer
+    user_hook: str | None = None  # name of the script's own comm hook
+    timer: BucketTimer | None = None
+    layout: list[int] | None = None
+
+
+def _hello_backend(local_rank: int) -> tuple[str, str]:
+    """(backend, device) for hello: what ddptop asked for (DDPTOP_BACKEND), else a guess that
+    touches no GPU API; checked against the real process group once DDP is built."""
+    backend = os.environ.get("DDPTOP_BACKEND", "")
+    if backend not in ("nccl", "gloo"):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        has_gpu = torch.version.cuda is not None and visible not in ("", "-1")
+        backend = "nccl" if has_gpu and os.path.exists("/dev/nvidia0") else "gloo"
+    return backend, (f"cuda:{local_rank}" if backend == "nccl" else "cpu")
+
+
+def _versions() -> dict[str, str | None]:
+    """torch_versions without torch.cuda.is_available() (which initializes the CUDA driver)."""
+    out: dict[str, str | None] = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
+    if torch.version.cuda is not None:
+        try:
+            v = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            out["nccl"] = ".".join(str(p) for p in v) if isinstance(v, tuple) else str(v)
+        except Exception:  # noqa: BLE001 - versions are best effort
+            pass
+    return out
+
+
+def connect(instrument: str) -> Client:
+    """Connect as this torchrun rank with worker "attach" (raises HandshakeError or OSError)."""
+    rank = int(os.environ.get("RANK", "0") or 0)
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    backend, device = _hello_backend(local_rank)
+    return Client.from_env(
+        worker="attach",
+        backend=backend,
+        device=device,
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        versions=_versions(),
+        hello_extra=protocol.hello_extra(instrument=instrument),
+    )
+
+
+class Session:
+    """One attached rank."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode  # "zero_code" (bootstrap) or "explicit" (watch())
+        self.client: Client = Client.disabled()
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        self.pid = os.getpid()
+        self.hooks_on = False  # the torch hooks do something (else they pass through)
+        self.instrument = "full"
+        self.handles: list[Any] = []
+        self.records: weakref.WeakKeyDictionary[DDP, DdpRecord] = weakref.WeakKeyDictionary()
+        self.watched: weakref.ref[DDP] | None = None
+        self.clock: Clock = Clock(torch.device("cpu"))
+        self.pending = Pending(lag=2)
+        self.account = Account()
+        self.epoch = 0
+        self.step_no = 0
+        self.cur = StepMarks()
+        self.cur_samples = 0
+        self.cur_samples_known = True
+        self.primary_opt: weakref.ref[torch.optim.Optimizer] | None = None
+        self.explicit_steps = False
+        self.fault: Fault | None = None
+        self.fault_error: str | None = None
+        self.once: set[str] = set()
+        self.finished = False
+        self.model_size: tuple[int | None, int | None] = (None, None)
+        self.layout: list[int] = []
+        self.optimizer_name = ""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Install the hooks, connect, say how it went. Raises only when the connection fails
+        (the caller prints one line and the script runs bare)."""
+        off_reason: str | None = None
+        try:
+            self.fault = Fault.from_env()
+        except ValueError as e:
+            self.fault_error = str(e)
+        try:
+            self.handles = hooks.install(self)
+            self.hooks_on = True
+        except Exception as e:  # noqa: BLE001
+            off_reason = f"cannot install torch hooks: {type(e).__name__}: {e}"
+        os.environ[ATTACHED_PID_ENV] = str(self.pid)
+        try:
+            self.client = connect("off" if off_reason else "full")
+        except BaseException:
+            self.stop_hooks()
+            raise
+        self.instrument = "off" if off_reason else "full"
+        os.register_at_fork(after_in_child=self._forked)
+        atexit.register(self.at_exit)
+        self.start_step()
+        script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "?"
+        if off_reason:
+            self.client.log("warn", f"instrumentation off: {off_reason}; the script runs unmeasured")
+            return
+        self.client.log(
+            "info",
+            f"attached to {script} (rank {self.rank}/{self.world_size}, pid {self.pid}, "
+            f"{self.mode.replace('_', '-')} mode): steps from optimizer.step(), batch size and "
+            f"buckets from each DistributedDataParallel, epochs from DistributedSampler.set_epoch",
+        )
+        if self.fault_error:
+            self.disable(f"bad DDPTOP_INJECT: {self.fault_error}")
+
+    def _forked(self) -> None:
+        # A forked child (a DataLoader worker) shares the socket: it must never write to it.
+        self.hooks_on = False
+        self.client = Client.disabled()
+
+    def stop_hooks(self) -> None:
+        self.hooks_on = False
+        for h in self.handles:
+            try:
+                h.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        self.handles = []
+        for rec in list(self.records.values()):
+            if rec.timer is not None:
+                rec.timer.recording = False
+
+    def disable(self, why: str) -> None:
+        """Instrumentation off for the rest of the run; heartbeats (liveness) go on."""
+        if self.instrument == "off":
+            return
+        self.instrument = "off"
+        self.stop_hooks()
+        self.client.log("warn", f"instrumentation off: {why}; the script runs on unmeasured")
+
+    def guard(self, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as e:  # noqa: BLE001 - ddptop's bug must never become the script's
+            where = getattr(fn, "__name__", "hook")
+            self.disable(f"{where}: {type(e).__name__}: {e}")
+            return None
+
+    def log_once(self, key: str, level: str, msg: str) -> None:
+        if key not in self.once:
+            self.once.add(key)
+            self.client.log(level, msg)
+
+    # ------------------------------------------------------------------ DDP modules
+
+    def record(self, ddp: DDP) -> DdpRecord | None:
+        return self.records.get(ddp)
+
+    def before_ddp(self, ddp: DDP) -> None:
+        self.records[ddp] = DdpRecord()
+        self.client.phase = "ddp_init"
+
+    def ddp_init_done(self) -> None:
+        self.client.phase = "train"
+
+    def watch_ddp(self, ddp: DDP) -> None:
+        """Measure this DDP module (the first one built; later ones are left alone)."""
+        rec = self.records.setdefault(ddp, DdpRecord())
+        if rec.watched:
+            return
+        if self.watched is not None and self.watched() is not None:
+            self.log_once("second_ddp", "info", "another DistributedDataParallel module: ddptop "
+                          "measures the first one only")
+            return
+        rec.watched = True
+        self.watched = weakref.ref(ddp)
+        if rec.user_hook is None:
+            rec.user_hook = hooks.existing_comm_hook(ddp)  # explicit mode: set before watch()
+        ddp.register_forward_pre_hook(hooks.forward_pre, with_kwargs=True)
+        ddp.register_forward_hook(hooks.forward_post)
+        device = ddp.device if isinstance(getattr(ddp, "device", None), torch.device) else None
+        if device is None:
+            device = next((p.device for p in ddp.parameters()), torch.device("cpu"))
+        self.clock = clock_for(device)
+        self.restart_step()
+        if rec.user_hook is not None:
+            self.steps_only(rec.user_hook)
+        elif self.instrument == "full":
+            rec.timer = BucketTimer(
+                self.clock, ddp.process_group, kernel_timing=hooks.enable_kernel_timing(ddp)
+            )
+            rec.hook_state = hooks.HookState(rec.timer)
+        params = sum(int(p.numel()) for p in ddp.parameters())
+        grad_bytes = sum(
+            int(p.numel() * p.element_size()) for p in ddp.parameters() if p.requires_grad
+        )
+        self.model_size = (params, grad_bytes)  # for the result: the module is gone by exit
+        backend = hooks.backend_of(ddp)
+        self.client.log(
+            "info",
+            f"DDP module watched: {params} params, {grad_bytes} gradient bytes on {device}, "
+            f"backend {backend}, timing {self.clock.method}",
+        )
+        if backend is not None and self.client.enabled:
+            hello_backend, _ = _hello_backend(int(os.environ.get("LOCAL_RANK", "0") or 0))
+            if backend != hello_backend:
+                self.client.log("warn", f"the script runs backend {backend}, ddptop expected "
+                                f"{hello_backend} (hello says {hello_backend})")
+        self.client.send("plan", **protocol.plan_fields(None))
+
+    def own_comm_hook(self, ddp: DDP, name: str) -> None:
+        rec = self.records.get(ddp)
+        if rec is None:
+            return
+        rec.user_hook = name
+        if rec.watched:
+            self.steps_only(name)
+
+    def steps_only(self, name: str) -> None:
+        if self.instrument != "full":
+            return
+        self.instrument = "steps_only"
+        for rec in self.records.values():
+            if rec.timer is not None:
+                rec.timer.recording = False
+        self.client.log(
+            "warn",
+            f"instrument: steps_only - the script registers its own DDP comm hook ({name}); "
+            "ddptop keeps it and times optimizer steps only (no bucket timeline)",
+        )
+
+    def watched_record(self) -> tuple[DDP, DdpRecord] | None:
+        ddp = self.watched() if self.watched is not None else None
+        if ddp is None:
+            return None
+        rec = self.records.get(ddp)
+        return (ddp, rec) if rec is not None else None
+
+    # ------------------------------------------------------------------ one step
+
+    def start_step(self) -> None:
+        self.cur = StepMarks()
+        self.cur.marks["start"] = self.clock.mark()
+        self.cur_samples = 0
+        self.cur_samples_known = True
+
+    def restart_step(self) -> None:
+        """Start the open step over (new clock, new epoch) unless its forward already ran."""
+        if "fwd0" not in self.cur.marks:
+            self.start_step()
+
+    def on_forward_pre(self, module: DDP, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if not (torch.is_grad_enabled() and module.training):
+            return  # evaluation: not part of a training step
+        wr = self.watched_record()
+        if wr is None or wr[0] is not module:
+            return
+        ddp, rec = wr
+        if not rec.registered and rec.user_hook is None and rec.hook_state is not None:
+            hooks.register_ddp_hook(ddp, rec.hook_state)
+            rec.registered = True
+        m = self.cur.marks
+        if "fwd0" not in m:
+            m["fwd0"] = self.clock.mark()
+            if rec.timer is not None and rec.timer.recording and self.instrument == "full":
+                self.cur.buckets = rec.timer.begin_step()
+        n = hooks.leading_dim(args, kwargs)
+        if n is None:
+            self.cur_samples_known = False
+            self.log_once("no_batch", "info", "the DDP module's first input is not a tensor: "
+                          "batch size unknown, no samples/s (ddptop_worker.step(samples=...) "
+                          "can say it)")
+        else:
+            self.cur_samples += n
+
+    def on_forward_post(self, module: DDP) -> None:
+        if torch.is_grad_enabled() and module.training and "fwd0" in self.cur.marks:
+            self.cur.marks["fwd1"] = self.clock.mark()
+
+    def _is_primary(self, opt: torch.optim.Optimizer) -> bool:
+        if self.primary_opt is None or self.primary_opt() is None:
+            self.primary_opt = weakref.ref(opt)
+            self.optimizer_name = type(opt).__name__.lower()
+            return True
+        if self.primary_opt() is opt:
+            return True
+        self.log_once("second_opt", "info", f"a second optimizer ({type(opt).__name__}) steps: "
+                      "ddptop counts the first one's steps only")
+        return False
+
+    def on_opt_pre(self, opt: torch.optim.Optimizer) -> None:
+        if self._is_primary(opt):
+            self.cur.marks["opt0"] = self.clock.mark()
+
+    def on_opt_post(self, opt: torch.optim.Optimizer) -> None:
+        if not self._is_primary(opt):
+            return
+        self.cur.marks["opt1"] = self.clock.mark()
+        if not self.explicit_steps:
+            self.finish_step(None)
+
+    def explicit_step(self, samples: int | None) -> None:
+        self.explicit_steps = True
+        if "opt1" not in self.cur.marks:
+            self.cur.marks["opt1"] = self.clock.mark()
+        self.finish_step(samples)
+
+    def finish_step(self, samples: int | None) -> None:
+        self.step_no += 1
+        self.client.step = self.step_no
+        wr = self.watched_record()
+        if wr is not None and wr[1].timer is not None:
+            wr[1].timer.end_step()
+        known = samples is not None or (self.cur_samples_known and "fwd0" in self.cur.marks)
+        n = samples if samples is not None else (self.cur_samples if known else 0)
+        end = self.cur.marks.pop("opt1")
+        self.cur.marks["opt1"] = end  # last, so Pending waits on it
+        self.cur.info = {
+            "info": StepInfo(self.step_no, self.epoch, int(n), bool(known)),
+            "timing": self.clock.method,
+        }
+        self.pending.push(self.cur)
+        self.flush()
+        self.after_step(wr)
+        self.start_step()
+
+    def flush(self, force: bool = False) -> None:
+        for sm in self.pending.pop_ready(force_all=force):
+            self.emit(sm)
+
+    def emit(self, sm: StepMarks) -> None:
+        m = sm.marks
+        info: StepInfo = sm.info["info"]
+
+        def span(a: str, b: str) -> float:
+            return max(0.0, Clock.ms(m[a], m[b])) if a in m and b in m else 0.0
+
+        bwd_end = "opt0" if "opt0" in m else "opt1"
+        step_ms, data_ms = span("start", "opt1"), span("start", "fwd0")
+        self.client.send(
+            "step",
+            step=info.step,
+            epoch=info.epoch,
+            warmup=info.warmup,
+            sync=True,
+            samples=info.samples,
+            fwd_ms=span("fwd0", "fwd1"),
+            bwd_ms=span("fwd1", bwd_end),
+            opt_ms=span("opt0", "opt1"),
+            data_ms=data_ms,
+            step_ms=step_ms,
+            timing=sm.info["timing"],
+        )
+        self.account.add(info, step_ms, data_ms)
+        records = [r for r in (sm.buckets or []) if r.done is not None]
+        if records and "fwd1" in m:
+            self.emit_buckets(info.step, records, m["fwd1"])
+
+    def emit_buckets(self, step: int, records: list[BucketRecord], bwd_start: Mark) -> None:
+        wr = self.watched_record()
+        timer = wr[1].timer if wr is not None else None
+        if timer is not None:
+            timer.resolve_kernels(records)
+            if timer.kernel_error is not None:
+                self.client.log("warn", f"kernel timing unavailable ({timer.kernel_error}); "
+                                "bucket starts are inferred from now on")
+                timer.kernel_error = None
+        last_done = records[-1].done
+        assert last_done is not None
+        spans, bwd_compute, exposed = bucket_timeline(records, bwd_start, last_done)
+        if not spans:
+            return
+        buckets = []
+        for sp in spans:
+            b: dict[str, Any] = {"index": sp.index, "bytes": sp.nbytes, "ready_ms": sp.ready_ms,
+                                 "start_ms": sp.start_ms, "done_ms": sp.done_ms}
+            if sp.kernel_ms is not None:
+                b["kernel_ms"] = sp.kernel_ms
+            buckets.append(b)
+        self.client.send(
+            "buckets",
+            step=step,
+            rebuilt=wr is not None and wr[1].layout is not None,
+            bwd_compute_ms=bwd_compute,
+            exposed_ms=exposed,
+            start_inferred=start_inferred(spans),
+            buckets=buckets,
+        )
+
+    def after_step(self, wr: tuple[DDP, DdpRecord] | None) -> None:
+        """Start bucket timing once DDP reports its rebuilt layout; memory now and then."""
+        if wr is None:
+            if self.step_no == 1:
+                self.log_once("no_ddp", "info", "no DistributedDataParallel module yet: timing "
+                              "optimizer steps only")
+            return
+        ddp, rec = wr
+        bt = rec.timer
+        if bt is not None and self.instrument == "full" and rec.registered and not bt.recording:
+            if self.step_no >= REBUILD_MIN_STEPS:
+                rec.layout = rebuilt_bucket_sizes(ddp)
+                if rec.layout is not None:
+                    self.layout = rec.layout
+                    bt.recording = True
+                    self.client.log(
+                        "info",
+                        f"buckets rebuilt: {len(rec.layout)} buckets, {sum(rec.layout)} bytes "
+                        f"({', '.join(str(b) for b in rec.layout)}); timing buckets from step "
+                        f"{self.step_no + 1}",
+                    )
+                elif self.step_no >= REBUILD_GIVE_UP_STEPS:
+                    bt.recording = True
+                    self.client.log("warn", "DDP reported no rebuilt bucket layout; timing the "
+                                    "buckets as they are")
+        if self.clock.cuda and self.step_no % MEMORY_EVERY == 1:
+            dev = getattr(self.clock, "device", None)
+            self.client.send(
+                "memory",
+                allocated_bytes=int(torch.cuda.memory_allocated(dev)),
+                reserved_bytes=int(torch.cuda.memory_reserved(dev)),
+                peak_bytes=int(torch.cuda.max_memory_allocated(dev)),
+                strategy="ddp",
+            )
+
+    def maybe_fault(self) -> None:
+        f = self.fault
+        if f is not None and f.due(self.step_no, self.rank, self.world_size):
+            self.fault = None
+            f.fire(self.client)
+
+    # ------------------------------------------------------------------ epochs and the end
+
+    def on_set_epoch(self, epoch: int) -> None:
+        if epoch == self.epoch:
+            return
+        self.flush(force=True)
+        self.close_epoch(epoch)
+        self.epoch = epoch
+        self.restart_step()
+
+    def close_epoch(self, next_epoch: int | None) -> None:
+        done = self.account.close_epoch(next_epoch)
+        if done is None:
+            return
+        t, warmup = done
+        if t.steps == 0:
+            return
+        if not t.samples_known:
+            self.log_once("epoch_no_samples", "info", "batch size unknown: no per-epoch samples/s")
+            return
+        self.client.send(
+            "epoch",
+            epoch=t.epoch,
+            warmup=warmup,
+            samples=t.samples,
+            seconds=t.seconds,
+            samples_per_s=t.samples_per_s,
+            data_wait_ms=t.data_wait_ms,
+        )
+
+    def at_exit(self) -> None:
+        if self.finished or os.getpid() != self.pid or not self.client.enabled:
+            return
+        self.finished = True
+        exc = getattr(sys, "last_value", None)  # set when the script died of an exception
+        if exc is not None:
+            self.client.log("error", error_line(exc))
+        if self.hooks_on:
+            self.guard(self.flush, True)
+        if self.hooks_on and exc is None:
+            self.guard(self.close_epoch, None)
+            self.guard(self.send_result)
+        self.client.close("error" if exc is not None else "done")
+        if self.fault is not None:
+            self.fault.block_teardown(self.client)  # DDPTOP_INJECT=teardown:0: never exit
+
+    def send_result(self) -> None:
+        params, grad_bytes = self.model_size
+        layout = self.layout
+        wr = self.watched_record()
+        if not layout and wr is not None:
+            layout = rebuilt_bucket_sizes(wr[0]) or []
+        fields: dict[str, Any] = {
+            "experiment": "attach",
+            "samples_per_s": self.account.mean_rate(),
+            "timed_epochs": len(self.account.timed_rates),
+            "params": params,
+            "grad_bytes": grad_bytes,
+            "bucket_bytes": layout,
+        }
+        if self.optimizer_name in protocol.OPTIMIZERS:
+            fields["optimizer"] = self.optimizer_name
+        self.client.send("result", **fields)
+
+
+def error_line(exc: BaseException) -> str:
+    """`Type: message` as the traceback's last line shows it (first line of a multi-line one)."""
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_SESSION: Session | None = None
+
+
+def current() -> Session | None:
+    return _SESSION
+
+
+def _begin(mode: str) -> Session | None:
+    """Start this process's session once; None (and one stderr line) if ddptop is unreachable."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    s = Session(mode)
+    _SESSION = s
+    try:
+        s.start()
+    except Exception as e:  # noqa: BLE001 - the script runs bare
+        _SESSION = None
+        hooks.set_session(None)
+        rank = os.environ.get("RANK", "?")
+        try:  # one write call: ranks share the stream
+            sys.stderr.write(f"ddptop attach (rank {rank}): not measured: {e}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        return None
+    return s
+
+
+def start_zero_code() -> None:
+    """Called by ddptop_bootstrap once torch is imported in a torchrun rank under ddptop."""
+    if os.environ.get("DDPTOP_SOCKET"):
+        _begin("zero_code")
+
+
+def watch_ddp(ddp: DDP) -> None:
+    """Explicit mode: measure `ddp` (connects first when the bootstrap has not)."""
+    if not os.environ.get("DDPTOP_SOCKET") and _SESSION is None:
+        return
+    s = _begin("explicit")
+    if s is not None and s.hooks_on:
+        s.explicit_steps = True  # steps are the script's ddptop_worker.step() calls from now on
+        s.guard(s.watch_ddp, ddp)
+
+
+def explicit_step(samples: Any) -> None:
+    s = _SESSION
+    if s is not None and s.hooks_on:
+        s.guard(s.explicit_step, None if samples is None else int(samples))
+        s.maybe_fault()

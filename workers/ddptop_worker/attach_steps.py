@@ -1,0 +1,104 @@
+"""Step and epoch bookkeeping for attached scripts (no torch; unit-tested on its own).
+
+In attach mode a step is one optimizer step (or one `ddptop_worker.step()` call), resolved a step
+or two late. An epoch is what lies between two `DistributedSampler.set_epoch` calls with different
+values; a script that never calls it has one epoch, 0.
+
+Warm-up: the first `WARMUP_STEPS` steps carry `warmup: true` and are never counted in an epoch's
+throughput (the first step creates the NCCL communicator and CUDA context state, the second one
+runs on DDP's single iteration-0 bucket and rebuilds the buckets). The first epoch is also a
+warm-up epoch when a later epoch follows, as in ddptop's own workers; when it is the only epoch,
+its steps after the warm-up steps are the timed ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WARMUP_STEPS = 3
+
+
+@dataclass
+class EpochTally:
+    epoch: int
+    steps: int = 0  # timed (non-warm-up) steps
+    samples: int = 0
+    ms: float = 0.0
+    data_wait_ms: float = 0.0
+    samples_known: bool = True
+    all_steps: int = 0  # warm-up steps included
+
+    @property
+    def seconds(self) -> float:
+        return self.ms / 1000.0
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.ms > 0 else 0.0
+
+
+@dataclass
+class StepInfo:
+    """What the loop knew about one step when it ended (resolved into ms later)."""
+
+    step: int
+    epoch: int
+    samples: int
+    samples_known: bool
+
+    @property
+    def warmup(self) -> bool:
+        return self.step <= WARMUP_STEPS
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "samples": self.samples,
+            "samples_known": self.samples_known,
+        }
+
+
+@dataclass
+class Account:
+    """Epoch tallies of one rank. `add` takes resolved steps in order; `close_epoch` returns the
+    finished tally and whether it is a warm-up epoch."""
+
+    current: EpochTally = field(default_factory=lambda: EpochTally(0))
+    first_epoch: int | None = None
+    timed_rates: list[float] = field(default_factory=list)
+    total_steps: int = 0
+
+    def add(self, info: StepInfo, step_ms: float, data_ms: float) -> None:
+        if info.epoch != self.current.epoch:
+            # A step resolved after its epoch was closed (should not happen: epochs close after a
+            # forced flush); keep it in the epoch it ran in only if that is the current one.
+            return
+        if self.first_epoch is None:
+            self.first_epoch = info.epoch
+        t = self.current
+        t.all_steps += 1
+        self.total_steps += 1
+        if info.warmup:
+            return
+        t.steps += 1
+        t.samples += info.samples
+        t.ms += max(0.0, step_ms)
+        t.data_wait_ms += max(0.0, data_ms)
+        t.samples_known = t.samples_known and info.samples_known
+
+    def close_epoch(self, next_epoch: int | None) -> tuple[EpochTally, bool] | None:
+        """Finish the current epoch (next_epoch None: the run ended). None when nothing ran."""
+        t = self.current
+        warmup = next_epoch is not None and t.epoch == self.first_epoch
+        if next_epoch is not None:
+            self.current = EpochTally(next_epoch)
+        if t.all_steps == 0:
+            return None
+        if not warmup and t.steps > 0 and t.samples_known:
+            self.timed_rates.append(t.samples_per_s)
+        return t, warmup
+
+    def mean_rate(self) -> float | None:
+        return sum(self.timed_rates) / len(self.timed_rates) if self.timed_rates else None

@@ -1,0 +1,131 @@
+"""Attach mode pieces on their own: step/epoch bookkeeping, batch size from DDP inputs, the
+bootstrap's conditions and its chaining to an existing sitecustomize."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import WORKERS
+
+import ddptop_worker as dt
+from ddptop_worker import attach, attach_hooks
+from ddptop_worker.attach_steps import WARMUP_STEPS, Account, StepInfo
+
+BOOTSTRAP = os.path.join(WORKERS, "ddptop_bootstrap")
+
+
+def info(step: int, epoch: int, samples: int = 32, known: bool = True) -> StepInfo:
+    return StepInfo(step, epoch, samples, known)
+
+
+def test_warmup_steps_are_never_timed() -> None:
+    a = Account()
+    for n in range(1, 11):
+        a.add(info(n, 0), step_ms=10.0, data_ms=1.0)
+    done = a.close_epoch(None)
+    assert done is not None
+    t, warmup = done
+    assert not warmup  # the only epoch is the timed one
+    assert t.all_steps == 10 and t.steps == 10 - WARMUP_STEPS
+    assert t.samples == 32 * t.steps and t.seconds == pytest.approx(0.01 * t.steps)
+    assert t.samples_per_s == pytest.approx(3200.0)
+    assert t.data_wait_ms == pytest.approx(t.steps * 1.0)
+    assert a.mean_rate() == pytest.approx(3200.0)
+
+
+def test_first_epoch_is_warmup_when_another_follows() -> None:
+    a = Account()
+    for n in range(1, 6):
+        a.add(info(n, 0), 10.0, 0.0)
+    t0, w0 = a.close_epoch(1) or (None, None)
+    assert t0 is not None and w0 is True
+    for n in range(6, 11):
+        a.add(info(n, 1), 20.0, 0.0)
+    t1, w1 = a.close_epoch(None) or (None, None)
+    assert t1 is not None and w1 is False and t1.steps == 5
+    assert a.timed_rates == [pytest.approx(1600.0)]  # epoch 0 not counted
+
+
+def test_unknown_batch_gives_no_rate_and_empty_epochs_nothing() -> None:
+    a = Account()
+    assert a.close_epoch(3) is None  # set_epoch before any step
+    for n in range(1, 8):
+        a.add(info(n, 3, samples=0, known=False), 5.0, 0.0)
+    t, _ = a.close_epoch(None) or (None, None)
+    assert t is not None and not t.samples_known
+    assert a.mean_rate() is None
+
+
+def test_leading_dim_finds_the_batch() -> None:
+    x = torch.zeros(7, 3)
+    assert attach_hooks.leading_dim((x,), {}) == 7
+    assert attach_hooks.leading_dim(([x, x],), {}) == 7
+    assert attach_hooks.leading_dim((), {"input_ids": torch.zeros(5, 9)}) == 5
+    assert attach_hooks.leading_dim(({"a": x},), {}) == 7
+    assert attach_hooks.leading_dim((3, torch.tensor(1.0)), {}) is None  # no batched tensor
+
+
+def test_error_line_is_the_traceback_last_line() -> None:
+    assert attach.error_line(ValueError("bad label 12")) == "ValueError: bad label 12"
+    assert attach.error_line(RuntimeError("first\nAt:\n  frame")) == "RuntimeError: first"
+
+
+def test_explicit_api_is_a_noop_without_ddptop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DDPTOP_SOCKET", raising=False)
+    m = torch.nn.Linear(2, 2)
+    assert dt.watch(m) is m
+    dt.step(samples=4)
+    assert attach.current() is None
+
+
+def python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPTOP_")}
+    env.pop("RANK", None)
+    env.update(extra)
+    return env
+
+
+WATCHERS = "import sys; print([type(f).__name__ for f in sys.meta_path if 'Torch' in type(f).__name__])"
+
+
+def test_bootstrap_acts_only_in_a_rank_under_ddptop() -> None:
+    path = f"{BOOTSTRAP}{os.pathsep}{WORKERS}"
+    on = python(WATCHERS, base_env(PYTHONPATH=path, DDPTOP_SOCKET="/x", RANK="0"))
+    assert on.stdout.strip() == "['_TorchImportWatcher']", on.stderr
+    for env in (
+        base_env(PYTHONPATH=path, RANK="0"),  # ddptop not there
+        base_env(PYTHONPATH=path, DDPTOP_SOCKET="/x"),  # torchrun's agent: no RANK
+        base_env(PYTHONPATH=path, DDPTOP_SOCKET="/x", RANK="0", DDPTOP_ATTACHED_PID="1"),  # a child
+    ):
+        p = python(WATCHERS, env)
+        assert p.returncode == 0 and p.stdout.strip() == "[]" and p.stderr == ""
+
+
+def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
+    other = tmp_path / "site2"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text(
+        "import os\nprint('theirs ran', os.getpid())\nMARK = 'theirs'\n"
+    )
+    env = base_env(PYTHONPATH=f"{BOOTSTRAP}{os.pathsep}{other}")
+    p = python("import sitecustomize; print('mark', sitecustomize.MARK)", env)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len([ln for ln in lines if ln.startswith("theirs ran")]) == 1
+    assert "mark theirs" in lines
+    # a broken one fails the way it would have without ddptop: site reports it, Python goes on
+    (other / "sitecustomize.py").write_text("raise RuntimeError('their bug')\n")
+    p = python("print('still runs')", env)
+    q = python("print('still runs')", base_env(PYTHONPATH=str(other)))
+    assert p.returncode == q.returncode == 0 and p.stdout == q.stdout == "still runs\n"
+    assert "their bug" in p.stderr and "their bug" in q.stderr
