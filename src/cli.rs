@@ -44,6 +44,10 @@ pub struct GlobalArgs {
     /// Directory holding the ddptop_worker package.
     #[arg(long, global = true, value_name = "DIR", hide = true)]
     pub workers_dir: Option<PathBuf>,
+    /// Launch on GPUs that another ddptop or process is using (refused by default); the run's
+    /// figures are marked "GPUs shared".
+    #[arg(long, global = true)]
+    pub shared_gpus: bool,
 }
 
 #[derive(Debug, Clone, Args)]

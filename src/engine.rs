@@ -6,6 +6,7 @@ use crate::app::{Level, State, summary};
 use crate::protocol::{Command, ControlMsg, WorkerMsg};
 use crate::run::{RunSpec, RunStatus, RunView};
 use crate::store::{EventRow, NewRun, Store};
+use crate::supervisor::gpu_guard;
 use crate::supervisor::launch::{self, LaunchContext, PythonEnv};
 use crate::supervisor::output::{self, OutputTail};
 use crate::supervisor::procs::Escalation;
@@ -32,6 +33,8 @@ pub struct EngineOptions {
     pub stop_grace: [Duration; 2],
     /// How many stored runs to load as history.
     pub history: usize,
+    /// Launch on GPUs other processes use (`--shared-gpus`); the runs are marked "GPUs shared".
+    pub shared_gpus: bool,
 }
 
 impl EngineOptions {
@@ -44,6 +47,7 @@ impl EngineOptions {
             sim_noise: None,
             stop_grace: [Duration::from_secs(3), Duration::from_secs(5)],
             history: 200,
+            shared_gpus: false,
         }
     }
 }
@@ -64,6 +68,8 @@ struct Launch {
     results: HashSet<u32>,
     /// When the last rank said `bye`: the launcher's teardown deadline runs from here.
     all_bye_at: Option<Instant>,
+    /// This run's GPU locks, released when the launch is forgotten (the run is final).
+    _gpus: Option<gpu_guard::GpuLease>,
 }
 
 pub struct Engine {
@@ -141,6 +147,7 @@ impl Engine {
     fn try_launch(&mut self, spec: RunSpec, sweep: Option<String>) -> anyhow::Result<String> {
         crate::run::fits(spec.k, self.state.max_k).map_err(|e| anyhow::anyhow!(e))?;
         let id = new_run_id();
+        let (gpus_lease, gpus_shared) = self.guard_gpus(&spec, &id)?;
         let run_dir = self.opts.data_dir.join("runs").join(&id);
         std::fs::create_dir_all(&run_dir)?;
         let token = new_token();
@@ -190,6 +197,7 @@ impl Engine {
         });
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
+        run.gpus_shared = gpus_shared;
         let label = format!(
             "launched {} {} k={} on {}{}",
             id,
@@ -217,9 +225,45 @@ impl Engine {
                 transport_read: None,
                 results: HashSet::new(),
                 all_bye_at: None,
+                _gpus: gpus_lease,
             },
         );
         Ok(id)
+    }
+
+    /// Before an NCCL launch: lock the run's GPUs and ask NVML who else computes on them. Another
+    /// holder refuses the launch, naming it, unless `--shared-gpus` (then the run carries the mark).
+    fn guard_gpus(
+        &self,
+        spec: &RunSpec,
+        id: &str,
+    ) -> anyhow::Result<(Option<gpu_guard::GpuLease>, Option<String>)> {
+        if spec.backend != crate::protocol::Backend::Nccl {
+            return Ok((None, None));
+        }
+        let visible = spec
+            .nccl
+            .get("CUDA_VISIBLE_DEVICES")
+            .map(str::to_string)
+            .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
+        let gpus = gpu_guard::gpus_for(spec.k, visible.as_deref());
+        let mut holders = Vec::new();
+        let lease = match gpu_guard::lock(&gpu_guard::lock_dir(), &gpus, &gpu_guard::who_am_i(id)) {
+            Ok(l) => Some(l),
+            Err(h) => {
+                holders.extend(h);
+                None
+            }
+        };
+        // No NVML (no driver): the locks are the only guard, and the launch will say why it fails.
+        holders.extend(gpu_guard::nvml_holders(&gpus).unwrap_or_default());
+        if holders.is_empty() {
+            return Ok((lease, None));
+        }
+        if !self.opts.shared_gpus {
+            anyhow::bail!("{}", gpu_guard::refusal(&holders));
+        }
+        Ok((lease, Some(gpu_guard::shared_mark(&holders))))
     }
 
     /// Ask a run to stop; it ends as `stopped` once no process of it is left.
@@ -609,6 +653,9 @@ impl Engine {
             return;
         };
         view.transport = transport.or(view.transport.take());
+        if let Some(read) = nccl_reads(&view.spec, &run_dir) {
+            view.nccl_read = read;
+        }
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();
         let scaling = summary::scaling(&view_snapshot, &self.state.runs);
@@ -748,9 +795,12 @@ impl Engine {
         let dir = l.run_dir.clone();
         if let Some(v) = self.state.run_mut(run)
             && v.spec.backend == crate::protocol::Backend::Nccl
-            && v.transport.is_none()
+            && (v.transport.is_none() || v.nccl_read.is_empty())
         {
             v.transport = nccl_log::transport_of_run(&dir);
+            if let Some(read) = nccl_reads(&v.spec, &dir) {
+                v.nccl_read = read;
+            }
         }
     }
 
@@ -840,4 +890,20 @@ fn new_run_id() -> String {
         "r{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{:04x}",
         rand::rng().random::<u16>()
     )
+}
+
+/// Which of the run's NCCL settings NCCL logged reading (see `nccl_log::toggles_read`).
+fn nccl_reads(
+    spec: &RunSpec,
+    dir: &std::path::Path,
+) -> Option<std::collections::BTreeMap<String, bool>> {
+    if spec.backend != crate::protocol::Backend::Nccl {
+        return None;
+    }
+    let set: Vec<(&str, &str)> = spec
+        .nccl
+        .launch_env()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect();
+    nccl_log::toggles_read(dir, &set)
 }

@@ -342,6 +342,8 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "efficiency": scaling.as_ref().map(|s| s.efficiency),
         "baseline_run_id": scaling.as_ref().map(|s| s.baseline.clone()),
         "transport": r.transport,
+        "nccl_read": r.nccl_read.iter().map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" })).collect::<std::collections::BTreeMap<_, _>>(),
+        "gpus_shared": r.gpus_shared,
         "versions": r.versions,
         "worker_pids": r.ranks.values().filter_map(|x| x.pid).collect::<Vec<_>>(),
         "bad_lines": r.bad_lines(),
@@ -773,6 +775,12 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         }
         if let Some(t) = &r.transport {
             notes.push(format!("via {t}"));
+        }
+        if let Some(n) = crate::supervisor::nccl_log::ignored_note(&r.nccl_read) {
+            notes.push(format!("WARNING {n}"));
+        }
+        if let Some(shared) = &r.gpus_shared {
+            notes.push(format!("WARNING {shared}"));
         }
         if r.spec.experiment == Experiment::Fsdp
             && let Some(n) = fsdp_note(r)

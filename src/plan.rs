@@ -64,6 +64,7 @@ pub fn setup(
     let profile = profile_for(resolved.backend, profile)?;
     let mut opts = EngineOptions::new(crate::paths::data_dir(g.data_dir.as_deref()));
     opts.python = resolved.python.clone();
+    opts.shared_gpus = g.shared_gpus;
     opts.watchdog.floor_s = config.watchdog.hang_floor_s;
     opts.watchdog.factor = config.watchdog.hang_factor;
     opts.watchdog.startup_s = config.watchdog.startup_s;

@@ -65,7 +65,9 @@ CREATE TABLE IF NOT EXISTS runs (
     strategy TEXT NOT NULL DEFAULT 'fsdp',
     optimizer TEXT NOT NULL DEFAULT 'sgd',
     attach_json TEXT,
-    hand TEXT NOT NULL DEFAULT 'single+star'
+    hand TEXT NOT NULL DEFAULT 'single+star',
+    gpus_shared TEXT,
+    nccl_read_json TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -150,6 +152,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         ("optimizer", "TEXT NOT NULL DEFAULT 'sgd'"),
         ("attach_json", "TEXT"),
         ("hand", "TEXT NOT NULL DEFAULT 'single+star'"),
+        ("gpus_shared", "TEXT"),
+        ("nccl_read_json", "TEXT NOT NULL DEFAULT '{}'"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -295,7 +299,7 @@ impl Store {
             "UPDATE runs SET status=?2, reason=?3, ended_unix=?4, samples_per_s=?5, rank_min=?6, rank_max=?7,
               speedup=?8, efficiency=?9, transport=?10, pids_json=?11, bad_lines=?12, rejected=?13,
               hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
-              baseline_run=?18 WHERE id=?1",
+              baseline_run=?18, gpus_shared=?19, nccl_read_json=?20 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -315,6 +319,8 @@ impl Store {
                 serde_json::to_string(&run.bucket_bytes)?,
                 serde_json::to_string(&run.versions)?,
                 scaling.map(|s| s.baseline.as_str()),
+                run.gpus_shared,
+                serde_json::to_string(&run.nccl_read)?,
             ],
         )?;
         for r in run.ranks.values() {
@@ -593,6 +599,8 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
         rank_max: rank_max.unwrap_or(0.0),
     });
     run.transport = r.get("transport")?;
+    run.gpus_shared = r.get("gpus_shared")?;
+    run.nccl_read = json_col(r, "nccl_read_json")?;
     run.versions = json_col(r, "versions_json")?;
     run.hang_report = json_col(r, "hang_report_json")?;
     run.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);

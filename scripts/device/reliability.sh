@@ -4,7 +4,12 @@
 #      constructor broadcast (phase ddp_init); how long until ddptop says "hung";
 #  (b) a teardown hang injected on NCCL (DDPTOP_INJECT=teardown:0: every rank sends result and
 #      bye, then blocks before destroy_process_group), how ddptop ends and records the run;
-#  (c) two concurrent `ddptop run weak --k 2` on the same GPUs: what the second one does.
+#  (c) two concurrent `ddptop run weak --k $K` on the same GPUs: what the second one does
+#      (expected: refused, naming the first ddptop's pid and the GPU processes NVML lists);
+#  (d) which NCCL toggles NCCL read: a weak run with NCCL_SHM_USE_CUDA_MEMCPY=1 and
+#      NCCL_SOCKET_NTHREADS=2 besides the default NCCL_NVLS_ENABLE=0; the JSON's nccl_read.
+# K (default 2) is the number of GPUs; with K=1 (one GPU lent) (a) is skipped: the deadlock
+# needs two ranks.
 # After each: the GPUs' compute processes (nvidia-smi) and any worker/launcher process left.
 # The verdicts depend on the Rust side (watchdog phases, teardown deadline, GPU lock); this
 # script records whichever outcome happens. Each scenario has a wall-clock cap (timeout); a
@@ -17,6 +22,7 @@ export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
 export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-data-reliability}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 PY=${DDPTOP_PYTHON}
+K=${K:-2}
 B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=./.carry/ddptop
 TABLE="$OUT/reliability.tsv"; : > "$TABLE"
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/reliability.log"; }
@@ -57,20 +63,24 @@ log "binary $B"
 "$B" --version >> "$OUT/reliability.log" 2>&1
 
 # (a) the book's deadlock ------------------------------------------------------------------
-log "(a) deadlock: ddptop run weak --k 2 --env NCCL_P2P_DISABLE=1 --env NCCL_SHM_USE_CUDA_MEMCPY=1"
+if [ "$K" -ge 2 ]; then
+log "(a) deadlock: ddptop run weak --k $K --env NCCL_P2P_DISABLE=1 --env NCCL_SHM_USE_CUDA_MEMCPY=1"
 t=$(date +%s.%N)
-timeout -k 5 60 "$B" run weak --k 2 --backend nccl --env NCCL_P2P_DISABLE=1 \
+timeout -k 5 60 "$B" run weak --k $K --backend nccl --env NCCL_P2P_DISABLE=1 \
   --env NCCL_SHM_USE_CUDA_MEMCPY=1 --json > "$OUT/a_deadlock.json" 2> "$OUT/a_deadlock.stderr"
 rc=$?; wall=$(echo "$(date +%s.%N) - $t" | bc | cut -c1-5)
 s=$(summary "$OUT/a_deadlock.json" 2>>"$OUT/reliability.log"); left=$(leftovers a)
 log "(a) rc=$rc wall=${wall}s: $s; $left"
 record "(a) book's deadlock" "rc=$rc, ${wall} s wall" "$s" "$left"
+else
+record "(a) book's deadlock" "skipped" "needs 2 GPUs, K=$K" "-"
+fi
 
 # (b) teardown hang on NCCL --------------------------------------------------------------
 # Expected: completed, reason "teardown hung: ... results kept", ~teardown-timeout after the byes.
-log "(b) teardown hang: ddptop run weak --k 2 --samples 30000 --inject teardown:0 --teardown-timeout 15"
+log "(b) teardown hang: ddptop run weak --k $K --samples 30000 --inject teardown:0 --teardown-timeout 15"
 t=$(date +%s.%N)
-timeout -k 5 80 "$B" run weak --k 2 --backend nccl --samples 30000 \
+timeout -k 5 80 "$B" run weak --k $K --backend nccl --samples 30000 \
   --inject teardown:0 --teardown-timeout 15 --json > "$OUT/b_teardown.json" 2> "$OUT/b_teardown.stderr"
 rc=$?; wall=$(echo "$(date +%s.%N) - $t" | bc | cut -c1-5)
 [ "$rc" = 124 ] && log "(b) ddptop did not end by itself: stopped by timeout after 80 s"
@@ -79,16 +89,16 @@ log "(b) rc=$rc wall=${wall}s: $s; $left"
 record "(b) teardown hang" "rc=$rc, ${wall} s wall" "$s" "$left"
 
 # (c) two ddptops on the same GPUs -------------------------------------------------------
-log "(c) two concurrent ddptop run weak --k 2"
-"$B" run weak --k 2 --backend nccl --json > "$OUT/c_first.json" 2> "$OUT/c_first.stderr" &
+log "(c) two concurrent ddptop run weak --k $K"
+"$B" run weak --k $K --backend nccl --json > "$OUT/c_first.json" 2> "$OUT/c_first.stderr" &
 first=$!
 for _ in $(seq 60); do  # until the first run's two ranks hold the GPUs (at most 30 s)
-  [ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c .)" -ge 2 ] && break
+  [ "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c .)" -ge "$K" ] && break
   sleep 0.5
 done
 log "(c) first run holds $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .) GPU process(es); starting the second"
 t=$(date +%s.%N)
-timeout -k 5 50 "$B" run weak --k 2 --backend nccl --json > "$OUT/c_second.json" 2> "$OUT/c_second.stderr"
+timeout -k 5 50 "$B" run weak --k $K --backend nccl --json > "$OUT/c_second.json" 2> "$OUT/c_second.stderr"
 rc2=$?; wall2=$(echo "$(date +%s.%N) - $t" | bc | cut -c1-5)
 ( sleep 35; kill -INT "$first" 2>/dev/null ) & guard=$!
 wait "$first"; rc1=$?; kill "$guard" 2>/dev/null
@@ -99,6 +109,17 @@ log "(c) second: rc=$rc2 wall=${wall2}s: $s2; stderr: ${said:-<empty>}"
 log "(c) first: rc=$rc1: $s1; $left"
 record "(c) second ddptop" "rc=$rc2, ${wall2} s wall" "$s2; stderr: ${said:-<empty>}" "-"
 record "(c) first ddptop" "rc=$rc1" "$s1" "$left"
+
+# (d) NCCL toggles taken or ignored ---------------------------------------------------------
+log "(d) toggles: ddptop run weak --k $K --samples 20000 --env NCCL_SHM_USE_CUDA_MEMCPY=1 --env NCCL_SOCKET_NTHREADS=2"
+timeout -k 5 60 "$B" run weak --k $K --backend nccl --samples 20000 --env NCCL_SHM_USE_CUDA_MEMCPY=1 \
+  --env NCCL_SOCKET_NTHREADS=2 --json > "$OUT/d_toggles.json" 2> "$OUT/d_toggles.stderr"
+rc=$?
+read_=$($PY -c 'import json,sys; r=json.load(open(sys.argv[1]))["runs"][0]; print(r["status"], json.dumps(r.get("nccl_read")))' "$OUT/d_toggles.json" 2>/dev/null || echo "no JSON document")
+grep -h "set by environment" "$DDPTOP_DATA_DIR"/runs/*/nccl*.log 2>/dev/null | sed 's/^[^ ]* //' | sort -u | head -20 >> "$OUT/reliability.log"
+left=$(leftovers d)
+log "(d) rc=$rc: $read_; $left"
+record "(d) NCCL toggles" "rc=$rc" "$read_" "$left"
 
 echo
 printf '%-20s | %-18s | %s | %s\n' scenario "exit, wall" "status | samples/s | reason" "after"

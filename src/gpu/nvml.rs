@@ -229,3 +229,20 @@ impl GpuSource for NvmlSource {
         Ok(out)
     }
 }
+
+/// Compute processes NVML lists on each of `gpus` (a GPU NVML cannot open is skipped). Opens
+/// NVML for the one question: used before a launch, not per sample.
+pub fn compute_pids(gpus: &[u32]) -> Result<Vec<(u32, Vec<u32>)>, String> {
+    let nvml = Nvml::init().map_err(|e| explain(&e))?;
+    let mut out = Vec::new();
+    for &i in gpus {
+        if let Ok(d) = nvml.device_by_index(i) {
+            let pids = d
+                .running_compute_processes()
+                .map(|ps| ps.into_iter().map(|p| p.pid).collect())
+                .unwrap_or_default();
+            out.push((i, pids));
+        }
+    }
+    Ok(out)
+}

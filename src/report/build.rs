@@ -34,7 +34,15 @@ pub fn curve_label(run: &RunView) -> String {
 
 pub fn settings_label(run: &RunView) -> String {
     let s = run.spec.nccl.short();
-    if s == "default" { "defaults".into() } else { s }
+    let mut label = if s == "default" { "defaults".into() } else { s };
+    // The setting as it took effect: a toggle NCCL never read did nothing.
+    if let Some(n) = crate::supervisor::nccl_log::ignored_note(&run.nccl_read) {
+        label.push_str(&format!(" ({n})"));
+    }
+    if run.gpus_shared.is_some() {
+        label.push_str(" (GPUs shared)");
+    }
+    label
 }
 
 pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
@@ -58,6 +66,7 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         started: Timestamp(run.started_unix),
         ended: run.ended_unix.map(Timestamp),
         transport: run.transport.clone(),
+        gpus_shared: run.gpus_shared.clone(),
         sweep: run.sweep.clone(),
         command: rec.map(|r| r.command.clone()).unwrap_or_default(),
         versions: run.versions.clone(),

@@ -227,6 +227,8 @@ pub struct RunInfo {
     pub started: Timestamp,
     pub ended: Option<Timestamp>,
     pub transport: Option<String>,
+    /// `--shared-gpus` beside other processes: who they were.
+    pub gpus_shared: Option<String>,
     pub sweep: Option<String>,
     /// The exact command line the run was launched with.
     pub command: String,

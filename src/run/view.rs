@@ -145,6 +145,10 @@ pub struct RunView {
     pub probe: Vec<Probe>,
     pub bench: Vec<Bench>,
     pub transport: Option<String>,
+    /// Each NCCL variable the run set, and whether NCCL logged reading it (`true`: taken).
+    pub nccl_read: BTreeMap<String, bool>,
+    /// Set when the run was launched with `--shared-gpus` beside other processes: who they were.
+    pub gpus_shared: Option<String>,
     pub versions: BTreeMap<String, String>,
     pub rejected: u64,
     pub log_tail: VecDeque<String>,
@@ -196,6 +200,8 @@ impl RunView {
             probe: Vec::new(),
             bench: Vec::new(),
             transport: None,
+            nccl_read: BTreeMap::new(),
+            gpus_shared: None,
             versions: BTreeMap::new(),
             rejected: 0,
             log_tail: VecDeque::new(),

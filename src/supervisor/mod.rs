@@ -2,6 +2,7 @@
 //! authenticated socket server, stopping process trees, the hang watchdog, NCCL log parsing.
 
 pub mod flight;
+pub mod gpu_guard;
 pub mod handrolled;
 pub mod launch;
 pub mod nccl_log;

@@ -1,6 +1,7 @@
-//! The transport NCCL chose, parsed from its `NCCL_DEBUG=INFO` log files in the run directory.
+//! What NCCL's `NCCL_DEBUG=INFO` log files in the run directory say: the transport it chose, and
+//! which of the run's `NCCL_*` variables it read.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// Distinct transports from lines like `Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`,
@@ -22,21 +23,87 @@ pub fn transports_in(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// The text of every `nccl*.log` in `dir` (each capped: what we look for comes at init).
+fn logs_of_run(dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("nccl")
+            && name.ends_with(".log")
+            && let Ok(bytes) = std::fs::read(e.path())
+        {
+            out.push(String::from_utf8_lossy(&bytes[..bytes.len().min(4 << 20)]).into_owned());
+        }
+    }
+    out
+}
+
 /// Read every `nccl*.log` in `dir` and summarize, e.g. `P2P/CUMEM` or `SHM/CE+SHM/direct`.
 pub fn transport_of_run(dir: &Path) -> Option<String> {
     let mut all = BTreeSet::new();
-    for e in std::fs::read_dir(dir).ok()?.flatten() {
-        let name = e.file_name();
-        let name = name.to_string_lossy();
-        if name.starts_with("nccl") && name.ends_with(".log") {
-            // Cap the read: transport lines come at init, near the top.
-            if let Ok(bytes) = std::fs::read(e.path()) {
-                let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4 << 20)]);
-                all.extend(transports_in(&text));
-            }
-        }
+    for text in logs_of_run(dir) {
+        all.extend(transports_in(&text));
     }
     (!all.is_empty()).then(|| all.into_iter().collect::<Vec<_>>().join("+"))
+}
+
+/// Variables NCCL reports taking from the environment, with the value it logged:
+/// `… NCCL INFO NCCL_P2P_DISABLE set by environment to 1`.
+pub fn env_reads_in(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(i) = line.find(" set by environment to ") else {
+            continue;
+        };
+        let Some(name) = line[..i].split_whitespace().last() else {
+            continue;
+        };
+        if name.starts_with("NCCL_") {
+            let value = line[i + " set by environment to ".len()..].trim();
+            out.insert(name.to_string(), value.trim_end_matches('.').to_string());
+        }
+    }
+    out
+}
+
+/// Variables ddptop sets for its own use, not toggles: NCCL never logs reading them.
+const INTERNAL: [&str; 3] = ["NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS"];
+
+/// For each `NCCL_*` variable in `set` (the run's environment), whether NCCL logged reading it.
+/// `None` while no log shows an initialized communicator (nothing can be said yet), or when the
+/// run's `NCCL_DEBUG_SUBSYS` hides the ENV lines.
+pub fn toggles_read(dir: &Path, set: &[(&str, &str)]) -> Option<BTreeMap<String, bool>> {
+    let hidden = set.iter().any(|(k, v)| {
+        *k == "NCCL_DEBUG_SUBSYS" && !v.split(',').any(|s| matches!(s.trim(), "ENV" | "ALL"))
+    });
+    let logs = logs_of_run(dir);
+    if hidden || !logs.iter().any(|t| t.contains("Init COMPLETE")) {
+        return None;
+    }
+    let mut read = BTreeMap::new();
+    for t in &logs {
+        read.extend(env_reads_in(t));
+    }
+    Some(
+        set.iter()
+            .filter(|(k, _)| k.starts_with("NCCL_") && !INTERNAL.contains(k))
+            .map(|(k, _)| (k.to_string(), read.contains_key(*k)))
+            .collect(),
+    )
+}
+
+/// `NCCL_SHM_USE_CUDA_MEMCPY=1 ignored by NCCL` for each toggle NCCL did not read.
+pub fn ignored_note(read: &BTreeMap<String, bool>) -> Option<String> {
+    let ignored: Vec<&str> = read
+        .iter()
+        .filter(|(_, taken)| !**taken)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    (!ignored.is_empty()).then(|| format!("NCCL ignored {}", ignored.join(", ")))
 }
 
 #[cfg(test)]
@@ -52,5 +119,49 @@ mod tests {
                    x NCCL INFO comm 0x1 rank 0 nranks 2 - Init COMPLETE";
         let t: Vec<String> = transports_in(log).into_iter().collect();
         assert_eq!(t, vec!["NET/Socket", "P2P/CUMEM", "SHM/CE"]);
+    }
+
+    #[test]
+    fn env_reads_name_each_variable_nccl_took() {
+        let log = "gpu:9:9 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1\n\
+                   gpu:9:9 [0] NCCL INFO NCCL_NVLS_ENABLE set by environment to 0.\n\
+                   gpu:9:9 [0] NCCL INFO Bootstrap: Using eth0:10.0.0.2<0>\n";
+        let r = env_reads_in(log);
+        assert_eq!(r.get("NCCL_P2P_DISABLE").map(String::as_str), Some("1"));
+        assert_eq!(r.get("NCCL_NVLS_ENABLE").map(String::as_str), Some("0"));
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn a_toggle_absent_from_the_env_lines_is_ignored_once_init_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = [
+            ("NCCL_P2P_DISABLE", "1"),
+            ("NCCL_SHM_USE_CUDA_MEMCPY", "1"),
+            ("NCCL_DEBUG", "INFO"),
+        ];
+        std::fs::write(
+            dir.path().join("nccl.gpu.1.log"),
+            "x NCCL INFO NCCL_P2P_DISABLE set by environment to 1\n",
+        )
+        .unwrap();
+        // Before init completes nothing is judged.
+        assert_eq!(toggles_read(dir.path(), &set), None);
+        std::fs::write(
+            dir.path().join("nccl.gpu.2.log"),
+            "x NCCL INFO comm 0x1 rank 1 nranks 2 cudaDev 1 - Init COMPLETE\n",
+        )
+        .unwrap();
+        let read = toggles_read(dir.path(), &set).unwrap();
+        assert_eq!(read.get("NCCL_P2P_DISABLE"), Some(&true));
+        assert_eq!(read.get("NCCL_SHM_USE_CUDA_MEMCPY"), Some(&false));
+        assert!(!read.contains_key("NCCL_DEBUG"));
+        assert_eq!(
+            ignored_note(&read).as_deref(),
+            Some("NCCL ignored NCCL_SHM_USE_CUDA_MEMCPY")
+        );
+        // A subsystem filter without ENV hides the lines: no verdict rather than a false one.
+        let hidden = [("NCCL_P2P_DISABLE", "1"), ("NCCL_DEBUG_SUBSYS", "INIT")];
+        assert_eq!(toggles_read(dir.path(), &hidden), None);
     }
 }

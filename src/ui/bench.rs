@@ -59,8 +59,26 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 t.badge
             },
         ));
+        let ignored: Vec<&str> = s
+            .run
+            .nccl_read
+            .iter()
+            .filter(|(_, taken)| !**taken)
+            .map(|(k, _)| k.trim_start_matches("NCCL_"))
+            .collect();
+        // A setting NCCL did not read makes this column the default in disguise: say so first.
+        let warning = if !ignored.is_empty() {
+            Some(format!("⚠ ignored {}", ignored.join(",")))
+        } else {
+            s.run
+                .gpus_shared
+                .as_ref()
+                .map(|_| "⚠ GPUs shared".to_string())
+        };
         let sub = if !s.run.status.shows_results() {
             s.run.status.as_str().to_string()
+        } else if let Some(w) = &warning {
+            w.clone()
         } else if let Some(tr) = &s.run.transport {
             tr.clone()
         } else if show_alg {
@@ -68,7 +86,9 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         } else {
             "busbw".to_string()
         };
-        let st = if s.run.status.shows_results() {
+        let st = if warning.is_some() && s.run.status.shows_results() {
+            t.warn
+        } else if s.run.status.shows_results() {
             t.dim
         } else {
             t.status(s.run.status)

@@ -50,6 +50,13 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
         }
         _ => {}
     }
+    // Marks that qualify the figure come first: they must survive a narrow column.
+    if let Some(shared) = &run.gpus_shared {
+        note.push(format!("⚠ {shared}"));
+    }
+    if let Some(ignored) = crate::supervisor::nccl_log::ignored_note(&run.nccl_read) {
+        note.push(format!("⚠ {ignored}"));
+    }
     if let Some(tr) = &run.transport {
         note.push(tr.clone());
     }

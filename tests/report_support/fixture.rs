@@ -36,6 +36,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         started: Timestamp(T0 + offset),
         ended: Some(Timestamp(T0 + offset + 30.5)),
         transport: None,
+        gpus_shared: None,
         sweep: Some("s1".into()),
         command: format!(
             "python -m ddptop_worker.train --experiment {experiment} --world-size {k} --backend {backend}"

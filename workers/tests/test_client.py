@@ -110,6 +110,8 @@ def test_entering_a_phase_is_reported_at_once(monkeypatch: pytest.MonkeyPatch) -
         assert [m["phase"] for m in srv.messages("heartbeat")] == ["ddp_init", "train"]
     finally:
         c.close()
+    # The fake server reads on its own thread: wait for the bye before judging the order.
+    assert srv.wait_for(lambda: any(m["type"] == "bye" for m in srv.messages()), timeout=5)
     assert [m["type"] for m in srv.messages()][-1] == "bye"  # closing sends no "done" beat
     srv.stop()
 
