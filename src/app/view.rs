@@ -26,7 +26,8 @@ pub enum Freeze {
 
 #[derive(Debug, Clone, Default)]
 pub struct View {
-    /// Index of the runs table's cursor in `State.runs`.
+    /// The Runs pane's cursor: rows `0..queued` are the queued launches (the last to start
+    /// first), then `State.runs`.
     pub selected: usize,
     /// The run the analysis panes talk about (Enter), by id.
     pub focused: Option<String>,
@@ -39,9 +40,17 @@ pub struct View {
 }
 
 impl View {
-    /// The run under the table's cursor.
+    /// The run under the table's cursor (`None` on a queued launch).
     pub fn selected_run<'a>(&self, state: &'a State) -> Option<&'a RunView> {
-        state.runs.get(self.selected)
+        state
+            .runs
+            .get(self.selected.checked_sub(state.queued.len())?)
+    }
+
+    /// The queued launch under the cursor, as its index in `State.queued` (0 starts next).
+    pub fn selected_queued(&self, state: &State) -> Option<usize> {
+        let n = state.queued.len();
+        (self.selected < n).then(|| n - 1 - self.selected)
     }
 
     /// The run the analysis panes talk about: the focused run, else the selected one.
@@ -80,7 +89,7 @@ impl View {
     /// Point the cursor and the focus at `id` (a run just launched, or one to stay on).
     pub fn focus(&mut self, state: &State, id: &str) {
         if let Some(i) = state.runs.iter().position(|r| r.id == id) {
-            self.selected = i;
+            self.selected = i + state.queued.len();
             self.focused = Some(id.to_string());
         }
     }

@@ -6,7 +6,7 @@
 //! k=1 control) are queue entries that share a sweep id. What to launch comes from `plan`, the
 //! same planner `ddptop run` uses.
 
-use crate::app::{Action, Freeze, Level, State, View};
+use crate::app::{Action, Freeze, Level, Queued, State, View};
 use crate::engine::Engine;
 use crate::plan::{self, Queue, Template};
 use crate::protocol::Command;
@@ -107,6 +107,26 @@ impl Controller {
                 view.timeline_rank = 0;
             }
         }
+        self.sync_queue(engine.state_mut(), view);
+    }
+
+    /// Copy the queue into the state for the Runs pane; the cursor stays on its run.
+    fn sync_queue(&self, state: &mut State, view: &mut View) {
+        let queued: Vec<Queued> = self
+            .queue
+            .items()
+            .map(|(spec, sweep)| Queued {
+                spec: spec.clone(),
+                sweep: sweep.map(str::to_string),
+            })
+            .collect();
+        let before = state.queued.len();
+        if view.selected >= before {
+            view.selected = view.selected - before + queued.len();
+        } else {
+            view.selected = view.selected.min(queued.len().saturating_sub(1));
+        }
+        state.queued = queued;
     }
 
     /// Launches waiting for the active run.
@@ -293,6 +313,20 @@ impl Controller {
                 }
                 None => state.push_message(Level::Info, None, "nothing to rerun: no run selected"),
             },
+            Action::Stop if view.selected_queued(state).is_some() => {
+                let i = view.selected_queued(state).expect("checked");
+                if let Some(spec) = self.queue.remove(i) {
+                    state.push_message(
+                        Level::Info,
+                        None,
+                        format!(
+                            "cancelled the queued {} k={} (it had not started)",
+                            spec.experiment.as_str(),
+                            spec.k
+                        ),
+                    );
+                }
+            }
             Action::Stop => {
                 let selected = view
                     .selected_run(state)
@@ -346,7 +380,7 @@ impl Controller {
                 view.selected = view.selected.saturating_sub(1);
             }
             Action::Down => {
-                if view.selected + 1 < state.runs.len() {
+                if view.selected + 1 < state.rows() {
                     view.selected += 1;
                 }
             }

@@ -6,7 +6,7 @@ use super::fmt;
 use super::layout::PaneId;
 use super::theme::status_glyph;
 use super::{Ctx, empty_note, frame_block, model};
-use crate::app::summary;
+use crate::app::{progress, summary};
 use crate::app::{Experiment, RunStatus, RunView};
 use crate::protocol::Backend;
 use ratatui::buffer::Buffer;
@@ -52,9 +52,6 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     }
     if let Some(tr) = &run.transport {
         note.push(tr.clone());
-    }
-    if let Some(sw) = &run.sweep {
-        note.push(format!("sweep {sw}"));
     }
     if run.spec.control {
         note.push("k=1 control".into());
@@ -150,15 +147,18 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let mut title = vec![Span::raw("Runs")];
     if !s.runs.is_empty() {
         title.push(Span::styled(
-            format!(" {live} this session, {hist} stored"),
+            format!(" {live} this session, {hist} from earlier sessions"),
             t.dim,
         ));
+    }
+    if !s.queued.is_empty() {
+        title.push(Span::styled(format!(" · {} queued", s.queued.len()), t.dim));
     }
     let inner = frame_block(ctx, PaneId::Runs, title, area, buf);
     if inner.height == 0 {
         return;
     }
-    if s.runs.is_empty() {
+    if s.rows() == 0 {
         empty_note(
             ctx,
             inner,
@@ -172,11 +172,61 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let id_w = if w >= 150 { 21 } else { 11 };
     let focused = ctx.view.focused.as_deref();
     let header_style = t.label;
-    let rows: Vec<Row> = s
+    // Queued launches first (the last to start on top, so the next one sits just above the runs
+    // and a started launch keeps its row), greyed, with their place in the queue.
+    let queued_rows = s.queued.iter().enumerate().rev().map(|(i, q)| {
+        let st = t.dim;
+        let be = if wide {
+            fmt::backend(&q.spec)
+        } else if q.spec.backend == Backend::Sim {
+            "SIM".into()
+        } else {
+            q.spec.backend.as_str().to_string()
+        };
+        let exp = if q.spec.control {
+            format!("{}*", q.spec.experiment.as_str())
+        } else {
+            q.spec.experiment.as_str().to_string()
+        };
+        let mut note = vec![];
+        if let Some((p, n)) = q.sweep.as_deref().and_then(|w| s.sweep_position(w, None, Some(i))) {
+            note.push(format!("sweep {p}/{n}"));
+        }
+        note.push("waits for the active run".into());
+        if let Some(k) = ctx.keys.first_key(crate::app::Action::Stop) {
+            note.push(format!("{k} cancels"));
+        }
+        let mut cells = vec![
+            Cell::from(Span::styled(" ", st)),
+            Cell::from(Span::styled("(not started)", st)),
+            Cell::from(Span::styled(exp, st)),
+            Cell::from(Span::styled(q.spec.k.to_string(), st)),
+            Cell::from(Span::styled(be, st)),
+        ];
+        let status = Cell::from(Span::styled(format!("◌ queued #{}", i + 1), st));
+        if wide {
+            cells.extend([
+                Cell::from(Span::styled(q.spec.nccl.short(), st)),
+                status,
+                Cell::from(Span::styled("—", st)),
+                Cell::from(Span::styled("—", st)),
+                Cell::from(Span::styled(note.join(" · "), st)),
+            ]);
+        } else {
+            cells.extend([status, Cell::from(Span::styled(note.join(" · "), st))]);
+        }
+        Row::new(cells)
+    });
+    let run_rows = s
         .runs
         .iter()
         .map(|r| {
-            let f = figures(r, &s.runs);
+            let mut f = figures(r, &s.runs);
+            if let Some((p, n)) = r.sweep.as_deref().and_then(|w| s.sweep_position(w, Some(&r.id), None)) {
+                let sw = format!("sweep {p}/{n}");
+                f.note = if f.note.is_empty() { sw } else { format!("{sw} · {}", f.note) };
+            }
+            let prog = progress::progress(r);
             let mark = if Some(r.id.as_str()) == focused {
                 "●"
             } else {
@@ -229,6 +279,14 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 } else {
                     t.status(r.status)
                 };
+                let note = match &prog {
+                    Some(p) => {
+                        let room = w.saturating_sub(100).max(24);
+                        let txt = progress_text(p, room).unwrap_or_default();
+                        if f.note.is_empty() { txt } else { format!("{txt} · {}", f.note) }
+                    }
+                    None => f.note,
+                };
                 cells.extend([
                     Cell::from(Span::styled(
                         r.spec.nccl.short(),
@@ -241,7 +299,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                     Cell::from(status),
                     Cell::from(Span::styled(f.main, main_style)),
                     Cell::from(Span::styled(f.eff, t.value)),
-                    Cell::from(Span::styled(f.note, note_style)),
+                    Cell::from(Span::styled(note, note_style)),
                 ]);
             } else {
                 let result = if r.status.shows_results() {
@@ -255,9 +313,15 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                     } else {
                         (f.main_short, f.eff_narrow)
                     };
-                    let mut v = vec![Span::styled(main, main_style)];
+                    let mut v = vec![Span::styled(main.clone(), main_style)];
                     if eff != "—" {
                         v.push(Span::styled(format!("  {eff}"), t.value));
+                    }
+                    if let Some(p) = &prog {
+                        let room = avail.saturating_sub(main.chars().count() + 1);
+                        if let Some(txt) = progress_text(p, room) {
+                            v.push(Span::styled(format!(" {txt}"), t.running));
+                        }
                     }
                     Line::from(v)
                 } else {
@@ -266,8 +330,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 cells.extend([Cell::from(status), Cell::from(result)]);
             }
             Row::new(cells)
-        })
-        .collect();
+        });
+    let rows: Vec<Row> = queued_rows.chain(run_rows).collect();
     // (header, width) of each column; the first four are the same in both layouts.
     let id_w = id_w as u16;
     let mut cols: Vec<(&str, Constraint)> = vec![
@@ -311,8 +375,42 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         .header(Row::new(header).style(header_style))
         .column_spacing(1)
         .row_highlight_style(t.selected);
-    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.runs.len() - 1)));
+    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.rows() - 1)));
     StatefulWidget::render(table, inner, buf, &mut ts);
+}
+
+/// A run's progress in at most `room` cells, the longest form that fits:
+/// `███▍░░░░ 45% ETA 1m20s train`, then shorter; `None` when nothing fits.
+pub fn progress_text(p: &progress::Progress, room: usize) -> Option<String> {
+    let phase = p.phase.map(progress::phase_label);
+    let eta = p.eta_s.map(progress::eta_label);
+    let mut forms: Vec<String> = Vec::new();
+    match p.frac() {
+        Some(f) => {
+            let pct = format!("{:.0}%", f * 100.0);
+            let tail = |eta_word: bool| -> String {
+                match (&eta, eta_word) {
+                    (Some(e), true) => format!("{pct} ETA {e}"),
+                    (Some(e), false) => format!("{pct} {e}"),
+                    (None, _) => pct.clone(),
+                }
+            };
+            if let Some(ph) = phase {
+                forms.push(format!("{} {} {ph}", progress::bar(f, 10), tail(true)));
+            }
+            forms.push(format!("{} {}", progress::bar(f, 10), tail(true)));
+            forms.push(format!("{} {}", progress::bar(f, 6), tail(false)));
+            forms.push(tail(false));
+            forms.push(pct.clone());
+        }
+        None => {
+            if let Some(ph) = phase {
+                forms.push(format!("step {} {ph}", p.step));
+            }
+            forms.push(format!("step {}", p.step));
+        }
+    }
+    forms.into_iter().find(|f| f.chars().count() <= room)
 }
 
 /// The detail pane for a run that did not complete: its status, the full reason, the watchdog's
