@@ -40,6 +40,8 @@ pub struct LaunchPrefs {
     pub nccl: NcclSettings,
     /// The `--attach` script and its arguments, as the header names them.
     pub attach: Option<String>,
+    /// The config preset `nccl` came from (`e`), until a toggle changes it.
+    pub preset: Option<String>,
 }
 
 /// A launch waiting its turn: the dashboard's copy of `plan::Queue` (which owns them), so the
@@ -77,6 +79,8 @@ pub struct State {
     pub max_k: u32,
     /// Launches waiting for the active run, the next one first.
     pub queued: Vec<Queued>,
+    /// Where runs keep their files (`DATA_DIR/runs/ID/`); `None` in tests and listings.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 pub const MAX_MESSAGES: usize = 500;
@@ -94,10 +98,12 @@ impl State {
                 data_path: DataPath::Device,
                 nccl: NcclSettings::default(),
                 attach: None,
+                preset: None,
             },
             proc_stats: BTreeMap::new(),
             max_k: 0,
             queued: Vec::new(),
+            data_dir: None,
         }
     }
 

@@ -169,6 +169,10 @@ pub struct RunView {
     pub total_steps: Option<u64>,
     /// `(t, step)` of the first rank's recent messages: its pace, for the ETA.
     pub step_clock: VecDeque<(f64, u64)>,
+    /// The launch's program and arguments (this session's runs; stored runs: `command.txt`).
+    pub command: Option<String>,
+    /// Variables the launch set (`None`: removed), without the socket token.
+    pub env: BTreeMap<String, Option<String>>,
 }
 
 /// How many `(t, step)` points `RunView.step_clock` keeps.
@@ -218,6 +222,8 @@ impl RunView {
             device_memory: BTreeMap::new(),
             total_steps: None,
             step_clock: VecDeque::new(),
+            command: None,
+            env: BTreeMap::new(),
         }
     }
 

@@ -297,6 +297,13 @@ impl Controller {
                 Ok(k) => self.plan(state, Experiment::Allreduce, &[k], false),
                 Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
             },
+            Action::Toggle(var) if state.host.backend == crate::run::HostBackend::Gloo => {
+                state.push_message(
+                    Level::Info,
+                    None,
+                    format!("{} is an NCCL setting: gloo runs don't read it", var.name()),
+                )
+            }
             Action::Toggle(var) => toggle(state, var),
             Action::Rerun => match view.selected_run(state) {
                 Some(r) => {
@@ -376,20 +383,34 @@ impl Controller {
                 let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
                 view.pane = PAGES[(i + 1) % PAGES.len()];
             }
-            Action::Up => {
-                view.selected = view.selected.saturating_sub(1);
-            }
-            Action::Down => {
-                if view.selected + 1 < state.rows() {
-                    view.selected += 1;
-                }
+            Action::Up
+            | Action::Down
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Top
+            | Action::Bottom => {
+                view.navigate(state, action);
             }
             Action::Focus => {
                 if let Some(r) = view.selected_run(state) {
+                    if view.focused.as_deref() != Some(r.id.as_str()) {
+                        view.log_scroll = 0;
+                    }
                     view.focused = Some(r.id.clone());
                     view.timeline_rank = 0;
+                    view.detail = true;
                 }
             }
+            Action::Close => {
+                if view.show_help {
+                    view.show_help = false;
+                } else if view.detail {
+                    view.detail = false;
+                } else {
+                    view.zoom = false;
+                }
+            }
+            Action::Zoom => view.zoom = !view.zoom,
             Action::NextRank => {
                 if let Some(k) = view.subject(state).map(|r| r.spec.k.max(1)) {
                     view.timeline_rank = (view.timeline_rank + 1) % k;
@@ -447,6 +468,7 @@ fn write_report(engine: &mut Engine, view: &View) {
 }
 
 fn toggle(state: &mut State, var: NcclVar) {
+    state.next.preset = None;
     let on = state.next.nccl.toggle(var);
     let what = if on {
         format!("{}={}", var.name(), var.toggle_value())

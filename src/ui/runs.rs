@@ -168,8 +168,13 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         return;
     }
     let w = inner.width as usize;
-    let wide = w >= 100;
     let id_w = if w >= 150 { 21 } else { 11 };
+    // The wide table's fixed columns (id, exp, k, status, figures, a note, the spaces between):
+    // it is used only when they and the backend and NCCL columns fit, so no column (the run id
+    // above all) is ever squeezed.
+    let fixed = 1 + id_w + 9 + 2 + 11 + 16 + 17 + 4 + 9;
+    let wide = w >= 100 && w >= fixed + 7 + 12;
+    let spare = w.saturating_sub(fixed + 7 + 12);
     let focused = ctx.view.focused.as_deref();
     let header_style = t.label;
     // Queued launches first (the last to start on top, so the next one sits just above the runs
@@ -349,14 +354,13 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 .unwrap_or(lo)
                 .clamp(lo, hi)
         };
+        let be_w = widest(&|r| fmt::backend(&r.spec), 7, 18).min(7 + spare as u16);
+        let spare = spare as u16 - (be_w - 7);
         cols.extend([
-            (
-                "backend",
-                Constraint::Length(widest(&|r| fmt::backend(&r.spec), 7, 18)),
-            ),
+            ("backend", Constraint::Length(be_w)),
             (
                 "NCCL toggles",
-                Constraint::Length(widest(&|r| r.spec.nccl.short(), 12, 28)),
+                Constraint::Length(widest(&|r| r.spec.nccl.short(), 12, 28).min(12 + spare)),
             ),
             ("status", Constraint::Length(11)),
             ("samples/s ±rank", Constraint::Length(16)),
