@@ -137,7 +137,21 @@ async fn launches_queue_one_at_a_time_and_stop_drops_the_sweep() {
     c.pump(&mut e, &mut v);
     assert_eq!(e.state().runs.len(), 2, "next in the queue started");
     assert_eq!(c.pending(), 2);
+    // The queue is on screen: rows 0 and 1 are the queued launches (the last to start on top).
+    assert_eq!(e.state().queued.len(), 2);
+    assert_eq!(e.state().queued[0].spec.k, 2);
+    assert_eq!(v.selected_run(e.state()).map(|r| r.spec.k), Some(1));
+    // x on a queued launch cancels it, and only it.
     v.selected = 0;
+    assert_eq!(v.selected_queued(e.state()), Some(1));
+    c.handle(&mut e, &mut v, Action::Stop);
+    assert_eq!(c.pending(), 1, "the queued k=4 cancelled");
+    assert!(last_msg(&e).contains("cancelled the queued weak k=4"), "{}", last_msg(&e));
+    assert_eq!(e.state().queued.len(), 1);
+    let running = e.state().runs[0].id.clone();
+    assert!(!e.state().runs[0].status.is_final());
+    v.focus(e.state(), &running);
+    assert_eq!(v.selected, 1, "the running run sits below the one queued launch");
     c.handle(&mut e, &mut v, Action::Stop);
     assert_eq!(c.pending(), 0, "rest of the sweep dropped");
     let id = e.state().runs[0].id.clone();
