@@ -25,7 +25,7 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     };
     let spec = &run.spec;
     let mut what = format!(
-        "{}{} k={} · {} · {} · batch {} · {} epochs · {} samples · {} data",
+        "{}{} k={} · {} · {} · {} · {} epochs · {} samples · {} data",
         spec.experiment.as_str(),
         if spec.control { " (k=1 control)" } else { "" },
         spec.k,

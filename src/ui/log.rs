@@ -106,7 +106,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     title.push(Span::styled(" · ddptop messages", t.dim));
     if scroll > 0 {
         title.push(Span::styled(
-            format!(" · scrolled up {scroll} lines (End follows)"),
+            format!(" · scrolled ↑{scroll} · End follows"),
             t.label,
         ));
     }

@@ -466,7 +466,7 @@ const HELP_GROUPS: [(&[Action], &str); 6] = [
             Action::Toggle(NcclVar::TOGGLES[1]),
             Action::Toggle(NcclVar::TOGGLES[2]),
         ],
-        "NCCL toggles for the next launch (SHM memcpy, P2P, NVLS)",
+        "NCCL toggles for the next launch: SHM memcpy, P2P, NVLS",
     ),
     (
         &[Action::Up, Action::Down],
@@ -572,7 +572,7 @@ fn help(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let rows = inner.height as usize;
     let cols = lines.len().div_ceil(rows).max(1);
     let col_w = inner.width as usize / cols;
-    let desc_w = col_w.saturating_sub(key_w + 3);
+    let desc_w = col_w.saturating_sub(key_w + 2);
     for (i, (k, _name, d)) in lines.iter().enumerate() {
         let (c, y) = (i / rows, i % rows);
         let line = Line::from(vec![

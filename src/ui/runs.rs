@@ -197,13 +197,15 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         if let Some((p, n)) = q.sweep.as_deref().and_then(|w| s.sweep_position(w, None, Some(i))) {
             note.push(format!("sweep {p}/{n}"));
         }
-        note.push("waits for the active run".into());
         if let Some(k) = ctx.keys.first_key(crate::app::Action::Stop) {
             note.push(format!("{k} cancels"));
         }
+        if wide {
+            note.push("starts when the active run ends".into());
+        }
         let mut cells = vec![
             Cell::from(Span::styled(" ", st)),
-            Cell::from(Span::styled("(not started)", st)),
+            Cell::from(Span::styled("—", st)),
             Cell::from(Span::styled(exp, st)),
             Cell::from(Span::styled(q.spec.k.to_string(), st)),
             Cell::from(Span::styled(be, st)),
@@ -284,13 +286,21 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 } else {
                     t.status(r.status)
                 };
-                let note = match &prog {
+                // A running run has no efficiency yet: its progress takes that column, its
+                // phase leads the note.
+                let (eff, note) = match &prog {
                     Some(p) => {
-                        let room = w.saturating_sub(100).max(24);
-                        let txt = progress_text(p, room).unwrap_or_default();
-                        if f.note.is_empty() { txt } else { format!("{txt} · {}", f.note) }
+                        let bar = progress_text(&progress::Progress { phase: None, ..p.clone() }, 17)
+                            .unwrap_or_default();
+                        let phase = p.phase.map(progress::phase_label).unwrap_or_default();
+                        let note = [f.note, phase.to_string()]
+                            .into_iter()
+                            .filter(|x| !x.is_empty())
+                            .collect::<Vec<_>>()
+                            .join(" · ");
+                        (bar, note)
                     }
-                    None => f.note,
+                    None => (f.eff, f.note),
                 };
                 cells.extend([
                     Cell::from(Span::styled(
@@ -303,7 +313,10 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                     )),
                     Cell::from(status),
                     Cell::from(Span::styled(f.main, main_style)),
-                    Cell::from(Span::styled(f.eff, t.value)),
+                    Cell::from(Span::styled(
+                        eff,
+                        if prog.is_some() { t.running } else { t.value },
+                    )),
                     Cell::from(Span::styled(note, note_style)),
                 ]);
             } else {
@@ -323,9 +336,17 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                         v.push(Span::styled(format!("  {eff}"), t.value));
                     }
                     if let Some(p) = &prog {
+                        // The progress, and the sweep position when there is room for both.
                         let room = avail.saturating_sub(main.chars().count() + 1);
-                        if let Some(txt) = progress_text(p, room) {
-                            v.push(Span::styled(format!(" {txt}"), t.running));
+                        let sweep = f.note.split(" · ").find(|x| x.starts_with("sweep "));
+                        let with_sweep = sweep.and_then(|sw| {
+                            progress_text(p, room.saturating_sub(sw.chars().count() + 3))
+                                .map(|txt| format!(" {txt} · {sw}"))
+                        });
+                        if let Some(txt) = with_sweep
+                            .or_else(|| progress_text(p, room).map(|txt| format!(" {txt}")))
+                        {
+                            v.push(Span::styled(txt, t.running));
                         }
                     }
                     Line::from(v)
