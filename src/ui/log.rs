@@ -26,7 +26,7 @@ fn line_style(ctx: &Ctx, l: &str) -> Style {
 }
 
 /// Split `text` into rows of at most `width` cells (by character width; a long line wraps, it is
-/// never cut).
+/// never cut), at a space when there is one in the row's second half.
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     use fmt::unicode_width_shim::width as w;
     if width == 0 {
@@ -39,8 +39,18 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
         let c = if c == '\t' { ' ' } else { c };
         let cw = w(c.encode_utf8(&mut [0; 4]));
         if used + cw > width && !cur.is_empty() {
-            rows.push(std::mem::take(&mut cur));
-            used = 0;
+            let half = cur.len() / 2;
+            match cur.rfind(' ').filter(|i| *i >= half && *i + 1 < cur.len()) {
+                Some(i) => {
+                    let rest = cur.split_off(i + 1);
+                    rows.push(std::mem::replace(&mut cur, rest));
+                    used = w(&cur);
+                }
+                None => {
+                    rows.push(std::mem::take(&mut cur));
+                    used = 0;
+                }
+            }
         }
         cur.push(c);
         used += cw;
@@ -227,6 +237,7 @@ mod tests {
     fn long_lines_wrap_and_the_window_scrolls_by_lines() {
         assert_eq!(wrap("abcdefg", 3), ["abc", "def", "g"]);
         assert_eq!(wrap("", 3), [""]);
+        assert_eq!(wrap("launched on sim now", 10), ["launched ", "on sim now"]);
         let items = ["one", "two", "three-long", "four"];
         let w = |sc| window(&items, |s| s.to_string(), 5, 3, sc);
         // Newest at the bottom; the long line wraps.
