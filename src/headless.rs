@@ -12,8 +12,8 @@ use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunS
 use serde_json::{Value, json};
 use std::io::IsTerminal;
 use std::sync::Arc;
-use std::time::Duration;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The sim's cost model is ResNet-18's: a curve labelled with another model would be a lie.
@@ -180,7 +180,11 @@ impl ProgressLine {
             return;
         };
         let now = std::time::Instant::now();
-        if line == self.text || self.last.is_some_and(|t| now - t < Duration::from_millis(250)) {
+        if line == self.text
+            || self
+                .last
+                .is_some_and(|t| now - t < Duration::from_millis(250))
+        {
             return;
         }
         // Never wider than the terminal: a wrapped line can't be rewritten with \r.
@@ -302,7 +306,11 @@ async fn execute(
                 }
                 ids.push(id);
             }
-            let line = e.state().active_runs().next().and_then(crate::app::progress::line);
+            let line = e
+                .state()
+                .active_runs()
+                .next()
+                .and_then(crate::app::progress::line);
             progress.show(line.as_deref());
             queue.idle(e)
         })

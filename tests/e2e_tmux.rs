@@ -427,7 +427,9 @@ fn sweep_shows_its_queue_and_the_log_scrolls_in_a_terminal() {
     // The Log focused: g goes to its oldest line, Up/Down no longer move the run cursor.
     t.keys(&["Tab", "Tab", "Tab"]);
     t.keys(&["g"]);
-    let s = t.wait_for("the log scrolled", 10, Some(dash), |s| s.contains("scrolled ↑"));
+    let s = t.wait_for("the log scrolled", 10, Some(dash), |s| {
+        s.contains("scrolled ↑")
+    });
     assert!(s.contains("queued #2"), "{s}");
     t.keys(&["G"]);
     t.wait_for("the log following again", 10, Some(dash), |s| {
@@ -441,7 +443,9 @@ fn sweep_shows_its_queue_and_the_log_scrolls_in_a_terminal() {
     assert!(s.contains("queued #1") || s.contains("▶ running"), "{s}");
     // z maximizes the Runs pane and toggles back.
     t.keys(&["z"]);
-    t.wait_for("the zoomed runs pane", 10, Some(dash), |s| !s.contains("Timeline"));
+    t.wait_for("the zoomed runs pane", 10, Some(dash), |s| {
+        !s.contains("Timeline")
+    });
     t.keys(&["z"]);
     t.wait_for("the panes back", 10, Some(dash), |s| s.contains("Timeline"));
     t.record_tree(dash);
@@ -466,11 +470,16 @@ fn headless_run_rewrites_one_progress_line_on_a_terminal() {
         "Enter",
     ]);
     let s = t.wait_for("a progress line", 60, None, |s| {
-        s.lines().any(|l| l.contains("k=1 step") && l.contains("ETA"))
+        s.lines()
+            .any(|l| l.contains("k=1 step") && l.contains("ETA"))
     });
     let lines = |s: &str| s.lines().filter(|l| l.contains(" k=1 step ")).count();
     assert_eq!(lines(&s), 1, "one line, rewritten in place:\n{s}");
     let s = t.wait_for("the end", 120, None, |s| s.contains("EXIT=0"));
-    assert_eq!(lines(&s), 0, "the progress line is cleared before the table:\n{s}");
+    assert_eq!(
+        lines(&s),
+        0,
+        "the progress line is cleared before the table:\n{s}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,8 +8,18 @@ fn piped_stderr_gets_no_progress_line() {
     let d = tempfile::tempdir().unwrap();
     let out = common::ddptop(d.path())
         .args([
-            "run", "weak", "--k", "1", "--samples", "20000", "--epochs", "2", "--backend", "sim",
-            "--sim-speed", "5",
+            "run",
+            "weak",
+            "--k",
+            "1",
+            "--samples",
+            "20000",
+            "--epochs",
+            "2",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "5",
         ])
         .output()
         .unwrap();

@@ -64,7 +64,11 @@ async fn details_zoom_and_gloo_toggles() {
     let before = e.state().next.nccl.clone();
     c.handle(&mut e, &mut v, Action::Toggle(NcclVar::P2pDisable));
     assert_eq!(e.state().next.nccl, before);
-    assert!(last_msg(&e).contains("gloo runs don't read it"), "{}", last_msg(&e));
+    assert!(
+        last_msg(&e).contains("gloo runs don't read it"),
+        "{}",
+        last_msg(&e)
+    );
     e.wait_final(&id).await;
     e.shutdown(false).await;
 }
@@ -178,12 +182,19 @@ async fn launches_queue_one_at_a_time_and_stop_drops_the_sweep() {
     assert_eq!(v.selected_queued(e.state()), Some(1));
     c.handle(&mut e, &mut v, Action::Stop);
     assert_eq!(c.pending(), 1, "the queued k=4 cancelled");
-    assert!(last_msg(&e).contains("cancelled the queued weak k=4"), "{}", last_msg(&e));
+    assert!(
+        last_msg(&e).contains("cancelled the queued weak k=4"),
+        "{}",
+        last_msg(&e)
+    );
     assert_eq!(e.state().queued.len(), 1);
     let running = e.state().runs[0].id.clone();
     assert!(!e.state().runs[0].status.is_final());
     v.focus(e.state(), &running);
-    assert_eq!(v.selected, 1, "the running run sits below the one queued launch");
+    assert_eq!(
+        v.selected, 1,
+        "the running run sits below the one queued launch"
+    );
     c.handle(&mut e, &mut v, Action::Stop);
     assert_eq!(c.pending(), 0, "rest of the sweep dropped");
     let id = e.state().runs[0].id.clone();

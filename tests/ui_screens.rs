@@ -210,7 +210,13 @@ fn help_screen_from_the_key_map() {
     for l in &boxed {
         assert!(!l.contains('…'), "cut help line: {l}");
     }
-    for want in ["PageUp", "Enter / Esc", "z ", "cancel a queued launch", "q Ctrl-c"] {
+    for want in [
+        "PageUp",
+        "Enter / Esc",
+        "z ",
+        "cancel a queued launch",
+        "q Ctrl-c",
+    ] {
         assert!(s.contains(want), "{want} missing:\n{s}");
     }
     assert!(s.lines().last().unwrap().contains("help"), "{s}");

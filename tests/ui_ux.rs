@@ -50,7 +50,11 @@ fn sweep_in_progress() -> Screen {
     let sweep = "s1-1".to_string();
     let mut k1 = completed(4, spec(Experiment::Weak, 1, Backend::Sim), &[5_580.0]);
     k1.sweep = Some(sweep.clone());
-    let mut k2 = run(5, spec(Experiment::Weak, 2, Backend::Sim), RunStatus::Running);
+    let mut k2 = run(
+        5,
+        spec(Experiment::Weak, 2, Backend::Sim),
+        RunStatus::Running,
+    );
     live_ranks(&mut k2, 5000, false);
     k2.sweep = Some(sweep.clone());
     k2.total_steps = Some(400);
@@ -93,7 +97,10 @@ fn runs_pane_shows_the_queue_sweep_position_and_progress_with_eta() {
     insta::assert_snapshot!(t.backend());
     let wide = text(&draw(&st, 200, 50));
     assert!(wide.contains("sweep 2/3"), "{wide}");
-    assert!(wide.contains("25% 1m00s") && wide.contains("sweep 2/3"), "{wide}");
+    assert!(
+        wide.contains("25% 1m00s") && wide.contains("sweep 2/3"),
+        "{wide}"
+    );
     assert!(wide.contains("x cancels"), "{wide}");
 }
 
@@ -106,7 +113,10 @@ fn the_cursor_on_a_queued_row_is_not_a_run() {
     st.view.selected = 2;
     assert_eq!(st.view.selected_run(&st.state).unwrap().id, id(5));
     // The sweep's members: k=1 ran first, k=2 runs, k=4 waits.
-    assert_eq!(st.state.sweep_position("s1-1", Some(&id(4)), None), Some((1, 3)));
+    assert_eq!(
+        st.state.sweep_position("s1-1", Some(&id(4)), None),
+        Some((1, 3))
+    );
     assert_eq!(st.state.sweep_position("s1-1", None, Some(0)), Some((3, 3)));
 }
 
@@ -138,7 +148,10 @@ fn log_focused_keys_scroll_it_and_long_lines_wrap() {
     assert_eq!(st.view.selected, sel);
     let s = text(&draw(&st, 120, 40));
     assert!(s.contains("scrolled ↑11"), "{s}");
-    assert!(s.contains("line 49") && !s.contains("line 50") && !s.contains("END"), "{s}");
+    assert!(
+        s.contains("line 49") && !s.contains("line 50") && !s.contains("END"),
+        "{s}"
+    );
     // g / Home: the oldest line; G / End: following again.
     st.view.navigate(&state, Action::Top);
     let s = text(&draw(&st, 120, 40));
@@ -160,7 +173,10 @@ fn z_maximizes_the_focused_log() {
     st.view.log_scroll = 3;
     let t = draw(&st, 80, 24);
     let s = text(&t);
-    assert!(!s.contains("Runs·Scaling   GPUs") || s.contains("Log"), "{s}");
+    assert!(
+        !s.contains("Runs·Scaling   GPUs") || s.contains("Log"),
+        "{s}"
+    );
     insta::assert_snapshot!(t.backend());
 }
 
@@ -170,7 +186,10 @@ fn enter_opens_the_runs_details_with_command_env_ranks_and_files() {
     st.state.data_dir = Some("/data/ddptop".into());
     let i = st.view.selected;
     let r = &mut st.state.runs[i];
-    r.command = Some("/usr/bin/python3 -m torch.distributed.run --nproc-per-node 2 -m ddptop_worker train".into());
+    r.command = Some(
+        "/usr/bin/python3 -m torch.distributed.run --nproc-per-node 2 -m ddptop_worker train"
+            .into(),
+    );
     r.env = [
         ("NCCL_NVLS_ENABLE".to_string(), Some("0".to_string())),
         ("NCCL_P2P_DISABLE".to_string(), None),
@@ -207,13 +226,22 @@ fn gloo_says_nothing_about_nccl_and_offers_no_nccl_keys() {
     let header: String = s.lines().take(2).collect::<Vec<_>>().join("\n");
     assert!(!header.contains("NCCL"), "{header}");
     assert!(header.contains("ranks are CPU processes"), "{header}");
-    assert!(!hints.contains("SHM") && !hints.contains("P2P") && !hints.contains("NVLS"), "{hints}");
-    assert!(!hints.contains("weak/strong") && hints.contains("experiment"), "{hints}");
+    assert!(
+        !hints.contains("SHM") && !hints.contains("P2P") && !hints.contains("NVLS"),
+        "{hints}"
+    );
+    assert!(
+        !hints.contains("weak/strong") && hints.contains("experiment"),
+        "{hints}"
+    );
     // The simulated backend models NCCL: it says so.
     let sim = laptop_sim_running();
     let s = text(&draw(&sim, 160, 45));
     assert!(s.lines().nth(1).unwrap().contains("sim NCCL"), "{s}");
-    assert!(!s.contains("NCCL's defaults") && !s.contains("CPU/sim"), "{s}");
+    assert!(
+        !s.contains("NCCL's defaults") && !s.contains("CPU/sim"),
+        "{s}"
+    );
 }
 
 #[test]
@@ -295,7 +323,10 @@ fn no_color_timeline_bars_have_glyphs_of_their_own_in_the_legend() {
     };
     let (bwd, exposed, opt) = (glyph(" backward"), glyph(" exposed"), glyph(" optimizer"));
     assert!(bwd != exposed && exposed != opt && bwd != opt, "{legend}");
-    assert!(s.contains(exposed) && s.contains(opt), "glyphs drawn in the bars too");
+    assert!(
+        s.contains(exposed) && s.contains(opt),
+        "glyphs drawn in the bars too"
+    );
 }
 
 #[test]

@@ -42,7 +42,10 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         _ => None,
     };
     if let Some((t, step)) = pace.filter(|_| rank_id == 0)
-        && run.step_clock.back().is_none_or(|&(t0, s0)| t > t0 && step >= s0)
+        && run
+            .step_clock
+            .back()
+            .is_none_or(|&(t0, s0)| t > t0 && step >= s0)
     {
         run.step_clock.push_back((t, step));
         while run.step_clock.len() > crate::run::view::STEP_CLOCK {

@@ -385,7 +385,12 @@ impl Sim<'_> {
         sizes.sort_unstable();
         sizes.dedup();
         const ITERS: u32 = 20;
-        self.send_plan(sizes.len() as u64 * u64::from(ITERS), None, None, Phase::Bench);
+        self.send_plan(
+            sizes.len() as u64 * u64::from(ITERS),
+            None,
+            None,
+            Phase::Bench,
+        );
         for bytes in sizes {
             if self.client.shared.stop.load(Ordering::Relaxed) {
                 return self.finish(&[], ByeReason::Stopped);

@@ -297,13 +297,12 @@ impl Controller {
                 Ok(k) => self.plan(state, Experiment::Allreduce, &[k], false),
                 Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
             },
-            Action::Toggle(var) if state.host.backend == crate::run::HostBackend::Gloo => {
-                state.push_message(
+            Action::Toggle(var) if state.host.backend == crate::run::HostBackend::Gloo => state
+                .push_message(
                     Level::Info,
                     None,
                     format!("{} is an NCCL setting: gloo runs don't read it", var.name()),
-                )
-            }
+                ),
             Action::Toggle(var) => toggle(state, var),
             Action::Rerun => match view.selected_run(state) {
                 Some(r) => {

@@ -160,10 +160,20 @@ mod tests {
         // A click on the Log focuses it; the wheel over it scrolls its lines, not the runs.
         apply(&mut v, &st, area, &ev(down, log.x + 3, log.y + 2));
         assert_eq!(v.pane, Pane::Log);
-        apply(&mut v, &st, area, &ev(MouseEventKind::ScrollUp, log.x + 3, log.y + 2));
+        apply(
+            &mut v,
+            &st,
+            area,
+            &ev(MouseEventKind::ScrollUp, log.x + 3, log.y + 2),
+        );
         assert_eq!((v.log_scroll, v.selected), (WHEEL, 2));
         // The wheel over the runs moves the selection.
-        apply(&mut v, &st, area, &ev(MouseEventKind::ScrollDown, runs.x + 3, runs.y + 3));
+        apply(
+            &mut v,
+            &st,
+            area,
+            &ev(MouseEventKind::ScrollDown, runs.x + 3, runs.y + 3),
+        );
         assert_eq!(v.selected, 3);
         assert_eq!(v.pane, Pane::Log, "the wheel does not move the focus");
     }
@@ -177,7 +187,12 @@ mod tests {
         let mut v = View::default();
         // " Runs·Scaling   GPUs·Ranks   Timeline·Probe·Bench   Log"
         let x = bar.x + 1 + 14 + 1 + 3;
-        apply(&mut v, &st, area, &ev(MouseEventKind::Down(MouseButton::Left), x, bar.y));
+        apply(
+            &mut v,
+            &st,
+            area,
+            &ev(MouseEventKind::Down(MouseButton::Left), x, bar.y),
+        );
         assert_eq!(v.pane, Pane::Gpus);
     }
 }

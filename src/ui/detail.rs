@@ -2,9 +2,9 @@
 //! launch's command line and environment, versions, per-rank figures, transport, the watchdog's
 //! evidence and where its files are.
 
+use super::Ctx;
 use super::fmt;
 use super::theme::status_glyph;
-use super::Ctx;
 use crate::app::{RunView, summary};
 use crate::util::median;
 use ratatui::buffer::Buffer;
@@ -96,7 +96,9 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     out.push(kv("env", env.join("  ")));
     out.push(kv(
         "transport",
-        run.transport.clone().unwrap_or_else(|| "not reported".into()),
+        run.transport
+            .clone()
+            .unwrap_or_else(|| "not reported".into()),
     ));
     if let Some(agg) = &run.aggregate {
         let mut v = format!(

@@ -92,10 +92,7 @@ pub fn zoomed(ctx: &Ctx, visible: &[(PaneId, Rect)]) -> Option<(PaneId, Rect)> {
         return None;
     }
     let (id, _) = visible.iter().find(|(id, _)| id.pane() == ctx.view.pane)?;
-    let body = visible
-        .iter()
-        .map(|(_, r)| *r)
-        .reduce(|a, b| a.union(b))?;
+    let body = visible.iter().map(|(_, r)| *r).reduce(|a, b| a.union(b))?;
     Some((*id, body))
 }
 
@@ -473,7 +470,12 @@ const HELP_GROUPS: [(&[Action], &str); 6] = [
         "select a run; with the Log focused: scroll it",
     ),
     (
-        &[Action::PageUp, Action::PageDown, Action::Top, Action::Bottom],
+        &[
+            Action::PageUp,
+            Action::PageDown,
+            Action::Top,
+            Action::Bottom,
+        ],
         "page / first / last (runs, or the Log's lines)",
     ),
     (

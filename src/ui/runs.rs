@@ -6,8 +6,8 @@ use super::fmt;
 use super::layout::PaneId;
 use super::theme::status_glyph;
 use super::{Ctx, empty_note, frame_block, model};
-use crate::app::{progress, summary};
 use crate::app::{Experiment, RunStatus, RunView};
+use crate::app::{progress, summary};
 use crate::protocol::Backend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
@@ -194,7 +194,11 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             q.spec.experiment.as_str().to_string()
         };
         let mut note = vec![];
-        if let Some((p, n)) = q.sweep.as_deref().and_then(|w| s.sweep_position(w, None, Some(i))) {
+        if let Some((p, n)) = q
+            .sweep
+            .as_deref()
+            .and_then(|w| s.sweep_position(w, None, Some(i)))
+        {
             note.push(format!("sweep {p}/{n}"));
         }
         if let Some(k) = ctx.keys.first_key(crate::app::Action::Stop) {
@@ -224,139 +228,150 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         }
         Row::new(cells)
     });
-    let run_rows = s
-        .runs
-        .iter()
-        .map(|r| {
-            let mut f = figures(r, &s.runs);
-            if let Some((p, n)) = r.sweep.as_deref().and_then(|w| s.sweep_position(w, Some(&r.id), None)) {
-                let sw = format!("sweep {p}/{n}");
-                f.note = if f.note.is_empty() { sw } else { format!("{sw} · {}", f.note) };
-            }
-            let prog = progress::progress(r);
-            let mark = if Some(r.id.as_str()) == focused {
-                "●"
+    let run_rows = s.runs.iter().map(|r| {
+        let mut f = figures(r, &s.runs);
+        if let Some((p, n)) = r
+            .sweep
+            .as_deref()
+            .and_then(|w| s.sweep_position(w, Some(&r.id), None))
+        {
+            let sw = format!("sweep {p}/{n}");
+            f.note = if f.note.is_empty() {
+                sw
             } else {
-                " "
+                format!("{sw} · {}", f.note)
             };
-            let id = if id_w >= 21 {
-                r.id.clone()
-            } else {
-                fmt::short_id(&r.id).to_string()
-            };
-            let id_style = if r.live { t.text } else { t.dim };
-            let be_style = if r.spec.backend == Backend::Sim {
-                t.sim
-            } else {
-                t.text
-            };
-            let be = if wide {
-                fmt::backend(&r.spec)
-            } else if r.spec.backend == Backend::Sim {
-                "SIM".into()
-            } else {
-                r.spec.backend.as_str().to_string()
-            };
-            let status = Span::styled(
-                format!("{} {}", status_glyph(r.status), r.status.as_str()),
-                t.status(r.status),
-            );
-            let main_style = if f.live {
-                t.running
-            } else if r.status == RunStatus::Completed {
-                t.value
-            } else {
+        }
+        let prog = progress::progress(r);
+        let mark = if Some(r.id.as_str()) == focused {
+            "●"
+        } else {
+            " "
+        };
+        let id = if id_w >= 21 {
+            r.id.clone()
+        } else {
+            fmt::short_id(&r.id).to_string()
+        };
+        let id_style = if r.live { t.text } else { t.dim };
+        let be_style = if r.spec.backend == Backend::Sim {
+            t.sim
+        } else {
+            t.text
+        };
+        let be = if wide {
+            fmt::backend(&r.spec)
+        } else if r.spec.backend == Backend::Sim {
+            "SIM".into()
+        } else {
+            r.spec.backend.as_str().to_string()
+        };
+        let status = Span::styled(
+            format!("{} {}", status_glyph(r.status), r.status.as_str()),
+            t.status(r.status),
+        );
+        let main_style = if f.live {
+            t.running
+        } else if r.status == RunStatus::Completed {
+            t.value
+        } else {
+            t.dim
+        };
+        let exp = if r.spec.control {
+            format!("{}*", r.spec.experiment.as_str())
+        } else {
+            r.spec.experiment.as_str().to_string()
+        };
+        let mut cells = vec![
+            Cell::from(Span::styled(mark, t.running)),
+            Cell::from(Span::styled(id, id_style)),
+            Cell::from(Span::styled(exp, t.text)),
+            Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
+            Cell::from(Span::styled(be, be_style)),
+        ];
+        if wide {
+            let note_style = if r.status.shows_results() {
                 t.dim
-            };
-            let exp = if r.spec.control {
-                format!("{}*", r.spec.experiment.as_str())
             } else {
-                r.spec.experiment.as_str().to_string()
+                t.status(r.status)
             };
-            let mut cells = vec![
-                Cell::from(Span::styled(mark, t.running)),
-                Cell::from(Span::styled(id, id_style)),
-                Cell::from(Span::styled(exp, t.text)),
-                Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
-                Cell::from(Span::styled(be, be_style)),
-            ];
-            if wide {
-                let note_style = if r.status.shows_results() {
-                    t.dim
-                } else {
-                    t.status(r.status)
-                };
-                // A running run has no efficiency yet: its progress takes that column, its
-                // phase leads the note.
-                let (eff, note) = match &prog {
-                    Some(p) => {
-                        let bar = progress_text(&progress::Progress { phase: None, ..p.clone() }, 17)
-                            .unwrap_or_default();
-                        let phase = p.phase.map(progress::phase_label).unwrap_or_default();
-                        let note = [f.note, phase.to_string()]
-                            .into_iter()
-                            .filter(|x| !x.is_empty())
-                            .collect::<Vec<_>>()
-                            .join(" · ");
-                        (bar, note)
-                    }
-                    None => (f.eff, f.note),
-                };
-                cells.extend([
-                    Cell::from(Span::styled(
-                        r.spec.nccl.short(),
-                        if r.spec.nccl.is_default() {
-                            t.dim
-                        } else {
-                            t.text
+            // A running run has no efficiency yet: its progress takes that column, its
+            // phase leads the note.
+            let (eff, note) = match &prog {
+                Some(p) => {
+                    let bar = progress_text(
+                        &progress::Progress {
+                            phase: None,
+                            ..p.clone()
                         },
-                    )),
-                    Cell::from(status),
-                    Cell::from(Span::styled(f.main, main_style)),
-                    Cell::from(Span::styled(
-                        eff,
-                        if prog.is_some() { t.running } else { t.value },
-                    )),
-                    Cell::from(Span::styled(note, note_style)),
-                ]);
-            } else {
-                let result = if r.status.shows_results() {
-                    // The longest form that fits the column: the speedup always keeps its k=1 run.
-                    let avail = w.saturating_sub(33 + id_w);
-                    let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
-                    let (main, eff) = if len(&f.main, &f.eff) <= avail {
-                        (f.main, f.eff)
-                    } else if len(&f.main, &f.eff_narrow) <= avail {
-                        (f.main, f.eff_narrow)
+                        17,
+                    )
+                    .unwrap_or_default();
+                    let phase = p.phase.map(progress::phase_label).unwrap_or_default();
+                    let note = [f.note, phase.to_string()]
+                        .into_iter()
+                        .filter(|x| !x.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" · ");
+                    (bar, note)
+                }
+                None => (f.eff, f.note),
+            };
+            cells.extend([
+                Cell::from(Span::styled(
+                    r.spec.nccl.short(),
+                    if r.spec.nccl.is_default() {
+                        t.dim
                     } else {
-                        (f.main_short, f.eff_narrow)
-                    };
-                    let mut v = vec![Span::styled(main.clone(), main_style)];
-                    if eff != "—" {
-                        v.push(Span::styled(format!("  {eff}"), t.value));
-                    }
-                    if let Some(p) = &prog {
-                        // The progress, and the sweep position when there is room for both.
-                        let room = avail.saturating_sub(main.chars().count() + 1);
-                        let sweep = f.note.split(" · ").find(|x| x.starts_with("sweep "));
-                        let with_sweep = sweep.and_then(|sw| {
-                            progress_text(p, room.saturating_sub(sw.chars().count() + 3))
-                                .map(|txt| format!(" {txt} · {sw}"))
-                        });
-                        if let Some(txt) = with_sweep
-                            .or_else(|| progress_text(p, room).map(|txt| format!(" {txt}")))
-                        {
-                            v.push(Span::styled(txt, t.running));
-                        }
-                    }
-                    Line::from(v)
+                        t.text
+                    },
+                )),
+                Cell::from(status),
+                Cell::from(Span::styled(f.main, main_style)),
+                Cell::from(Span::styled(
+                    eff,
+                    if prog.is_some() { t.running } else { t.value },
+                )),
+                Cell::from(Span::styled(note, note_style)),
+            ]);
+        } else {
+            let result = if r.status.shows_results() {
+                // The longest form that fits the column: the speedup always keeps its k=1 run.
+                let avail = w.saturating_sub(33 + id_w);
+                let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
+                let (main, eff) = if len(&f.main, &f.eff) <= avail {
+                    (f.main, f.eff)
+                } else if len(&f.main, &f.eff_narrow) <= avail {
+                    (f.main, f.eff_narrow)
                 } else {
-                    Line::from(Span::styled(f.note, t.status(r.status)))
+                    (f.main_short, f.eff_narrow)
                 };
-                cells.extend([Cell::from(status), Cell::from(result)]);
-            }
-            Row::new(cells)
-        });
+                let mut v = vec![Span::styled(main.clone(), main_style)];
+                if eff != "—" {
+                    v.push(Span::styled(format!("  {eff}"), t.value));
+                }
+                if let Some(p) = &prog {
+                    // The progress, and the sweep position when there is room for both.
+                    let room = avail.saturating_sub(main.chars().count() + 1);
+                    let sweep = f.note.split(" · ").find(|x| x.starts_with("sweep "));
+                    let with_sweep = sweep.and_then(|sw| {
+                        progress_text(p, room.saturating_sub(sw.chars().count() + 3))
+                            .map(|txt| format!(" {txt} · {sw}"))
+                    });
+                    if let Some(txt) =
+                        with_sweep.or_else(|| progress_text(p, room).map(|txt| format!(" {txt}")))
+                    {
+                        v.push(Span::styled(txt, t.running));
+                    }
+                }
+                Line::from(v)
+            } else {
+                Line::from(Span::styled(f.note, t.status(r.status)))
+            };
+            cells.extend([Cell::from(status), Cell::from(result)]);
+        }
+        Row::new(cells)
+    });
     let rows: Vec<Row> = queued_rows.chain(run_rows).collect();
     // (header, width) of each column; the first four are the same in both layouts.
     let id_w = id_w as u16;

@@ -335,7 +335,14 @@ pub fn gantt(
         label(buf, y, "opt", t.label);
         match opt_ms {
             Some(o) => {
-                paint(buf, y, opt_start, opt_start + o, bar_glyphs(t).2, t.optimizer);
+                paint(
+                    buf,
+                    y,
+                    opt_start,
+                    opt_start + o,
+                    bar_glyphs(t).2,
+                    t.optimizer,
+                );
                 right(buf, y, format!("{} optimizer", fmt::ms(o)), t.dim);
             }
             None => {
