@@ -483,3 +483,52 @@ fn headless_run_rewrites_one_progress_line_on_a_terminal() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_mouse_click_selects_a_run_in_a_terminal() {
+    let Some(mut t) = Tmux::new("mouse") else {
+        return;
+    };
+    let dir = tempdir();
+    t.start(&ddptop_cmd(&dir, "20"));
+    let dash: u32 = t.display("#{pane_pid}").parse().unwrap();
+    t.wait_for("the dashboard", 30, Some(dash), |s| s.contains("Runs"));
+    t.keys(&["1"]);
+    t.wait_for("the first run", 120, Some(dash), |s| {
+        s.contains("✓ completed")
+    });
+    t.keys(&["2"]);
+    let s = t.wait_for("the second run", 120, Some(dash), |s| {
+        s.matches("✓ completed").count() >= 2
+    });
+    // The older run is the second row of the table; its id as the table shows it.
+    let row = |s: &str, i: usize| -> String {
+        s.lines()
+            .filter(|l| l.contains("✓ completed"))
+            .nth(i)
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+            .unwrap()
+    };
+    let older = row(&s, 1);
+    // A left click on that row (SGR mouse report, 1-based), then Enter: its details.
+    let area = ratatui::layout::Rect::new(0, 0, 120, 40);
+    let runs = ddptop::ui::layout::compute(area, 0)
+        .rect(ddptop::app::Pane::Runs, ddptop::ui::layout::PaneId::Runs)
+        .unwrap();
+    let (x, y) = (runs.x + 5 + 1, runs.y + 2 + 1 + 1);
+    t.keys(&["-l", &format!("\x1b[<0;{x};{y}M\x1b[<0;{x};{y}m")]);
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the clicked run's details", 10, Some(dash), |s| {
+        s.contains("╔ Run ")
+    });
+    let title = s.lines().find(|l| l.contains("╔ Run ")).unwrap();
+    assert!(title.contains(&older), "clicked {older}: {title}");
+    // Esc alone (Esc then q at once would read as Alt-q), then quit.
+    t.keys(&["Escape"]);
+    t.wait_for("the details closed", 10, Some(dash), |s| {
+        !s.contains("╔ Run ")
+    });
+    t.keys(&["q"]);
+    t.assert_no_leftovers(Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+}

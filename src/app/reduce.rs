@@ -124,10 +124,9 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Hlo(h) => run.hlo = Some(h.clone()),
         WorkerMsg::Check(c) => run.checks.push(c.clone()),
         // The run's length (the probe's extra steps arrive as a second plan): progress and ETA.
+        // Its `phase` is left to the heartbeats: entering a phase is progress for the watchdog,
+        // and only the heartbeat thread says when a rank really is in it.
         WorkerMsg::Plan(p) => {
-            if p.phase.is_some() {
-                rank.phase = p.phase;
-            }
             if rank_id == 0 {
                 run.total_steps = p.total_steps;
             }
