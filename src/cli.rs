@@ -64,6 +64,9 @@ pub struct TuiArgs {
     /// Leave runs going when ddptop quits.
     #[arg(long)]
     pub detach: bool,
+    /// Leave the mouse to the terminal (no click or wheel in the dashboard; config: mouse = false).
+    #[arg(long)]
+    pub no_mouse: bool,
     /// Run without a terminal: comma-separated actions (names or keys), `wait-run`, `sleep:S`.
     #[arg(long, value_name = "STEPS")]
     pub script: Option<String>,

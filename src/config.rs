@@ -22,6 +22,10 @@ pub const DEFAULT_CONFIG: &str = r##"# ddptop configuration (written on first ru
 # this file. `t` cycles themes at run time. NO_COLOR=1 in the environment forces monochrome.
 theme = "dark"
 
+# Mouse: click selects a run or focuses a pane, the wheel scrolls. false leaves the terminal's own
+# mouse handling (text selection) alone; --no-mouse does the same for one session.
+mouse = true
+
 # Launchers (default: found on PATH).
 # python = "/usr/bin/python3"
 # torchrun = "/usr/local/bin/torchrun"
@@ -59,7 +63,13 @@ startup_s = 180.0      # time allowed from launch to the first step
 # "Tab" = "next-pane"
 # "Up" = "up"            # also "k"
 # "Down" = "down"        # also "j"
-# "Enter" = "focus"
+# "PageUp" = "page-up"
+# "PageDown" = "page-down"
+# "Home" = "top"         # also "g"
+# "End" = "bottom"       # also "G"
+# "Enter" = "focus"      # opens the run's details
+# "Esc" = "close"
+# "z" = "zoom"
 # "]" = "next-rank"
 # "f" = "freeze"
 # "t" = "next-theme"
@@ -235,6 +245,8 @@ pub type Preset = EnvOverlay;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub theme: String,
+    /// Mouse capture (click, wheel) in the dashboard.
+    pub mouse: bool,
     pub keys: KeyMap,
     pub refresh: Refresh,
     pub timeline: TimelineCfg,
@@ -252,6 +264,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             theme: "dark".into(),
+            mouse: true,
             keys: KeyMap::default(),
             refresh: Refresh::default(),
             timeline: TimelineCfg::default(),
@@ -291,6 +304,7 @@ pub fn no_color_env() -> bool {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     theme: Option<Spanned<String>>,
+    mouse: Option<bool>,
     python: Option<PathBuf>,
     torchrun: Option<PathBuf>,
     #[serde(default)]
@@ -372,6 +386,9 @@ impl Config {
             ConfigError::at(path, text, Some(span), &msg)
         };
         let mut cfg = Config::default();
+        if let Some(m) = raw.mouse {
+            cfg.mouse = m;
+        }
         if let Some(theme) = raw.theme {
             let name = theme.get_ref().trim().to_string();
             let dir = path.parent().map(|d| d.join("themes"));

@@ -93,6 +93,8 @@ impl Engine {
         let store = Store::open(&opts.data_dir.join("runs.db"))?;
         let (tx, rx) = mpsc::channel(8192);
         let server = SocketServer::start(&crate::paths::runtime_parent(), tx.clone())?;
+        let mut state = state;
+        state.data_dir = Some(opts.data_dir.clone());
         let mut engine = Engine {
             state,
             store,
@@ -198,6 +200,20 @@ impl Engine {
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
         run.gpus_shared = gpus_shared;
+        // For the details view (the token stays out of sight, as in command.txt).
+        run.command = Some(
+            cmd.argv
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        run.env = cmd
+            .env
+            .iter()
+            .filter(|(k, _)| !k.starts_with("DDPTOP_TOKEN"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let label = format!(
             "launched {} {} k={} on {}{}",
             id,
@@ -293,7 +309,16 @@ impl Engine {
         self.state.push_message(
             Level::Info,
             Some(run_id),
-            format!("sent {cmd:?} to {n} rank(s)"),
+            format!(
+                "asked {n} {} to {}",
+                if n == 1 { "rank" } else { "ranks" },
+                match cmd {
+                    Command::ProbeOn => "start the no_sync probe",
+                    Command::ProbeOff => "stop the no_sync probe",
+                    Command::DumpFr => "write a flight-recorder dump",
+                    Command::Stop => "stop",
+                }
+            ),
         );
         Ok(())
     }

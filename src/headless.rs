@@ -10,8 +10,10 @@ use crate::plan::{self, BrokenConfig};
 use crate::run::HandRolled;
 use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunStatus, RunView};
 use serde_json::{Value, json};
+use std::io::IsTerminal;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The sim's cost model is ResNet-18's: a curve labelled with another model would be a lie.
@@ -154,6 +156,62 @@ fn environment(
     Ok(())
 }
 
+/// `ddptop run`'s progress on a terminal: one line on stderr, rewritten in place (`\r`), at most
+/// four times a second, cleared before anything else is printed.
+struct ProgressLine {
+    on: bool,
+    shown: bool,
+    last: Option<std::time::Instant>,
+    text: String,
+}
+
+impl ProgressLine {
+    fn new(on: bool) -> Self {
+        ProgressLine {
+            on,
+            shown: false,
+            last: None,
+            text: String::new(),
+        }
+    }
+
+    fn show(&mut self, line: Option<&str>) {
+        let Some(line) = line.filter(|_| self.on) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        if line == self.text
+            || self
+                .last
+                .is_some_and(|t| now - t < Duration::from_millis(250))
+        {
+            return;
+        }
+        // Never wider than the terminal: a wrapped line can't be rewritten with \r.
+        let cols = terminal_columns().unwrap_or(80).saturating_sub(1);
+        let text: String = line.chars().take(cols).collect();
+        eprint!("\r\x1b[K{text}");
+        let _ = std::io::Write::flush(&mut std::io::stderr());
+        self.text = line.to_string();
+        self.last = Some(now);
+        self.shown = true;
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            eprint!("\r\x1b[K");
+            let _ = std::io::Write::flush(&mut std::io::stderr());
+            self.shown = false;
+            self.text.clear();
+        }
+    }
+}
+
+/// stderr's terminal width.
+fn terminal_columns() -> Option<usize> {
+    crossterm::terminal::size().ok().map(|(w, _)| w as usize)
+}
+
 /// How the planned launches are driven and reported.
 struct Drive {
     ks: Vec<u32>,
@@ -234,6 +292,8 @@ async fn execute(
     });
     let mut ids = Vec::new();
     let json = a.json;
+    // One line rewritten in place on a terminal; nothing when stderr is piped or with --json.
+    let mut progress = ProgressLine::new(!json && std::io::stderr().is_terminal());
     engine
         .drive(None, |e| {
             if interrupted.load(Ordering::SeqCst) {
@@ -241,13 +301,21 @@ async fn execute(
             }
             if let Some((id, spec)) = queue.pump(e) {
                 if !json {
+                    progress.clear();
                     eprintln!("ddptop: k={} running as {id}", spec.k);
                 }
                 ids.push(id);
             }
+            let line = e
+                .state()
+                .active_runs()
+                .next()
+                .and_then(crate::app::progress::line);
+            progress.show(line.as_deref());
             queue.idle(e)
         })
         .await;
+    progress.clear();
     watcher.abort();
     let interrupted = interrupted.load(Ordering::SeqCst);
     engine.shutdown(false).await;

@@ -197,7 +197,7 @@ pub struct KeyMap {
 }
 
 /// The default bindings, in the order the help screen lists them.
-pub const DEFAULT_KEYS: [(&str, Action); 27] = [
+pub const DEFAULT_KEYS: [(&str, Action); 35] = [
     ("1", Action::Launch { k: 1 }),
     ("2", Action::Launch { k: 2 }),
     ("4", Action::Launch { k: 4 }),
@@ -216,7 +216,15 @@ pub const DEFAULT_KEYS: [(&str, Action); 27] = [
     ("k", Action::Up),
     ("Down", Action::Down),
     ("j", Action::Down),
+    ("PageUp", Action::PageUp),
+    ("PageDown", Action::PageDown),
+    ("Home", Action::Top),
+    ("g", Action::Top),
+    ("End", Action::Bottom),
+    ("G", Action::Bottom),
     ("Enter", Action::Focus),
+    ("Esc", Action::Close),
+    ("z", Action::Zoom),
     ("]", Action::NextRank),
     ("f", Action::Freeze),
     ("t", Action::NextTheme),
@@ -260,7 +268,10 @@ impl KeyMap {
     pub fn resolve(&self, ev: &KeyEvent) -> Option<Action> {
         let key = Key::from_event(ev)?;
         if ev.kind == KeyEventKind::Repeat
-            && !matches!(self.map.get(&key), Some(Action::Up | Action::Down))
+            && !matches!(
+                self.map.get(&key),
+                Some(Action::Up | Action::Down | Action::PageUp | Action::PageDown)
+            )
         {
             // Holding a key repeats navigation only, never launches.
             return None;
@@ -349,7 +360,19 @@ mod tests {
         );
         assert_eq!(
             km.resolve(&ev(KeyCode::Char('z'), KeyModifiers::NONE)),
+            Some(Action::Zoom)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Char('Z'), KeyModifiers::SHIFT)),
             None
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::End, KeyModifiers::NONE)),
+            Some(Action::Bottom)
+        );
+        assert_eq!(
+            km.resolve(&ev(KeyCode::Esc, KeyModifiers::NONE)),
+            Some(Action::Close)
         );
         let mut rep = ev(KeyCode::Char('2'), KeyModifiers::NONE);
         rep.kind = KeyEventKind::Repeat;

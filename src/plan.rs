@@ -369,6 +369,16 @@ impl Queue {
         self.items.is_empty()
     }
 
+    /// The waiting launches, the next one first, with their sweep ids.
+    pub fn items(&self) -> impl Iterator<Item = (&RunSpec, Option<&str>)> {
+        self.items.iter().map(|(s, w)| (s, w.as_deref()))
+    }
+
+    /// Take the `i`-th waiting launch (0 starts next) out of the queue.
+    pub fn remove(&mut self, i: usize) -> Option<RunSpec> {
+        self.items.remove(i).map(|(s, _)| s)
+    }
+
     /// Drop the queued launches of a sweep; how many went.
     pub fn drop_sweep(&mut self, sweep: &str) -> usize {
         let before = self.items.len();

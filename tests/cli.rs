@@ -19,6 +19,13 @@ fn help_and_version() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("ddptop "));
     let out = ddptop(d.path()).args(["run", "--help"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("--inject"));
+    // The dashboard leaves the mouse to the terminal with --no-mouse; scripts take it too.
+    assert!(help.contains("--no-mouse"), "{help}");
+    let out = ddptop(d.path())
+        .args(["--backend", "sim", "--no-mouse", "--script", "z,Esc,q"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
 }
 
 #[test]

@@ -401,3 +401,134 @@ fn no_color_draws_without_colours() {
     t.assert_no_leftovers(Duration::from_secs(10));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn sweep_shows_its_queue_and_the_log_scrolls_in_a_terminal() {
+    let Some(mut t) = Tmux::new("queue") else {
+        return;
+    };
+    let dir = tempdir();
+    // Slow (a run takes about half a minute): everything below happens during the first run.
+    t.start(&ddptop_cmd(&dir, "0.2"));
+    let dash: u32 = t.display("#{pane_pid}").parse().unwrap();
+    t.wait_for("the dashboard", 30, Some(dash), |s| s.contains("Runs"));
+    // A sweep k = 1, 2, 4: the first runs, the other two wait on screen, greyed, numbered.
+    t.keys(&["a"]);
+    let s = t.wait_for("the queue on screen", 60, Some(dash), |s| {
+        s.contains("▶ running") && s.contains("queued #1") && s.contains("queued #2")
+    });
+    assert!(s.contains("sweep 3/3"), "{s}");
+    assert!(s.contains("2 queued"), "{s}");
+    // Its progress with an ETA once the pace is known.
+    t.wait_for("progress with an ETA", 60, Some(dash), |s| {
+        s.lines()
+            .any(|l| l.contains("▶ running") && l.contains("% ") && l.contains('░'))
+    });
+    // The Log focused: g goes to its oldest line, Up/Down no longer move the run cursor.
+    t.keys(&["Tab", "Tab", "Tab"]);
+    t.keys(&["g"]);
+    let s = t.wait_for("the log scrolled", 10, Some(dash), |s| {
+        s.contains("scrolled ↑")
+    });
+    assert!(s.contains("queued #2"), "{s}");
+    t.keys(&["G"]);
+    t.wait_for("the log following again", 10, Some(dash), |s| {
+        !s.contains("scrolled ↑")
+    });
+    // Back on the Runs pane: up onto the next queued launch, x cancels it (and only it).
+    t.keys(&["Tab", "k", "x"]);
+    let s = t.wait_for("the cancel", 20, Some(dash), |s| {
+        s.contains("cancelled the queued") && !s.contains("queued #2")
+    });
+    assert!(s.contains("queued #1") || s.contains("▶ running"), "{s}");
+    // z maximizes the Runs pane and toggles back.
+    t.keys(&["z"]);
+    t.wait_for("the zoomed runs pane", 10, Some(dash), |s| {
+        !s.contains("Timeline")
+    });
+    t.keys(&["z"]);
+    t.wait_for("the panes back", 10, Some(dash), |s| s.contains("Timeline"));
+    t.record_tree(dash);
+    t.keys(&["q"]);
+    t.assert_no_leftovers(Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn headless_run_rewrites_one_progress_line_on_a_terminal() {
+    let Some(mut t) = Tmux::new("progress") else {
+        return;
+    };
+    let dir = tempdir();
+    t.start("sh");
+    t.keys(&[
+        &format!(
+            "{BIN} --data-dir {} --config {} run weak --k 1 --backend sim --sim-speed 2; echo EXIT=$?",
+            dir.join("data").display(),
+            dir.join("config.toml").display()
+        ),
+        "Enter",
+    ]);
+    let s = t.wait_for("a progress line", 60, None, |s| {
+        s.lines()
+            .any(|l| l.contains("k=1 step") && l.contains("ETA"))
+    });
+    let lines = |s: &str| s.lines().filter(|l| l.contains(" k=1 step ")).count();
+    assert_eq!(lines(&s), 1, "one line, rewritten in place:\n{s}");
+    let s = t.wait_for("the end", 120, None, |s| s.contains("EXIT=0"));
+    assert_eq!(
+        lines(&s),
+        0,
+        "the progress line is cleared before the table:\n{s}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_mouse_click_selects_a_run_in_a_terminal() {
+    let Some(mut t) = Tmux::new("mouse") else {
+        return;
+    };
+    let dir = tempdir();
+    t.start(&ddptop_cmd(&dir, "20"));
+    let dash: u32 = t.display("#{pane_pid}").parse().unwrap();
+    t.wait_for("the dashboard", 30, Some(dash), |s| s.contains("Runs"));
+    t.keys(&["1"]);
+    t.wait_for("the first run", 120, Some(dash), |s| {
+        s.contains("✓ completed")
+    });
+    t.keys(&["2"]);
+    let s = t.wait_for("the second run", 120, Some(dash), |s| {
+        s.matches("✓ completed").count() >= 2
+    });
+    // The older run is the second row of the table; its id as the table shows it.
+    let row = |s: &str, i: usize| -> String {
+        s.lines()
+            .filter(|l| l.contains("✓ completed"))
+            .nth(i)
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+            .unwrap()
+    };
+    let older = row(&s, 1);
+    // A left click on that row (SGR mouse report, 1-based), then Enter: its details.
+    let area = ratatui::layout::Rect::new(0, 0, 120, 40);
+    let runs = ddptop::ui::layout::compute(area, 0)
+        .rect(ddptop::app::Pane::Runs, ddptop::ui::layout::PaneId::Runs)
+        .unwrap();
+    let (x, y) = (runs.x + 5 + 1, runs.y + 2 + 1 + 1);
+    t.keys(&["-l", &format!("\x1b[<0;{x};{y}M\x1b[<0;{x};{y}m")]);
+    t.keys(&["Enter"]);
+    let s = t.wait_for("the clicked run's details", 10, Some(dash), |s| {
+        s.contains("╔ Run ")
+    });
+    let title = s.lines().find(|l| l.contains("╔ Run ")).unwrap();
+    assert!(title.contains(&older), "clicked {older}: {title}");
+    // Esc alone (Esc then q at once would read as Alt-q), then quit.
+    t.keys(&["Escape"]);
+    t.wait_for("the details closed", 10, Some(dash), |s| {
+        !s.contains("╔ Run ")
+    });
+    t.keys(&["q"]);
+    t.assert_no_leftovers(Duration::from_secs(20));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -35,6 +35,42 @@ async fn actions() {
     toggles_navigation_and_limits().await;
     launches_queue_one_at_a_time_and_stop_drops_the_sweep().await;
     probe_launches_the_probe_then_its_control_and_keeps_focus().await;
+    details_zoom_and_gloo_toggles().await;
+}
+
+/// Enter opens the selected run's details and focuses it, Esc closes them (then the help, the
+/// zoom); z toggles the zoom; on gloo an NCCL toggle changes nothing and says why.
+async fn details_zoom_and_gloo_toggles() {
+    let d = tempfile::tempdir().unwrap();
+    let mut e = engine(d.path(), 0);
+    let mut c = Controller::new(Template::new(Backend::Sim, None));
+    let mut v = View::default();
+    c.handle(&mut e, &mut v, Action::Launch { k: 1 });
+    let id = e.state().runs[0].id.clone();
+    v.focused = None;
+    c.handle(&mut e, &mut v, Action::Focus);
+    assert!(v.detail);
+    assert_eq!(v.focused.as_deref(), Some(id.as_str()));
+    c.handle(&mut e, &mut v, Action::Help);
+    c.handle(&mut e, &mut v, Action::Close);
+    assert!(!v.show_help && v.detail, "Esc closes the help first");
+    c.handle(&mut e, &mut v, Action::Close);
+    assert!(!v.detail);
+    c.handle(&mut e, &mut v, Action::Zoom);
+    assert!(v.zoom);
+    c.handle(&mut e, &mut v, Action::Close);
+    assert!(!v.zoom);
+    e.state_mut().host.backend = ddptop::run::HostBackend::Gloo;
+    let before = e.state().next.nccl.clone();
+    c.handle(&mut e, &mut v, Action::Toggle(NcclVar::P2pDisable));
+    assert_eq!(e.state().next.nccl, before);
+    assert!(
+        last_msg(&e).contains("gloo runs don't read it"),
+        "{}",
+        last_msg(&e)
+    );
+    e.wait_final(&id).await;
+    e.shutdown(false).await;
 }
 
 async fn toggles_navigation_and_limits() {
@@ -137,7 +173,28 @@ async fn launches_queue_one_at_a_time_and_stop_drops_the_sweep() {
     c.pump(&mut e, &mut v);
     assert_eq!(e.state().runs.len(), 2, "next in the queue started");
     assert_eq!(c.pending(), 2);
+    // The queue is on screen: rows 0 and 1 are the queued launches (the last to start on top).
+    assert_eq!(e.state().queued.len(), 2);
+    assert_eq!(e.state().queued[0].spec.k, 2);
+    assert_eq!(v.selected_run(e.state()).map(|r| r.spec.k), Some(1));
+    // x on a queued launch cancels it, and only it.
     v.selected = 0;
+    assert_eq!(v.selected_queued(e.state()), Some(1));
+    c.handle(&mut e, &mut v, Action::Stop);
+    assert_eq!(c.pending(), 1, "the queued k=4 cancelled");
+    assert!(
+        last_msg(&e).contains("cancelled the queued weak k=4"),
+        "{}",
+        last_msg(&e)
+    );
+    assert_eq!(e.state().queued.len(), 1);
+    let running = e.state().runs[0].id.clone();
+    assert!(!e.state().runs[0].status.is_final());
+    v.focus(e.state(), &running);
+    assert_eq!(
+        v.selected, 1,
+        "the running run sits below the one queued launch"
+    );
     c.handle(&mut e, &mut v, Action::Stop);
     assert_eq!(c.pending(), 0, "rest of the sweep dropped");
     let id = e.state().runs[0].id.clone();

@@ -187,3 +187,23 @@ fn no_color_means_monochrome_only() {
         assert_eq!((style.fg, style.bg), (None, None));
     }
 }
+
+#[test]
+fn mouse_is_on_by_default_and_the_config_turns_it_off() {
+    assert!(Config::default().mouse);
+    let d = tempfile::tempdir().unwrap();
+    let p = write(d.path(), "config.toml", "mouse = false\n");
+    assert!(!Config::load(Some(&p)).unwrap().mouse);
+    let p = write(d.path(), "bad.toml", "mouse = \"off\"\n");
+    let e = Config::load(Some(&p)).unwrap_err().to_string();
+    assert!(e.contains("bad.toml:1"), "{e}");
+    // The default file names the key, and every default binding's action is in its comment.
+    assert!(DEFAULT_CONFIG.contains("mouse = true"));
+    for a in Action::ALL {
+        assert!(
+            DEFAULT_CONFIG.contains(&format!("\"{}\"", a.name())),
+            "{} missing from the default config's key list",
+            a.name()
+        );
+    }
+}

@@ -204,6 +204,22 @@ fn help_screen_from_the_key_map() {
     let t = draw(&st, 80, 24);
     let s = text(&t);
     assert!(s.contains("sweep k = 1, 2, 4"));
+    // It fits 80×24: every line of the box whole (nothing cut with …), the hint bar below it.
+    let boxed: Vec<&str> = s.lines().filter(|l| l.contains('║')).collect();
+    assert!(boxed.len() >= 18, "{s}");
+    for l in &boxed {
+        assert!(!l.contains('…'), "cut help line: {l}");
+    }
+    for want in [
+        "PageUp",
+        "Enter / Esc",
+        "z ",
+        "cancel a queued launch",
+        "q Ctrl-c",
+    ] {
+        assert!(s.contains(want), "{want} missing:\n{s}");
+    }
+    assert!(s.lines().last().unwrap().contains("help"), "{s}");
     insta::assert_snapshot!(t.backend());
 }
 

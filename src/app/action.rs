@@ -19,7 +19,13 @@ pub enum Action {
     NextPane,
     Up,
     Down,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
     Focus,
+    Close,
+    Zoom,
     NextRank,
     Freeze,
     NextTheme,
@@ -31,7 +37,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the order the help and the hint bar list them.
-    pub const ALL: [Action; 24] = [
+    pub const ALL: [Action; 30] = [
         Action::Launch { k: 1 },
         Action::Launch { k: 2 },
         Action::Launch { k: 4 },
@@ -48,7 +54,13 @@ impl Action {
         Action::NextPane,
         Action::Up,
         Action::Down,
+        Action::PageUp,
+        Action::PageDown,
+        Action::Top,
+        Action::Bottom,
         Action::Focus,
+        Action::Close,
+        Action::Zoom,
         Action::NextRank,
         Action::Freeze,
         Action::NextTheme,
@@ -73,7 +85,13 @@ impl Action {
             Action::NextPane => "next-pane",
             Action::Up => "up",
             Action::Down => "down",
+            Action::PageUp => "page-up",
+            Action::PageDown => "page-down",
+            Action::Top => "top",
+            Action::Bottom => "bottom",
             Action::Focus => "focus",
+            Action::Close => "close",
+            Action::Zoom => "zoom",
             Action::NextRank => "next-rank",
             Action::Freeze => "freeze",
             Action::NextTheme => "next-theme",
@@ -88,41 +106,36 @@ impl Action {
         Action::ALL.into_iter().find(|a| a.name() == s)
     }
 
-    /// One line for the help screen.
+    /// One line for the help screen (at most 56 columns: the help fits 80×24).
     pub fn describe(self) -> Cow<'static, str> {
         Cow::Borrowed(match self {
             Action::Launch { k } => return format!("launch the next experiment at k={k}").into(),
-            Action::Toggle(NcclVar::NvlsEnable) => {
-                "toggle NCCL_NVLS_ENABLE=0 (ddptop's default: NVLink multicast off)"
-            }
+            Action::Toggle(NcclVar::NvlsEnable) => "toggle NCCL_NVLS_ENABLE=0 (ddptop's default)",
             Action::Toggle(v) => {
-                return format!(
-                    "toggle {}={} for the next launch",
-                    v.name(),
-                    v.toggle_value()
-                )
-                .into();
+                return format!("toggle {}={} (next launch)", v.name(), v.toggle_value()).into();
             }
             Action::Sweep => "sweep k = 1, 2, 4 one after another",
-            Action::SwitchExperiment => {
-                "switch weak/strong/fsdp/jax/handrolled for the next launch"
-            }
-            Action::ToggleDataPath => {
-                "switch device-resident data / DataLoader for the next launch"
-            }
-            Action::Probe => "no_sync probe: toggle it live on the running run, or launch it",
+            Action::SwitchExperiment => "next experiment: weak, strong, fsdp, jax, handrolled",
+            Action::ToggleDataPath => "device-resident data or DataLoader (next launch)",
+            Action::Probe => "no_sync probe: live on the running run, or launch it",
             Action::Bench => "all-reduce bandwidth sweep",
-            Action::Rerun => "re-run the selected run with its toggles",
-            Action::Stop => "stop the selected run",
-            Action::NextPane => "move focus to the next pane",
-            Action::Up => "select the previous run",
-            Action::Down => "select the next run",
-            Action::Focus => "focus the selected run (timeline, probe, bench, log)",
+            Action::Rerun => "re-run the selected run with its settings",
+            Action::Stop => "stop the selected run, or cancel a queued launch",
+            Action::NextPane => "focus the next pane (tabs on small screens)",
+            Action::Up => "select the previous run; Log focused: scroll up",
+            Action::Down => "select the next run; Log focused: scroll down",
+            Action::PageUp => "a page up (runs or log)",
+            Action::PageDown => "a page down (runs or log)",
+            Action::Top => "first run; Log focused: the oldest line",
+            Action::Bottom => "last run; Log focused: follow the newest",
+            Action::Focus => "details of the selected run (and focus it)",
+            Action::Close => "close the details or the help",
+            Action::Zoom => "maximize the focused pane / back",
             Action::NextRank => "timeline: show the next rank",
             Action::Freeze => "freeze / unfreeze the timeline",
             Action::NextTheme => "next colour theme",
-            Action::NextPreset => "apply the next NCCL preset of the config to the next launch",
-            Action::WriteReport => "write an HTML report of the selected run's scaling curve",
+            Action::NextPreset => "next NCCL preset of the config (next launch)",
+            Action::WriteReport => "HTML report of the selected run's scaling curve",
             Action::Help => "show / hide this help",
             Action::Quit => "quit (stops runs unless --detach)",
         })
@@ -134,7 +147,8 @@ impl Action {
             Action::Launch { k } => return Some(format!("k={k}").into()),
             Action::Toggle(v) => v.hint(),
             Action::Sweep => "sweep",
-            Action::SwitchExperiment => "weak/strong",
+            Action::SwitchExperiment => "experiment",
+            Action::Zoom => "zoom",
             Action::Probe => "probe",
             Action::Bench => "bench",
             Action::Stop => "stop",
@@ -164,7 +178,10 @@ mod tests {
         );
         assert_eq!(
             Action::Toggle(NcclVar::ShmUseCudaMemcpy).describe(),
-            "toggle NCCL_SHM_USE_CUDA_MEMCPY=1 for the next launch"
+            "toggle NCCL_SHM_USE_CUDA_MEMCPY=1 (next launch)"
         );
+        for a in Action::ALL {
+            assert!(a.describe().chars().count() <= 56, "{}", a.describe());
+        }
     }
 }

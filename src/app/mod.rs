@@ -8,6 +8,7 @@ pub mod action;
 pub mod deficits;
 pub mod gpus;
 pub mod predict;
+pub mod progress;
 pub mod reduce;
 pub mod state;
 pub mod summary;

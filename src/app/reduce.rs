@@ -33,6 +33,25 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         rank.last_progress = Some(now);
         run.last_progress = Some(now);
     }
+    // The first rank's pace (worker clock), for the ETA.
+    let pace = match msg {
+        WorkerMsg::Heartbeat(m) => Some((m.t, m.step)),
+        WorkerMsg::Step(m) => Some((m.t, m.step)),
+        WorkerMsg::Probe(m) => Some((m.t, m.step)),
+        WorkerMsg::Bench(m) => Some((m.t, m.step)),
+        _ => None,
+    };
+    if let Some((t, step)) = pace.filter(|_| rank_id == 0)
+        && run
+            .step_clock
+            .back()
+            .is_none_or(|&(t0, s0)| t > t0 && step >= s0)
+    {
+        run.step_clock.push_back((t, step));
+        while run.step_clock.len() > crate::run::view::STEP_CLOCK {
+            run.step_clock.pop_front();
+        }
+    }
     match msg {
         WorkerMsg::Hello(h) => {
             rank.pid = Some(h.pid);
@@ -104,8 +123,14 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Comm(c) => rank.record_comm(c),
         WorkerMsg::Hlo(h) => run.hlo = Some(h.clone()),
         WorkerMsg::Check(c) => run.checks.push(c.clone()),
-        // Stored by the store as raw lines; the views do not read them yet.
-        WorkerMsg::Plan(_) => {}
+        // The run's length (the probe's extra steps arrive as a second plan): progress and ETA.
+        // Its `phase` is left to the heartbeats: entering a phase is progress for the watchdog,
+        // and only the heartbeat thread says when a rank really is in it.
+        WorkerMsg::Plan(p) => {
+            if rank_id == 0 {
+                run.total_steps = p.total_steps;
+            }
+        }
         WorkerMsg::Log(l) => {
             if l.level == crate::protocol::LogLevel::Error {
                 rank.error = Some(l.msg.chars().take(300).collect());

@@ -40,6 +40,16 @@ pub struct LaunchPrefs {
     pub nccl: NcclSettings,
     /// The `--attach` script and its arguments, as the header names them.
     pub attach: Option<String>,
+    /// The config preset `nccl` came from (`e`), until a toggle changes it.
+    pub preset: Option<String>,
+}
+
+/// A launch waiting its turn: the dashboard's copy of `plan::Queue` (which owns them), so the
+/// Runs pane can show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queued {
+    pub spec: RunSpec,
+    pub sweep: Option<String>,
 }
 
 /// The dashboard's pages (tabs on small terminals).
@@ -67,6 +77,10 @@ pub struct State {
     pub proc_stats: BTreeMap<u32, ProcStat>,
     /// Number of GPUs usable for launches (0 = CPU / simulated only).
     pub max_k: u32,
+    /// Launches waiting for the active run, the next one first.
+    pub queued: Vec<Queued>,
+    /// Where runs keep their files (`DATA_DIR/runs/ID/`); `None` in tests and listings.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 pub const MAX_MESSAGES: usize = 500;
@@ -84,10 +98,46 @@ impl State {
                 data_path: DataPath::Device,
                 nccl: NcclSettings::default(),
                 attach: None,
+                preset: None,
             },
             proc_stats: BTreeMap::new(),
             max_k: 0,
+            queued: Vec::new(),
+            data_dir: None,
         }
+    }
+
+    /// Rows of the Runs pane: the queued launches (the last to start on top), then the runs.
+    pub fn rows(&self) -> usize {
+        self.queued.len() + self.runs.len()
+    }
+
+    /// Where a run or a queued launch stands in its sweep: `(position, size)`, 1-based, counting
+    /// the sweep's runs (oldest first) and then its queued launches. `queue_index` picks a queued
+    /// launch; otherwise `run_id` picks a run.
+    pub fn sweep_position(
+        &self,
+        sweep: &str,
+        run_id: Option<&str>,
+        queue_index: Option<usize>,
+    ) -> Option<(usize, usize)> {
+        let ran: Vec<&str> = self
+            .runs
+            .iter()
+            .rev()
+            .filter(|r| r.sweep.as_deref() == Some(sweep))
+            .map(|r| r.id.as_str())
+            .collect();
+        let waiting: Vec<usize> = (0..self.queued.len())
+            .filter(|i| self.queued[*i].sweep.as_deref() == Some(sweep))
+            .collect();
+        let size = ran.len() + waiting.len();
+        let pos = match (queue_index, run_id) {
+            (Some(q), _) => ran.len() + waiting.iter().position(|i| *i == q)? + 1,
+            (None, Some(id)) => ran.iter().position(|r| *r == id)? + 1,
+            (None, None) => return None,
+        };
+        Some((pos, size))
     }
 
     pub fn run(&self, id: &str) -> Option<&RunView> {

@@ -26,7 +26,8 @@ pub enum Freeze {
 
 #[derive(Debug, Clone, Default)]
 pub struct View {
-    /// Index of the runs table's cursor in `State.runs`.
+    /// The Runs pane's cursor: rows `0..queued` are the queued launches (the last to start
+    /// first), then `State.runs`.
     pub selected: usize,
     /// The run the analysis panes talk about (Enter), by id.
     pub focused: Option<String>,
@@ -36,12 +37,65 @@ pub struct View {
     pub freeze: Freeze,
     /// Steps the timeline's median covers (config.toml `[timeline] steps`; 0: the default).
     pub timeline_steps: usize,
+    /// The Log pane's scroll: lines hidden below the window (0 follows the newest).
+    pub log_scroll: usize,
+    /// The focused pane fills the screen (`z`).
+    pub zoom: bool,
+    /// The selected run's details cover the screen (Enter; Esc closes).
+    pub detail: bool,
 }
 
+/// Lines a page key moves.
+pub const PAGE: usize = 10;
+
 impl View {
-    /// The run under the table's cursor.
+    /// Up/Down/PageUp/PageDown/Top/Bottom go to the focused pane: with the Log focused they
+    /// scroll it, elsewhere they move the Runs cursor. Returns false for any other action.
+    pub fn navigate(&mut self, state: &State, action: super::Action) -> bool {
+        use super::Action as A;
+        if self.pane == Pane::Log {
+            // Lines the log can scroll: the longer of the run's output and the messages.
+            let lines = self
+                .subject(state)
+                .map_or(0, |r| r.log_tail.len())
+                .max(state.messages.len());
+            let max = lines.saturating_sub(1);
+            let cur = self.log_scroll.min(max);
+            self.log_scroll = match action {
+                A::Up => (cur + 1).min(max),
+                A::Down => cur.saturating_sub(1),
+                A::PageUp => (cur + PAGE).min(max),
+                A::PageDown => cur.saturating_sub(PAGE),
+                A::Top => max,
+                A::Bottom => 0,
+                _ => return false,
+            };
+            return true;
+        }
+        let last = state.rows().saturating_sub(1);
+        self.selected = match action {
+            A::Up => self.selected.saturating_sub(1),
+            A::Down => (self.selected + 1).min(last),
+            A::PageUp => self.selected.saturating_sub(PAGE),
+            A::PageDown => (self.selected + PAGE).min(last),
+            A::Top => 0,
+            A::Bottom => last,
+            _ => return false,
+        };
+        true
+    }
+
+    /// The run under the table's cursor (`None` on a queued launch).
     pub fn selected_run<'a>(&self, state: &'a State) -> Option<&'a RunView> {
-        state.runs.get(self.selected)
+        state
+            .runs
+            .get(self.selected.checked_sub(state.queued.len())?)
+    }
+
+    /// The queued launch under the cursor, as its index in `State.queued` (0 starts next).
+    pub fn selected_queued(&self, state: &State) -> Option<usize> {
+        let n = state.queued.len();
+        (self.selected < n).then(|| n - 1 - self.selected)
     }
 
     /// The run the analysis panes talk about: the focused run, else the selected one.
@@ -80,7 +134,7 @@ impl View {
     /// Point the cursor and the focus at `id` (a run just launched, or one to stay on).
     pub fn focus(&mut self, state: &State, id: &str) {
         if let Some(i) = state.runs.iter().position(|r| r.id == id) {
-            self.selected = i;
+            self.selected = i + state.queued.len();
             self.focused = Some(id.to_string());
         }
     }

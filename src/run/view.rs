@@ -169,7 +169,18 @@ pub struct RunView {
     pub checks: Vec<Check>,
     /// Latest memory report per device, for a process that drives several (JAX).
     pub device_memory: BTreeMap<u32, Memory>,
+    /// The run's length from the workers' `plan` message (`None`: not sent, or unknown).
+    pub total_steps: Option<u64>,
+    /// `(t, step)` of the first rank's recent messages: its pace, for the ETA.
+    pub step_clock: VecDeque<(f64, u64)>,
+    /// The launch's program and arguments (this session's runs; stored runs: `command.txt`).
+    pub command: Option<String>,
+    /// Variables the launch set (`None`: removed), without the socket token.
+    pub env: BTreeMap<String, Option<String>>,
 }
+
+/// How many `(t, step)` points `RunView.step_clock` keeps.
+pub const STEP_CLOCK: usize = 32;
 
 impl RunView {
     pub fn new(id: String, spec: RunSpec, now: Instant, unix: f64) -> Self {
@@ -215,6 +226,10 @@ impl RunView {
             hlo: None,
             checks: Vec::new(),
             device_memory: BTreeMap::new(),
+            total_steps: None,
+            step_clock: VecDeque::new(),
+            command: None,
+            env: BTreeMap::new(),
         }
     }
 

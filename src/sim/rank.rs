@@ -10,6 +10,9 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// Steps in one block of the no_sync probe (synced or no_sync).
+const PROBE_STEPS: u32 = 10;
+
 struct Sim<'a> {
     args: &'a SimArgs,
     rank: u32,
@@ -173,6 +176,19 @@ impl Sim<'_> {
         }
     }
 
+    /// How long the run is, for ddptop's progress and ETA.
+    fn send_plan(&self, total: u64, epochs: Option<u32>, per_epoch: Option<u64>, phase: Phase) {
+        self.client.send(&WorkerMsg::Plan(crate::protocol::Plan {
+            rank: self.rank,
+            step: self.step,
+            t: self.client.t(),
+            total_steps: Some(total),
+            epochs,
+            steps_per_epoch: per_epoch,
+            phase: Some(phase),
+        }));
+    }
+
     fn send_step(
         &mut self,
         epoch: u32,
@@ -257,6 +273,9 @@ impl Sim<'_> {
                 costmodel::RESNET18_GRAD_BYTES
             ),
         );
+        let epochs = self.args.epochs.max(1);
+        let mut total = steps_per_epoch * u64::from(epochs);
+        self.send_plan(total, Some(epochs), Some(steps_per_epoch), Phase::Train);
         let mut timed = Vec::new();
         let mut probe_block = 0u32;
         for epoch in 0..self.args.epochs.max(1) {
@@ -270,6 +289,9 @@ impl Sim<'_> {
                 if self.client.shared.probe.load(Ordering::Relaxed) {
                     self.set_phase(Phase::Probe);
                     self.probe_pair(&mut probe_block, batch);
+                    // The probe's steps extend the run.
+                    total += 2 * u64::from(PROBE_STEPS);
+                    self.send_plan(total, Some(epochs), Some(steps_per_epoch), Phase::Train);
                     self.set_phase(Phase::Train);
                     continue;
                 }
@@ -302,7 +324,7 @@ impl Sim<'_> {
 
     /// One synced and one no_sync block of forward+backward steps (no optimizer step).
     fn probe_pair(&mut self, block: &mut u32, batch: u32) {
-        const STEPS: u32 = 10;
+        const STEPS: u32 = PROBE_STEPS;
         let synced = self.profile.step(batch, self.k, self.mode);
         // DDP's reducer runs even at k=1 (the control): its overhead shows up as "comm".
         let reducer = self.profile.ddp_overhead_ms;
@@ -342,6 +364,7 @@ impl Sim<'_> {
         );
         let mut block = 0;
         let batch = self.per_rank_batch();
+        self.send_plan(15 * 2 * u64::from(PROBE_STEPS), None, None, Phase::Probe);
         for _ in 0..15 {
             if self.client.shared.stop.load(Ordering::Relaxed) {
                 return self.finish(&[], ByeReason::Stopped);
@@ -362,6 +385,12 @@ impl Sim<'_> {
         sizes.sort_unstable();
         sizes.dedup();
         const ITERS: u32 = 20;
+        self.send_plan(
+            sizes.len() as u64 * u64::from(ITERS),
+            None,
+            None,
+            Phase::Bench,
+        );
         for bytes in sizes {
             if self.client.shared.stop.load(Ordering::Relaxed) {
                 return self.finish(&[], ByeReason::Stopped);

@@ -6,7 +6,7 @@
 //! k=1 control) are queue entries that share a sweep id. What to launch comes from `plan`, the
 //! same planner `ddptop run` uses.
 
-use crate::app::{Action, Freeze, Level, State, View};
+use crate::app::{Action, Freeze, Level, Queued, State, View};
 use crate::engine::Engine;
 use crate::plan::{self, Queue, Template};
 use crate::protocol::Command;
@@ -107,6 +107,26 @@ impl Controller {
                 view.timeline_rank = 0;
             }
         }
+        self.sync_queue(engine.state_mut(), view);
+    }
+
+    /// Copy the queue into the state for the Runs pane; the cursor stays on its run.
+    fn sync_queue(&self, state: &mut State, view: &mut View) {
+        let queued: Vec<Queued> = self
+            .queue
+            .items()
+            .map(|(spec, sweep)| Queued {
+                spec: spec.clone(),
+                sweep: sweep.map(str::to_string),
+            })
+            .collect();
+        let before = state.queued.len();
+        if view.selected >= before {
+            view.selected = view.selected - before + queued.len();
+        } else {
+            view.selected = view.selected.min(queued.len().saturating_sub(1));
+        }
+        state.queued = queued;
     }
 
     /// Launches waiting for the active run.
@@ -277,6 +297,12 @@ impl Controller {
                 Ok(k) => self.plan(state, Experiment::Allreduce, &[k], false),
                 Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
             },
+            Action::Toggle(var) if state.host.backend == crate::run::HostBackend::Gloo => state
+                .push_message(
+                    Level::Info,
+                    None,
+                    format!("{} is an NCCL setting: gloo runs don't read it", var.name()),
+                ),
             Action::Toggle(var) => toggle(state, var),
             Action::Rerun => match view.selected_run(state) {
                 Some(r) => {
@@ -293,6 +319,20 @@ impl Controller {
                 }
                 None => state.push_message(Level::Info, None, "nothing to rerun: no run selected"),
             },
+            Action::Stop if view.selected_queued(state).is_some() => {
+                let i = view.selected_queued(state).expect("checked");
+                if let Some(spec) = self.queue.remove(i) {
+                    state.push_message(
+                        Level::Info,
+                        None,
+                        format!(
+                            "cancelled the queued {} k={} (it had not started)",
+                            spec.experiment.as_str(),
+                            spec.k
+                        ),
+                    );
+                }
+            }
             Action::Stop => {
                 let selected = view
                     .selected_run(state)
@@ -342,20 +382,34 @@ impl Controller {
                 let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
                 view.pane = PAGES[(i + 1) % PAGES.len()];
             }
-            Action::Up => {
-                view.selected = view.selected.saturating_sub(1);
-            }
-            Action::Down => {
-                if view.selected + 1 < state.runs.len() {
-                    view.selected += 1;
-                }
+            Action::Up
+            | Action::Down
+            | Action::PageUp
+            | Action::PageDown
+            | Action::Top
+            | Action::Bottom => {
+                view.navigate(state, action);
             }
             Action::Focus => {
                 if let Some(r) = view.selected_run(state) {
+                    if view.focused.as_deref() != Some(r.id.as_str()) {
+                        view.log_scroll = 0;
+                    }
                     view.focused = Some(r.id.clone());
                     view.timeline_rank = 0;
+                    view.detail = true;
                 }
             }
+            Action::Close => {
+                if view.show_help {
+                    view.show_help = false;
+                } else if view.detail {
+                    view.detail = false;
+                } else {
+                    view.zoom = false;
+                }
+            }
+            Action::Zoom => view.zoom = !view.zoom,
             Action::NextRank => {
                 if let Some(k) = view.subject(state).map(|r| r.spec.k.max(1)) {
                     view.timeline_rank = (view.timeline_rank + 1) % k;
@@ -413,6 +467,7 @@ fn write_report(engine: &mut Engine, view: &View) {
 }
 
 fn toggle(state: &mut State, var: NcclVar) {
+    state.next.preset = None;
     let on = state.next.nccl.toggle(var);
     let what = if on {
         format!("{}={}", var.name(), var.toggle_value())

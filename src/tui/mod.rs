@@ -14,6 +14,7 @@
 //! final screen as text (see `script`).
 
 pub mod actions;
+pub mod mouse;
 pub mod script;
 
 use crate::app::{self as model, Level, View};
@@ -25,7 +26,7 @@ use crate::plan::{self, BrokenConfig};
 use crate::run::NcclSettings;
 use crate::ui::{self, ThemeSet};
 use actions::{Controller, Flow};
-use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind};
+use crossterm::event::{Event, EventStream, KeyEventKind};
 use futures::{FutureExt, StreamExt};
 use std::io::IsTerminal;
 use std::panic::AssertUnwindSafe;
@@ -49,6 +50,8 @@ pub struct App {
     pub detach: bool,
     /// Index of the last preset applied with `next-preset` (starts before the first).
     pub preset_idx: usize,
+    /// Mouse capture on (config `mouse`, off with `--no-mouse`).
+    pub mouse: bool,
 }
 
 impl App {
@@ -76,6 +79,7 @@ impl App {
                     let name = names[self.preset_idx].clone();
                     // A preset replaces the toggles, on top of ddptop's defaults.
                     st.next.nccl = NcclSettings::with(&self.config.presets[&name]);
+                    st.next.preset = Some(name.clone());
                     let desc = st.next.nccl.short();
                     st.push_message(
                         Level::Info,
@@ -179,6 +183,7 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
     );
     let ctrl = Controller::new(template);
     let timeline_steps = config.timeline.steps;
+    let config_mouse = config.mouse;
     Ok(App {
         engine,
         ctrl,
@@ -192,6 +197,7 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         },
         detach: a.detach,
         preset_idx: usize::MAX,
+        mouse: config_mouse && !a.no_mouse,
     })
 }
 
@@ -214,6 +220,9 @@ pub fn main(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<i32> {
 /// The interactive dashboard: init the terminal, loop, then stop runs and restore.
 pub async fn interactive(mut app: App) -> anyhow::Result<i32> {
     let mut terminal = ratatui::try_init()?;
+    if app.mouse {
+        let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
+    }
     let result = AssertUnwindSafe(event_loop(&mut app, &mut terminal))
         .catch_unwind()
         .await;
@@ -221,6 +230,9 @@ pub async fn interactive(mut app: App) -> anyhow::Result<i32> {
     app.engine.shutdown(app.detach).await;
     // Not joined: a stalled NVML call must not hold up the exit.
     drop(app.sampler);
+    if app.mouse {
+        let _ = crossterm::execute!(std::io::stdout(), crossterm::event::DisableMouseCapture);
+    }
     let _ = ratatui::try_restore();
     match result {
         Ok(r) => r,
@@ -260,17 +272,17 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
                     if k.kind == KeyEventKind::Release {
                         continue;
                     }
-                    if app.view.show_help && k.code == KeyCode::Esc {
-                        app.view.show_help = false;
-                        dirty = true;
-                        continue;
-                    }
                     if let Some(a) = app.config.keys.resolve(&k) {
                         if app.act(a) {
                             break;
                         }
                         dirty = true;
                     }
+                }
+                Some(Ok(Event::Mouse(m))) => {
+                    let size = terminal.size()?;
+                    let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
+                    dirty |= mouse::apply(&mut app.view, app.engine.state(), area, &m);
                 }
                 Some(Ok(Event::Resize(..))) => dirty = true,
                 Some(Ok(_)) => {}

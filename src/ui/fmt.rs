@@ -180,6 +180,12 @@ pub mod unicode_width_shim {
     }
 }
 
+/// A unix time as `2026-11-30 01:15:00 UTC`.
+pub fn clock(unix: f64) -> String {
+    let (y, mo, d, h, mi, s) = crate::util::utc_parts(unix as i64);
+    format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}:{s:02} UTC")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

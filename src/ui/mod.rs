@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod comm;
 pub mod deficits;
+pub mod detail;
 pub mod fmt;
 pub mod gpus;
 pub mod layout;
@@ -61,16 +62,38 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     if let Some(t) = l.tabs {
         tabs(ctx, t, buf);
     }
-    let visible = memory::swap_in(ctx, l.visible(ctx.view.pane));
-    for (id, r) in deficits::swap_in(ctx, &visible) {
-        pane(ctx, id, r, buf);
+    let visible = deficits::swap_in(ctx, &memory::swap_in(ctx, l.visible(ctx.view.pane)));
+    match zoomed(ctx, &visible) {
+        Some((id, r)) => pane(ctx, id, r, buf),
+        None => {
+            for (id, r) in visible {
+                pane(ctx, id, r, buf);
+            }
+        }
     }
     hints(ctx, l.hints, buf);
+    if ctx.view.detail
+        && let Some(run) = ctx.view.selected_run(ctx.state)
+    {
+        let top = l.tabs.map_or(l.header.bottom(), |t| t.bottom());
+        let r = Rect::new(area.x, top, area.width, l.hints.y.saturating_sub(top));
+        detail::render(ctx, run, r, buf);
+    }
     if ctx.view.show_help {
         // Everything but the hint bar: the help must fit 80×24 in one column.
         let r = Rect::new(area.x, area.y, area.width, area.height.saturating_sub(1));
         help(ctx, r, buf);
     }
+}
+
+/// With `z`, the focused pane over the whole body (the union of the visible panes' rects).
+pub fn zoomed(ctx: &Ctx, visible: &[(PaneId, Rect)]) -> Option<(PaneId, Rect)> {
+    if !ctx.view.zoom {
+        return None;
+    }
+    let (id, _) = visible.iter().find(|(id, _)| id.pane() == ctx.view.pane)?;
+    let body = visible.iter().map(|(_, r)| *r).reduce(|a, b| a.union(b))?;
+    Some((*id, body))
 }
 
 fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
@@ -274,25 +297,47 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     if s.next.data_path == crate::app::DataPath::Loader {
         l2.push((1, vec![Span::styled("DataLoader", t.value)]));
     }
-    // Every setting the launch will carry, ddptop's own default (NVLS off) included.
-    let mut nccl = vec![Span::styled("NCCL ", t.label)];
-    let badges = s.next.nccl.short_badges();
-    if badges.is_empty() {
-        nccl.push(Span::styled("NCCL's defaults", t.dim));
-    }
-    for (i, b) in badges.into_iter().enumerate() {
-        if i > 0 {
-            nccl.push(Span::raw(" "));
+    // Every setting the launch will carry, ddptop's own default (NVLS off) included; a config
+    // preset by its name. gloo has no NCCL settings at all: nothing is said about them.
+    let gloo = s.host.backend == HostBackend::Gloo;
+    let sim = s.host.backend.is_simulated();
+    if !gloo {
+        let label = if sim { "sim NCCL " } else { "NCCL " };
+        let badges = s.next.nccl.short_badges();
+        let full = nccl_segment(ctx, label, &badges);
+        let compact = {
+            let mut v = vec![Span::styled(label, t.label)];
+            if let Some(p) = &s.next.preset {
+                v.push(Span::styled(format!(" preset {p} "), t.badge));
+            } else {
+                v.push(Span::styled(format!("{} set", badges.len()), t.value));
+            }
+            v
+        };
+        l2.push((0, full));
+        // The next launch, the NCCL settings and FROZEN always stay: when they don't fit,
+        // the settings shrink to a count (or the preset's name).
+        let fixed: usize = l2
+            .iter()
+            .filter(|(p, _)| *p == 0)
+            .map(|(_, sp)| sp.iter().map(Span::width).sum::<usize>() + 3)
+            .sum::<usize>()
+            + if ctx.view.frozen().is_some() { 11 } else { 0 };
+        if fixed > w {
+            let last = l2.len() - 1;
+            l2[last].1 = compact;
         }
-        nccl.push(Span::styled(format!(" {b} "), t.badge));
     }
-    l2.push((0, nccl));
     l2.push((
         2,
         vec![if s.max_k > 0 {
             Span::styled(format!("k≤{}", s.max_k), t.text)
+        } else if gloo {
+            Span::styled("ranks are CPU processes", t.dim)
+        } else if sim {
+            Span::styled("simulated GPUs", t.dim)
         } else {
-            Span::styled("CPU/sim launches", t.dim)
+            Span::styled("no GPUs", t.dim)
         }],
     ));
     let active = s.active_runs().count();
@@ -304,6 +349,26 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     }
     l2.push((3, vec![Span::styled(format!("theme {}", t.name), t.dim)]));
     put_line(buf, r, 1, &fit_segments(l2, w, sep));
+}
+
+/// `NCCL  NVLS_ENABLE=0  P2P_DISABLE=1 `, or `NCCL  preset defaults ` for a config preset.
+fn nccl_segment(ctx: &Ctx, label: &'static str, badges: &[String]) -> Vec<Span<'static>> {
+    let t = ctx.theme;
+    let mut v = vec![Span::styled(label, t.label)];
+    if let Some(p) = &ctx.state.next.preset {
+        v.push(Span::styled(format!(" preset {p} "), t.badge));
+        return v;
+    }
+    if badges.is_empty() {
+        v.push(Span::styled("nothing set", t.dim));
+    }
+    for (i, b) in badges.iter().enumerate() {
+        if i > 0 {
+            v.push(Span::raw(" "));
+        }
+        v.push(Span::styled(format!(" {b} "), t.badge));
+    }
+    v
 }
 
 fn tabs(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
@@ -335,6 +400,10 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         let (Some(h), Some(k)) = (a.hint(), ctx.keys.first_key(a)) else {
             continue;
         };
+        // gloo has no NCCL: its toggles would do nothing there.
+        if matches!(a, Action::Toggle(_)) && ctx.state.host.backend == HostBackend::Gloo {
+            continue;
+        }
         let prio = match a {
             Action::Help | Action::Quit => 0,
             Action::Launch { .. } | Action::Probe | Action::Stop => 1,
@@ -378,8 +447,8 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
 }
 
 /// Actions the help screen lists on one line, with the line's description: siblings whose keys
-/// read best together (and keep the screen inside 80×24).
-const HELP_GROUPS: [(&[Action], &str); 2] = [
+/// read best together (and keep the screen inside 80×24: at most 21 lines of at most 78 columns).
+const HELP_GROUPS: [(&[Action], &str); 6] = [
     (
         &[
             Action::Launch { k: 1 },
@@ -389,8 +458,33 @@ const HELP_GROUPS: [(&[Action], &str); 2] = [
         "launch the next experiment at k = 1, 2, 4",
     ),
     (
+        &[
+            Action::Toggle(NcclVar::TOGGLES[0]),
+            Action::Toggle(NcclVar::TOGGLES[1]),
+            Action::Toggle(NcclVar::TOGGLES[2]),
+        ],
+        "NCCL toggles for the next launch: SHM memcpy, P2P, NVLS",
+    ),
+    (
         &[Action::Up, Action::Down],
-        "select the previous / next run",
+        "select a run; with the Log focused: scroll it",
+    ),
+    (
+        &[
+            Action::PageUp,
+            Action::PageDown,
+            Action::Top,
+            Action::Bottom,
+        ],
+        "page / first / last (runs, or the Log's lines)",
+    ),
+    (
+        &[Action::Focus, Action::Close],
+        "details of the selected run / close (details, help)",
+    ),
+    (
+        &[Action::NextTheme, Action::NextPreset],
+        "next colour theme / next NCCL preset (config)",
     ),
 ];
 
@@ -405,12 +499,21 @@ pub fn help_lines(keys: &KeyMap) -> Vec<(String, String, String)> {
             // Later members are listed with the first one.
             Some((members, _)) if members[0] != a => continue,
             Some((members, desc)) => {
+                // The first key of each (all of them where the group is small).
                 let parts: Vec<String> = members
                     .iter()
-                    .map(|m| keys_of(*m).join(" "))
+                    .map(|m| {
+                        let ks = keys_of(*m);
+                        if members.len() > 2 {
+                            ks.into_iter().take(1).collect::<Vec<_>>().join(" ")
+                        } else {
+                            ks.join(" ")
+                        }
+                    })
                     .filter(|s| !s.is_empty())
                     .collect();
-                (parts.join(" / "), desc.to_string())
+                let sep = if members.len() > 2 { " " } else { " / " };
+                (parts.join(sep), desc.to_string())
             }
             None => (keys_of(a).join(" "), a.describe().into_owned()),
         };
@@ -432,8 +535,13 @@ fn help(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         .map(|(k, _, _)| fmt::unicode_width_shim::width(k))
         .max()
         .unwrap_or(4)
-        .clamp(4, 16);
-    let want_w = (key_w + 2 + 70 + 2) as u16;
+        .clamp(4, 20);
+    let desc_max = lines
+        .iter()
+        .map(|(_, _, d)| d.chars().count())
+        .max()
+        .unwrap_or(40);
+    let want_w = (key_w + 2 + desc_max + 2) as u16;
     let want_h = lines.len() as u16 + 2;
     let w = want_w.min(area.width);
     let h = want_h.min(area.height);
@@ -466,7 +574,7 @@ fn help(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let rows = inner.height as usize;
     let cols = lines.len().div_ceil(rows).max(1);
     let col_w = inner.width as usize / cols;
-    let desc_w = col_w.saturating_sub(key_w + 3);
+    let desc_w = col_w.saturating_sub(key_w + 2);
     for (i, (k, _name, d)) in lines.iter().enumerate() {
         let (c, y) = (i / rows, i % rows);
         let line = Line::from(vec![

@@ -6,8 +6,8 @@ use super::fmt;
 use super::layout::PaneId;
 use super::theme::status_glyph;
 use super::{Ctx, empty_note, frame_block, model};
-use crate::app::summary;
 use crate::app::{Experiment, RunStatus, RunView};
+use crate::app::{progress, summary};
 use crate::protocol::Backend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
@@ -59,9 +59,6 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     }
     if let Some(tr) = &run.transport {
         note.push(tr.clone());
-    }
-    if let Some(sw) = &run.sweep {
-        note.push(format!("sweep {sw}"));
     }
     if run.spec.control {
         note.push("k=1 control".into());
@@ -157,15 +154,18 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let mut title = vec![Span::raw("Runs")];
     if !s.runs.is_empty() {
         title.push(Span::styled(
-            format!(" {live} this session, {hist} stored"),
+            format!(" {live} this session, {hist} from earlier sessions"),
             t.dim,
         ));
+    }
+    if !s.queued.is_empty() {
+        title.push(Span::styled(format!(" · {} queued", s.queued.len()), t.dim));
     }
     let inner = frame_block(ctx, PaneId::Runs, title, area, buf);
     if inner.height == 0 {
         return;
     }
-    if s.runs.is_empty() {
+    if s.rows() == 0 {
         empty_note(
             ctx,
             inner,
@@ -175,106 +175,211 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         return;
     }
     let w = inner.width as usize;
-    let wide = w >= 100;
     let id_w = if w >= 150 { 21 } else { 11 };
+    // The wide table's fixed columns (id, exp, k, status, figures, a note, the spaces between):
+    // it is used only when they and the backend and NCCL columns fit, so no column (the run id
+    // above all) is ever squeezed.
+    let fixed = 1 + id_w + 9 + 2 + 11 + 16 + 17 + 4 + 9;
+    let wide = w >= 100 && w >= fixed + 7 + 12;
+    let spare = w.saturating_sub(fixed + 7 + 12);
     let focused = ctx.view.focused.as_deref();
     let header_style = t.label;
-    let rows: Vec<Row> = s
-        .runs
-        .iter()
-        .map(|r| {
-            let f = figures(r, &s.runs);
-            let mark = if Some(r.id.as_str()) == focused {
-                "●"
+    // Queued launches first (the last to start on top, so the next one sits just above the runs
+    // and a started launch keeps its row), greyed, with their place in the queue.
+    let queued_rows = s.queued.iter().enumerate().rev().map(|(i, q)| {
+        let st = t.dim;
+        let be = if wide {
+            fmt::backend(&q.spec)
+        } else if q.spec.backend == Backend::Sim {
+            "SIM".into()
+        } else {
+            q.spec.backend.as_str().to_string()
+        };
+        let exp = if q.spec.control {
+            format!("{}*", q.spec.experiment.as_str())
+        } else {
+            q.spec.experiment.as_str().to_string()
+        };
+        let mut note = vec![];
+        if let Some((p, n)) = q
+            .sweep
+            .as_deref()
+            .and_then(|w| s.sweep_position(w, None, Some(i)))
+        {
+            note.push(format!("sweep {p}/{n}"));
+        }
+        if let Some(k) = ctx.keys.first_key(crate::app::Action::Stop) {
+            note.push(format!("{k} cancels"));
+        }
+        if wide {
+            note.push("starts when the active run ends".into());
+        }
+        let mut cells = vec![
+            Cell::from(Span::styled(" ", st)),
+            Cell::from(Span::styled("—", st)),
+            Cell::from(Span::styled(exp, st)),
+            Cell::from(Span::styled(q.spec.k.to_string(), st)),
+            Cell::from(Span::styled(be, st)),
+        ];
+        let status = Cell::from(Span::styled(format!("◌ queued #{}", i + 1), st));
+        if wide {
+            cells.extend([
+                Cell::from(Span::styled(q.spec.nccl.short(), st)),
+                status,
+                Cell::from(Span::styled("—", st)),
+                Cell::from(Span::styled("—", st)),
+                Cell::from(Span::styled(note.join(" · "), st)),
+            ]);
+        } else {
+            cells.extend([status, Cell::from(Span::styled(note.join(" · "), st))]);
+        }
+        Row::new(cells)
+    });
+    let run_rows = s.runs.iter().map(|r| {
+        let mut f = figures(r, &s.runs);
+        if let Some((p, n)) = r
+            .sweep
+            .as_deref()
+            .and_then(|w| s.sweep_position(w, Some(&r.id), None))
+        {
+            let sw = format!("sweep {p}/{n}");
+            f.note = if f.note.is_empty() {
+                sw
             } else {
-                " "
+                format!("{sw} · {}", f.note)
             };
-            let id = if id_w >= 21 {
-                r.id.clone()
-            } else {
-                fmt::short_id(&r.id).to_string()
-            };
-            let id_style = if r.live { t.text } else { t.dim };
-            let be_style = if r.spec.backend == Backend::Sim {
-                t.sim
-            } else {
-                t.text
-            };
-            let be = if wide {
-                fmt::backend(&r.spec)
-            } else if r.spec.backend == Backend::Sim {
-                "SIM".into()
-            } else {
-                r.spec.backend.as_str().to_string()
-            };
-            let status = Span::styled(
-                format!("{} {}", status_glyph(r.status), r.status.as_str()),
-                t.status(r.status),
-            );
-            let main_style = if f.live {
-                t.running
-            } else if r.status == RunStatus::Completed {
-                t.value
-            } else {
+        }
+        let prog = progress::progress(r);
+        let mark = if Some(r.id.as_str()) == focused {
+            "●"
+        } else {
+            " "
+        };
+        let id = if id_w >= 21 {
+            r.id.clone()
+        } else {
+            fmt::short_id(&r.id).to_string()
+        };
+        let id_style = if r.live { t.text } else { t.dim };
+        let be_style = if r.spec.backend == Backend::Sim {
+            t.sim
+        } else {
+            t.text
+        };
+        let be = if wide {
+            fmt::backend(&r.spec)
+        } else if r.spec.backend == Backend::Sim {
+            "SIM".into()
+        } else {
+            r.spec.backend.as_str().to_string()
+        };
+        let status = Span::styled(
+            format!("{} {}", status_glyph(r.status), r.status.as_str()),
+            t.status(r.status),
+        );
+        let main_style = if f.live {
+            t.running
+        } else if r.status == RunStatus::Completed {
+            t.value
+        } else {
+            t.dim
+        };
+        let exp = if r.spec.control {
+            format!("{}*", r.spec.experiment.as_str())
+        } else {
+            r.spec.experiment.as_str().to_string()
+        };
+        let mut cells = vec![
+            Cell::from(Span::styled(mark, t.running)),
+            Cell::from(Span::styled(id, id_style)),
+            Cell::from(Span::styled(exp, t.text)),
+            Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
+            Cell::from(Span::styled(be, be_style)),
+        ];
+        if wide {
+            let note_style = if r.status.shows_results() {
                 t.dim
-            };
-            let exp = if r.spec.control {
-                format!("{}*", r.spec.experiment.as_str())
             } else {
-                r.spec.experiment.as_str().to_string()
+                t.status(r.status)
             };
-            let mut cells = vec![
-                Cell::from(Span::styled(mark, t.running)),
-                Cell::from(Span::styled(id, id_style)),
-                Cell::from(Span::styled(exp, t.text)),
-                Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
-                Cell::from(Span::styled(be, be_style)),
-            ];
-            if wide {
-                let note_style = if r.status.shows_results() {
-                    t.dim
-                } else {
-                    t.status(r.status)
-                };
-                cells.extend([
-                    Cell::from(Span::styled(
-                        r.spec.nccl.short(),
-                        if r.spec.nccl.is_default() {
-                            t.dim
-                        } else {
-                            t.text
+            // A running run has no efficiency yet: its progress takes that column, its
+            // phase leads the note.
+            let (eff, note) = match &prog {
+                Some(p) => {
+                    let bar = progress_text(
+                        &progress::Progress {
+                            phase: None,
+                            ..p.clone()
                         },
-                    )),
-                    Cell::from(status),
-                    Cell::from(Span::styled(f.main, main_style)),
-                    Cell::from(Span::styled(f.eff, t.value)),
-                    Cell::from(Span::styled(f.note, note_style)),
-                ]);
-            } else {
-                let result = if r.status.shows_results() {
-                    // The longest form that fits the column: the speedup always keeps its k=1 run.
-                    let avail = w.saturating_sub(33 + id_w);
-                    let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
-                    let (main, eff) = if len(&f.main, &f.eff) <= avail {
-                        (f.main, f.eff)
-                    } else if len(&f.main, &f.eff_narrow) <= avail {
-                        (f.main, f.eff_narrow)
+                        17,
+                    )
+                    .unwrap_or_default();
+                    let phase = p.phase.map(progress::phase_label).unwrap_or_default();
+                    let note = [f.note, phase.to_string()]
+                        .into_iter()
+                        .filter(|x| !x.is_empty())
+                        .collect::<Vec<_>>()
+                        .join(" · ");
+                    (bar, note)
+                }
+                None => (f.eff, f.note),
+            };
+            cells.extend([
+                Cell::from(Span::styled(
+                    r.spec.nccl.short(),
+                    if r.spec.nccl.is_default() {
+                        t.dim
                     } else {
-                        (f.main_short, f.eff_narrow)
-                    };
-                    let mut v = vec![Span::styled(main, main_style)];
-                    if eff != "—" {
-                        v.push(Span::styled(format!("  {eff}"), t.value));
-                    }
-                    Line::from(v)
+                        t.text
+                    },
+                )),
+                Cell::from(status),
+                Cell::from(Span::styled(f.main, main_style)),
+                Cell::from(Span::styled(
+                    eff,
+                    if prog.is_some() { t.running } else { t.value },
+                )),
+                Cell::from(Span::styled(note, note_style)),
+            ]);
+        } else {
+            let result = if r.status.shows_results() {
+                // The longest form that fits the column: the speedup always keeps its k=1 run.
+                let avail = w.saturating_sub(33 + id_w);
+                let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
+                let (main, eff) = if len(&f.main, &f.eff) <= avail {
+                    (f.main, f.eff)
+                } else if len(&f.main, &f.eff_narrow) <= avail {
+                    (f.main, f.eff_narrow)
                 } else {
-                    Line::from(Span::styled(f.note, t.status(r.status)))
+                    (f.main_short, f.eff_narrow)
                 };
-                cells.extend([Cell::from(status), Cell::from(result)]);
-            }
-            Row::new(cells)
-        })
-        .collect();
+                let mut v = vec![Span::styled(main.clone(), main_style)];
+                if eff != "—" {
+                    v.push(Span::styled(format!("  {eff}"), t.value));
+                }
+                if let Some(p) = &prog {
+                    // The progress, and the sweep position when there is room for both.
+                    let room = avail.saturating_sub(main.chars().count() + 1);
+                    let sweep = f.note.split(" · ").find(|x| x.starts_with("sweep "));
+                    let with_sweep = sweep.and_then(|sw| {
+                        progress_text(p, room.saturating_sub(sw.chars().count() + 3))
+                            .map(|txt| format!(" {txt} · {sw}"))
+                    });
+                    if let Some(txt) =
+                        with_sweep.or_else(|| progress_text(p, room).map(|txt| format!(" {txt}")))
+                    {
+                        v.push(Span::styled(txt, t.running));
+                    }
+                }
+                Line::from(v)
+            } else {
+                Line::from(Span::styled(f.note, t.status(r.status)))
+            };
+            cells.extend([Cell::from(status), Cell::from(result)]);
+        }
+        Row::new(cells)
+    });
+    let rows: Vec<Row> = queued_rows.chain(run_rows).collect();
     // (header, width) of each column; the first four are the same in both layouts.
     let id_w = id_w as u16;
     let mut cols: Vec<(&str, Constraint)> = vec![
@@ -292,14 +397,13 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 .unwrap_or(lo)
                 .clamp(lo, hi)
         };
+        let be_w = widest(&|r| fmt::backend(&r.spec), 7, 18).min(7 + spare as u16);
+        let spare = spare as u16 - (be_w - 7);
         cols.extend([
-            (
-                "backend",
-                Constraint::Length(widest(&|r| fmt::backend(&r.spec), 7, 18)),
-            ),
+            ("backend", Constraint::Length(be_w)),
             (
                 "NCCL toggles",
-                Constraint::Length(widest(&|r| r.spec.nccl.short(), 12, 28)),
+                Constraint::Length(widest(&|r| r.spec.nccl.short(), 12, 28).min(12 + spare)),
             ),
             ("status", Constraint::Length(11)),
             ("samples/s ±rank", Constraint::Length(16)),
@@ -318,8 +422,42 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         .header(Row::new(header).style(header_style))
         .column_spacing(1)
         .row_highlight_style(t.selected);
-    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.runs.len() - 1)));
+    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.rows() - 1)));
     StatefulWidget::render(table, inner, buf, &mut ts);
+}
+
+/// A run's progress in at most `room` cells, the longest form that fits:
+/// `███▍░░░░ 45% ETA 1m20s train`, then shorter; `None` when nothing fits.
+pub fn progress_text(p: &progress::Progress, room: usize) -> Option<String> {
+    let phase = p.phase.map(progress::phase_label);
+    let eta = p.eta_s.map(progress::eta_label);
+    let mut forms: Vec<String> = Vec::new();
+    match p.frac() {
+        Some(f) => {
+            let pct = format!("{:.0}%", f * 100.0);
+            let tail = |eta_word: bool| -> String {
+                match (&eta, eta_word) {
+                    (Some(e), true) => format!("{pct} ETA {e}"),
+                    (Some(e), false) => format!("{pct} {e}"),
+                    (None, _) => pct.clone(),
+                }
+            };
+            if let Some(ph) = phase {
+                forms.push(format!("{} {} {ph}", progress::bar(f, 10), tail(true)));
+            }
+            forms.push(format!("{} {}", progress::bar(f, 10), tail(true)));
+            forms.push(format!("{} {}", progress::bar(f, 6), tail(false)));
+            forms.push(tail(false));
+            forms.push(pct.clone());
+        }
+        None => {
+            if let Some(ph) = phase {
+                forms.push(format!("step {} {ph}", p.step));
+            }
+            forms.push(format!("step {}", p.step));
+        }
+    }
+    forms.into_iter().find(|f| f.chars().count() <= room)
 }
 
 /// The detail pane for a run that did not complete: its status, the full reason, the watchdog's

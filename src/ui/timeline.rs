@@ -22,6 +22,19 @@ pub const COMM_HIDDEN_ALT: char = '▒';
 pub const COMM_EXPOSED: char = '█';
 pub const WAIT: char = '░';
 pub const OPT: char = '█';
+/// Without colour (`NO_COLOR`, the monochrome theme) exposed comm and the optimizer would look
+/// like backward compute: they get glyphs of their own.
+pub const MONO_EXPOSED: char = '▚';
+pub const MONO_OPT: char = '▬';
+
+/// (backward, exposed, optimizer) glyphs for `t`: distinct shapes when colour can't tell them apart.
+pub fn bar_glyphs(t: &super::Theme) -> (char, char, char) {
+    if t.name == "monochrome" {
+        (COMPUTE, MONO_EXPOSED, MONO_OPT)
+    } else {
+        (COMPUTE, COMM_EXPOSED, OPT)
+    }
+}
 
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
@@ -264,7 +277,7 @@ pub fn gantt(
 
     // Backward compute.
     label(buf, y, "bwd", t.label);
-    paint(buf, y, 0.0, bwd_end, COMPUTE, t.compute);
+    paint(buf, y, 0.0, bwd_end, bar_glyphs(t).0, t.compute);
     right(buf, y, format!("{} compute", fmt::ms(bwd_end)), t.dim);
     y += 1;
 
@@ -293,7 +306,7 @@ pub fn gantt(
             y,
             s.start_ms.max(bwd_end),
             s.done_ms,
-            COMM_EXPOSED,
+            bar_glyphs(t).1,
             t.exposed,
         );
     };
@@ -322,7 +335,14 @@ pub fn gantt(
         label(buf, y, "opt", t.label);
         match opt_ms {
             Some(o) => {
-                paint(buf, y, opt_start, opt_start + o, OPT, t.optimizer);
+                paint(
+                    buf,
+                    y,
+                    opt_start,
+                    opt_start + o,
+                    bar_glyphs(t).2,
+                    t.optimizer,
+                );
                 right(buf, y, format!("{} optimizer", fmt::ms(o)), t.dim);
             }
             None => {
@@ -344,15 +364,15 @@ pub fn gantt(
     }
     if legend && y < r.height {
         let l = Line::from(vec![
-            Span::styled(COMPUTE.to_string(), t.compute),
+            Span::styled(bar_glyphs(t).0.to_string(), t.compute),
             Span::styled(" backward  ", t.dim),
             Span::styled(COMM_HIDDEN.to_string(), t.comm),
             Span::styled(" all-reduce hidden  ", t.dim),
-            Span::styled(COMM_EXPOSED.to_string(), t.exposed),
+            Span::styled(bar_glyphs(t).1.to_string(), t.exposed),
             Span::styled(" exposed  ", t.dim),
             Span::styled(WAIT.to_string(), t.dim),
             Span::styled(" queued  ", t.dim),
-            Span::styled(OPT.to_string(), t.optimizer),
+            Span::styled(bar_glyphs(t).2.to_string(), t.optimizer),
             Span::styled(" optimizer", t.dim),
         ]);
         put_line(buf, r, y, &l);

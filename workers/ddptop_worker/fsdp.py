@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import collectives, memory, models
-from .client import Client
+from .client import Client, write_line
 from .data import Data, DataConfig
 from .faults import Fault
 from .runtime import Runtime, WorkerError
@@ -445,11 +445,11 @@ def run(args: argparse.Namespace) -> int:
             strategy=args.strategy,
         )
         rate = f"{mean:.1f}" if mean is not None else "n/a"
-        print(
+        # One write per line: ranks sharing torchrun's pipe must not interleave mid-line.
+        write_line(
             f"rank {rt.rank}: {args.strategy} {args.optimizer} k={k}: {rate} samples/s per rank "
             f"over {len(timed)} timed epoch(s); state {_fmt_mb(sb.total)} (params "
             f"{_fmt_mb(sb.params)}, grads {_fmt_mb(sb.grads)}, optimizer {_fmt_mb(sb.optim)}), "
-            f"predicted {_fmt_mb(predicted)}",
-            flush=True,
+            f"predicted {_fmt_mb(predicted)}"
         )
     return 0

@@ -1,0 +1,215 @@
+//! The details of one run (Enter; Esc closes): everything ddptop keeps about it — the spec, the
+//! launch's command line and environment, versions, per-rank figures, transport, the watchdog's
+//! evidence and where its files are.
+
+use super::Ctx;
+use super::fmt;
+use super::theme::status_glyph;
+use crate::app::{RunView, summary};
+use crate::util::median;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Widget, Wrap};
+
+/// The lines of the details of `run` (pure; tested without a screen).
+pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
+    let t = ctx.theme;
+    let s = ctx.state;
+    let mut out: Vec<Line<'static>> = Vec::new();
+    let kv = |k: &str, v: String| {
+        Line::from(vec![
+            Span::styled(format!("{k:<10} "), t.label),
+            Span::styled(v, t.text),
+        ])
+    };
+    let spec = &run.spec;
+    let mut what = format!(
+        "{}{} k={} · {} · {} · {} · {} epochs · {} samples · {} data",
+        spec.experiment.as_str(),
+        if spec.control { " (k=1 control)" } else { "" },
+        spec.k,
+        fmt::backend(spec),
+        spec.model.as_str(),
+        spec.batch_label(),
+        spec.epochs,
+        spec.samples,
+        spec.data_path.as_str(),
+    );
+    if let Some(w) = run.sweep.as_deref()
+        && let Some((p, n)) = s.sweep_position(w, Some(&run.id), None)
+    {
+        what.push_str(&format!(" · sweep {p}/{n}"));
+    }
+    out.push(kv("spec", what));
+    out.push(kv(
+        "status",
+        match &run.reason {
+            Some(r) => format!("{} — {r}", run.status.as_str()),
+            None => run.status.as_str().to_string(),
+        },
+    ));
+    if let Some(p) = crate::app::progress::progress(run)
+        && let Some(txt) = super::runs::progress_text(&p, 60)
+    {
+        out.push(kv("progress", format!("step {} · {txt}", p.step)));
+    }
+    let took = run
+        .ended_unix
+        .map(|e| format!(" · took {:.1} s", e - run.started_unix))
+        .unwrap_or_default();
+    out.push(kv(
+        "started",
+        format!("{}{took}", fmt::clock(run.started_unix)),
+    ));
+    if !run.versions.is_empty() {
+        let v: Vec<String> = run
+            .versions
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out.push(kv("versions", v.join(" · ")));
+    }
+    out.push(kv(
+        "command",
+        run.command
+            .clone()
+            .unwrap_or_else(|| "(not in this session: see command.txt below)".into()),
+    ));
+    let env: Vec<String> = if run.env.is_empty() {
+        spec.nccl
+            .launch_env()
+            .map(|(k, v)| match v {
+                Some(v) => format!("{k}={v}"),
+                None => format!("unset {k}"),
+            })
+            .collect()
+    } else {
+        run.env
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => format!("{k}={v}"),
+                None => format!("unset {k}"),
+            })
+            .collect()
+    };
+    out.push(kv("env", env.join("  ")));
+    out.push(kv(
+        "transport",
+        run.transport
+            .clone()
+            .unwrap_or_else(|| "not reported".into()),
+    ));
+    if let Some(agg) = &run.aggregate {
+        let mut v = format!(
+            "{} samples/s (ranks {}..{})",
+            fmt::rate(agg.samples_per_s),
+            fmt::rate(agg.rank_min),
+            fmt::rate(agg.rank_max)
+        );
+        if run.status.shows_results()
+            && let Some(sc) = summary::scaling(run, &s.runs)
+        {
+            v.push_str(&format!(
+                " · {:.2}× {:.0}% vs {}",
+                sc.speedup,
+                sc.efficiency * 100.0,
+                sc.baseline
+            ));
+        }
+        out.push(kv("result", v));
+    }
+    out.push(Line::from(Span::styled(
+        "rank  pid      device    step    step ms  samples/s  state",
+        t.label,
+    )));
+    for r in run.ranks.values() {
+        let ms: Vec<f64> = r.recent_step_ms.iter().copied().collect();
+        let state = match (&r.error, r.phase) {
+            (Some(e), _) => e.clone(),
+            (None, Some(p)) => crate::app::progress::phase_label(p).to_string(),
+            (None, None) if r.said_bye => "bye".into(),
+            _ => "—".into(),
+        };
+        out.push(Line::from(Span::styled(
+            format!(
+                "r{:<4} {:<8} {:<9} {:<7} {:>7}  {:>9}  {}",
+                r.rank,
+                r.pid.map_or("—".into(), |p| p.to_string()),
+                r.device.clone().unwrap_or_else(|| "—".into()),
+                r.step,
+                median(&ms).map_or("—".into(), |m| format!("{m:.1}")),
+                r.result_sps.map_or("—".into(), fmt::rate),
+                state
+            ),
+            t.text,
+        )));
+    }
+    for (who, code) in &run.exit_codes {
+        out.push(kv("exit", format!("{who}: {code}")));
+    }
+    for c in &run.checks {
+        out.push(kv(
+            "check",
+            format!(
+                "{} {} (|{} − {}| = {:.3e}, tol {:.1e})",
+                c.name,
+                if c.ok { "ok" } else { "FAILED" },
+                c.a,
+                c.b,
+                c.diff,
+                c.tol
+            ),
+        ));
+    }
+    for l in &run.hang_report {
+        out.push(kv("evidence", l.clone()));
+    }
+    match s.data_dir.as_ref().map(|d| d.join("runs").join(&run.id)) {
+        Some(dir) => {
+            out.push(kv("output", dir.join("output.log").display().to_string()));
+            out.push(kv("command", dir.join("command.txt").display().to_string()));
+            out.push(kv(
+                "dumps",
+                format!(
+                    "{} (flight-recorder fr_rank*, written when a run hangs)",
+                    dir.display()
+                ),
+            ));
+        }
+        None => out.push(kv("files", "DATA_DIR/runs/ID/output.log".into())),
+    }
+    out
+}
+
+/// The details over the screen (all but the hint bar).
+pub fn render(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
+    let t = ctx.theme;
+    Clear.render(area, buf);
+    buf.set_style(area, t.base);
+    let closer = ctx
+        .keys
+        .first_key(crate::app::Action::Close)
+        .map_or("Enter".to_string(), |k| k.to_string());
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .border_type(BorderType::Double)
+        .border_style(t.border_focus)
+        .title(Line::from(vec![
+            Span::styled(" Run ", t.title_focus),
+            Span::styled(format!("{} ", run.id), t.title_focus),
+            Span::styled(
+                format!(" {} {} ", status_glyph(run.status), run.status.as_str()),
+                t.status(run.status),
+            ),
+        ]))
+        .title_bottom(Line::from(Span::styled(
+            format!(" {closer} closes · ↑/↓ other runs "),
+            t.dim,
+        )));
+    let inner = b.inner(area);
+    b.render(area, buf);
+    Paragraph::new(lines(ctx, run))
+        .wrap(Wrap { trim: false })
+        .render(inner, buf);
+}

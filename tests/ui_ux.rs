@@ -1,0 +1,338 @@
+//! The dashboard's navigation and labels (issue 17's UX items), drawn from hand-built states:
+//! progress and ETA, the visible queue, the Log's scrolling, wrapping and zoom, the run details,
+//! backend-aware labels, the header at 80 columns, run ids at 200, NO_COLOR glyphs.
+
+#[path = "ui_fixtures.rs"]
+mod fixtures;
+
+use ddptop::app::{Action, Freeze, FrozenStep, Level, Pane, Queued, RunStatus};
+use ddptop::keys::KeyMap;
+use ddptop::protocol::{Backend, Phase};
+use ddptop::run::{Experiment, HostBackend, NcclSettings, NcclVar};
+use ddptop::ui::{self, Theme};
+use fixtures::*;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+
+fn draw_theme(st: &Screen, w: u16, h: u16, theme: &Theme) -> Terminal<TestBackend> {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    let keys = KeyMap::default();
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme,
+        keys: &keys,
+    };
+    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    t
+}
+
+fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
+    draw_theme(st, w, h, &Theme::dark())
+}
+
+fn text(t: &Terminal<TestBackend>) -> String {
+    let buf = t.backend().buffer();
+    let mut s = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// A sim sweep k=1,2,4: k=1 done, k=2 running at 25% with a known pace, k=4 queued, and a
+/// probe queued behind it.
+fn sweep_in_progress() -> Screen {
+    let mut st = laptop_sim_running();
+    let sweep = "s1-1".to_string();
+    let mut k1 = completed(4, spec(Experiment::Weak, 1, Backend::Sim), &[5_580.0]);
+    k1.sweep = Some(sweep.clone());
+    let mut k2 = run(
+        5,
+        spec(Experiment::Weak, 2, Backend::Sim),
+        RunStatus::Running,
+    );
+    live_ranks(&mut k2, 5000, false);
+    k2.sweep = Some(sweep.clone());
+    k2.total_steps = Some(400);
+    k2.ranks.get_mut(&0).unwrap().step = 100;
+    k2.ranks.get_mut(&0).unwrap().phase = Some(Phase::Train);
+    k2.step_clock.extend([(10.0, 50), (20.0, 100)]); // 5 steps/s: 300 left, 60 s
+    k2.throughput = vec![(1.0, 10_400.0)];
+    st.runs.retain(|r| r.status.is_final());
+    st.runs.insert(0, k1);
+    st.runs.insert(0, k2);
+    st.queued = vec![
+        Queued {
+            spec: spec(Experiment::Weak, 4, Backend::Sim),
+            sweep: Some(sweep),
+        },
+        Queued {
+            spec: spec(Experiment::Probe, 2, Backend::Sim),
+            sweep: None,
+        },
+    ];
+    st.view.selected = 2; // the running k=2 (below two queued rows)
+    st.view.focused = Some(id(5));
+    st
+}
+
+#[test]
+fn runs_pane_shows_the_queue_sweep_position_and_progress_with_eta() {
+    let st = sweep_in_progress();
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    // The last to start on top; the next one just above the runs.
+    let q2 = s.find("queued #2").expect("queued #2");
+    let q1 = s.find("queued #1").expect("queued #1");
+    assert!(q2 < q1, "{s}");
+    assert!(s.contains("sweep 3/3") && s.contains("sweep 2/3"), "{s}");
+    assert!(s.contains("2 queued"), "{s}");
+    // The running k=2: a bar, its share and the ETA from the first rank's pace.
+    assert!(s.contains("25%"), "{s}");
+    assert!(s.contains("1m00s"), "{s}");
+    insta::assert_snapshot!(t.backend());
+    let wide = text(&draw(&st, 200, 50));
+    assert!(wide.contains("sweep 2/3"), "{wide}");
+    assert!(
+        wide.contains("25% 1m00s") && wide.contains("sweep 2/3"),
+        "{wide}"
+    );
+    assert!(wide.contains("x cancels"), "{wide}");
+}
+
+#[test]
+fn the_cursor_on_a_queued_row_is_not_a_run() {
+    let mut st = sweep_in_progress();
+    st.view.selected = 0;
+    assert_eq!(st.view.selected_queued(&st.state), Some(1));
+    assert!(st.view.selected_run(&st.state).is_none());
+    st.view.selected = 2;
+    assert_eq!(st.view.selected_run(&st.state).unwrap().id, id(5));
+    // The sweep's members: k=1 ran first, k=2 runs, k=4 waits.
+    assert_eq!(
+        st.state.sweep_position("s1-1", Some(&id(4)), None),
+        Some((1, 3))
+    );
+    assert_eq!(st.state.sweep_position("s1-1", None, Some(0)), Some((3, 3)));
+}
+
+fn long_log() -> Screen {
+    let mut st = laptop_sim_running();
+    let r = &mut st.runs[0];
+    r.log_tail = (0..60).map(|i| format!("[rank 0] line {i:02}")).collect();
+    r.log_tail.push_back(format!(
+        "[rank 1] a long line that does not fit the pane: {} END",
+        "x".repeat(120)
+    ));
+    st.view.pane = Pane::Log;
+    st
+}
+
+#[test]
+fn log_focused_keys_scroll_it_and_long_lines_wrap() {
+    let mut st = long_log();
+    // Follows the newest: the long line whole (wrapped), its end on screen.
+    let s = text(&draw(&st, 120, 40));
+    assert!(s.contains("END"), "{s}");
+    assert!(!s.contains("line 05"), "{s}");
+    // Up/PageUp with the Log focused scroll it, not the run selection.
+    let sel = st.view.selected;
+    let state = st.state.clone();
+    assert!(st.view.navigate(&state, Action::PageUp));
+    assert!(st.view.navigate(&state, Action::Up));
+    assert_eq!(st.view.log_scroll, 11);
+    assert_eq!(st.view.selected, sel);
+    let s = text(&draw(&st, 120, 40));
+    assert!(s.contains("scrolled ↑11"), "{s}");
+    assert!(
+        s.contains("line 49") && !s.contains("line 50") && !s.contains("END"),
+        "{s}"
+    );
+    // g / Home: the oldest line; G / End: following again.
+    st.view.navigate(&state, Action::Top);
+    let s = text(&draw(&st, 120, 40));
+    assert!(s.contains("line 00"), "{s}");
+    st.view.navigate(&state, Action::Bottom);
+    assert_eq!(st.view.log_scroll, 0);
+    // With the Runs pane focused the same keys move the cursor.
+    st.view.pane = Pane::Runs;
+    st.view.navigate(&state, Action::Down);
+    assert_eq!(st.view.selected, sel + 1);
+    st.view.navigate(&state, Action::Bottom);
+    assert_eq!(st.view.selected, state.rows() - 1);
+}
+
+#[test]
+fn z_maximizes_the_focused_log() {
+    let mut st = long_log();
+    st.view.zoom = true;
+    st.view.log_scroll = 3;
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    assert!(
+        !s.contains("Runs·Scaling   GPUs") || s.contains("Log"),
+        "{s}"
+    );
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn enter_opens_the_runs_details_with_command_env_ranks_and_files() {
+    let mut st = hung_run();
+    st.state.data_dir = Some("/data/ddptop".into());
+    let i = st.view.selected;
+    let r = &mut st.state.runs[i];
+    r.command = Some(
+        "/usr/bin/python3 -m torch.distributed.run --nproc-per-node 2 -m ddptop_worker train"
+            .into(),
+    );
+    r.env = [
+        ("NCCL_NVLS_ENABLE".to_string(), Some("0".to_string())),
+        ("NCCL_P2P_DISABLE".to_string(), None),
+    ]
+    .into_iter()
+    .collect();
+    r.versions.insert("torch".into(), "2.11.0+cu130".into());
+    st.view.detail = true;
+    let t = draw(&st, 120, 40);
+    let s = text(&t);
+    let id = st.state.runs[i].id.clone();
+    for want in [
+        id.as_str(),
+        "torch.distributed.run",
+        "NCCL_NVLS_ENABLE=0",
+        "unset NCCL_P2P_DISABLE",
+        "torch 2.11.0+cu130",
+        "rank  pid",
+        "evidence",
+        &format!("/data/ddptop/runs/{id}/output.log"),
+        "Esc closes",
+    ] {
+        assert!(s.contains(want), "{want} missing:\n{s}");
+    }
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn gloo_says_nothing_about_nccl_and_offers_no_nccl_keys() {
+    let mut st = laptop_sim_running();
+    st.state.host.backend = HostBackend::Gloo;
+    let s = text(&draw(&st, 160, 45));
+    let hints = s.lines().last().unwrap().to_string();
+    let header: String = s.lines().take(2).collect::<Vec<_>>().join("\n");
+    assert!(!header.contains("NCCL"), "{header}");
+    assert!(header.contains("ranks are CPU processes"), "{header}");
+    assert!(
+        !hints.contains("SHM") && !hints.contains("P2P") && !hints.contains("NVLS"),
+        "{hints}"
+    );
+    assert!(
+        !hints.contains("weak/strong") && hints.contains("experiment"),
+        "{hints}"
+    );
+    // The simulated backend models NCCL: it says so.
+    let sim = laptop_sim_running();
+    let s = text(&draw(&sim, 160, 45));
+    assert!(s.lines().nth(1).unwrap().contains("sim NCCL"), "{s}");
+    assert!(
+        !s.contains("NCCL's defaults") && !s.contains("CPU/sim"),
+        "{s}"
+    );
+}
+
+#[test]
+fn the_defaults_preset_shows_its_name_and_keeps_the_curve() {
+    let mut st = laptop_sim_running();
+    let presets = NcclSettings::builtin_presets();
+    st.state.next.nccl = NcclSettings::with(&presets["defaults"]);
+    st.state.next.preset = Some("defaults".into());
+    let s = text(&draw(&st, 120, 40));
+    let line = s.lines().nth(1).unwrap();
+    assert!(line.contains("preset defaults"), "{line}");
+    assert!(!line.contains("-P2P") && !line.contains("unset"), "{line}");
+    // Unsetting variables that are not set is no change: the same curve as plain defaults.
+    let mut a = spec(Experiment::Weak, 2, Backend::Nccl);
+    let b = a.clone();
+    a.nccl = NcclSettings::with(&presets["defaults"]);
+    assert_eq!(a.curve_key(), b.curve_key());
+    let mut c = b.clone();
+    c.nccl.toggle(NcclVar::P2pDisable);
+    c.nccl.toggle(NcclVar::P2pDisable); // on, then off again: unset
+    assert_eq!(c.curve_key(), b.curve_key());
+    assert_eq!(c.nccl.short(), "default");
+}
+
+#[test]
+fn header_keeps_frozen_and_the_settings_at_80_columns() {
+    let mut st = gpubox_8();
+    for v in [NcclVar::P2pDisable, NcclVar::ShmUseCudaMemcpy] {
+        st.state.next.nccl.toggle(v);
+    }
+    let rid = st.state.runs[0].id.clone();
+    st.view.freeze = Freeze::Frozen(Box::new(FrozenStep {
+        run_id: rid,
+        rank: 0,
+        buckets: buckets(0, 120),
+        opt_ms: None,
+        data_ms: None,
+    }));
+    let s = text(&draw(&st, 80, 24));
+    let line = s.lines().nth(1).unwrap();
+    assert!(line.contains("FROZEN"), "{line}");
+    assert!(line.contains("NCCL"), "{line}");
+    // The Runs table at 80 columns: ids and status words whole.
+    for r in &st.state.runs {
+        let short = &r.id[r.id.len() - 11..];
+        assert!(s.contains(short), "{short} cut:\n{s}");
+    }
+    assert!(s.contains("▶ running") && s.contains("✓ completed"), "{s}");
+}
+
+#[test]
+fn run_ids_are_never_squeezed_at_200_columns() {
+    let mut st = gpubox_8();
+    for r in st.state.runs.iter_mut() {
+        r.spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
+        r.spec.nccl.toggle(NcclVar::P2pDisable);
+        r.spec.profile = Some("a-long-profile-name".into());
+    }
+    for w in [200u16, 160, 130] {
+        let s = text(&draw(&st, w, 50));
+        for r in &st.state.runs {
+            let short = &r.id[r.id.len() - 11..];
+            assert!(s.contains(short), "{short} cut at {w} columns:\n{s}");
+        }
+    }
+}
+
+#[test]
+fn no_color_timeline_bars_have_glyphs_of_their_own_in_the_legend() {
+    let st = gpubox_8();
+    let s = text(&draw_theme(&st, 240, 70, &Theme::monochrome()));
+    let legend = s
+        .lines()
+        .find(|l| l.contains("backward") && l.contains("optimizer"))
+        .expect("legend");
+    let glyph = |word: &str| {
+        let i = legend.find(word).unwrap();
+        legend[..i].trim_end().chars().last().unwrap()
+    };
+    let (bwd, exposed, opt) = (glyph(" backward"), glyph(" exposed"), glyph(" optimizer"));
+    assert!(bwd != exposed && exposed != opt && bwd != opt, "{legend}");
+    assert!(
+        s.contains(exposed) && s.contains(opt),
+        "glyphs drawn in the bars too"
+    );
+}
+
+#[test]
+fn probe_messages_and_sweep_labels_use_plain_words() {
+    let st = sweep_in_progress();
+    let s = text(&draw(&st, 200, 50));
+    assert!(!s.contains("ProbeOn") && !s.contains("s1-1"), "{s}");
+    let _ = Level::Info;
+}
