@@ -8,6 +8,7 @@ pub mod nccl_log;
 pub mod output;
 pub mod procs;
 pub mod socket;
+pub mod tcp;
 pub mod watchdog;
 
 use crate::protocol::WorkerMsg;
