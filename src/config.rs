@@ -38,6 +38,21 @@ hang_floor_s = 10.0    # a run is hung after at least this many seconds without 
 hang_factor = 10.0     # or this many times its median step time, whichever is larger
 startup_s = 180.0      # time allowed from launch to the first step
 
+[nodes]
+# Multi-node runs (`--nodes HOST1,HOST2`, docs/multinode.md). How ddptop runs a command on
+# another node: {host} is the node's name from --nodes, {cmd} one shell command line (ssh hands
+# it to the node's shell; for an exec-style channel write `sh -c {cmd}`). Examples:
+#   remote = "srun --overlap --nodes=1 --ntasks=1 -w {host} sh -c {cmd}"
+#   remote = "kubectl exec {host} -- sh -c {cmd}"
+# remote = "ssh -o BatchMode=yes {host} -- {cmd}"
+# How ddptop signals a node's agent and ranks (default: `kill` through `remote`); {sig} is INT,
+# TERM or KILL, {pids} the pids on that node, {slurm_step} JOB.STEP of a node started by srun:
+#   stop = "scancel --signal={sig} {slurm_step}"
+# Where ranks on other nodes report (default: every interface when --nodes names another host,
+# else loopback; port 0 = any free port) and the name they connect to (default: this host name).
+# listen = "0.0.0.0:0"
+# advertise = "head-node.cluster"
+
 [keys]
 # "key" = "action". Keys: a character ("p" and "P" differ), Tab, Enter, Esc, Space, Up, Down,
 # Left, Right, PageUp, PageDown, Home, End, Backspace, Delete, Insert, F1..F24, with Ctrl-, Alt-
@@ -229,6 +244,28 @@ impl Default for Watchdog {
     }
 }
 
+/// `[nodes]`: how multi-node runs reach the other nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodesCfg {
+    /// Command template with `{host}` and `{cmd}`.
+    pub remote: String,
+    /// Signal template with `{host}`, `{sig}`, `{pids}`, `{slurm_step}`; `None`: `kill` via `remote`.
+    pub stop: Option<String>,
+    pub listen: Option<std::net::SocketAddr>,
+    pub advertise: Option<String>,
+}
+
+impl Default for NodesCfg {
+    fn default() -> Self {
+        NodesCfg {
+            remote: crate::supervisor::nodes::DEFAULT_REMOTE.into(),
+            stop: None,
+            listen: None,
+            advertise: None,
+        }
+    }
+}
+
 /// One environment preset: variable → value, `None` removes the variable for the launch.
 pub type Preset = EnvOverlay;
 
@@ -242,6 +279,7 @@ pub struct Config {
     pub python: Option<PathBuf>,
     pub torchrun: Option<PathBuf>,
     pub presets: BTreeMap<String, Preset>,
+    pub nodes: NodesCfg,
     /// The file this came from (`None`: built-in defaults only).
     pub path: Option<PathBuf>,
     /// True when this load wrote the commented default file.
@@ -259,6 +297,7 @@ impl Default for Config {
             python: None,
             torchrun: None,
             presets: NcclSettings::builtin_presets(),
+            nodes: NodesCfg::default(),
             path: None,
             created: false,
         }
@@ -302,6 +341,8 @@ struct RawConfig {
     #[serde(default)]
     keys: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
+    nodes: RawNodes,
+    #[serde(default)]
     presets: BTreeMap<String, BTreeMap<String, Spanned<EnvValue>>>,
 }
 
@@ -324,6 +365,15 @@ struct RawWatchdog {
     hang_floor_s: Option<Spanned<f64>>,
     hang_factor: Option<Spanned<f64>>,
     startup_s: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawNodes {
+    remote: Option<Spanned<String>>,
+    stop: Option<Spanned<String>>,
+    listen: Option<Spanned<String>>,
+    advertise: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -438,6 +488,30 @@ impl Config {
                 *slot = x;
             }
         }
+        if let Some(t) = raw.nodes.remote {
+            let words = crate::supervisor::launch::split_template(t.get_ref())
+                .map_err(|m| err(t.span(), m))?;
+            if !words.iter().any(|w| w.contains("{cmd}")) {
+                return Err(err(
+                    t.span(),
+                    "[nodes] remote needs {cmd} (and usually {host}), e.g. \"ssh {host} -- {cmd}\"".into(),
+                ));
+            }
+            cfg.nodes.remote = t.into_inner();
+        }
+        if let Some(t) = raw.nodes.stop {
+            crate::supervisor::launch::split_template(t.get_ref()).map_err(|m| err(t.span(), m))?;
+            cfg.nodes.stop = Some(t.into_inner());
+        }
+        if let Some(l) = raw.nodes.listen {
+            cfg.nodes.listen = Some(l.get_ref().parse().map_err(|_| {
+                err(
+                    l.span(),
+                    format!("[nodes] listen = {:?} is not IP:PORT (e.g. \"0.0.0.0:0\")", l.get_ref()),
+                )
+            })?);
+        }
+        cfg.nodes.advertise = raw.nodes.advertise;
         for (key, action) in raw.keys {
             let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
             let name = action.get_ref().trim();

@@ -4,6 +4,7 @@
 pub mod flight;
 pub mod handrolled;
 pub mod launch;
+pub mod nodes;
 pub mod nccl_log;
 pub mod output;
 pub mod procs;
@@ -65,6 +66,12 @@ pub enum SupEvent {
     Disconnected { run: String, rank: u32 },
     /// The launcher process exited.
     Exited { run: String, exit: Exit },
+    /// The channel process (ssh, srun, …) of another node's agent exited (multi-node runs).
+    NodeExited {
+        run: String,
+        node: usize,
+        exit: Exit,
+    },
     /// A stop sequence finished: no process of the run is left.
     StopDone {
         run: String,
