@@ -372,7 +372,9 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct NodeArgs {
     /// Run across these nodes, one torchrun agent each: the first is this machine, the others
-    /// are started through the config's [nodes] remote template (ssh by default).
+    /// are started through the config's [nodes] remote template (ssh by default). `HOST=ADDR`
+    /// gives a node's address for torchrun's --local-addr (when its host name does not resolve
+    /// to the interface the other nodes reach).
     #[arg(long, value_delimiter = ',', value_name = "HOST1,HOST2", value_parser = node_name)]
     pub nodes: Vec<String>,
     /// Processes per node [default: k / number of nodes].
@@ -412,11 +414,13 @@ impl NodeArgs {
 }
 
 fn node_name(s: &str) -> Result<String, String> {
-    if !s.is_empty()
-        && s
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:@[]".contains(c))
-    {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:@[]".contains(c))
+    };
+    if s.split_once('=').map_or(ok(s), |(h, a)| ok(h) && ok(a)) {
         Ok(s.to_string())
     } else {
         Err(format!("`{s}` is not a host name"))

@@ -549,6 +549,9 @@ impl Engine {
                 self.state.push_message(Level::Warn, Some(&run), text);
             }
             SupEvent::Rejected { run, detail } => {
+                if run.is_none() {
+                    self.state.rejected_strangers += 1;
+                }
                 if let Some(id) = &run
                     && let Some(v) = self.state.run_mut(id)
                 {

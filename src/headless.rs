@@ -722,6 +722,7 @@ pub fn report(
         "backend_note": note,
         "sweep": sweep,
         "runs": runs.iter().map(|r| run_json(r, state, context)).collect::<Vec<_>>(),
+        "rejected_strangers": state.rejected_strangers,
     });
     if let (Some(d), Value::Object(b)) = (doc.as_object_mut(), body) {
         d.extend(b);

@@ -67,6 +67,9 @@ pub struct State {
     pub proc_stats: BTreeMap<u32, ProcStat>,
     /// Number of GPUs usable for launches (0 = CPU / simulated only).
     pub max_k: u32,
+    /// Connections refused before they named a run (garbage, idle, oversized first line, a
+    /// foreign uid): counted here, since no run is theirs.
+    pub rejected_strangers: u64,
 }
 
 pub const MAX_MESSAGES: usize = 500;
@@ -87,6 +90,7 @@ impl State {
             },
             proc_stats: BTreeMap::new(),
             max_k: 0,
+            rejected_strangers: 0,
         }
     }
 

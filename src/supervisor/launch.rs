@@ -73,6 +73,9 @@ pub struct NodePlan {
     /// Node names. The first is this machine (its agent is started directly and hosts the
     /// rendezvous store); the others are started through `remote`.
     pub hosts: Vec<String>,
+    /// Each node's own address, when given (`--nodes name=addr`): torchrun's `--local-addr`,
+    /// which the other nodes use to reach that node's processes (else its host name's).
+    pub addrs: Vec<Option<String>>,
     pub nproc_per_node: u32,
     /// `host:port` of the c10d rendezvous store (on node 0).
     pub rdzv_endpoint: String,
@@ -95,7 +98,7 @@ impl NodePlan {
 
 /// torchrun's flags for node `node` of a multi-node run of world size `k`.
 fn rendezvous_flags(run_id: &str, plan: &NodePlan, node: usize) -> Vec<String> {
-    vec![
+    let mut v = vec![
         format!("--nnodes={}", plan.nnodes()),
         format!("--node-rank={node}"),
         format!("--nproc-per-node={}", plan.nproc_per_node),
@@ -109,7 +112,11 @@ fn rendezvous_flags(run_id: &str, plan: &NodePlan, node: usize) -> Vec<String> {
             u8::from(node == 0)
         ),
         "--max-restarts=0".into(),
-    ]
+    ];
+    if let Some(a) = plan.addrs.get(node).cloned().flatten() {
+        v.push(format!("--local-addr={a}"));
+    }
+    v
 }
 
 /// Split a command template into words: whitespace separates, '…' and "…" quote (no escapes
@@ -194,14 +201,13 @@ pub fn node_command(
         rendezvous_flags(run_id, plan, 0),
         rendezvous_flags(run_id, plan, node),
     );
-    let argv: Vec<String> = local
-        .argv
-        .iter()
-        .map(|a| match from.iter().position(|f| f == a) {
-            Some(i) => to[i].clone(),
-            None => a.clone(),
-        })
-        .collect();
+    // Node 0's rendezvous flags are one run in its argv: put this node's in their place.
+    let mut argv = local.argv.clone();
+    let at = argv
+        .windows(from.len())
+        .position(|w| w == from.as_slice())
+        .ok_or_else(|| anyhow::anyhow!("node 0's command has no rendezvous flags"))?;
+    argv.splice(at..at + from.len(), to);
     let mut env = local.env.clone();
     env.remove("DDPTOP_TOKEN");
     env.insert("DDPTOP_SOCKET".into(), Some(format!("tcp://{}", plan.tcp)));

@@ -19,6 +19,8 @@ const FORWARD_PREFIXES: [&str; 3] = ["NCCL_", "GLOO_", "TP_SOCKET_IFNAME"];
 pub struct NodesOptions {
     /// The first is this machine.
     pub hosts: Vec<String>,
+    /// Each node's address when given (`--nodes name=addr`).
+    pub addrs: Vec<Option<String>>,
     /// Default: k / number of nodes.
     pub nproc_per_node: Option<u32>,
     /// Where the TCP listener binds. Default: loopback when every node is this machine, else
@@ -34,9 +36,18 @@ pub struct NodesOptions {
 }
 
 impl NodesOptions {
-    pub fn new(hosts: Vec<String>) -> Self {
+    /// From `--nodes` entries: `name` or `name=addr`.
+    pub fn new(entries: Vec<String>) -> Self {
+        let (hosts, addrs) = entries
+            .into_iter()
+            .map(|e| match e.split_once('=') {
+                Some((h, a)) => (h.to_string(), Some(a.to_string())),
+                None => (e, None),
+            })
+            .unzip();
         NodesOptions {
             hosts,
+            addrs,
             nproc_per_node: None,
             listen: None,
             advertise: None,
@@ -77,7 +88,9 @@ impl NodesOptions {
         };
         let host = self.advertise.clone().unwrap_or_else(|| {
             if tcp.ip().is_unspecified() {
-                crate::paths::hostname()
+                self.addrs[0]
+                    .clone()
+                    .unwrap_or_else(crate::paths::hostname)
             } else {
                 tcp.ip().to_string()
             }
@@ -92,6 +105,7 @@ impl NodesOptions {
         };
         Ok(NodePlan {
             hosts: self.hosts.clone(),
+            addrs: self.addrs.clone(),
             nproc_per_node: nproc,
             rdzv_endpoint: rdzv,
             tcp: host_port(&host, tcp.port()),
@@ -214,7 +228,9 @@ mod tests {
 
     #[test]
     fn plans_split_k_and_point_remote_ranks_at_the_listener() {
-        let mut o = NodesOptions::new(vec!["a".into(), "b".into()]);
+        let mut o = NodesOptions::new(vec!["a".into(), "b=10.0.0.2".into()]);
+        assert_eq!(o.hosts, ["a", "b"]);
+        assert_eq!(o.addrs, [None, Some("10.0.0.2".to_string())]);
         o.rdzv_endpoint = Some("a:29400".into());
         let p = o.plan(4, "10.0.0.1:5000".parse().unwrap()).unwrap();
         assert_eq!(p.nproc_per_node, 2);
