@@ -416,8 +416,7 @@ impl NodeArgs {
 fn node_name(s: &str) -> Result<String, String> {
     let ok = |p: &str| {
         !p.is_empty()
-            && p
-                .chars()
+            && p.chars()
                 .all(|c| c.is_ascii_alphanumeric() || "-_.:@[]".contains(c))
     };
     if s.split_once('=').map_or(ok(s), |(h, a)| ok(h) && ok(a)) {

@@ -494,7 +494,8 @@ impl Config {
             if !words.iter().any(|w| w.contains("{cmd}")) {
                 return Err(err(
                     t.span(),
-                    "[nodes] remote needs {cmd} (and usually {host}), e.g. \"ssh {host} -- {cmd}\"".into(),
+                    "[nodes] remote needs {cmd} (and usually {host}), e.g. \"ssh {host} -- {cmd}\""
+                        .into(),
                 ));
             }
             cfg.nodes.remote = t.into_inner();
@@ -507,7 +508,10 @@ impl Config {
             cfg.nodes.listen = Some(l.get_ref().parse().map_err(|_| {
                 err(
                     l.span(),
-                    format!("[nodes] listen = {:?} is not IP:PORT (e.g. \"0.0.0.0:0\")", l.get_ref()),
+                    format!(
+                        "[nodes] listen = {:?} is not IP:PORT (e.g. \"0.0.0.0:0\")",
+                        l.get_ref()
+                    ),
                 )
             })?);
         }
@@ -591,6 +595,32 @@ mod tests {
     fn default_file_parses_to_the_defaults() {
         let cfg = Config::parse(DEFAULT_CONFIG, Path::new("config.toml")).unwrap();
         assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn nodes_table_sets_the_templates_and_checks_them() {
+        let text = "[nodes]\nremote = \"ip netns exec {host} sh -c {cmd}\"\nstop = \"scancel --signal={sig} {slurm_step}\"\nlisten = \"10.0.0.1:0\"\nadvertise = \"head\"\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(cfg.nodes.remote, "ip netns exec {host} sh -c {cmd}");
+        assert_eq!(
+            cfg.nodes.stop.as_deref(),
+            Some("scancel --signal={sig} {slurm_step}")
+        );
+        assert_eq!(cfg.nodes.listen, Some("10.0.0.1:0".parse().unwrap()));
+        assert_eq!(cfg.nodes.advertise.as_deref(), Some("head"));
+        assert_eq!(
+            Config::default().nodes.remote,
+            "ssh -o BatchMode=yes {host} -- {cmd}"
+        );
+        let e =
+            Config::parse("[nodes]\nremote = \"ssh {host}\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(
+            e.to_string().contains("needs {cmd}") && e.line == Some(2),
+            "{e}"
+        );
+        let e = Config::parse("[nodes]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("not IP:PORT"), "{e}");
+        assert!(Config::parse("[nodes]\nremot = \"x\"\n", Path::new("c.toml")).is_err());
     }
 
     #[test]

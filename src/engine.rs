@@ -265,7 +265,13 @@ impl Engine {
                     });
                     tokio::spawn(async move {
                         let exit = Exit::of(child.wait().await);
-                        let _ = tx.send(SupEvent::NodeExited { run: rid, node, exit }).await;
+                        let _ = tx
+                            .send(SupEvent::NodeExited {
+                                run: rid,
+                                node,
+                                exit,
+                            })
+                            .await;
                     });
                 }
                 Err(e) => {
@@ -276,11 +282,8 @@ impl Engine {
                         agent_pid: None,
                         slurm_step: None,
                     });
-                    self.state.push_message(
-                        Level::Error,
-                        Some(&id),
-                        format!("node {node}: {e}"),
-                    );
+                    self.state
+                        .push_message(Level::Error, Some(&id), format!("node {node}: {e}"));
                 }
             }
         }
@@ -509,12 +512,19 @@ impl Engine {
                 }
                 if let WorkerMsg::Hello(h) = msg.as_ref()
                     && let Some(peer) = self.server.registry.remote_peer(&run, h.rank)
-                    && let Some(r) = self.state.run_mut(&run).and_then(|v| v.ranks.get_mut(&h.rank))
+                    && let Some(r) = self
+                        .state
+                        .run_mut(&run)
+                        .and_then(|v| v.ranks.get_mut(&h.rank))
                 {
                     r.remote = true;
                     self.pending.push(EventRow::note(
                         &run,
-                        &format!("rank {} on node {} connected over tcp from {peer}", h.rank, h.node_name()),
+                        &format!(
+                            "rank {} on node {} connected over tcp from {peer}",
+                            h.rank,
+                            h.node_name()
+                        ),
                     ));
                 }
                 let Some(view) = self.state.run_mut(&run) else {

@@ -84,7 +84,15 @@ impl Nodes {
                 ip(&["link", "set", dev, "netns", ns])?;
                 // The same interface name on both nodes: one GLOO_SOCKET_IFNAME for all.
                 ip(&["-n", ns, "link", "set", dev, "name", "ddp0"])?;
-                ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", "ddp0"])?;
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{addr}/24"),
+                    "dev",
+                    "ddp0",
+                ])?;
                 ip(&["-n", ns, "link", "set", "ddp0", "up"])?;
                 ip(&["-n", ns, "link", "set", "lo", "up"])?;
             }
@@ -124,7 +132,15 @@ impl Nodes {
         let mut c = Command::new("ip");
         c.args(["netns", "exec", &self.a, bin(), "run"])
             .args(args)
-            .args(["--backend", "gloo", "--model", "tiny", "--json", "--startup-timeout", "60"])
+            .args([
+                "--backend",
+                "gloo",
+                "--model",
+                "tiny",
+                "--json",
+                "--startup-timeout",
+                "60",
+            ])
             .args(["--nodes", &nodes, "--listen", &listen])
             .env("DDPTOP_DATA_DIR", data)
             .env("DDPTOP_CONFIG", data.join("config.toml"))
@@ -341,7 +357,10 @@ fn remote_rank_killed_stops_everything_and_tcp_intruders_are_refused() {
         "the failed node is named: {reason}"
     );
     assert_eq!(r["rejected_connections"], 1, "the wrong token: {r:#}");
-    assert_eq!(doc["rejected_strangers"], 50, "every garbage connection counted");
+    assert_eq!(
+        doc["rejected_strangers"], 50,
+        "every garbage connection counted"
+    );
     assert_eq!(r["bad_lines"], 0, "no garbage reached the run");
     assert!(
         t0.elapsed() < Duration::from_secs(120),

@@ -179,5 +179,4 @@ fn ranks_of_a_two_node_run_are_grouped_by_node() {
     // r0 under node-a, r1 under node-b.
     let pos = |row: &str| s.find(row).unwrap_or_else(|| panic!("{row}:\n{s}"));
     assert!(pos("r0      5000") < b && pos("r1      5001") > b, "{s}");
-
 }

@@ -97,7 +97,7 @@ impl NodePlan {
 }
 
 /// torchrun's flags for node `node` of a multi-node run of world size `k`.
-fn rendezvous_flags(run_id: &str, plan: &NodePlan, node: usize) -> Vec<String> {
+pub(crate) fn rendezvous_flags(run_id: &str, plan: &NodePlan, node: usize) -> Vec<String> {
     let mut v = vec![
         format!("--nnodes={}", plan.nnodes()),
         format!("--node-rank={node}"),
@@ -271,7 +271,7 @@ pub fn node_stop_command(
         .map_err(|e| anyhow::anyhow!("[nodes] stop: {e}"));
     }
     let script = format!(
-        "for p in {list}; do kill -s {sig} -$p 2>/dev/null; kill -s {sig} $p 2>/dev/null; done; true"
+        "for p in {list}; do kill -s {sig} -- -$p 2>/dev/null; kill -s {sig} $p 2>/dev/null; done; true"
     );
     let cmd = format!("sh -c {}", shell_quote(&script));
     fill_template(&plan.remote, &[("host", host), ("cmd", &cmd)])
@@ -444,7 +444,10 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
 fn where_flags(spec: &RunSpec, ctx: &LaunchContext) -> Vec<String> {
     match ctx.nodes {
         Some(plan) => rendezvous_flags(ctx.run_id, plan, 0),
-        None => vec!["--standalone".into(), format!("--nproc-per-node={}", spec.k)],
+        None => vec![
+            "--standalone".into(),
+            format!("--nproc-per-node={}", spec.k),
+        ],
     }
 }
 
@@ -860,6 +863,83 @@ mod tests {
                 .as_deref(),
             Some("0")
         );
+    }
+
+    #[test]
+    fn multi_node_runs_use_the_c10d_rendezvous_instead_of_standalone() {
+        let py = PythonEnv {
+            python: "/venv/bin/python".into(),
+            torchrun: vec!["/venv/bin/torchrun".into()],
+            workers_dir: "/repo/workers".into(),
+        };
+        let plan = NodePlan {
+            hosts: vec!["a".into(), "b".into()],
+            addrs: vec![None, None],
+            nproc_per_node: 2,
+            rdzv_endpoint: "a:29400".into(),
+            tcp: "a:5000".into(),
+            remote: "ssh -o BatchMode=yes {host} -- {cmd}".into(),
+            stop: None,
+            forward_env: vec![("GLOO_SOCKET_IFNAME".into(), "eth1".into())],
+        };
+        let mut c = ctx(Path::new("/d"), Some(&py));
+        c.nodes = Some(&plan);
+        let mut spec = RunSpec::new(Experiment::Attach, 4, Backend::Nccl);
+        spec.attach = Some(crate::run::AttachTarget {
+            script: "/home/u/train.py".into(),
+            args: vec![],
+            cwd: "/home/u".into(),
+        });
+        let cmd = command_for(&spec, &c).unwrap();
+        assert_eq!(
+            cmd.argv.join(" "),
+            "/venv/bin/torchrun --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-backend=c10d \
+             --rdzv-endpoint=a:29400 --rdzv-id=r1 --rdzv-conf=is_host=1,join_timeout=120 \
+             --max-restarts=0 --monitor-interval=0.1 /home/u/train.py"
+        );
+        assert_eq!(
+            cmd.env.get("DDPTOP_NODE").cloned().flatten().as_deref(),
+            Some("a")
+        );
+        // ssh gets the whole command line as one argument, for the node's shell.
+        let node = node_command(&cmd, "r1", &plan, 1).unwrap();
+        assert_eq!(node.argv[..5], ["ssh", "-o", "BatchMode=yes", "b", "--"]);
+        assert_eq!(node.argv.len(), 6);
+        assert!(node.argv[5].starts_with("sh -c '"), "{}", node.argv[5]);
+        assert!(node.argv[5].contains("GLOO_SOCKET_IFNAME=eth1"));
+        assert!(node.argv[5].contains("--node-rank=1"));
+        let stop = node_stop_command(&plan, 1, "TERM", &[7, 8], None).unwrap();
+        assert_eq!(stop[3], "b");
+        assert!(
+            stop[5].contains("for p in 7 8; do kill -s TERM -- -$p"),
+            "{stop:?}"
+        );
+        // Not torchrun, not k = nodes × nproc: refused.
+        let jax = RunSpec::new(Experiment::Jax, 4, Backend::Nccl);
+        assert!(command_for(&jax, &c).is_err());
+        let odd = RunSpec::new(Experiment::Weak, 3, Backend::Nccl);
+        assert!(
+            command_for(&odd, &c)
+                .unwrap_err()
+                .to_string()
+                .contains("2 nodes")
+        );
+        let sim = RunSpec::new(Experiment::Weak, 4, Backend::Sim);
+        assert!(command_for(&sim, &c).is_err());
+    }
+
+    #[test]
+    fn templates_split_like_a_shell_and_fill_placeholders() {
+        assert_eq!(
+            fill_template(
+                r#"srun -w {host} --export="A B" sh -c {cmd}"#,
+                &[("host", "n1"), ("cmd", "echo 'x y'")]
+            )
+            .unwrap(),
+            ["srun", "-w", "n1", "--export=A B", "sh", "-c", "echo 'x y'"]
+        );
+        assert!(split_template("ssh 'open").is_err());
+        assert!(split_template("  ").is_err());
     }
 
     #[test]

@@ -4,8 +4,8 @@
 pub mod flight;
 pub mod handrolled;
 pub mod launch;
-pub mod nodes;
 pub mod nccl_log;
+pub mod nodes;
 pub mod output;
 pub mod procs;
 pub mod socket;

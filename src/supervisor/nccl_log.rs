@@ -116,7 +116,10 @@ mod tests {
         assert_eq!(
             nets,
             vec![
-                ("NET/IB".to_string(), vec!["mlx5_0:1".into(), "mlx5_1:1".into()]),
+                (
+                    "NET/IB".to_string(),
+                    vec!["mlx5_0:1".into(), "mlx5_1:1".into()]
+                ),
                 ("NET/Socket".to_string(), vec!["eth0".into(), "ib0".into()]),
             ]
         );

@@ -88,9 +88,7 @@ impl NodesOptions {
         };
         let host = self.advertise.clone().unwrap_or_else(|| {
             if tcp.ip().is_unspecified() {
-                self.addrs[0]
-                    .clone()
-                    .unwrap_or_else(crate::paths::hostname)
+                self.addrs[0].clone().unwrap_or_else(crate::paths::hostname)
             } else {
                 tcp.ip().to_string()
             }
@@ -244,7 +242,89 @@ mod tests {
             NodesOptions::new(vec!["localhost".into()]).listen_addr(),
             "127.0.0.1:0".parse().unwrap()
         );
-        assert!(o.listen_addr().ip().is_unspecified(), "other hosts: every interface");
+        assert!(
+            o.listen_addr().ip().is_unspecified(),
+            "other hosts: every interface"
+        );
+    }
+
+    /// Node 1 started and stopped through a channel that is a plain local `sh -c {cmd}`: the
+    /// wrapper reads the token from stdin, names the agent's pid, and the stop reaches it.
+    #[tokio::test]
+    async fn a_node_is_started_and_stopped_through_its_channel() {
+        use crate::supervisor::launch::{CommandLine, node_command, spawn_with_secret};
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = NodesOptions::new(vec!["a".into(), "b=10.0.0.2".into()]);
+        o.remote = "sh -c {cmd}".into();
+        o.rdzv_endpoint = Some("a:29400".into());
+        let plan = o.plan(2, "127.0.0.1:4000".parse().unwrap()).unwrap();
+        // Node 0's "torchrun": a shell that checks its token and sleeps; the rendezvous flags
+        // after the script are its $0, $1, … (unused).
+        let mut argv: Vec<String> = vec![
+            "sh".into(),
+            "-c".into(),
+            "test \"${#DDPTOP_TOKEN}\" = 6 && echo \"node=$DDPTOP_NODE at $DDPTOP_SOCKET\" && exec sleep 30".into(),
+        ];
+        argv.extend(super::super::launch::rendezvous_flags("r1", &plan, 0));
+        let mut env = std::collections::BTreeMap::new();
+        env.insert("DDPTOP_TOKEN".to_string(), Some("s3cr3t".to_string()));
+        env.insert("DDPTOP_SOCKET".to_string(), Some("/run/x.sock".to_string()));
+        let local = CommandLine {
+            argv,
+            env,
+            cwd: dir.path().to_path_buf(),
+        };
+        let cmd = node_command(&local, "r1", &plan, 1).unwrap();
+        let line = cmd.argv.join(" ");
+        assert!(
+            !line.contains("s3cr3t"),
+            "the token is never on a command line: {line}"
+        );
+        assert!(
+            line.contains("--node-rank=1") && line.contains("is_host=0"),
+            "{line}"
+        );
+        assert!(line.contains("--local-addr=10.0.0.2"), "{line}");
+        assert!(
+            line.contains("DDPTOP_SOCKET=tcp://127.0.0.1:4000"),
+            "{line}"
+        );
+        let mut child = spawn_with_secret(&cmd, dir.path(), "s3cr3t").unwrap();
+        let log = dir.path().join("output.log");
+        let t0 = Instant::now();
+        let (pid, text) = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(p) = text.lines().find_map(parse_node_line).map(|(_, p, _)| p)
+                && text.contains("node=b at tcp://127.0.0.1:4000")
+            {
+                break (p, text);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no node line: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(procs::alive(pid), "{text}");
+        let stop = RemoteStop {
+            node: 1,
+            channel_pgid: child.id(),
+            pids: vec![pid],
+            slurm_step: None,
+        };
+        let note = stop_remote(
+            &plan,
+            &stop,
+            [Duration::from_secs(2), Duration::from_secs(2)],
+            false,
+        )
+        .await;
+        assert_eq!(
+            note, None,
+            "stopped by the first signal through the channel"
+        );
+        assert!(!procs::alive(pid));
+        child.wait().await.unwrap();
     }
 
     #[test]

@@ -317,7 +317,11 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 break 'outer;
             }
             let r = match row {
-                &RankRow::Node { ref name, ranks, remote } => {
+                &RankRow::Node {
+                    ref name,
+                    ranks,
+                    remote,
+                } => {
                     let how = if remote {
                         "reports over TCP; CPU/RSS not sampled here"
                     } else {
