@@ -83,7 +83,7 @@ impl NodesOptions {
         let nproc = match self.nproc_per_node {
             Some(p) if p * n == k => p,
             Some(p) => anyhow::bail!("k={k} is not {n} nodes × --nproc-per-node {p}"),
-            None if k % n == 0 => k / n,
+            None if k.is_multiple_of(n) => k / n,
             None => anyhow::bail!("k={k} does not split evenly over {n} nodes"),
         };
         let host = self.advertise.clone().unwrap_or_else(|| {
