@@ -120,8 +120,15 @@ impl Nodes {
         .unwrap_or_default()
     }
 
-    /// `ddptop run … --nodes A,B` inside namespace A, its JSON on stdout.
-    fn ddptop(&self, data: &std::path::Path, py: &str, args: &[&str]) -> Command {
+    /// `ddptop run|attach ARGS … --nodes A,B [-- SCRIPT…]` inside namespace A, JSON on stdout.
+    fn ddptop(
+        &self,
+        data: &std::path::Path,
+        py: &str,
+        cmd: &str,
+        args: &[&str],
+        script: &[&str],
+    ) -> Command {
         std::fs::write(
             data.join("config.toml"),
             "[nodes]\nremote = \"ip netns exec {host} sh -c {cmd}\"\n",
@@ -130,26 +137,24 @@ impl Nodes {
         let nodes = format!("{}={IP_A},{}={IP_B}", self.a, self.b);
         let listen = format!("{IP_A}:0");
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.a, bin(), "run"])
-            .args(args)
-            .args([
-                "--backend",
-                "gloo",
-                "--model",
-                "tiny",
-                "--json",
-                "--startup-timeout",
-                "60",
-            ])
-            .args(["--nodes", &nodes, "--listen", &listen])
-            .env("DDPTOP_DATA_DIR", data)
+        c.env("DDPTOP_DATA_DIR", data)
             .env("DDPTOP_CONFIG", data.join("config.toml"))
             .env("XDG_RUNTIME_DIR", data)
             .env("DDPTOP_PYTHON", py)
             // Passed on to node B by ddptop (GLOO_* is forwarded to every node).
             .env("GLOO_SOCKET_IFNAME", "ddp0")
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stderr(Stdio::piped())
+            .args(["netns", "exec", &self.a, bin(), cmd])
+            .args(args)
+            .args(["--backend", "gloo", "--json", "--startup-timeout", "60"])
+            .args(["--nodes", &nodes, "--listen", &listen]);
+        if cmd == "run" {
+            c.args(["--model", "tiny"]);
+        }
+        if !script.is_empty() {
+            c.arg("--").args(script);
+        }
         c
     }
 
@@ -207,7 +212,9 @@ fn two_node_gloo_run_completes() {
         .ddptop(
             d.path(),
             &py,
+            "run",
             &["weak", "--k", "2", "--samples", "256", "--batch", "32"],
+            &[],
         )
         .output()
         .unwrap();
@@ -220,6 +227,39 @@ fn two_node_gloo_run_completes() {
         nodes_of(r),
         vec![(nodes.a.clone(), false), (nodes.b.clone(), true)],
         "one rank per node; node B's over TCP"
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+/// `ddptop attach --nodes`: the unmodified tutorial script, one rank per node, both reporting
+/// (node B's through the bootstrap over TCP).
+#[test]
+fn two_node_attach_of_an_unmodified_script_completes() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = format!("{}/examples/train_ddp.py", env!("CARGO_MANIFEST_DIR"));
+    let out = nodes
+        .ddptop(
+            d.path(),
+            &py,
+            "attach",
+            &["--k", "2"],
+            &[&script, "--samples", "512"],
+        )
+        .output()
+        .unwrap();
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["instrument"], "full");
+    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0, "{r:#}");
+    assert_eq!(
+        nodes_of(r),
+        vec![(nodes.a.clone(), false), (nodes.b.clone(), true)]
     );
     assert_no_survivors(&doc);
     nodes.assert_empty();
@@ -293,7 +333,9 @@ fn remote_rank_killed_stops_everything_and_tcp_intruders_are_refused() {
         .ddptop(
             d.path(),
             &py,
+            "run",
             &["weak", "--k", "2", "--samples", "200000", "--batch", "32"],
+            &[],
         )
         .spawn()
         .unwrap();

@@ -266,9 +266,10 @@ print("still alive", flush=True)
 """
 
 
-@pytest.mark.parametrize("mode", ["default", "ignore-term"])
-def test_deadman_switch_exits_promptly(mode: str) -> None:
-    srv = FakeDdptop()
+@pytest.mark.parametrize("mode,tcp", [("default", False), ("ignore-term", False), ("default", True)])
+def test_deadman_switch_exits_promptly(mode: str, tcp: bool) -> None:
+    """Also over TCP: a rank on another node whose connection to ddptop drops ends itself."""
+    srv = FakeDdptop(tcp=tcp)
     try:
         env = srv.env(PYTHONPATH=WORKERS)
         p = subprocess.Popen(
