@@ -371,6 +371,66 @@ pub struct RunArgs {
     /// the tree is stopped and the run keeps its results with a warning.
     #[arg(long, value_parser = seconds)]
     pub teardown_timeout: Option<f64>,
+    #[command(flatten)]
+    pub nodes: NodeArgs,
+}
+
+/// Multi-node runs on torchrun's c10d rendezvous (docs/multinode.md).
+#[derive(Debug, Clone, Default, Args)]
+pub struct NodeArgs {
+    /// Run across these nodes, one torchrun agent each: the first is this machine, the others
+    /// are started through the config's [nodes] remote template (ssh by default). `HOST=ADDR`
+    /// gives a node's address for torchrun's --local-addr (when its host name does not resolve
+    /// to the interface the other nodes reach).
+    #[arg(long, value_delimiter = ',', value_name = "HOST1,HOST2", value_parser = node_name)]
+    pub nodes: Vec<String>,
+    /// Processes per node [default: k / number of nodes].
+    #[arg(long, requires = "nodes", value_parser = count_u32)]
+    pub nproc_per_node: Option<u32>,
+    /// Where ranks on other nodes report (TCP) [default: the config's, else every interface
+    /// when another host is named, loopback otherwise; port 0 = any free port].
+    #[arg(long, requires = "nodes", value_name = "IP:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// The name or address other nodes reach this machine by [default: the listen address,
+    /// or this host name].
+    #[arg(long, requires = "nodes", value_name = "HOST")]
+    pub advertise: Option<String>,
+    /// The c10d rendezvous endpoint [default: the advertised host, a free port].
+    #[arg(long, requires = "nodes", value_name = "HOST:PORT")]
+    pub rdzv_endpoint: Option<String>,
+}
+
+impl NodeArgs {
+    /// The engine's node options, the config's `[nodes]` under the flags; `None` without --nodes.
+    pub fn options(
+        &self,
+        cfg: &crate::config::NodesCfg,
+    ) -> Option<crate::supervisor::nodes::NodesOptions> {
+        if self.nodes.is_empty() {
+            return None;
+        }
+        let mut o = crate::supervisor::nodes::NodesOptions::new(self.nodes.clone());
+        o.nproc_per_node = self.nproc_per_node;
+        o.listen = self.listen.or(cfg.listen);
+        o.advertise = self.advertise.clone().or_else(|| cfg.advertise.clone());
+        o.rdzv_endpoint = self.rdzv_endpoint.clone();
+        o.remote = cfg.remote.clone();
+        o.stop = cfg.stop.clone();
+        Some(o)
+    }
+}
+
+fn node_name(s: &str) -> Result<String, String> {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:@[]".contains(c))
+    };
+    if s.split_once('=').map_or(ok(s), |(h, a)| ok(h) && ok(a)) {
+        Ok(s.to_string())
+    } else {
+        Err(format!("`{s}` is not a host name"))
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -407,6 +467,8 @@ pub struct AttachArgs {
     /// Watchdog: time allowed from launch to the first step (seconds).
     #[arg(long, value_parser = seconds)]
     pub startup_timeout: Option<f64>,
+    #[command(flatten)]
+    pub nodes: NodeArgs,
     /// The training script and its arguments, after `--`.
     #[arg(
         required = true,

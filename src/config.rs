@@ -42,6 +42,21 @@ hang_floor_s = 10.0    # a run is hung after at least this many seconds without 
 hang_factor = 10.0     # or this many times its median step time, whichever is larger
 startup_s = 180.0      # time allowed from launch to the first step
 
+[nodes]
+# Multi-node runs (`--nodes HOST1,HOST2`, docs/multinode.md). How ddptop runs a command on
+# another node: {host} is the node's name from --nodes, {cmd} one shell command line (ssh hands
+# it to the node's shell; for an exec-style channel write `sh -c {cmd}`). Examples:
+#   remote = "srun --overlap --nodes=1 --ntasks=1 -w {host} sh -c {cmd}"
+#   remote = "kubectl exec {host} -- sh -c {cmd}"
+# remote = "ssh -o BatchMode=yes {host} -- {cmd}"
+# How ddptop signals a node's agent and ranks (default: `kill` through `remote`); {sig} is INT,
+# TERM or KILL, {pids} the pids on that node, {slurm_step} JOB.STEP of a node started by srun:
+#   stop = "scancel --signal={sig} {slurm_step}"
+# Where ranks on other nodes report (default: every interface when --nodes names another host,
+# else loopback; port 0 = any free port) and the name they connect to (default: this host name).
+# listen = "0.0.0.0:0"
+# advertise = "head-node.cluster"
+
 [keys]
 # "key" = "action". Keys: a character ("p" and "P" differ), Tab, Enter, Esc, Space, Up, Down,
 # Left, Right, PageUp, PageDown, Home, End, Backspace, Delete, Insert, F1..F24, with Ctrl-, Alt-
@@ -239,6 +254,28 @@ impl Default for Watchdog {
     }
 }
 
+/// `[nodes]`: how multi-node runs reach the other nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodesCfg {
+    /// Command template with `{host}` and `{cmd}`.
+    pub remote: String,
+    /// Signal template with `{host}`, `{sig}`, `{pids}`, `{slurm_step}`; `None`: `kill` via `remote`.
+    pub stop: Option<String>,
+    pub listen: Option<std::net::SocketAddr>,
+    pub advertise: Option<String>,
+}
+
+impl Default for NodesCfg {
+    fn default() -> Self {
+        NodesCfg {
+            remote: crate::supervisor::nodes::DEFAULT_REMOTE.into(),
+            stop: None,
+            listen: None,
+            advertise: None,
+        }
+    }
+}
+
 /// One environment preset: variable → value, `None` removes the variable for the launch.
 pub type Preset = EnvOverlay;
 
@@ -254,6 +291,7 @@ pub struct Config {
     pub python: Option<PathBuf>,
     pub torchrun: Option<PathBuf>,
     pub presets: BTreeMap<String, Preset>,
+    pub nodes: NodesCfg,
     /// The file this came from (`None`: built-in defaults only).
     pub path: Option<PathBuf>,
     /// True when this load wrote the commented default file.
@@ -272,6 +310,7 @@ impl Default for Config {
             python: None,
             torchrun: None,
             presets: NcclSettings::builtin_presets(),
+            nodes: NodesCfg::default(),
             path: None,
             created: false,
         }
@@ -316,6 +355,8 @@ struct RawConfig {
     #[serde(default)]
     keys: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
+    nodes: RawNodes,
+    #[serde(default)]
     presets: BTreeMap<String, BTreeMap<String, Spanned<EnvValue>>>,
 }
 
@@ -338,6 +379,15 @@ struct RawWatchdog {
     hang_floor_s: Option<Spanned<f64>>,
     hang_factor: Option<Spanned<f64>>,
     startup_s: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawNodes {
+    remote: Option<Spanned<String>>,
+    stop: Option<Spanned<String>>,
+    listen: Option<Spanned<String>>,
+    advertise: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -455,6 +505,34 @@ impl Config {
                 *slot = x;
             }
         }
+        if let Some(t) = raw.nodes.remote {
+            let words = crate::supervisor::launch::split_template(t.get_ref())
+                .map_err(|m| err(t.span(), m))?;
+            if !words.iter().any(|w| w.contains("{cmd}")) {
+                return Err(err(
+                    t.span(),
+                    "[nodes] remote needs {cmd} (and usually {host}), e.g. \"ssh {host} -- {cmd}\""
+                        .into(),
+                ));
+            }
+            cfg.nodes.remote = t.into_inner();
+        }
+        if let Some(t) = raw.nodes.stop {
+            crate::supervisor::launch::split_template(t.get_ref()).map_err(|m| err(t.span(), m))?;
+            cfg.nodes.stop = Some(t.into_inner());
+        }
+        if let Some(l) = raw.nodes.listen {
+            cfg.nodes.listen = Some(l.get_ref().parse().map_err(|_| {
+                err(
+                    l.span(),
+                    format!(
+                        "[nodes] listen = {:?} is not IP:PORT (e.g. \"0.0.0.0:0\")",
+                        l.get_ref()
+                    ),
+                )
+            })?);
+        }
+        cfg.nodes.advertise = raw.nodes.advertise;
         for (key, action) in raw.keys {
             let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
             let name = action.get_ref().trim();
@@ -534,6 +612,32 @@ mod tests {
     fn default_file_parses_to_the_defaults() {
         let cfg = Config::parse(DEFAULT_CONFIG, Path::new("config.toml")).unwrap();
         assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn nodes_table_sets_the_templates_and_checks_them() {
+        let text = "[nodes]\nremote = \"ip netns exec {host} sh -c {cmd}\"\nstop = \"scancel --signal={sig} {slurm_step}\"\nlisten = \"10.0.0.1:0\"\nadvertise = \"head\"\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(cfg.nodes.remote, "ip netns exec {host} sh -c {cmd}");
+        assert_eq!(
+            cfg.nodes.stop.as_deref(),
+            Some("scancel --signal={sig} {slurm_step}")
+        );
+        assert_eq!(cfg.nodes.listen, Some("10.0.0.1:0".parse().unwrap()));
+        assert_eq!(cfg.nodes.advertise.as_deref(), Some("head"));
+        assert_eq!(
+            Config::default().nodes.remote,
+            "ssh -o BatchMode=yes {host} -- {cmd}"
+        );
+        let e =
+            Config::parse("[nodes]\nremote = \"ssh {host}\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(
+            e.to_string().contains("needs {cmd}") && e.line == Some(2),
+            "{e}"
+        );
+        let e = Config::parse("[nodes]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("not IP:PORT"), "{e}");
+        assert!(Config::parse("[nodes]\nremot = \"x\"\n", Path::new("c.toml")).is_err());
     }
 
     #[test]

@@ -7,10 +7,12 @@ use crate::protocol::{Command, ControlMsg, WorkerMsg};
 use crate::run::{RunSpec, RunStatus, RunView};
 use crate::store::{EventRow, NewRun, Store};
 use crate::supervisor::gpu_guard;
-use crate::supervisor::launch::{self, LaunchContext, PythonEnv};
+use crate::supervisor::launch::{self, LaunchContext, NodePlan, PythonEnv};
+use crate::supervisor::nodes::{self, NodesOptions, RemoteStop};
 use crate::supervisor::output::{self, OutputTail};
 use crate::supervisor::procs::Escalation;
 use crate::supervisor::socket::{SocketServer, new_token};
+use crate::supervisor::tcp::TcpServer;
 use crate::supervisor::watchdog::{self, Verdict, WatchdogConfig};
 use crate::supervisor::{Exit, SupEvent, nccl_log, procs};
 use std::collections::{HashMap, HashSet};
@@ -35,6 +37,8 @@ pub struct EngineOptions {
     pub history: usize,
     /// Launch on GPUs other processes use (`--shared-gpus`); the runs are marked "GPUs shared".
     pub shared_gpus: bool,
+    /// Run across these nodes (`--nodes`): torchrun's c10d rendezvous, one agent per node.
+    pub nodes: Option<NodesOptions>,
 }
 
 impl EngineOptions {
@@ -48,6 +52,7 @@ impl EngineOptions {
             stop_grace: [Duration::from_secs(3), Duration::from_secs(5)],
             history: 200,
             shared_gpus: false,
+            nodes: None,
         }
     }
 }
@@ -70,6 +75,19 @@ struct Launch {
     all_bye_at: Option<Instant>,
     /// This run's GPU locks, released when the launch is forgotten (the run is final).
     _gpus: Option<gpu_guard::GpuLease>,
+    /// A multi-node run: the plan and the agents started on the other nodes (index = node - 1).
+    plan: Option<NodePlan>,
+    remote: Vec<RemoteNode>,
+}
+
+/// Another node's torchrun agent, started through the node template.
+struct RemoteNode {
+    /// The local channel process (ssh, `ip netns exec`, srun) leads its own process group.
+    pgid: Option<u32>,
+    exit: Option<Exit>,
+    /// From the wrapper's first line: the agent's pid on its node, and its Slurm step.
+    agent_pid: Option<u32>,
+    slurm_step: Option<String>,
 }
 
 pub struct Engine {
@@ -84,6 +102,8 @@ pub struct Engine {
     last_flush: Instant,
     /// The last watchdog/teardown deadline the engine woke for.
     last_deadline: Option<Instant>,
+    /// The TCP listener for ranks on other nodes, started at the first multi-node launch.
+    tcp: Option<TcpServer>,
 }
 
 impl Engine {
@@ -105,6 +125,7 @@ impl Engine {
             pending: Vec::new(),
             last_flush: Instant::now(),
             last_deadline: None,
+            tcp: None,
             opts,
         };
         if engine.opts.history > 0 {
@@ -129,6 +150,35 @@ impl Engine {
     pub fn socket_path(&self) -> &std::path::Path {
         &self.server.path
     }
+    /// The TCP listener's address, once a multi-node launch started it.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp.as_ref().map(|t| t.addr)
+    }
+
+    /// Start the TCP listener (once) and plan a multi-node launch of world size `k`.
+    fn node_plan(&mut self, k: u32) -> anyhow::Result<Option<NodePlan>> {
+        let Some(o) = self.opts.nodes.clone() else {
+            return Ok(None);
+        };
+        if self.tcp.is_none() {
+            let t = TcpServer::start(
+                o.listen_addr(),
+                self.server.registry.clone(),
+                self.tx.clone(),
+            )?;
+            // Beside the Unix socket, for people and tests: where remote ranks connect.
+            let _ = std::fs::write(self.server.dir.join("tcp.addr"), t.addr.to_string());
+            self.state.push_message(
+                Level::Info,
+                None,
+                format!("listening for ranks on other nodes on tcp {}", t.addr),
+            );
+            self.tcp = Some(t);
+        }
+        let addr = self.tcp.as_ref().map(|t| t.addr).expect("started above");
+        o.plan(k, addr).map(Some)
+    }
+
     pub fn store_path(&self) -> &std::path::Path {
         &self.store.path
     }
@@ -153,6 +203,7 @@ impl Engine {
         let run_dir = self.opts.data_dir.join("runs").join(&id);
         std::fs::create_dir_all(&run_dir)?;
         let token = new_token();
+        let plan = self.node_plan(spec.k)?;
         let ctx = LaunchContext {
             run_id: &id,
             token: &token,
@@ -161,8 +212,15 @@ impl Engine {
             python: self.opts.python.as_ref(),
             sim_speed: self.opts.sim_speed,
             sim_noise: self.opts.sim_noise,
+            nodes: plan.as_ref(),
         };
         let cmd = launch::command_for(&spec, &ctx)?;
+        let node_cmds = match &plan {
+            Some(p) => (1..p.hosts.len())
+                .map(|i| launch::node_command(&cmd, &id, p, i))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+            None => Vec::new(),
+        };
         let started_unix = crate::util::unix_now();
         self.store.insert_run(&NewRun {
             id: &id,
@@ -172,7 +230,11 @@ impl Engine {
             started_unix,
             run_dir: &run_dir,
         })?;
-        std::fs::write(run_dir.join("command.txt"), cmd.shell() + "\n")?;
+        let mut recorded = cmd.shell() + "\n";
+        for (i, c) in node_cmds.iter().enumerate() {
+            recorded.push_str(&format!("# node {}:\n{}\n", i + 1, c.shell()));
+        }
+        std::fs::write(run_dir.join("command.txt"), recorded)?;
         self.server.registry.open_run(&id, &token, spec.processes());
         let mut child = match launch::spawn(&cmd, &run_dir) {
             Ok(c) => c,
@@ -197,6 +259,43 @@ impl Engine {
             let exit = Exit::of(child.wait().await);
             let _ = tx.send(SupEvent::Exited { run: rid, exit }).await;
         });
+        let mut remote = Vec::new();
+        for (i, c) in node_cmds.iter().enumerate() {
+            let node = i + 1;
+            match launch::spawn_with_secret(c, &run_dir, &token) {
+                Ok(mut child) => {
+                    let tx = self.tx.clone();
+                    let rid = id.clone();
+                    remote.push(RemoteNode {
+                        pgid: child.id(),
+                        exit: None,
+                        agent_pid: None,
+                        slurm_step: None,
+                    });
+                    tokio::spawn(async move {
+                        let exit = Exit::of(child.wait().await);
+                        let _ = tx
+                            .send(SupEvent::NodeExited {
+                                run: rid,
+                                node,
+                                exit,
+                            })
+                            .await;
+                    });
+                }
+                Err(e) => {
+                    // Node 0 is already up: record the failure and stop what was started.
+                    remote.push(RemoteNode {
+                        pgid: None,
+                        exit: Some(Exit::Unknown),
+                        agent_pid: None,
+                        slurm_step: None,
+                    });
+                    self.state
+                        .push_message(Level::Error, Some(&id), format!("node {node}: {e}"));
+                }
+            }
+        }
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
         run.gpus_shared = gpus_shared;
@@ -242,8 +341,17 @@ impl Engine {
                 results: HashSet::new(),
                 all_bye_at: None,
                 _gpus: gpus_lease,
+                plan,
+                remote,
             },
         );
+        if let Some(i) = self
+            .launches
+            .get(&id)
+            .and_then(|l| l.remote.iter().position(|n| n.exit.is_some()))
+        {
+            self.on_node_exit(&id, i + 1, Exit::Unknown);
+        }
         Ok(id)
     }
 
@@ -471,6 +579,26 @@ impl Engine {
                         l.all_bye_at = Some(now);
                     }
                 }
+                if let WorkerMsg::Hello(h) = msg.as_ref()
+                    && let Some(peer) = self.server.registry.remote_peer(&run, h.rank)
+                    && let Some(r) = self
+                        .state
+                        .run_mut(&run)
+                        .and_then(|v| v.ranks.get_mut(&h.rank))
+                {
+                    r.remote = true;
+                    self.pending.push(EventRow::note(
+                        &run,
+                        &format!(
+                            "rank {} on node {} connected over tcp from {peer}",
+                            h.rank,
+                            h.node_name()
+                        ),
+                    ));
+                }
+                let Some(view) = self.state.run_mut(&run) else {
+                    return true;
+                };
                 if let WorkerMsg::Hello(h) = msg.as_ref() {
                     let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
                     let versions = view.versions.clone();
@@ -500,6 +628,9 @@ impl Engine {
                 self.state.push_message(Level::Warn, Some(&run), text);
             }
             SupEvent::Rejected { run, detail } => {
+                if run.is_none() {
+                    self.state.rejected_strangers += 1;
+                }
                 if let Some(id) = &run
                     && let Some(v) = self.state.run_mut(id)
                 {
@@ -523,6 +654,7 @@ impl Engine {
                 }
             }
             SupEvent::Exited { run, exit } => self.on_exit(&run, exit),
+            SupEvent::NodeExited { run, node, exit } => self.on_node_exit(&run, node, exit),
             SupEvent::StopDone {
                 run,
                 escalated_to,
@@ -597,6 +729,35 @@ impl Engine {
         self.spawn_stop(run, Duration::ZERO);
     }
 
+    /// Another node's channel process ended. A failure fails the run and stops every node (its
+    /// peers would otherwise wait in the rendezvous or a collective); a clean exit waits for the
+    /// rest.
+    fn on_node_exit(&mut self, run: &str, node: usize, exit: Exit) {
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
+        if let Some(n) = l.remote.get_mut(node - 1) {
+            n.exit = Some(exit);
+        }
+        if exit == Exit::Code(0) || l.ending.is_some() {
+            return;
+        }
+        let host = l
+            .plan
+            .as_ref()
+            .and_then(|p| p.hosts.get(node).cloned())
+            .unwrap_or_default();
+        let why = format!("node {node} ({host}): {exit}");
+        l.ending = Some((RunStatus::Failed, Some(why.clone())));
+        self.state.push_message(
+            Level::Warn,
+            Some(run),
+            format!("{run}: {why}; stopping every node"),
+        );
+        self.pending.push(EventRow::note(run, &why));
+        self.spawn_stop(run, Duration::ZERO);
+    }
+
     fn begin_stop(&mut self, run: &str, status: RunStatus, why: Option<String>) {
         let Some(l) = self.launches.get_mut(run) else {
             return;
@@ -622,11 +783,41 @@ impl Engine {
         }
         l.stopping = true;
         let pgid = if l.exit.is_some() { None } else { l.pgid };
-        let pids: Vec<u32> = self
-            .state
-            .run(run)
-            .map(|v| v.ranks.values().filter_map(|r| r.pid).collect())
+        let view = self.state.run(run);
+        // Only this machine's pids are signalled here; another node's go through its channel.
+        let pids: Vec<u32> = view
+            .map(|v| {
+                v.ranks
+                    .values()
+                    .filter(|r| !r.remote)
+                    .filter_map(|r| r.pid)
+                    .collect()
+            })
             .unwrap_or_default();
+        let remote: Vec<RemoteStop> = l
+            .remote
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.exit.is_none())
+            .map(|(i, n)| {
+                let host = l.plan.as_ref().map(|p| p.hosts[i + 1].as_str());
+                let mut pids: Vec<u32> = n.agent_pid.into_iter().collect();
+                pids.extend(view.into_iter().flat_map(|v| {
+                    v.ranks
+                        .values()
+                        .filter(|r| r.remote && r.node.as_deref() == host)
+                        .filter_map(|r| r.pid)
+                }));
+                RemoteStop {
+                    node: i + 1,
+                    channel_pgid: n.pgid,
+                    pids,
+                    slurm_step: n.slurm_step.clone(),
+                }
+            })
+            .collect();
+        let plan = l.plan.clone();
+        let graceful = matches!(l.ending, Some((RunStatus::Completed, _)));
         let graces = self.opts.stop_grace;
         let tx = self.tx.clone();
         let rid = run.to_string();
@@ -634,7 +825,28 @@ impl Engine {
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            let (escalated_to, survivors) = procs::stop_tree(pgid, &pids, graces).await;
+            let remote_stops = async {
+                let Some(plan) = plan.as_ref() else {
+                    return Vec::new();
+                };
+                futures::future::join_all(
+                    remote
+                        .iter()
+                        .map(|s| nodes::stop_remote(plan, s, graces, graceful)),
+                )
+                .await
+            };
+            let ((escalated_to, survivors), notes) =
+                tokio::join!(procs::stop_tree(pgid, &pids, graces), remote_stops);
+            let notes: Vec<String> = notes.into_iter().flatten().collect();
+            if !notes.is_empty() {
+                let _ = tx
+                    .send(SupEvent::Evidence {
+                        run: rid.clone(),
+                        lines: notes,
+                    })
+                    .await;
+            }
             let _ = tx
                 .send(SupEvent::StopDone {
                     run: rid,
@@ -649,8 +861,13 @@ impl Engine {
         let Some(l) = self.launches.get(run) else {
             return;
         };
-        // The launcher may still be ours to reap; wait for its exit before finalizing.
-        if l.exit.is_none() && l.pgid.is_some_and(procs::alive) {
+        // The launcher (and other nodes' channels) may still be ours to reap; wait for their
+        // exits before finalizing.
+        let channel_left = l
+            .remote
+            .iter()
+            .any(|n| n.exit.is_none() && n.pgid.is_some_and(procs::alive));
+        if (l.exit.is_none() && l.pgid.is_some_and(procs::alive)) || channel_left {
             if let Some(l) = self.launches.get_mut(run) {
                 l.stopping = false;
             }
@@ -786,14 +1003,28 @@ impl Engine {
             },
         );
         crate::supervisor::flight::request_dump(&run_dir);
+        // Ranks on other nodes dump there, into the same path (the dump command reached them
+        // over their TCP connection): say where, since this machine cannot read them.
+        let elsewhere: Vec<String> = l
+            .plan
+            .iter()
+            .flat_map(|p| p.hosts.iter().skip(1))
+            .map(|h| {
+                format!(
+                    "node {h}: flight-recorder dumps are written on {h} in {} (fr_rank*); copy them here to read them",
+                    run_dir.display()
+                )
+            })
+            .collect();
         let tx = self.tx.clone();
         let rid = run.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(EVIDENCE_WAIT).await;
-            let lines =
+            let mut lines =
                 tokio::task::spawn_blocking(move || crate::supervisor::flight::summarize(&run_dir))
                     .await
                     .unwrap_or_default();
+            lines.extend(elsewhere);
             let _ = tx
                 .send(SupEvent::Evidence {
                     run: rid.clone(),
@@ -837,6 +1068,14 @@ impl Engine {
         let lines = l.output.new_lines();
         if lines.is_empty() {
             return;
+        }
+        for line in &lines {
+            if let Some((node, pid, slurm)) = nodes::parse_node_line(line)
+                && let Some(n) = node.checked_sub(1).and_then(|i| l.remote.get_mut(i))
+            {
+                n.agent_pid = Some(pid);
+                n.slurm_step = slurm;
+            }
         }
         if let Some(v) = self.state.run_mut(run) {
             for line in lines {

@@ -72,6 +72,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         startup_timeout: a.startup_timeout,
         ddp_init_timeout: a.ddp_init_timeout,
         teardown_timeout: a.teardown_timeout,
+        nodes: a.nodes.options(&setup.config.nodes),
     };
     execute(g, setup, template, experiment, &note, drive).await
 }
@@ -118,6 +119,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
         startup_timeout: a.startup_timeout,
         ddp_init_timeout: None,
         teardown_timeout: None,
+        nodes: a.nodes.options(&setup.config.nodes),
     };
     execute(g, setup, template, Experiment::Attach, &note, drive).await
 }
@@ -224,6 +226,8 @@ struct Drive {
     startup_timeout: Option<f64>,
     ddp_init_timeout: Option<f64>,
     teardown_timeout: Option<f64>,
+    /// `--nodes`: one torchrun agent per node.
+    nodes: Option<crate::supervisor::nodes::NodesOptions>,
 }
 
 /// Plan the launches, run them one at a time, print the table or JSON; the exit code.
@@ -235,7 +239,12 @@ async fn execute(
     note: &str,
     a: Drive,
 ) -> anyhow::Result<i32> {
-    let state = setup.state(crate::paths::hostname());
+    let mut state = setup.state(crate::paths::hostname());
+    if let Some(n) = &a.nodes {
+        // Each node brings its own devices (as many as this one: the planner's check is per
+        // node, k ≤ nodes × this machine's).
+        state.max_k = state.max_k.saturating_mul(n.hosts.len() as u32);
+    }
     let planned = if a.deficits {
         plan::deficits_sweep(&template, &a.ks, state.max_k)
     } else {
@@ -271,6 +280,7 @@ async fn execute(
     if let Some(s) = a.teardown_timeout {
         opts.watchdog.teardown_s = s;
     }
+    opts.nodes = a.nodes;
     let mut engine = Engine::start(opts, state)?;
     let mut queue = plan::Queue::default();
     let sweep = queue.sweep_id();
@@ -414,6 +424,10 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "gpus_shared": r.gpus_shared,
         "versions": r.versions,
         "worker_pids": r.ranks.values().filter_map(|x| x.pid).collect::<Vec<_>>(),
+        // Where each rank ran (multi-node runs: its node, and whether it reported over TCP).
+        "rank_nodes": r.ranks.values().filter(|x| x.node.is_some()).map(|x| json!({
+            "rank": x.rank, "node": x.node, "remote": x.remote,
+        })).collect::<Vec<_>>(),
         "bad_lines": r.bad_lines(),
         "rejected_connections": r.rejected,
         "hang_report": r.hang_report,
@@ -778,6 +792,7 @@ pub fn report(
         "backend_note": note,
         "sweep": sweep,
         "runs": runs.iter().map(|r| run_json(r, state, context)).collect::<Vec<_>>(),
+        "rejected_strangers": state.rejected_strangers,
     });
     if let (Some(d), Value::Object(b)) = (doc.as_object_mut(), body) {
         d.extend(b);

@@ -149,3 +149,34 @@ fn sampler_thread_feeds_state_and_matches_ranks_to_gpus() {
     assert_eq!(owners.len(), 1);
     assert_eq!(owners[0].1, 1, "GPU 1 runs rank 1");
 }
+
+/// A two-node run: the Ranks pane groups ranks by node, this machine's first, and samples no
+/// CPU/RSS for a rank on another node (its pid is that node's). The GPU rows stay this node's.
+#[test]
+fn ranks_of_a_two_node_run_are_grouped_by_node() {
+    use ddptop::protocol::Backend;
+    use ddptop::run::{Experiment, RunStatus};
+    let mut st = Screen::new(fixtures::host_gpubox(2));
+    st.gpus = fixtures::gpus(2, &[(0, 5000), (1, 5001)]);
+    let mut run = fixtures::run(
+        1,
+        fixtures::spec(Experiment::Weak, 2, Backend::Nccl),
+        RunStatus::Running,
+    );
+    fixtures::live_ranks(&mut run, 5000, true);
+    for r in run.ranks.values_mut() {
+        let remote = r.rank % 2 == 1;
+        r.remote = remote;
+        r.node = Some(if remote { "node-b" } else { "node-a" }.into());
+    }
+    st.runs.insert(0, run);
+    st.view.pane = Pane::Gpus;
+    let s = screen(&st, 140, 40);
+    let a = s.find("node node-a").unwrap_or_else(|| panic!("{s}"));
+    let b = s.find("node node-b").unwrap_or_else(|| panic!("{s}"));
+    assert!(a < b, "this machine's node first:\n{s}");
+    assert!(s.contains("reports over TCP"), "{s}");
+    // r0 under node-a, r1 under node-b.
+    let pos = |row: &str| s.find(row).unwrap_or_else(|| panic!("{row}:\n{s}"));
+    assert!(pos("r0      5000") < b && pos("r1      5001") > b, "{s}");
+}

@@ -86,7 +86,8 @@ pub fn apply_update(state: &mut State, u: Update) -> bool {
 pub fn worker_pids(state: &State) -> Vec<u32> {
     let mut v: Vec<u32> = state
         .active_runs()
-        .flat_map(|r| r.ranks.values().filter_map(|k| k.pid))
+        // A rank on another node has a pid of that node: nothing to sample here.
+        .flat_map(|r| r.ranks.values().filter(|k| !k.remote).filter_map(|k| k.pid))
         .collect();
     v.sort_unstable();
     v.dedup();

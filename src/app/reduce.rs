@@ -56,6 +56,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Hello(h) => {
             rank.pid = Some(h.pid);
             rank.device = Some(h.device.clone());
+            rank.node = Some(h.node_name().to_string());
             rank.connected = true;
             if run.status == RunStatus::Starting {
                 run.status = RunStatus::Running;

@@ -81,6 +81,9 @@ pub struct State {
     pub queued: Vec<Queued>,
     /// Where runs keep their files (`DATA_DIR/runs/ID/`); `None` in tests and listings.
     pub data_dir: Option<std::path::PathBuf>,
+    /// Connections refused before they named a run (garbage, idle, oversized first line, a
+    /// foreign uid): counted here, since no run is theirs.
+    pub rejected_strangers: u64,
 }
 
 pub const MAX_MESSAGES: usize = 500;
@@ -104,6 +107,7 @@ impl State {
             max_k: 0,
             queued: Vec::new(),
             data_dir: None,
+            rejected_strangers: 0,
         }
     }
 

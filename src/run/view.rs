@@ -20,6 +20,10 @@ pub struct RankView {
     pub rank: u32,
     pub pid: Option<u32>,
     pub device: Option<String>,
+    /// The node the rank runs on (its hello's `node`, else `host`).
+    pub node: Option<String>,
+    /// Connected over TCP from another node: its pid is not this machine's.
+    pub remote: bool,
     pub connected: bool,
     pub said_bye: bool,
     pub last_seen: Option<Instant>,

@@ -61,6 +61,221 @@ pub struct LaunchContext<'a> {
     /// Wall-clock speed-up of the simulated worker.
     pub sim_speed: f64,
     pub sim_noise: Option<f64>,
+    /// A run across nodes (`--nodes`): `command_for` builds node 0's command (this machine),
+    /// `node_command` the others'.
+    pub nodes: Option<&'a NodePlan>,
+}
+
+/// A run across nodes on torchrun's c10d rendezvous: one torchrun agent per node, all with the
+/// run id as rendezvous id and the same endpoint (docs/multinode.md).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePlan {
+    /// Node names. The first is this machine (its agent is started directly and hosts the
+    /// rendezvous store); the others are started through `remote`.
+    pub hosts: Vec<String>,
+    /// Each node's own address, when given (`--nodes name=addr`): torchrun's `--local-addr`,
+    /// which the other nodes use to reach that node's processes (else its host name's).
+    pub addrs: Vec<Option<String>>,
+    pub nproc_per_node: u32,
+    /// `host:port` of the c10d rendezvous store (on node 0).
+    pub rdzv_endpoint: String,
+    /// `host:port` of ddptop's TCP listener, where ranks on other nodes connect.
+    pub tcp: String,
+    /// How to run a command on a node: `{host}` and `{cmd}` (one shell command line).
+    pub remote: String,
+    /// How to signal a node's processes, when not through `remote`: `{host}`, `{sig}`, `{pids}`,
+    /// `{slurm_step}` (e.g. `scancel --signal={sig} {slurm_step}`).
+    pub stop: Option<String>,
+    /// Variables from ddptop's own environment passed on to the other nodes (GLOO_*, NCCL_*).
+    pub forward_env: Vec<(String, String)>,
+}
+
+impl NodePlan {
+    pub fn nnodes(&self) -> u32 {
+        self.hosts.len() as u32
+    }
+}
+
+/// torchrun's flags for node `node` of a multi-node run of world size `k`.
+pub(crate) fn rendezvous_flags(run_id: &str, plan: &NodePlan, node: usize) -> Vec<String> {
+    let mut v = vec![
+        format!("--nnodes={}", plan.nnodes()),
+        format!("--node-rank={node}"),
+        format!("--nproc-per-node={}", plan.nproc_per_node),
+        "--rdzv-backend=c10d".into(),
+        format!("--rdzv-endpoint={}", plan.rdzv_endpoint),
+        format!("--rdzv-id={run_id}"),
+        // Node 0 hosts the store whatever its address looks like (a namespace's veth address
+        // or a second NIC would not match the host name torchrun's heuristic compares with).
+        format!(
+            "--rdzv-conf=is_host={},join_timeout=120",
+            u8::from(node == 0)
+        ),
+        "--max-restarts=0".into(),
+    ];
+    if let Some(a) = plan.addrs.get(node).cloned().flatten() {
+        v.push(format!("--local-addr={a}"));
+    }
+    v
+}
+
+/// Split a command template into words: whitespace separates, '…' and "…" quote (no escapes
+/// inside single quotes, backslash escapes inside double quotes and outside).
+pub fn split_template(t: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = t.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(x) => cur.push(x),
+                        None => return Err(format!("unclosed ' in `{t}`")),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => cur.extend(chars.next()),
+                        Some(x) => cur.push(x),
+                        None => return Err(format!("unclosed \" in `{t}`")),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                cur.extend(chars.next());
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(cur);
+    }
+    if words.is_empty() {
+        return Err("empty command template".into());
+    }
+    Ok(words)
+}
+
+/// A template's argv with `{name}` placeholders replaced (each word stays one argument).
+pub fn fill_template(t: &str, vars: &[(&str, &str)]) -> Result<Vec<String>, String> {
+    Ok(split_template(t)?
+        .into_iter()
+        .map(|w| {
+            vars.iter()
+                .fold(w, |w, (k, v)| w.replace(&format!("{{{k}}}"), v))
+        })
+        .collect())
+}
+
+/// The command that starts node `node`'s torchrun agent through the node template. `local` is
+/// node 0's command from `command_for`. The token never appears on a command line: ddptop
+/// writes it to the command's stdin, the wrapper reads it into the environment. The wrapper
+/// prints `ddptop-node N pid=PID slurm=JOB.STEP` first, so ddptop can signal the agent later
+/// through the same channel.
+pub fn node_command(
+    local: &CommandLine,
+    run_id: &str,
+    plan: &NodePlan,
+    node: usize,
+) -> anyhow::Result<CommandLine> {
+    let host = &plan.hosts[node];
+    let (from, to) = (
+        rendezvous_flags(run_id, plan, 0),
+        rendezvous_flags(run_id, plan, node),
+    );
+    // Node 0's rendezvous flags are one run in its argv: put this node's in their place.
+    let mut argv = local.argv.clone();
+    let at = argv
+        .windows(from.len())
+        .position(|w| w == from.as_slice())
+        .ok_or_else(|| anyhow::anyhow!("node 0's command has no rendezvous flags"))?;
+    argv.splice(at..at + from.len(), to);
+    let mut env = local.env.clone();
+    env.remove("DDPTOP_TOKEN");
+    env.insert("DDPTOP_SOCKET".into(), Some(format!("tcp://{}", plan.tcp)));
+    env.insert("DDPTOP_NODE".into(), Some(host.clone()));
+    for (k, v) in &plan.forward_env {
+        env.entry(k.clone()).or_insert_with(|| Some(v.clone()));
+    }
+    let mut exec = vec!["exec".to_string(), "env".to_string()];
+    for (k, v) in &env {
+        match v {
+            Some(v) => exec.push(shell_quote(&format!("{k}={v}"))),
+            None => exec.extend(["-u".to_string(), shell_quote(k)]),
+        }
+    }
+    exec.extend(argv.iter().map(|a| shell_quote(a)));
+    let run_dir = env
+        .get("DDPTOP_FR_DIR")
+        .cloned()
+        .flatten()
+        .unwrap_or_else(|| local.cwd.display().to_string());
+    let script = format!(
+        "mkdir -p {rd} 2>/dev/null; cd {cwd} || exit 97; IFS= read -r DDPTOP_TOKEN || exit 98; \
+         export DDPTOP_TOKEN; echo \"ddptop-node {node} pid=$$ slurm=${{SLURM_JOB_ID:-}}.${{SLURM_STEP_ID:-}}\"; {}",
+        exec.join(" "),
+        rd = shell_quote(&run_dir),
+        cwd = shell_quote(&local.cwd.display().to_string()),
+    );
+    let cmd = format!("sh -c {}", shell_quote(&script));
+    let argv = fill_template(&plan.remote, &[("host", host), ("cmd", &cmd)])
+        .map_err(|e| anyhow::anyhow!("[nodes] remote: {e}"))?;
+    Ok(CommandLine {
+        argv,
+        env: BTreeMap::new(),
+        cwd: local.cwd.clone(),
+    })
+}
+
+/// The command that sends `sig` (INT, TERM, KILL) to a node's agent and workers: through the
+/// `stop` template when the config has one, else through `remote` with `kill` (each pid's
+/// process group, then the pid itself: torchrun starts each worker in a session of its own).
+pub fn node_stop_command(
+    plan: &NodePlan,
+    node: usize,
+    sig: &str,
+    pids: &[u32],
+    slurm_step: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
+    let host = &plan.hosts[node];
+    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let list = list.join(" ");
+    if let Some(t) = &plan.stop {
+        return fill_template(
+            t,
+            &[
+                ("host", host),
+                ("sig", sig),
+                ("pids", &list),
+                ("slurm_step", slurm_step.unwrap_or("")),
+            ],
+        )
+        .map_err(|e| anyhow::anyhow!("[nodes] stop: {e}"));
+    }
+    let script = format!(
+        "for p in {list}; do kill -s {sig} -- -$p 2>/dev/null; kill -s {sig} $p 2>/dev/null; done; true"
+    );
+    let cmd = format!("sh -c {}", shell_quote(&script));
+    fill_template(&plan.remote, &[("host", host), ("cmd", &cmd)])
+        .map_err(|e| anyhow::anyhow!("[nodes] remote: {e}"))
 }
 
 /// `--flag value` pairs as argv entries.
@@ -129,7 +344,24 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             if spec.experiment == Experiment::Handrolled {
                 super::handrolled::prepare(spec, &py.python, &mut set)?;
             }
-            torch_argv(spec, py)
+            if let Some(plan) = ctx.nodes {
+                if matches!(spec.experiment, Experiment::Jax | Experiment::Handrolled) {
+                    anyhow::bail!(
+                        "--nodes runs torchrun on each node; the {} experiment does not use torchrun",
+                        spec.experiment.as_str()
+                    );
+                }
+                if plan.nproc_per_node * plan.nnodes() != spec.k {
+                    anyhow::bail!(
+                        "k={} is not {} nodes × {} processes per node",
+                        spec.k,
+                        plan.nnodes(),
+                        plan.nproc_per_node
+                    );
+                }
+                set("DDPTOP_NODE", plan.hosts[0].clone());
+            }
+            torch_argv(spec, py, ctx)
         }
     };
     // The run's own settings last (ddptop's NCCL_NVLS_ENABLE=0 among them unless turned off):
@@ -191,6 +423,9 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
         ("--samples", spec.samples.to_string()),
         ("--speed", ctx.sim_speed.to_string()),
     ]));
+    if ctx.nodes.is_some() {
+        anyhow::bail!("--nodes needs torchrun: use --backend gloo or nccl");
+    }
     if let Some(n) = ctx.sim_noise {
         v.extend(flags([("--noise", n.to_string())]));
     }
@@ -205,12 +440,22 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
     Ok(v)
 }
 
+/// `--standalone --nproc-per-node=k`, or the c10d rendezvous flags of node 0.
+fn where_flags(spec: &RunSpec, ctx: &LaunchContext) -> Vec<String> {
+    match ctx.nodes {
+        Some(plan) => rendezvous_flags(ctx.run_id, plan, 0),
+        None => vec![
+            "--standalone".into(),
+            format!("--nproc-per-node={}", spec.k),
+        ],
+    }
+}
+
 /// `torchrun --standalone --nproc-per-node=k -m ddptop_worker <experiment> …`.
-fn torch_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
+fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String> {
     let mut v = py.torchrun.clone();
+    v.extend(where_flags(spec, ctx));
     v.extend([
-        "--standalone".into(),
-        format!("--nproc-per-node={}", spec.k),
         "--monitor-interval=0.1".into(),
         "-m".into(),
         "ddptop_worker".into(),
@@ -262,7 +507,7 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
         }
         // One process drives every device: `command_for` starts it with `jax_argv`.
         Experiment::Jax => return jax_argv(spec, py),
-        Experiment::Attach => return attach_argv(spec, py),
+        Experiment::Attach => return attach_argv(spec, py, ctx),
         // One Rust process drives every replica: no torchrun, no Python.
         Experiment::Handrolled => {
             return super::handrolled::argv(spec, data_flags(&spec.data_source));
@@ -272,13 +517,10 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
 }
 
 /// `torchrun --standalone --nproc-per-node=k SCRIPT ARGS`: the user's own script, unchanged.
-fn attach_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
+fn attach_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String> {
     let mut v = py.torchrun.clone();
-    v.extend([
-        "--standalone".into(),
-        format!("--nproc-per-node={}", spec.k),
-        "--monitor-interval=0.1".into(),
-    ]);
+    v.extend(where_flags(spec, ctx));
+    v.push("--monitor-interval=0.1".into());
     if let Some(a) = &spec.attach {
         v.push(a.script.display().to_string());
         v.extend(a.args.iter().cloned());
@@ -354,6 +596,37 @@ pub fn spawn(cmd: &CommandLine, run_dir: &Path) -> anyhow::Result<tokio::process
         .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))
 }
 
+/// Spawn another node's channel command like `spawn`, with `secret` and a newline written to
+/// its stdin (then closed): the node's wrapper reads the run's token from there.
+pub fn spawn_with_secret(
+    cmd: &CommandLine,
+    run_dir: &Path,
+    secret: &str,
+) -> anyhow::Result<tokio::process::Child> {
+    use std::io::Write;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(run_dir.join("output.log"))?;
+    let (program, args) = cmd
+        .argv
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("empty command"))?;
+    // A pipe holds far more than a token: write it before the child starts reading, then close.
+    let (rd, mut wr) = std::io::pipe()?;
+    wr.write_all(format!("{secret}\n").as_bytes())?;
+    drop(wr);
+    let mut c = tokio::process::Command::new(program);
+    c.args(args)
+        .current_dir(&cmd.cwd)
+        .stdin(Stdio::from(rd))
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .process_group(0);
+    c.spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))
+}
+
 /// Find python with torch: `--python`/config > `DDPTOP_PYTHON` > `python3` on PATH; torchrun
 /// from the config, else beside that python, else `python -m torch.distributed.run`.
 /// Fails when there is no workers package.
@@ -425,6 +698,7 @@ mod tests {
             python: py,
             sim_speed: 1.0,
             sim_noise: None,
+            nodes: None,
         }
     }
 
@@ -589,6 +863,83 @@ mod tests {
                 .as_deref(),
             Some("0")
         );
+    }
+
+    #[test]
+    fn multi_node_runs_use_the_c10d_rendezvous_instead_of_standalone() {
+        let py = PythonEnv {
+            python: "/venv/bin/python".into(),
+            torchrun: vec!["/venv/bin/torchrun".into()],
+            workers_dir: "/repo/workers".into(),
+        };
+        let plan = NodePlan {
+            hosts: vec!["a".into(), "b".into()],
+            addrs: vec![None, None],
+            nproc_per_node: 2,
+            rdzv_endpoint: "a:29400".into(),
+            tcp: "a:5000".into(),
+            remote: "ssh -o BatchMode=yes {host} -- {cmd}".into(),
+            stop: None,
+            forward_env: vec![("GLOO_SOCKET_IFNAME".into(), "eth1".into())],
+        };
+        let mut c = ctx(Path::new("/d"), Some(&py));
+        c.nodes = Some(&plan);
+        let mut spec = RunSpec::new(Experiment::Attach, 4, Backend::Nccl);
+        spec.attach = Some(crate::run::AttachTarget {
+            script: "/home/u/train.py".into(),
+            args: vec![],
+            cwd: "/home/u".into(),
+        });
+        let cmd = command_for(&spec, &c).unwrap();
+        assert_eq!(
+            cmd.argv.join(" "),
+            "/venv/bin/torchrun --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-backend=c10d \
+             --rdzv-endpoint=a:29400 --rdzv-id=r1 --rdzv-conf=is_host=1,join_timeout=120 \
+             --max-restarts=0 --monitor-interval=0.1 /home/u/train.py"
+        );
+        assert_eq!(
+            cmd.env.get("DDPTOP_NODE").cloned().flatten().as_deref(),
+            Some("a")
+        );
+        // ssh gets the whole command line as one argument, for the node's shell.
+        let node = node_command(&cmd, "r1", &plan, 1).unwrap();
+        assert_eq!(node.argv[..5], ["ssh", "-o", "BatchMode=yes", "b", "--"]);
+        assert_eq!(node.argv.len(), 6);
+        assert!(node.argv[5].starts_with("sh -c '"), "{}", node.argv[5]);
+        assert!(node.argv[5].contains("GLOO_SOCKET_IFNAME=eth1"));
+        assert!(node.argv[5].contains("--node-rank=1"));
+        let stop = node_stop_command(&plan, 1, "TERM", &[7, 8], None).unwrap();
+        assert_eq!(stop[3], "b");
+        assert!(
+            stop[5].contains("for p in 7 8; do kill -s TERM -- -$p"),
+            "{stop:?}"
+        );
+        // Not torchrun, not k = nodes × nproc: refused.
+        let jax = RunSpec::new(Experiment::Jax, 4, Backend::Nccl);
+        assert!(command_for(&jax, &c).is_err());
+        let odd = RunSpec::new(Experiment::Weak, 3, Backend::Nccl);
+        assert!(
+            command_for(&odd, &c)
+                .unwrap_err()
+                .to_string()
+                .contains("2 nodes")
+        );
+        let sim = RunSpec::new(Experiment::Weak, 4, Backend::Sim);
+        assert!(command_for(&sim, &c).is_err());
+    }
+
+    #[test]
+    fn templates_split_like_a_shell_and_fill_placeholders() {
+        assert_eq!(
+            fill_template(
+                r#"srun -w {host} --export="A B" sh -c {cmd}"#,
+                &[("host", "n1"), ("cmd", "echo 'x y'")]
+            )
+            .unwrap(),
+            ["srun", "-w", "n1", "--export=A B", "sh", "-c", "echo 'x y'"]
+        );
+        assert!(split_template("ssh 'open").is_err());
+        assert!(split_template("  ").is_err());
     }
 
     #[test]

@@ -6,9 +6,11 @@ pub mod gpu_guard;
 pub mod handrolled;
 pub mod launch;
 pub mod nccl_log;
+pub mod nodes;
 pub mod output;
 pub mod procs;
 pub mod socket;
+pub mod tcp;
 pub mod watchdog;
 
 use crate::protocol::WorkerMsg;
@@ -65,6 +67,12 @@ pub enum SupEvent {
     Disconnected { run: String, rank: u32 },
     /// The launcher process exited.
     Exited { run: String, exit: Exit },
+    /// The channel process (ssh, srun, …) of another node's agent exited (multi-node runs).
+    NodeExited {
+        run: String,
+        node: usize,
+        exit: Exit,
+    },
     /// A stop sequence finished: no process of the run is left.
     StopDone {
         run: String,

@@ -42,13 +42,65 @@ fn logs_of_run(dir: &Path) -> Vec<String> {
     out
 }
 
-/// Read every `nccl*.log` in `dir` and summarize, e.g. `P2P/CUMEM` or `SHM/CE+SHM/direct`.
+/// The network NCCL chose between nodes and its interfaces, from its init lines:
+/// `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.1<0>` and
+/// `NET/Socket : Using [0]eth0:10.0.0.1<0> [1]eth1:10.0.1.1<0>`. Returns (`NET/IB` or
+/// `NET/Socket`, interfaces) — IB devices as `mlx5_0:1`, socket interfaces by name.
+pub fn networks_in(text: &str) -> BTreeSet<(String, Vec<String>)> {
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        for net in ["NET/IB", "NET/Socket"] {
+            let Some(i) = line.find(&format!("{net} : Using ")) else {
+                continue;
+            };
+            let rest = &line[i + net.len() + " : Using ".len()..];
+            // The OOB (bootstrap) interface after `;` is not a data path.
+            let list = rest.split(';').next().unwrap_or("");
+            let ifaces: Vec<String> = list
+                .split_whitespace()
+                .filter_map(|w| {
+                    let w = w.strip_prefix('[')?;
+                    let w = &w[w.find(']')? + 1..];
+                    Some(match net {
+                        // mlx5_0:1/IB → mlx5_0:1
+                        "NET/IB" => w.split('/').next().unwrap_or(w).to_string(),
+                        // eth0:10.0.0.1<0> → eth0
+                        _ => w.split(':').next().unwrap_or(w).to_string(),
+                    })
+                })
+                .filter(|w| !w.is_empty())
+                .collect();
+            if !ifaces.is_empty() {
+                out.insert((net.to_string(), ifaces));
+            }
+        }
+    }
+    out
+}
+
+/// Read every `nccl*.log` in `dir` and summarize, e.g. `P2P/CUMEM` or `SHM/CE+SHM/direct`; a
+/// network between nodes adds its interfaces: `NET/IB+P2P/CUMEM (NET/IB: mlx5_0:1,mlx5_1:1)`.
 pub fn transport_of_run(dir: &Path) -> Option<String> {
     let mut all = BTreeSet::new();
+    let mut nets = BTreeSet::new();
     for text in logs_of_run(dir) {
         all.extend(transports_in(&text));
+        nets.extend(networks_in(&text));
     }
-    (!all.is_empty()).then(|| all.into_iter().collect::<Vec<_>>().join("+"))
+    if all.is_empty() {
+        return None;
+    }
+    let mut s = all.into_iter().collect::<Vec<_>>().join("+");
+    // Only the networks the channels actually use (NCCL loads IB, then falls back to sockets).
+    let used: Vec<String> = nets
+        .into_iter()
+        .filter(|(n, _)| s.contains(n.as_str()))
+        .map(|(n, ifaces)| format!("{n}: {}", ifaces.join(",")))
+        .collect();
+    if !used.is_empty() {
+        s.push_str(&format!(" ({})", used.join("; ")));
+    }
+    Some(s)
 }
 
 /// Variables NCCL reports taking from the environment, with the value it logged:
@@ -163,5 +215,38 @@ mod tests {
         // A subsystem filter without ENV hides the lines: no verdict rather than a false one.
         let hidden = [("NCCL_P2P_DISABLE", "1"), ("NCCL_DEBUG_SUBSYS", "INIT")];
         assert_eq!(toggles_read(dir.path(), &hidden), None);
+    }
+
+    #[test]
+    fn parses_networks_between_nodes() {
+        let log = "n1:7:7 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB eth0:10.0.0.1<0>\n\
+                   n1:7:7 [0] NCCL INFO Using network IB\n\
+                   n1:7:7 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0> [1]ib0:10.1.0.1<0>\n\
+                   n1:7:7 [0] NCCL INFO Channel 00/0 : 1[1] -> 2[0] [send] via NET/IB/0/GDRDMA";
+        let nets: Vec<_> = networks_in(log).into_iter().collect();
+        assert_eq!(
+            nets,
+            vec![
+                (
+                    "NET/IB".to_string(),
+                    vec!["mlx5_0:1".into(), "mlx5_1:1".into()]
+                ),
+                ("NET/Socket".to_string(), vec!["eth0".into(), "ib0".into()]),
+            ]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("nccl.n1.7.log"), log).unwrap();
+        assert_eq!(
+            transport_of_run(dir.path()).as_deref(),
+            Some("NET/IB (NET/IB: mlx5_0:1,mlx5_1:1)"),
+            "the socket interfaces NCCL listed but did not use are left out"
+        );
+        let sock = "x NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n\
+                    x NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0";
+        std::fs::write(dir.path().join("nccl.n1.7.log"), sock).unwrap();
+        assert_eq!(
+            transport_of_run(dir.path()).as_deref(),
+            Some("NET/Socket (NET/Socket: eth0)")
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
 
@@ -20,6 +20,8 @@ struct RunAuth {
     open: bool,
     seen_ranks: HashSet<u32>,
     senders: HashMap<u32, mpsc::UnboundedSender<ControlMsg>>,
+    /// Ranks that connected over TCP (another node): their pids are not this machine's.
+    remote: HashMap<u32, std::net::SocketAddr>,
 }
 
 #[derive(Clone, Default)]
@@ -35,6 +37,7 @@ impl Registry {
                 open: true,
                 seen_ranks: HashSet::new(),
                 senders: HashMap::new(),
+                remote: HashMap::new(),
             },
         );
     }
@@ -58,6 +61,11 @@ impl Registry {
             .count()
     }
 
+    /// The peer address of a rank that connected over TCP; `None` for a local (Unix) rank.
+    pub fn remote_peer(&self, run: &str, rank: u32) -> Option<std::net::SocketAddr> {
+        self.lock().get(run)?.remote.get(&rank).copied()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunAuth>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -67,6 +75,7 @@ impl Registry {
         &self,
         h: &crate::protocol::Hello,
         tx: mpsc::UnboundedSender<ControlMsg>,
+        via: Via,
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
         let Some(a) = g.get_mut(&h.run_id) else {
@@ -100,6 +109,9 @@ impl Registry {
             ));
         }
         a.senders.insert(h.rank, tx);
+        if let Via::Tcp(peer) = via {
+            a.remote.insert(h.rank, peer);
+        }
         Ok(())
     }
 
@@ -219,9 +231,11 @@ const MAX_ERROR_REPLIES: u64 = 16;
 async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>) {
     let (rd, mut wr) = stream.into_split();
     let peer_uid = wr.as_ref().peer_cred().map(|c| c.uid()).ok();
-    let reject = |code: ErrorCode, msg: String| ControlMsg::Error { code, msg };
     if peer_uid != Some(nix::unistd::getuid().as_raw()) {
-        let m = reject(ErrorCode::PeerUid, "peer runs as another user".into());
+        let m = ControlMsg::Error {
+            code: ErrorCode::PeerUid,
+            msg: "peer runs as another user".into(),
+        };
         let _ = write_line(&mut wr, &m).await;
         let _ = events
             .send(SupEvent::Rejected {
@@ -231,20 +245,48 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
             .await;
         return;
     }
+    serve_conn(rd, wr, Via::Unix, reg, events).await;
+}
+
+/// How a connection reached ddptop: the local Unix socket, or TCP from another node (its peer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    Unix,
+    Tcp(std::net::SocketAddr),
+}
+
+/// One authenticated connection, whatever carries it (Unix socket or TCP): `hello` first within
+/// `HELLO_TIMEOUT`, the token checked in constant time, then validated lines forwarded and
+/// commands written back, with the same line limit and garbage counting on every transport.
+pub(crate) async fn serve_conn<R, W>(
+    rd: R,
+    mut wr: W,
+    via: Via,
+    reg: Registry,
+    events: mpsc::Sender<SupEvent>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let reject = |code: ErrorCode, msg: String| ControlMsg::Error { code, msg };
+    let from = match via {
+        Via::Unix => String::new(),
+        Via::Tcp(a) => format!(" (tcp from {a})"),
+    };
     let mut lines = LineReader::new(BufReader::new(rd));
     let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
     let hello = match first {
         Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
             Ok(WorkerMsg::Hello(h)) => h,
             Ok(other) => {
-                let detail = format!("first line was `{}`, not hello", other.type_name());
+                let detail = format!("first line was `{}`, not hello{from}", other.type_name());
                 let _ =
                     write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
                 let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
                 return;
             }
             Err(e) => {
-                let detail = format!("first line is not a valid hello: {e}");
+                let detail = format!("first line is not a valid hello: {e}{from}");
                 let _ =
                     write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
                 let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
@@ -260,7 +302,7 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
             let _ = events
                 .send(SupEvent::Rejected {
                     run: None,
-                    detail: "first line over 1 MiB".into(),
+                    detail: format!("first line over 1 MiB{from}"),
                 })
                 .await;
             return;
@@ -269,12 +311,12 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
         _ => return,
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    if let Err((code, msg)) = reg.admit(&hello, tx) {
+    if let Err((code, msg)) = reg.admit(&hello, tx, via) {
         let _ = write_line(&mut wr, &reject(code, msg.clone())).await;
         let _ = events
             .send(SupEvent::Rejected {
                 run: Some(hello.run_id.clone()),
-                detail: format!("rank {}: {msg}", hello.rank),
+                detail: format!("rank {}: {msg}{from}", hello.rank),
             })
             .await;
         return;
@@ -371,10 +413,7 @@ async fn flush_bad(
     *pending = 0;
 }
 
-async fn write_line(
-    wr: &mut tokio::net::unix::OwnedWriteHalf,
-    msg: &ControlMsg,
-) -> std::io::Result<()> {
+async fn write_line<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ControlMsg) -> std::io::Result<()> {
     let mut line = msg.to_line();
     line.push('\n');
     // A peer that never reads must not stall this task forever.

@@ -4,6 +4,7 @@
 use super::fmt::{self, NA};
 use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, model, put_line};
+use crate::run::{RankView, RunView};
 use crate::util::median;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -210,6 +211,42 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
 }
 
+/// One line of the Ranks pane: a node's header (multi-node runs) or a rank.
+enum RankRow<'a> {
+    Node {
+        name: String,
+        ranks: usize,
+        remote: bool,
+    },
+    Rank(&'a RankView),
+}
+
+/// A run's rank lines: in rank order on one node; grouped by node (local first) otherwise.
+fn rank_rows(run: &RunView) -> Vec<RankRow<'_>> {
+    let node = |r: &RankView| r.node.clone().unwrap_or_default();
+    let mut names: Vec<(bool, String)> = run.ranks.values().map(|r| (r.remote, node(r))).collect();
+    names.sort();
+    names.dedup();
+    if names.len() <= 1 {
+        return run.ranks.values().map(RankRow::Rank).collect();
+    }
+    let mut out = Vec::new();
+    for (remote, name) in names {
+        let ranks: Vec<&RankView> = run
+            .ranks
+            .values()
+            .filter(|r| r.remote == remote && node(r) == name)
+            .collect();
+        out.push(RankRow::Node {
+            name: if name.is_empty() { "?".into() } else { name },
+            ranks: ranks.len(),
+            remote,
+        });
+        out.extend(ranks.into_iter().map(RankRow::Rank));
+    }
+    out
+}
+
 pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
@@ -255,18 +292,22 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         &Line::from(Span::styled(fmt::trunc(&head, w), t.label)),
     );
     let mut y = 1u16;
-    let total: usize = runs.iter().map(|r| r.ranks.len()).sum();
+    // A multi-node run lists its ranks by node, this machine's first, each under a header.
+    let listed: Vec<(&RunView, Vec<RankRow>)> = runs.iter().map(|r| (*r, rank_rows(r))).collect();
+    let total: usize = listed.iter().map(|(_, rows)| rows.len()).sum();
+    let total_ranks: usize = runs.iter().map(|r| r.ranks.len()).sum();
+    let mut ranks_drawn = 0usize;
     let rows = inner.height.saturating_sub(1) as usize;
     let mut drawn = 0usize;
-    'outer: for run in &runs {
-        for r in run.ranks.values() {
+    'outer: for (run, list) in &listed {
+        for row in list {
             if drawn + 1 == rows && total > rows {
                 put_line(
                     buf,
                     inner,
                     y,
                     &Line::from(Span::styled(
-                        format!("+{} more ranks", total - drawn),
+                        format!("+{} more ranks", total_ranks - ranks_drawn),
                         t.dim,
                     )),
                 );
@@ -275,7 +316,38 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             if drawn >= rows {
                 break 'outer;
             }
-            let ps = r.pid.and_then(|p| s.proc_stats.get(&p));
+            let r = match row {
+                &RankRow::Node {
+                    ref name,
+                    ranks,
+                    remote,
+                } => {
+                    let how = if remote {
+                        "reports over TCP; CPU/RSS not sampled here"
+                    } else {
+                        "this machine"
+                    };
+                    put_line(
+                        buf,
+                        inner,
+                        y,
+                        &Line::from(vec![
+                            Span::styled(fmt::trunc(&format!("node {name}"), w), t.label),
+                            Span::styled(format!(" · {ranks} rank(s) · {how}"), t.dim),
+                        ]),
+                    );
+                    y += 1;
+                    drawn += 1;
+                    continue;
+                }
+                RankRow::Rank(r) => *r,
+            };
+            ranks_drawn += 1;
+            // A rank on another node has that node's pid: no local process to sample.
+            let ps = r
+                .pid
+                .filter(|_| !r.remote)
+                .and_then(|p| s.proc_stats.get(&p));
             let recent: Vec<f64> = r.recent_step_ms.iter().copied().collect();
             let step_ms = median(&recent)
                 .or_else(|| r.last_step.as_ref().map(|st| st.step_ms))

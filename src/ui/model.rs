@@ -9,11 +9,12 @@ use crate::protocol::{Backend, Bench};
 use crate::run::{Aggregate, CurveKey, Experiment, NcclSettings, RunSpec, RunStatus, RunView};
 use std::collections::{BTreeMap, HashMap};
 
-/// (run id, rank) of every rank of an active run whose worker pid is on this GPU.
+/// (run id, rank) of every rank of an active run whose worker pid is on this GPU (this node's
+/// ranks only: a rank on another node has that node's pid).
 pub fn gpu_owners<'a>(state: &'a State, gpu: &GpuView) -> Vec<(&'a str, u32)> {
     let mut v = Vec::new();
     for run in state.active_runs() {
-        for r in run.ranks.values() {
+        for r in run.ranks.values().filter(|r| !r.remote) {
             if let Some(pid) = r.pid
                 && gpu.pids.contains(&pid)
             {
@@ -30,7 +31,7 @@ pub fn foreign_pids(state: &State, gpu: &GpuView) -> usize {
         .runs
         .iter()
         .filter(|r| !r.status.is_final())
-        .flat_map(|r| r.ranks.values().filter_map(|k| k.pid))
+        .flat_map(|r| r.ranks.values().filter(|k| !k.remote).filter_map(|k| k.pid))
         .collect();
     gpu.pids.iter().filter(|p| !ours.contains(p)).count()
 }

@@ -1,4 +1,5 @@
-"""Connection from one worker rank to ddptop over its Unix socket (docs/protocol.md).
+"""Connection from one worker rank to ddptop over its Unix socket, or over TCP for a rank on
+another node of a multi-node run (`DDPTOP_SOCKET=tcp://HOST:PORT`; docs/protocol.md).
 
 Standard library only (torch is imported lazily, inside the `dump_fr` handler). Without
 `DDPTOP_SOCKET` in the environment the client is disabled and every method is a no-op, so the
@@ -33,6 +34,43 @@ class HandshakeError(RuntimeError):
         else:
             super().__init__(f"handshake with ddptop failed ({code}): {msg}")
         self.code = code
+
+
+def parse_tcp(address: str) -> tuple[str, int] | None:
+    """`tcp://HOST:PORT` (HOST may be `[v6]`) → (host, port); anything else → None (a path)."""
+    if not address.startswith("tcp://"):
+        return None
+    rest = address[len("tcp://") :]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"DDPTOP_SOCKET={address} is not tcp://HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def connect(address: str) -> socket.socket:
+    """Connect to ddptop: a Unix socket path, or `tcp://HOST:PORT` for a rank on another node
+    (multi-node runs). Keepalive on TCP, so a vanished ddptop host ends the connection and the
+    dead-man switch fires instead of the rank running on unsupervised."""
+    tcp = parse_tcp(address)
+    if tcp is None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            sock.connect(address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    sock = socket.create_connection(tcp, timeout=HANDSHAKE_TIMEOUT_S)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for opt, val in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+            if hasattr(socket, opt):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
+    except OSError:
+        pass
+    return sock
 
 
 def _env_int(name: str, default: int) -> int:
@@ -196,16 +234,17 @@ class Client:
         token = os.environ.get("DDPTOP_TOKEN", "")
         run_id = os.environ.get("DDPTOP_RUN_ID", "")
         v = versions if versions is not None else torch_versions()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            try:
-                sock.connect(path)
-            except OSError as e:
-                raise HandshakeError("connect", f"cannot connect to DDPTOP_SOCKET={path}: {e}") from e
+            sock = connect(path)
+        except (OSError, ValueError) as e:
+            raise HandshakeError("connect", f"cannot connect to DDPTOP_SOCKET={path}: {e}") from e
+        try:
             c = cls(
                 sock, rank=rank, token=token, run_id=run_id, validate=validate, deadman=deadman
             )
+            node = os.environ.get("DDPTOP_NODE")
+            if node and not (hello_extra or {}).get("node"):
+                hello_extra = {**(hello_extra or {}), "node": node}
             hello = hello_message(
                 token=token,
                 run_id=run_id,

@@ -27,16 +27,24 @@ class Conn:
 
 
 class FakeDdptop:
-    def __init__(self, *, reject_with: str | None = None, heartbeat_s: float = 1.0) -> None:
+    def __init__(
+        self, *, reject_with: str | None = None, heartbeat_s: float = 1.0, tcp: bool = False
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="ddptop-test-")
         self.path = os.path.join(self.dir, "sock")
+        self.tcp = tcp
         self.reject_with = reject_with
         self.heartbeat_s = heartbeat_s
         self.conns: list[Conn] = []
         self.bad: list[tuple[str, str]] = []  # (raw line, why) for lines that failed validation
         self._lock = threading.Lock()
-        self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._srv.bind(self.path)
+        if tcp:  # a rank on another node: DDPTOP_SOCKET=tcp://HOST:PORT
+            self._srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._srv.bind(("127.0.0.1", 0))
+            self.path = f"tcp://127.0.0.1:{self._srv.getsockname()[1]}"
+        else:
+            self._srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._srv.bind(self.path)
         self._srv.listen(16)
         self._stopping = False
         threading.Thread(target=self._accept_loop, daemon=True).start()
@@ -161,7 +169,8 @@ class FakeDdptop:
             pass
         self.close_all()
         try:
-            os.unlink(self.path)
+            if not self.tcp:
+                os.unlink(self.path)
             os.rmdir(self.dir)
         except OSError:
             pass

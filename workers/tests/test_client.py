@@ -64,6 +64,36 @@ def test_handshake_sends_hello_and_awaits_welcome(server: FakeDdptop) -> None:
     assert not c.disconnected
 
 
+def test_tcp_for_ranks_on_other_nodes_with_the_node_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    srv = FakeDdptop(heartbeat_s=0.1, tcp=True)
+    monkeypatch.setenv("DDPTOP_SOCKET", srv.path)
+    monkeypatch.setenv("DDPTOP_TOKEN", TOKEN)
+    monkeypatch.setenv("DDPTOP_RUN_ID", RUN_ID)
+    monkeypatch.setenv("DDPTOP_NODE", "node-b")
+    try:
+        c = connect()
+        try:
+            assert srv.wait_for(lambda: len(srv.hellos()) == 1)
+            hello = srv.hellos()[0]
+            assert protocol.validate(hello, "worker") == "hello"
+            assert hello["node"] == "node-b"
+        finally:
+            c.close()
+        assert srv.wait_for(lambda: [m["reason"] for m in srv.messages("bye")] == ["done"])
+    finally:
+        srv.stop()
+
+
+def test_tcp_addresses_parse() -> None:
+    from ddptop_worker.client import parse_tcp
+
+    assert parse_tcp("/run/ddptop-1/s.sock") is None
+    assert parse_tcp("tcp://10.0.0.1:4000") == ("10.0.0.1", 4000)
+    assert parse_tcp("tcp://[fe80::1]:4000") == ("fe80::1", 4000)
+    with pytest.raises(ValueError):
+        parse_tcp("tcp://nohost")
+
+
 def test_error_reply_raises_with_code(monkeypatch: pytest.MonkeyPatch) -> None:
     srv = FakeDdptop(reject_with="bad_token")
     monkeypatch.setenv("DDPTOP_SOCKET", srv.path)
@@ -238,9 +268,10 @@ print("still alive", flush=True)
 """
 
 
-@pytest.mark.parametrize("mode", ["default", "ignore-term"])
-def test_deadman_switch_exits_promptly(mode: str) -> None:
-    srv = FakeDdptop()
+@pytest.mark.parametrize("mode,tcp", [("default", False), ("ignore-term", False), ("default", True)])
+def test_deadman_switch_exits_promptly(mode: str, tcp: bool) -> None:
+    """Also over TCP: a rank on another node whose connection to ddptop drops ends itself."""
+    srv = FakeDdptop(tcp=tcp)
     try:
         env = srv.env(PYTHONPATH=WORKERS)
         p = subprocess.Popen(

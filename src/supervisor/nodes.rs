@@ -1,0 +1,342 @@
+//! Multi-node runs (docs/multinode.md): what `--nodes` asks for, the plan of one launch (the
+//! rendezvous endpoint, where remote ranks report), and stopping a node's agent through the
+//! channel that started it.
+
+use super::launch::{NodePlan, node_stop_command};
+use super::procs;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// The default node command template: ssh hands `{cmd}` to the node's shell.
+pub const DEFAULT_REMOTE: &str = "ssh -o BatchMode=yes {host} -- {cmd}";
+
+/// Environment variables of ddptop's own that every node's agent gets too (the network
+/// interface and transport choices are per-cluster settings, usually exported once).
+const FORWARD_PREFIXES: [&str; 3] = ["NCCL_", "GLOO_", "TP_SOCKET_IFNAME"];
+
+/// `--nodes` and the config's `[nodes]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodesOptions {
+    /// The first is this machine.
+    pub hosts: Vec<String>,
+    /// Each node's address when given (`--nodes name=addr`).
+    pub addrs: Vec<Option<String>>,
+    /// Default: k / number of nodes.
+    pub nproc_per_node: Option<u32>,
+    /// Where the TCP listener binds. Default: loopback when every node is this machine, else
+    /// every interface.
+    pub listen: Option<SocketAddr>,
+    /// The host name or address ranks on other nodes connect to (default: the listen address,
+    /// or this machine's host name when listening on every interface).
+    pub advertise: Option<String>,
+    /// `host:port` of the c10d rendezvous (default: the advertised host, a free port).
+    pub rdzv_endpoint: Option<String>,
+    pub remote: String,
+    pub stop: Option<String>,
+}
+
+impl NodesOptions {
+    /// From `--nodes` entries: `name` or `name=addr`.
+    pub fn new(entries: Vec<String>) -> Self {
+        let (hosts, addrs) = entries
+            .into_iter()
+            .map(|e| match e.split_once('=') {
+                Some((h, a)) => (h.to_string(), Some(a.to_string())),
+                None => (e, None),
+            })
+            .unzip();
+        NodesOptions {
+            hosts,
+            addrs,
+            nproc_per_node: None,
+            listen: None,
+            advertise: None,
+            rdzv_endpoint: None,
+            remote: DEFAULT_REMOTE.into(),
+            stop: None,
+        }
+    }
+
+    /// Loopback only when no node is another machine.
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen.unwrap_or_else(|| {
+            let me = crate::paths::hostname();
+            let all_local = self
+                .hosts
+                .iter()
+                .all(|h| h == "localhost" || h == "127.0.0.1" || h == "::1" || *h == me);
+            let ip = if all_local {
+                IpAddr::V4(Ipv4Addr::LOCALHOST)
+            } else {
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+            };
+            SocketAddr::new(ip, 0)
+        })
+    }
+
+    /// The plan of one launch of world size `k`, given the TCP listener's bound address.
+    pub fn plan(&self, k: u32, tcp: SocketAddr) -> anyhow::Result<NodePlan> {
+        let n = self.hosts.len() as u32;
+        if n == 0 {
+            anyhow::bail!("--nodes names no node");
+        }
+        let nproc = match self.nproc_per_node {
+            Some(p) if p * n == k => p,
+            Some(p) => anyhow::bail!("k={k} is not {n} nodes × --nproc-per-node {p}"),
+            None if k.is_multiple_of(n) => k / n,
+            None => anyhow::bail!("k={k} does not split evenly over {n} nodes"),
+        };
+        let host = self.advertise.clone().unwrap_or_else(|| {
+            if tcp.ip().is_unspecified() {
+                self.addrs[0].clone().unwrap_or_else(crate::paths::hostname)
+            } else {
+                tcp.ip().to_string()
+            }
+        });
+        let rdzv = match &self.rdzv_endpoint {
+            Some(e) => e.clone(),
+            None => {
+                // A free port on the address node 0's store will listen on.
+                let probe = std::net::TcpListener::bind(SocketAddr::new(tcp.ip(), 0))?;
+                host_port(&host, probe.local_addr()?.port())
+            }
+        };
+        Ok(NodePlan {
+            hosts: self.hosts.clone(),
+            addrs: self.addrs.clone(),
+            nproc_per_node: nproc,
+            rdzv_endpoint: rdzv,
+            tcp: host_port(&host, tcp.port()),
+            remote: self.remote.clone(),
+            stop: self.stop.clone(),
+            forward_env: std::env::vars()
+                .filter(|(k, _)| FORWARD_PREFIXES.iter().any(|p| k.starts_with(p)))
+                .collect(),
+        })
+    }
+}
+
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// `ddptop-node N pid=PID slurm=JOB.STEP`, the first line a node's wrapper prints.
+pub fn parse_node_line(line: &str) -> Option<(usize, u32, Option<String>)> {
+    let rest = line.trim().strip_prefix("ddptop-node ")?;
+    let mut it = rest.split_whitespace();
+    let node = it.next()?.parse().ok()?;
+    let pid = it.next()?.strip_prefix("pid=")?.parse().ok()?;
+    let slurm = it
+        .next()
+        .and_then(|s| s.strip_prefix("slurm="))
+        .filter(|s| *s != "." && !s.is_empty())
+        .map(str::to_string);
+    Some((node, pid, slurm))
+}
+
+/// What stopping one remote node needs.
+#[derive(Debug, Clone)]
+pub struct RemoteStop {
+    pub node: usize,
+    /// The local process of the channel (ssh, `ip netns exec`, srun): its own process group.
+    pub channel_pgid: Option<u32>,
+    /// The agent's pid on the node (from its wrapper's first line) and its ranks' pids.
+    pub pids: Vec<u32>,
+    pub slurm_step: Option<String>,
+}
+
+/// Stop one node: wait a moment when the run ended well (its agent is exiting by itself),
+/// then INT, TERM, KILL through the channel, each followed by its grace while the channel
+/// command (which ends with the agent) is still running; finally the local channel process
+/// itself. Returns what happened, for the run's reason when it was not clean.
+pub async fn stop_remote(
+    plan: &NodePlan,
+    s: &RemoteStop,
+    graces: [Duration; 2],
+    graceful: bool,
+) -> Option<String> {
+    let alive = || s.channel_pgid.is_some_and(procs::alive);
+    let wait_gone = |d: Duration| async move {
+        let until = Instant::now() + d;
+        while Instant::now() < until {
+            if !alive() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        !alive()
+    };
+    if graceful && wait_gone(Duration::from_secs(15)).await {
+        return None;
+    }
+    let host = &plan.hosts[s.node];
+    for (sig, grace) in [
+        ("INT", graces[0]),
+        ("TERM", graces[1]),
+        ("KILL", Duration::from_secs(3)),
+    ] {
+        if !alive() {
+            return None;
+        }
+        if s.pids.is_empty() && plan.stop.is_none() {
+            break; // nothing known to signal on the node: only the channel is left
+        }
+        let argv = match node_stop_command(plan, s.node, sig, &s.pids, s.slurm_step.as_deref()) {
+            Ok(a) => a,
+            Err(e) => return Some(format!("node {host}: {e}")),
+        };
+        let out = tokio::time::timeout(
+            Duration::from_secs(15),
+            tokio::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .status(),
+        )
+        .await;
+        if !matches!(out, Ok(Ok(_))) {
+            return Some(format!(
+                "node {host}: the stop command `{}` failed or timed out",
+                argv.join(" ")
+            ));
+        }
+        if wait_gone(grace).await {
+            return (sig == "KILL").then(|| format!("node {host} stopped with SIGKILL"));
+        }
+    }
+    if let Some(pg) = s.channel_pgid.filter(|p| procs::alive(*p)) {
+        procs::signal_group_or_pid(pg, nix::sys::signal::Signal::SIGKILL);
+        return Some(format!(
+            "node {host}: its agent did not end; the local channel process was killed (the \
+             ranks' dead-man switches end them when ddptop closes their connections)"
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_split_k_and_point_remote_ranks_at_the_listener() {
+        let mut o = NodesOptions::new(vec!["a".into(), "b=10.0.0.2".into()]);
+        assert_eq!(o.hosts, ["a", "b"]);
+        assert_eq!(o.addrs, [None, Some("10.0.0.2".to_string())]);
+        o.rdzv_endpoint = Some("a:29400".into());
+        let p = o.plan(4, "10.0.0.1:5000".parse().unwrap()).unwrap();
+        assert_eq!(p.nproc_per_node, 2);
+        assert_eq!(p.tcp, "10.0.0.1:5000");
+        assert_eq!(p.rdzv_endpoint, "a:29400");
+        assert!(o.plan(3, "10.0.0.1:5000".parse().unwrap()).is_err());
+        o.advertise = Some("head".into());
+        let p = o.plan(2, "0.0.0.0:7".parse().unwrap()).unwrap();
+        assert_eq!(p.tcp, "head:7");
+        assert_eq!(
+            NodesOptions::new(vec!["localhost".into()]).listen_addr(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert!(
+            o.listen_addr().ip().is_unspecified(),
+            "other hosts: every interface"
+        );
+    }
+
+    /// Node 1 started and stopped through a channel that is a plain local `sh -c {cmd}`: the
+    /// wrapper reads the token from stdin, names the agent's pid, and the stop reaches it.
+    #[tokio::test]
+    async fn a_node_is_started_and_stopped_through_its_channel() {
+        use crate::supervisor::launch::{CommandLine, node_command, spawn_with_secret};
+        let dir = tempfile::tempdir().unwrap();
+        let mut o = NodesOptions::new(vec!["a".into(), "b=10.0.0.2".into()]);
+        o.remote = "sh -c {cmd}".into();
+        o.rdzv_endpoint = Some("a:29400".into());
+        let plan = o.plan(2, "127.0.0.1:4000".parse().unwrap()).unwrap();
+        // Node 0's "torchrun": a shell that checks its token and sleeps; the rendezvous flags
+        // after the script are its $0, $1, … (unused).
+        let mut argv: Vec<String> = vec![
+            "sh".into(),
+            "-c".into(),
+            "test \"${#DDPTOP_TOKEN}\" = 6 && echo \"node=$DDPTOP_NODE at $DDPTOP_SOCKET\" && exec sleep 30".into(),
+        ];
+        argv.extend(super::super::launch::rendezvous_flags("r1", &plan, 0));
+        let mut env = std::collections::BTreeMap::new();
+        env.insert("DDPTOP_TOKEN".to_string(), Some("s3cr3t".to_string()));
+        env.insert("DDPTOP_SOCKET".to_string(), Some("/run/x.sock".to_string()));
+        let local = CommandLine {
+            argv,
+            env,
+            cwd: dir.path().to_path_buf(),
+        };
+        let cmd = node_command(&local, "r1", &plan, 1).unwrap();
+        let line = cmd.argv.join(" ");
+        assert!(
+            !line.contains("s3cr3t"),
+            "the token is never on a command line: {line}"
+        );
+        assert!(
+            line.contains("--node-rank=1") && line.contains("is_host=0"),
+            "{line}"
+        );
+        assert!(line.contains("--local-addr=10.0.0.2"), "{line}");
+        assert!(
+            line.contains("DDPTOP_SOCKET=tcp://127.0.0.1:4000"),
+            "{line}"
+        );
+        let mut child = spawn_with_secret(&cmd, dir.path(), "s3cr3t").unwrap();
+        let log = dir.path().join("output.log");
+        let t0 = Instant::now();
+        let (pid, text) = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(p) = text.lines().find_map(parse_node_line).map(|(_, p, _)| p)
+                && text.contains("node=b at tcp://127.0.0.1:4000")
+            {
+                break (p, text);
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no node line: {text}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert!(procs::alive(pid), "{text}");
+        let stop = RemoteStop {
+            node: 1,
+            channel_pgid: child.id(),
+            pids: vec![pid],
+            slurm_step: None,
+        };
+        let note = stop_remote(
+            &plan,
+            &stop,
+            [Duration::from_secs(2), Duration::from_secs(2)],
+            false,
+        )
+        .await;
+        assert_eq!(
+            note, None,
+            "stopped by the first signal through the channel"
+        );
+        assert!(!procs::alive(pid));
+        child.wait().await.unwrap();
+    }
+
+    #[test]
+    fn node_lines_are_parsed() {
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=4242 slurm=."),
+            Some((1, 4242, None))
+        );
+        assert_eq!(
+            parse_node_line("ddptop-node 2 pid=7 slurm=991.3"),
+            Some((2, 7, Some("991.3".into())))
+        );
+        assert_eq!(parse_node_line("[rank0]: hello"), None);
+    }
+}

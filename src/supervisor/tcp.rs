@@ -1,0 +1,130 @@
+//! The TCP listener for ranks on other nodes (multi-node runs, docs/multinode.md).
+//!
+//! Everything after `accept` is the Unix socket's per-connection code (`socket::serve_conn`):
+//! the same protocol v1 lines, 1 MiB line limit, `hello` within 10 s, the run's token compared in
+//! constant time, duplicate ranks refused and bad lines counted. TCP has no SO_PEERCRED, so the
+//! token is the only credential; the listener additionally caps concurrent connections so a
+//! flood of idle sockets cannot exhaust ddptop's file descriptors. No TLS yet (see the doc).
+
+use super::SupEvent;
+use super::socket::{Registry, Via, serve_conn};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Connections open at once; more are accepted and closed at once (each rank needs one).
+pub const MAX_TCP_CONNECTIONS: usize = 4096;
+
+/// A listening TCP socket; the accept loop ends on drop.
+pub struct TcpServer {
+    /// The bound address (the real port when asked for port 0).
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TcpServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TcpServer {
+    /// Bind `bind` (port 0: any free port) and serve connections into the same registry and
+    /// event channel as the Unix socket. Must be called inside the tokio runtime.
+    pub fn start(
+        bind: SocketAddr,
+        registry: Registry,
+        events: mpsc::Sender<SupEvent>,
+    ) -> anyhow::Result<TcpServer> {
+        let std_listener = std::net::TcpListener::bind(bind)
+            .map_err(|e| anyhow::anyhow!("cannot listen on tcp {bind}: {e}"))?;
+        std_listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(std_listener)?;
+        let addr = listener.local_addr()?;
+        let task = tokio::spawn(accept_loop(listener, registry, events));
+        Ok(TcpServer { addr, task })
+    }
+}
+
+async fn accept_loop(listener: TcpListener, reg: Registry, events: mpsc::Sender<SupEvent>) {
+    let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                // Keepalive: a node that vanishes (power, cable) ends its connections, so its
+                // ranks show as lost instead of connected forever.
+                let _ = nix::sys::socket::setsockopt(
+                    &stream,
+                    nix::sys::socket::sockopt::KeepAlive,
+                    &true,
+                );
+                let (rd, wr) = stream.into_split();
+                let (reg, events) = (reg.clone(), events.clone());
+                tokio::spawn(async move {
+                    serve_conn(rd, wr, Via::Tcp(peer), reg, events).await;
+                    drop(permit);
+                });
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    fn hello(token: &str, rank: u32) -> String {
+        format!(
+            r#"{{"v":1,"type":"hello","token":"{token}","run_id":"r1","rank":{rank},"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cpu","backend":"gloo","worker":"train","torch":null,"nccl":null,"cuda":null,"t":0.0,"node":"b"}}"#
+        ) + "\n"
+    }
+
+    async fn answer(token: &str, rank: u32, addr: SocketAddr) -> (String, tokio::net::TcpStream) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(hello(token, rank).as_bytes()).await.unwrap();
+        let (rd, _) = s.split();
+        let mut line = String::new();
+        BufReader::new(rd).read_line(&mut line).await.unwrap();
+        (line, s)
+    }
+
+    #[tokio::test]
+    async fn tcp_ranks_use_the_same_admission_as_the_unix_socket() {
+        let reg = Registry::default();
+        reg.open_run("r1", &"a".repeat(64), 2);
+        let (tx, mut rx) = mpsc::channel(64);
+        let server = TcpServer::start("127.0.0.1:0".parse().unwrap(), reg.clone(), tx).unwrap();
+        assert_ne!(server.addr.port(), 0);
+        let (wrong, _s) = answer(&"b".repeat(64), 0, server.addr).await;
+        assert!(wrong.contains("bad_token"), "{wrong}");
+        let (ok, _conn) = answer(&"a".repeat(64), 1, server.addr).await;
+        assert!(ok.contains("welcome"), "{ok}");
+        assert!(reg.remote_peer("r1", 1).is_some(), "a TCP rank is remote");
+        assert!(reg.remote_peer("r1", 0).is_none());
+        let mut saw_reject = false;
+        let mut saw_hello = false;
+        while let Ok(Some(ev)) = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
+            match ev {
+                SupEvent::Rejected { detail, .. } => {
+                    saw_reject = true;
+                    assert!(detail.contains("tcp from 127.0.0.1"), "{detail}");
+                }
+                SupEvent::Worker { .. } => saw_hello = true,
+                _ => {}
+            }
+            if saw_reject && saw_hello {
+                break;
+            }
+        }
+        assert!(saw_reject && saw_hello);
+    }
+}

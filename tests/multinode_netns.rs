@@ -1,0 +1,413 @@
+//! Two "nodes" on one machine: two network namespaces joined by a veth pair, each running a
+//! torchrun agent with gloo. ddptop runs in namespace A (its TCP listener and the c10d
+//! rendezvous on A's veth address); node A's agent is started directly, node B's through the
+//! config's node template, `ip netns exec {host} sh -c {cmd}`, in place of ssh. So B's ranks
+//! can reach ddptop only over TCP through the veth pair.
+//!
+//! Needs root (`ip netns add`). Skipped when not root and not on CI; under CI=1 a missing `ip`
+//! or a failing `ip netns add` is a failure. The namespaces (and with them the veth pair) are
+//! removed by a Drop guard, also when a test fails.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const IP_A: &str = "10.77.0.1";
+const IP_B: &str = "10.77.0.2";
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Two namespaces and the veth pair between them; removed on drop.
+struct Nodes {
+    a: String,
+    b: String,
+    veth: [String; 2],
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its end of the pair, and with it the pair; the explicit
+        // link delete covers a failure before the ends were moved.
+        let _ = ip(&["link", "del", &self.veth[0]]);
+        let _ = ip(&["netns", "del", &self.a]);
+        let _ = ip(&["netns", "del", &self.b]);
+    }
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl Nodes {
+    /// None: skipped (not root, not CI). Panics on CI when namespaces cannot be made.
+    fn create() -> Option<Nodes> {
+        let ci = std::env::var_os("CI").is_some();
+        let root = nix::unistd::geteuid().is_root();
+        if !root && !ci {
+            eprintln!("SKIPPED: network namespaces need root (or run under CI=1 to fail instead)");
+            return None;
+        }
+        // Unique per test process and test: names are global on the machine.
+        let tag = format!(
+            "{}{}",
+            std::process::id() % 100_000,
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        let n = Nodes {
+            a: format!("ddptA{tag}"),
+            b: format!("ddptB{tag}"),
+            veth: [format!("dva{tag}"), format!("dvb{tag}")],
+        };
+        let setup = || -> Result<(), String> {
+            ip(&["netns", "add", &n.a])?;
+            ip(&["netns", "add", &n.b])?;
+            ip(&[
+                "link", "add", &n.veth[0], "type", "veth", "peer", "name", &n.veth[1],
+            ])?;
+            for (ns, dev, addr) in [(&n.a, &n.veth[0], IP_A), (&n.b, &n.veth[1], IP_B)] {
+                ip(&["link", "set", dev, "netns", ns])?;
+                // The same interface name on both nodes: one GLOO_SOCKET_IFNAME for all.
+                ip(&["-n", ns, "link", "set", dev, "name", "ddp0"])?;
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{addr}/24"),
+                    "dev",
+                    "ddp0",
+                ])?;
+                ip(&["-n", ns, "link", "set", "ddp0", "up"])?;
+                ip(&["-n", ns, "link", "set", "lo", "up"])?;
+            }
+            Ok(())
+        };
+        if let Err(e) = setup() {
+            drop(n);
+            assert!(!ci, "CI must be able to create network namespaces: {e}");
+            eprintln!("SKIPPED: cannot create network namespaces: {e}");
+            return None;
+        }
+        Some(n)
+    }
+
+    /// Pids in namespace `ns` (`ip netns pids`).
+    fn pids(ns: &str) -> Vec<u32> {
+        let out = Command::new("ip").args(["netns", "pids", ns]).output();
+        out.map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .filter(|p| ddptop::supervisor::procs::alive(*p))
+                .collect()
+        })
+        .unwrap_or_default()
+    }
+
+    /// `ddptop run|attach ARGS … --nodes A,B [-- SCRIPT…]` inside namespace A, JSON on stdout.
+    fn ddptop(
+        &self,
+        data: &std::path::Path,
+        py: &str,
+        cmd: &str,
+        args: &[&str],
+        script: &[&str],
+    ) -> Command {
+        std::fs::write(
+            data.join("config.toml"),
+            "[nodes]\nremote = \"ip netns exec {host} sh -c {cmd}\"\n",
+        )
+        .unwrap();
+        let nodes = format!("{}={IP_A},{}={IP_B}", self.a, self.b);
+        let listen = format!("{IP_A}:0");
+        let mut c = Command::new("ip");
+        c.env("DDPTOP_DATA_DIR", data)
+            .env("DDPTOP_CONFIG", data.join("config.toml"))
+            .env("XDG_RUNTIME_DIR", data)
+            .env("DDPTOP_PYTHON", py)
+            // Passed on to node B by ddptop (GLOO_* is forwarded to every node).
+            .env("GLOO_SOCKET_IFNAME", "ddp0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .args(["netns", "exec", &self.a, bin(), cmd])
+            .args(args)
+            .args(["--backend", "gloo", "--json", "--startup-timeout", "60"])
+            .args(["--nodes", &nodes, "--listen", &listen]);
+        if cmd == "run" {
+            c.args(["--model", "tiny"]);
+        }
+        if !script.is_empty() {
+            c.arg("--").args(script);
+        }
+        c
+    }
+
+    /// Nothing of the run is left in either namespace.
+    fn assert_empty(&self) {
+        let t0 = Instant::now();
+        loop {
+            let (a, b) = (Nodes::pids(&self.a), Nodes::pids(&self.b));
+            if a.is_empty() && b.is_empty() {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "survivors: node A {a:?}, node B {b:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn parse(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn nodes_of(run: &serde_json::Value) -> Vec<(String, bool)> {
+    let mut v: Vec<(String, bool)> = run["rank_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["node"].as_str().unwrap().to_string(),
+                r["remote"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn two_node_gloo_run_completes() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let out = nodes
+        .ddptop(
+            d.path(),
+            &py,
+            "run",
+            &["weak", "--k", "2", "--samples", "256", "--batch", "32"],
+            &[],
+        )
+        .output()
+        .unwrap();
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert!(out.status.success());
+    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        nodes_of(r),
+        vec![(nodes.a.clone(), false), (nodes.b.clone(), true)],
+        "one rank per node; node B's over TCP"
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+/// `ddptop attach --nodes`: the unmodified tutorial script, one rank per node, both reporting
+/// (node B's through the bootstrap over TCP).
+#[test]
+fn two_node_attach_of_an_unmodified_script_completes() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = format!("{}/examples/train_ddp.py", env!("CARGO_MANIFEST_DIR"));
+    let out = nodes
+        .ddptop(
+            d.path(),
+            &py,
+            "attach",
+            &["--k", "2"],
+            &[&script, "--samples", "512"],
+        )
+        .output()
+        .unwrap();
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["instrument"], "full");
+    assert!(r["samples_per_s"].as_f64().unwrap() > 0.0, "{r:#}");
+    assert_eq!(
+        nodes_of(r),
+        vec![(nodes.a.clone(), false), (nodes.b.clone(), true)]
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+/// Connect to ddptop's TCP listener in namespace A from this thread (setns on the thread only).
+fn connect_in(ns: &str, addr: &str) -> TcpStream {
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    let mut c = None;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            use std::os::fd::AsRawFd;
+            // SAFETY: setns on this short-lived thread only; the fd is valid for the call.
+            let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            c = Some(TcpStream::connect(addr).unwrap());
+        });
+    });
+    c.unwrap()
+}
+
+/// The run's token and id from a local rank's environment (as a rank on the node would have).
+fn token_and_run(ns_a: &str) -> Option<(String, String)> {
+    for pid in Nodes::pids(ns_a) {
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let vars: Vec<String> = env
+            .split(|b| *b == 0)
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .collect();
+        let get = |k: &str| {
+            vars.iter()
+                .find_map(|v| v.strip_prefix(&format!("{k}=")).map(str::to_string))
+        };
+        if get("LOCAL_RANK").is_some()
+            && let (Some(t), Some(r)) = (get("DDPTOP_TOKEN"), get("DDPTOP_RUN_ID"))
+        {
+            return Some((t, r));
+        }
+    }
+    None
+}
+
+/// A worker (LOCAL_RANK set by torchrun) of node `ns` that has said hello to ddptop.
+fn connected_worker(ns: &str, data: &std::path::Path) -> Option<u32> {
+    let conn = rusqlite::Connection::open_with_flags(
+        data.join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .ok()?;
+    let known: Vec<u32> = conn
+        .query_row("SELECT pids_json FROM runs LIMIT 1", [], |r| {
+            r.get::<_, String>(0)
+        })
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default();
+    Nodes::pids(ns).into_iter().find(|p| known.contains(p))
+}
+
+#[test]
+fn remote_rank_killed_stops_everything_and_tcp_intruders_are_refused() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // Long enough to be killed mid-run (it never gets to finish).
+    let child = nodes
+        .ddptop(
+            d.path(),
+            &py,
+            "run",
+            &["weak", "--k", "2", "--samples", "200000", "--batch", "32"],
+            &[],
+        )
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let victim = loop {
+        if let Some(p) = connected_worker(&nodes.b, d.path()) {
+            break p;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "node B's rank never connected"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let addr_file = d
+        .path()
+        .join(format!("ddptop-{}", child.id()))
+        .join("tcp.addr");
+    let addr = std::fs::read_to_string(&addr_file).expect("ddptop writes its TCP address");
+    let (token, run) = token_and_run(&nodes.a).expect("a local rank with the run's token");
+
+    // A wrong token over TCP: refused, counted on the run.
+    let s = connect_in(&nodes.a, &addr);
+    let hello = format!(
+        r#"{{"v":1,"type":"hello","token":"{}","run_id":"{run}","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"x","device":"cpu","backend":"gloo","worker":"train","torch":null,"nccl":null,"cuda":null,"t":0.0}}"#,
+        "0".repeat(64)
+    );
+    (&s).write_all(format!("{hello}\n").as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut answer = String::new();
+    let _ = BufReader::new(&s).read_line(&mut answer);
+    assert!(answer.contains("bad_token"), "{answer}");
+    assert_ne!(token, "0".repeat(64));
+
+    // A garbage flood: 50 connections of garbage lines, one of them 100k lines; each is refused
+    // at its first line and counted, the rest is never read.
+    for i in 0..50 {
+        let s = connect_in(&nodes.a, &addr);
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        let lines = if i == 0 { 100_000 } else { 10 };
+        for _ in 0..lines {
+            if (&s).write_all(b"garbage \x01 garbage {\"v\":1\n").is_err() {
+                break; // refused and closed: the rest cannot even be delivered
+            }
+        }
+    }
+
+    // Kill the rank on the "remote" node: the whole run must stop, on both nodes.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "failed", "{r:#}");
+    let reason = r["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains(&format!("node 1 ({})", nodes.b)),
+        "the failed node is named: {reason}"
+    );
+    assert_eq!(r["rejected_connections"], 1, "the wrong token: {r:#}");
+    assert_eq!(
+        doc["rejected_strangers"], 50,
+        "every garbage connection counted"
+    );
+    assert_eq!(r["bad_lines"], 0, "no garbage reached the run");
+    assert!(
+        t0.elapsed() < Duration::from_secs(120),
+        "stopping took too long"
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
