@@ -101,6 +101,9 @@ pub enum Cmd {
     Completions(crate::report::cmd::CompletionsArgs),
     /// The man page (roff): `ddptop man | man -l -`.
     Man(crate::report::cmd::ManArgs),
+    /// Where a dashboard second goes: NVML start, each NVML call, one frame (a table).
+    #[command(hide = true)]
+    BenchGpu(crate::gpu::bench::BenchGpuArgs),
     /// Worker processes started by ddptop itself.
     #[command(hide = true)]
     Worker {

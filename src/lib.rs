@@ -20,6 +20,7 @@ pub mod plan;
 pub mod protocol;
 pub mod report;
 pub mod run;
+pub mod selfcost;
 pub mod sim;
 pub mod store;
 pub mod supervisor;

@@ -21,6 +21,7 @@ fn main() {
         Some(Cmd::Diff(a)) => ddptop::report::cmd::diff(&cli.global, &a),
         Some(Cmd::Completions(a)) => ddptop::report::cmd::completions(&a),
         Some(Cmd::Man(a)) => ddptop::report::cmd::man(&a),
+        Some(Cmd::BenchGpu(a)) => ddptop::gpu::bench::main(&a),
         None => ddptop::tui::main(&cli.global, &cli.tui),
     };
     let code = match result {

@@ -224,6 +224,23 @@ fn help_screen_from_the_key_map() {
 }
 
 #[test]
+fn help_shows_what_ddptop_itself_costs() {
+    let mut st = fixtures::laptop_sim_running();
+    st.view.show_help = true;
+    let before = text(&draw(&st, 100, 30));
+    assert!(
+        !before.contains("ddptop: "),
+        "no figure before the first read:\n{before}"
+    );
+    st.state.self_cost = Some(ddptop::selfcost::SelfCost {
+        cpu_pct: 0.4,
+        rss_mb: 31.2,
+    });
+    let s = text(&draw(&st, 100, 30));
+    assert!(s.contains("ddptop: 0.4% CPU · 31 MB"), "{s}");
+}
+
+#[test]
 fn help_follows_a_remapped_key() {
     let mut st = fixtures::laptop_sim_running();
     st.view.show_help = true;

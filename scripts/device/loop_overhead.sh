@@ -46,7 +46,7 @@ log "binary $B; samples $SAMPLES, epochs $EPOCHS (epoch 0 warm-up), budget ${BUD
 round=0
 while :; do
   if [ $((round % 2)) -eq 0 ]; then order="bare ddptop noinst"; else order="noinst ddptop bare"; fi
-  for k in 2 1; do for a in $order; do arm "$a" "$k"; done; done
+  for k in ${KS:-2 1}; do for a in $order; do arm "$a" "$k"; done; done
   round=$((round + 1))
   # a round takes about as long as the last one did; stop when another would overrun
   [ $(( $(elapsed) / round * (round + 1) )) -gt "$BUDGET_S" ] && break

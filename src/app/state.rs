@@ -70,6 +70,8 @@ pub struct State {
     pub gpus: Vec<GpuView>,
     /// Why there are no GPU rows (no NVML, no driver), shown as one line.
     pub gpu_note: Option<String>,
+    /// ddptop's own CPU and RSS (the dashboard reads /proc/self every few seconds).
+    pub self_cost: Option<crate::selfcost::SelfCost>,
     /// Newest first.
     pub runs: Vec<RunView>,
     pub messages: VecDeque<Message>,
@@ -94,6 +96,7 @@ impl State {
             host,
             gpus: Vec::new(),
             gpu_note: None,
+            self_cost: None,
             runs: Vec::new(),
             messages: VecDeque::new(),
             next: LaunchPrefs {

@@ -24,6 +24,75 @@ pub struct NvmlSource {
     links: Vec<Vec<u32>>,
     /// Previous NVLink counters per GPU: (when, rx KiB, tx KiB).
     prev: Vec<Option<(Instant, u64, u64)>>,
+    /// Time spent in each NVML call, and the calls a GPU does not support (skipped from then on).
+    pub calls: CallStats,
+}
+
+/// The NVML calls of one sample, for timing and for remembering `NotSupported`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Call {
+    Handle,
+    Utilization,
+    Memory,
+    Power,
+    Temperature,
+    ComputeProcesses,
+    NvlinkCounters,
+    PcieRx,
+    PcieTx,
+}
+
+impl Call {
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Handle => "device handle",
+            Call::Utilization => "utilization",
+            Call::Memory => "memory info",
+            Call::Power => "power",
+            Call::Temperature => "temperature",
+            Call::ComputeProcesses => "compute processes",
+            Call::NvlinkCounters => "NVLink field values (all links)",
+            Call::PcieRx => "PCIe rx throughput",
+            Call::PcieTx => "PCIe tx throughput",
+        }
+    }
+}
+
+/// Cumulative time per call over all samples, and per-GPU calls answered `NotSupported` once
+/// (a GPU never starts supporting a field: asking again each second is pure cost).
+#[derive(Debug, Default)]
+pub struct CallStats {
+    pub samples: u64,
+    pub total: std::collections::BTreeMap<Call, (u64, std::time::Duration)>,
+    pub unsupported: std::collections::BTreeSet<(u32, Call)>,
+}
+
+impl CallStats {
+    fn record(&mut self, call: Call, took: std::time::Duration) {
+        let e = self.total.entry(call).or_default();
+        e.0 += 1;
+        e.1 += took;
+    }
+
+    /// Make the call unless the GPU said `NotSupported` before; time it; remember a
+    /// `NotSupported` answer. `None`: skipped.
+    fn time<T>(
+        &mut self,
+        gpu: u32,
+        call: Call,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<Result<T, NvmlError>> {
+        if self.unsupported.contains(&(gpu, call)) {
+            return None;
+        }
+        let t0 = Instant::now();
+        let r = f();
+        self.record(call, t0.elapsed());
+        if matches!(r, Err(NvmlError::NotSupported)) {
+            self.unsupported.insert((gpu, call));
+        }
+        Some(r)
+    }
 }
 
 /// A one-line reason for an NVML init failure.
@@ -98,55 +167,56 @@ impl NvmlSource {
             },
             links,
             prev,
+            calls: CallStats::default(),
         })
     }
+}
 
-    /// Cumulative NVLink data counters (rx, tx) in KiB summed over `links`, read through the raw
-    /// field-values call so that each link can be named in `scopeId` (nvml-wrapper leaves it 0).
-    fn nvlink_counters(&self, d: &nvml_wrapper::Device, links: &[u32]) -> Option<(u64, u64)> {
-        if links.is_empty() {
-            return None;
-        }
-        let lib = self.nvml.lib();
-        // Old drivers lack the symbol; the generated wrapper would panic on calling it.
-        if lib.nvmlDeviceGetFieldValues.is_err() {
-            return None;
-        }
-        // SAFETY: the handle belongs to a live `Device` of this `Nvml`; the values array is
-        // zero-initialised plain C data sized to the count we pass.
-        unsafe {
-            let handle = d.handle();
-            let mut vals = Vec::with_capacity(links.len() * 2);
-            for &l in links {
-                for id in [
-                    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-                    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                ] {
-                    let mut v = zeroed_arg(|p| lib.nvmlDeviceGetFieldValues(handle, 1, p));
-                    v.fieldId = id;
-                    v.scopeId = l;
-                    vals.push(v);
-                }
+/// Cumulative NVLink data counters (rx, tx) in KiB summed over `links`, read through the raw
+/// field-values call so that each link can be named in `scopeId` (nvml-wrapper leaves it 0).
+fn nvlink_counters(nvml: &Nvml, d: &nvml_wrapper::Device, links: &[u32]) -> Option<(u64, u64)> {
+    if links.is_empty() {
+        return None;
+    }
+    let lib = nvml.lib();
+    // Old drivers lack the symbol; the generated wrapper would panic on calling it.
+    if lib.nvmlDeviceGetFieldValues.is_err() {
+        return None;
+    }
+    // SAFETY: the handle belongs to a live `Device` of this `Nvml`; the values array is
+    // zero-initialised plain C data sized to the count we pass.
+    unsafe {
+        let handle = d.handle();
+        let mut vals = Vec::with_capacity(links.len() * 2);
+        for &l in links {
+            for id in [
+                NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+                NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+            ] {
+                let mut v = zeroed_arg(|p| lib.nvmlDeviceGetFieldValues(handle, 1, p));
+                v.fieldId = id;
+                v.scopeId = l;
+                vals.push(v);
             }
-            let rc = lib.nvmlDeviceGetFieldValues(handle, vals.len() as i32, vals.as_mut_ptr());
-            if rc != 0 {
+        }
+        let rc = lib.nvmlDeviceGetFieldValues(handle, vals.len() as i32, vals.as_mut_ptr());
+        if rc != 0 {
+            return None;
+        }
+        let (mut rx, mut tx) = (0u64, 0u64);
+        for v in &vals {
+            if v.nvmlReturn != 0 {
                 return None;
             }
-            let (mut rx, mut tx) = (0u64, 0u64);
-            for v in &vals {
-                if v.nvmlReturn != 0 {
-                    return None;
-                }
-                // Counters are unsigned long long (valueType 5); read them as such.
-                let x = v.value.ullVal;
-                if v.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX {
-                    rx = rx.saturating_add(x);
-                } else {
-                    tx = tx.saturating_add(x);
-                }
+            // Counters are unsigned long long (valueType 5); read them as such.
+            let x = v.value.ullVal;
+            if v.fieldId == NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX {
+                rx = rx.saturating_add(x);
+            } else {
+                tx = tx.saturating_add(x);
             }
-            Some((rx, tx))
         }
+        Some((rx, tx))
     }
 }
 
@@ -165,13 +235,14 @@ impl GpuSource for NvmlSource {
     fn sample(&mut self) -> Result<Vec<GpuSample>, GpuError> {
         let count = self.info.names.len() as u32;
         let mut out = Vec::with_capacity(count as usize);
+        let calls = &mut self.calls;
         for i in 0..count {
-            let d = match self.nvml.device_by_index(i) {
-                Ok(d) => d,
-                Err(NvmlError::Uninitialized | NvmlError::DriverNotLoaded) => {
+            let d = match calls.time(i, Call::Handle, || self.nvml.device_by_index(i)) {
+                Some(Ok(d)) => d,
+                Some(Err(NvmlError::Uninitialized | NvmlError::DriverNotLoaded)) => {
                     return Err(GpuError::Unavailable("the NVIDIA driver went away".into()));
                 }
-                Err(e) => {
+                Some(Err(e)) => {
                     out.push(GpuSample {
                         index: i,
                         name: self.info.names.get(i as usize).cloned(),
@@ -180,18 +251,32 @@ impl GpuSource for NvmlSource {
                     });
                     continue;
                 }
+                None => continue,
             };
-            let mem = d.memory_info().ok();
+            let mem = calls
+                .time(i, Call::Memory, || d.memory_info())
+                .and_then(Result::ok);
             let mut s = GpuSample {
                 index: i,
                 name: self.info.names.get(i as usize).cloned(),
-                util_pct: d.utilization_rates().ok().map(|u| u.gpu),
+                util_pct: calls
+                    .time(i, Call::Utilization, || d.utilization_rates())
+                    .and_then(Result::ok)
+                    .map(|u| u.gpu),
                 mem_used: mem.as_ref().map(|m| m.used),
                 mem_total: mem.as_ref().map(|m| m.total),
-                power_w: d.power_usage().ok().map(|mw| mw as f64 / 1000.0),
-                temp_c: d.temperature(TemperatureSensor::Gpu).ok(),
-                pids: d
-                    .running_compute_processes()
+                power_w: calls
+                    .time(i, Call::Power, || d.power_usage())
+                    .and_then(Result::ok)
+                    .map(|mw| mw as f64 / 1000.0),
+                temp_c: calls
+                    .time(i, Call::Temperature, || {
+                        d.temperature(TemperatureSensor::Gpu)
+                    })
+                    .and_then(Result::ok),
+                pids: calls
+                    .time(i, Call::ComputeProcesses, || d.running_compute_processes())
+                    .and_then(Result::ok)
                     .map(|ps| ps.into_iter().map(|p| p.pid).collect())
                     .unwrap_or_default(),
                 ..Default::default()
@@ -200,7 +285,10 @@ impl GpuSource for NvmlSource {
             if !links.is_empty() {
                 s.link = Some("NVLink");
                 let now = Instant::now();
-                if let Some((rx, tx)) = self.nvlink_counters(&d, &links) {
+                let t0 = Instant::now();
+                let counters = nvlink_counters(&self.nvml, &d, &links);
+                calls.record(Call::NvlinkCounters, t0.elapsed());
+                if let Some((rx, tx)) = counters {
                     if let Some((t0, rx0, tx0)) = self.prev[i as usize] {
                         let dt = now.duration_since(t0).as_secs_f64();
                         if dt > 0.0 {
@@ -215,17 +303,23 @@ impl GpuSource for NvmlSource {
                 }
             } else {
                 s.link = Some("PCIe");
-                s.link_rx_kbs = d
-                    .pcie_throughput(PcieUtilCounter::Receive)
-                    .ok()
+                s.link_rx_kbs = calls
+                    .time(i, Call::PcieRx, || {
+                        d.pcie_throughput(PcieUtilCounter::Receive)
+                    })
+                    .and_then(Result::ok)
                     .map(u64::from);
-                s.link_tx_kbs = d.pcie_throughput(PcieUtilCounter::Send).ok().map(u64::from);
+                s.link_tx_kbs = calls
+                    .time(i, Call::PcieTx, || d.pcie_throughput(PcieUtilCounter::Send))
+                    .and_then(Result::ok)
+                    .map(u64::from);
                 if s.link_rx_kbs.is_none() && s.link_tx_kbs.is_none() {
                     s.link = None;
                 }
             }
             out.push(s);
         }
+        self.calls.samples += 1;
         Ok(out)
     }
 }

@@ -252,10 +252,15 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
     let mut last_draw = Instant::now() - frame_gap;
     // Set by every handler that changed what the screen shows.
     let mut dirty = true;
+    // Read only when a frame is drawn anyway: measuring must not wake an idle dashboard.
+    let mut self_meter = crate::selfcost::Meter::new(Duration::from_secs(2));
     loop {
         // Draw when something changed, no more often than max_fps.
         let mut next_frame = None;
         if dirty {
+            if let Some(c) = self_meter.poll(Instant::now()) {
+                app.engine.state_mut().self_cost = Some(c);
+            }
             let due = last_draw + frame_gap;
             if Instant::now() >= due {
                 terminal.draw(|f| app.draw(f))?;

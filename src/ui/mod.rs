@@ -565,6 +565,17 @@ fn help(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             " ? or Esc closes · keys are set in config.toml [keys] ",
             t.dim,
         )));
+    // What watching costs, so users can check it (docs/performance.md).
+    let b = match ctx.state.self_cost {
+        Some(c) => b.title(
+            Line::from(Span::styled(
+                format!(" ddptop: {:.1}% CPU · {:.0} MB ", c.cpu_pct, c.rss_mb),
+                t.dim,
+            ))
+            .right_aligned(),
+        ),
+        None => b,
+    };
     let inner = b.inner(r);
     b.render(r, buf);
     if inner.height == 0 {
