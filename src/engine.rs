@@ -380,7 +380,19 @@ impl Engine {
             }
         };
         // No NVML (no driver): the locks are the only guard, and the launch will say why it fails.
-        holders.extend(gpu_guard::nvml_holders(&gpus).unwrap_or_default());
+        // A process that just exited (the previous run of a sweep) can stay in NVML's list for a
+        // moment: look again for up to 2 s before calling it another user's.
+        let mut seen = gpu_guard::nvml_holders(&gpus).unwrap_or_default();
+        if holders.is_empty() {
+            for _ in 0..8 {
+                if seen.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(250));
+                seen = gpu_guard::nvml_holders(&gpus).unwrap_or_default();
+            }
+        }
+        holders.extend(seen);
         if holders.is_empty() {
             return Ok((lease, None));
         }
