@@ -32,7 +32,8 @@ mouse = true
 
 [refresh]
 gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250)
-max_fps = 20           # redraws per second at most (1..120); nothing is redrawn while idle
+max_fps = 20           # redraws per second at most after a key or click (1..120); new data from
+                       # the runs is drawn at most 4 times a second; nothing is redrawn while idle
 
 [timeline]
 steps = 50             # the Timeline pane shows the median of the last N steps (20..=500); f freezes one

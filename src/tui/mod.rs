@@ -240,6 +240,9 @@ pub async fn interactive(mut app: App) -> anyhow::Result<i32> {
     }
 }
 
+/// The shortest gap between two frames drawn for new data alone (see `urgent`).
+const DATA_GAP: Duration = Duration::from_millis(250);
+
 async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> anyhow::Result<i32> {
     let fps = app.config.refresh.max_fps.max(1);
     let frame_gap = Duration::from_secs_f64(1.0 / f64::from(fps));
@@ -252,6 +255,10 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
     let mut last_draw = Instant::now() - frame_gap;
     // Set by every handler that changed what the screen shows.
     let mut dirty = true;
+    // Set by the user's own input: drawn at max_fps. Data from the workers and the sampler
+    // (every step of every rank) is drawn at most every DATA_GAP: a human reads live figures at
+    // a few frames a second, and each frame costs CPU next to the training it watches.
+    let mut urgent = true;
     // Read only when a frame is drawn anyway: measuring must not wake an idle dashboard.
     let mut self_meter = crate::selfcost::Meter::new(Duration::from_secs(2));
     loop {
@@ -261,11 +268,17 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
             if let Some(c) = self_meter.poll(Instant::now()) {
                 app.engine.state_mut().self_cost = Some(c);
             }
-            let due = last_draw + frame_gap;
+            let gap = if urgent {
+                frame_gap
+            } else {
+                frame_gap.max(DATA_GAP)
+            };
+            let due = last_draw + gap;
             if Instant::now() >= due {
                 terminal.draw(|f| app.draw(f))?;
                 last_draw = Instant::now();
                 dirty = false;
+                urgent = false;
             } else {
                 next_frame = Some(due);
             }
@@ -282,14 +295,20 @@ async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> a
                             break;
                         }
                         dirty = true;
+                        urgent = true;
                     }
                 }
                 Some(Ok(Event::Mouse(m))) => {
                     let size = terminal.size()?;
                     let area = ratatui::layout::Rect::new(0, 0, size.width, size.height);
-                    dirty |= mouse::apply(&mut app.view, app.engine.state(), area, &m);
+                    let changed = mouse::apply(&mut app.view, app.engine.state(), area, &m);
+                    dirty |= changed;
+                    urgent |= changed;
                 }
-                Some(Ok(Event::Resize(..))) => dirty = true,
+                Some(Ok(Event::Resize(..))) => {
+                    dirty = true;
+                    urgent = true;
+                }
                 Some(Ok(_)) => {}
                 // The terminal went away (EIO): leave like SIGHUP.
                 Some(Err(_)) | None => break,
