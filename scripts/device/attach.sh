@@ -15,7 +15,7 @@ log() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$OUT/steps.log"; }
 attach() { local name=$1 limit=$2; shift 2; log "$name: ddptop attach $* -- ${SCRIPT[*]}"
   local t0; t0=$(date +%s.%N)
   timeout "$limit" "$B" attach "$@" --json -- "${SCRIPT[@]}" > "$OUT/$name.json" 2>> "$OUT/stderr.log"
-  local rc=$?; log "$name rc=$rc wall=$(echo "$(date +%s.%N) - $t0" | bc) s"; }
+  local rc=$?; log "$name rc=$rc wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" "BEGIN {printf \"%.1f\", a - b}") s"; }
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpus.txt" 2>&1
 attach curve 150 --k 1,2 --backend nccl
 attach hang 80 --k 2 --backend nccl --inject hang:40 --hang-floor 5

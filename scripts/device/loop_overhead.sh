@@ -5,6 +5,8 @@
 # (instrumented worker talking to ddptop over its socket); noinst = the worker's --no-instrument
 # loop under torchrun. Same model (d2l ResNet-18), per-rank batch 256, samples, epochs (epoch 0
 # warm-up). Figure: sum over ranks of each rank's mean samples/s over the timed epochs.
+# ARMS (default "bare ddptop noinst") may add ddptop10: ddptop with steps timed 1 in 10
+# (DDPTOP_TIME_EVERY=10); KS (default "2 1") picks the k values.
 # Run from the repo root; needs the release binary (target/release/ddptop or .carry/ddptop).
 # Logs go to $OUT; the table is printed last. About 4 minutes.
 set -u
@@ -32,12 +34,13 @@ arm() {  # arm K -> appends "arm<TAB>k<TAB>samples/s" to $RES
         -m ddptop_worker train --backend nccl --model resnet18 --batch 256 --samples "$SAMPLES" \
         --epochs "$EPOCHS" --no-instrument > "$f" 2>&1
       sps=$($PY -c "import re,sys;v=[float(m.group(1)) for m in re.finditer(r'rank \d+: ([0-9.]+) samples/s per rank', open(sys.argv[1]).read())];print(round(sum(v),1) if v else '')" "$f") ;;
-    ddptop)
+    ddptop|ddptop10)
+      local every=1; [ "$a" = ddptop10 ] && every=10
       timeout 150 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
-        --samples "$SAMPLES" --epochs "$EPOCHS" --json > "$f" 2> "$f.stderr"
+        --samples "$SAMPLES" --epochs "$EPOCHS" --env "DDPTOP_TIME_EVERY=$every" --json > "$f" 2> "$f.stderr"
       sps=$($PY -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
   esac
-  log "$a k=$k: ${sps:-FAILED} samples/s ($(echo "$(date +%s.%N) - $t" | bc | cut -c1-5) s, log $f)"
+  log "$a k=$k: ${sps:-FAILED} samples/s ($(awk -v a="$(date +%s.%N)" -v b="$t" "BEGIN {printf \"%.1f\", a - b}") s, log $f)"
   [ -n "$sps" ] && printf '%s\t%s\t%s\n' "$a" "$k" "$sps" >> "$RES"
 }
 
@@ -45,7 +48,7 @@ nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv > "$OUT
 log "binary $B; samples $SAMPLES, epochs $EPOCHS (epoch 0 warm-up), budget ${BUDGET_S} s"
 round=0
 while :; do
-  if [ $((round % 2)) -eq 0 ]; then order="bare ddptop noinst"; else order="noinst ddptop bare"; fi
+  if [ $((round % 2)) -eq 0 ]; then order=${ARMS:-bare ddptop noinst}; else order=$(echo ${ARMS:-bare ddptop noinst} | tr ' ' '\n' | tac | tr '\n' ' '); fi
   for k in ${KS:-2 1}; do for a in $order; do arm "$a" "$k"; done; done
   round=$((round + 1))
   # a round takes about as long as the last one did; stop when another would overrun
@@ -62,7 +65,7 @@ for a, k, v in rows:
 print(f"{'arm':17}{'k':3}{'runs':6}{'samples/s median (each run)':38}vs bare")
 for k in (1, 2):
     bare = statistics.median(by[("bare", k)]) if ("bare", k) in by else None
-    for a, label in (("bare", "bare d2l"), ("ddptop", "ddptop instr."), ("noinst", "--no-instrument")):
+    for a, label in (("bare", "bare d2l"), ("ddptop", "ddptop instr."), ("ddptop10", "instr. 1 in 10"), ("noinst", "--no-instrument")):
         v = by.get((a, k))
         if not v:
             print(f"{label:17}{k:<3}{0:<6}-")

@@ -68,7 +68,7 @@ log "(a) deadlock: ddptop run weak --k $K --env NCCL_P2P_DISABLE=1 --env NCCL_SH
 t=$(date +%s.%N)
 timeout -k 5 60 "$B" run weak --k $K --backend nccl --env NCCL_P2P_DISABLE=1 \
   --env NCCL_SHM_USE_CUDA_MEMCPY=1 --json > "$OUT/a_deadlock.json" 2> "$OUT/a_deadlock.stderr"
-rc=$?; wall=$(echo "$(date +%s.%N) - $t" | bc | cut -c1-5)
+rc=$?; wall=$(awk -v a="$(date +%s.%N)" -v b="$t" "BEGIN {printf \"%.1f\", a - b}")
 s=$(summary "$OUT/a_deadlock.json" 2>>"$OUT/reliability.log"); left=$(leftovers a)
 log "(a) rc=$rc wall=${wall}s: $s; $left"
 record "(a) book's deadlock" "rc=$rc, ${wall} s wall" "$s" "$left"
@@ -82,7 +82,7 @@ log "(b) teardown hang: ddptop run weak --k $K --samples 30000 --inject teardown
 t=$(date +%s.%N)
 timeout -k 5 80 "$B" run weak --k $K --backend nccl --samples 30000 \
   --inject teardown:0 --teardown-timeout 15 --json > "$OUT/b_teardown.json" 2> "$OUT/b_teardown.stderr"
-rc=$?; wall=$(echo "$(date +%s.%N) - $t" | bc | cut -c1-5)
+rc=$?; wall=$(awk -v a="$(date +%s.%N)" -v b="$t" "BEGIN {printf \"%.1f\", a - b}")
 [ "$rc" = 124 ] && log "(b) ddptop did not end by itself: stopped by timeout after 80 s"
 s=$(summary "$OUT/b_teardown.json" 2>>"$OUT/reliability.log"); left=$(leftovers b)
 log "(b) rc=$rc wall=${wall}s: $s; $left"
@@ -99,7 +99,7 @@ done
 log "(c) first run holds $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .) GPU process(es); starting the second"
 t=$(date +%s.%N)
 timeout -k 5 50 "$B" run weak --k $K --backend nccl --json > "$OUT/c_second.json" 2> "$OUT/c_second.stderr"
-rc2=$?; wall2=$(echo "$(date +%s.%N) - $t" | bc | cut -c1-5)
+rc2=$?; wall2=$(awk -v a="$(date +%s.%N)" -v b="$t" "BEGIN {printf \"%.1f\", a - b}")
 ( sleep 35; kill -INT "$first" 2>/dev/null ) & guard=$!
 wait "$first"; rc1=$?; kill "$guard" 2>/dev/null
 s1=$(summary "$OUT/c_first.json" 2>>"$OUT/reliability.log"); s2=$(summary "$OUT/c_second.json" 2>>"$OUT/reliability.log")
