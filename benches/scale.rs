@@ -7,7 +7,8 @@
 //! and starts the load generator as another process (`--generate`), which connects N ranks over
 //! the engine's Unix socket with the run's token and streams step + buckets (3 buckets) at
 //! `--rate` steps/s per rank and a heartbeat per rank per second. CPU (getrusage) and RSS are the
-//! engine process's alone. The parent prints one table (or JSON lines with `--json`).
+//! engine process's alone. The parent prints one table (or JSON lines with `--json`; `--screen`
+//! also prints each N's last frame).
 
 use ddptop::loadgen::{self, Generator, Options, Report};
 use std::time::Duration;
@@ -17,6 +18,7 @@ struct Args {
     rate: f64,
     seconds: f64,
     json: bool,
+    screen: bool,
     one: Option<u32>,
     generate: Option<u32>,
 }
@@ -27,6 +29,7 @@ fn args() -> Args {
         rate: 20.0,
         seconds: 10.0,
         json: false,
+        screen: false,
         one: None,
         generate: None,
     };
@@ -59,6 +62,7 @@ fn args() -> Args {
                 i += 1;
             }
             "--json" => a.json = true,
+            "--screen" => a.screen = true,
             // cargo bench passes --bench; anything else is criterion's or libtest's.
             _ => {}
         }
@@ -98,7 +102,9 @@ fn main() -> anyhow::Result<()> {
         o.steps_per_s = a.rate;
         o.duration = Duration::from_secs_f64(a.seconds);
         let mut cmd = std::process::Command::new(&exe);
-        cmd.arg("--generate").arg(n.to_string()).args(passthrough(&a));
+        cmd.arg("--generate")
+            .arg(n.to_string())
+            .args(passthrough(&a));
         let rt = ddptop::util::runtime()?;
         let r = rt.block_on(loadgen::measure(&o, Generator::Command(cmd)));
         let _ = std::fs::remove_dir_all(&dir);
@@ -116,6 +122,9 @@ fn main() -> anyhow::Result<()> {
         let text = String::from_utf8_lossy(&out.stdout);
         let r: Report = serde_json::from_str(text.trim())
             .map_err(|e| anyhow::anyhow!("N={n}: {} said {text:?}: {e}", out.status))?;
+        if a.screen {
+            eprintln!("N={n}, last frame:\n{}", r.screen);
+        }
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
         } else {

@@ -111,6 +111,9 @@ pub struct Report {
     pub apply_ms: f64,
     pub tick_ms: f64,
     pub draw_ms: f64,
+    /// The last frame drawn while the generator streamed, as text (`--screen` prints it).
+    #[serde(default)]
+    pub screen: String,
 }
 
 impl Report {
@@ -229,7 +232,9 @@ pub fn generate(
         conns.push(s);
     }
     let period = Duration::from_secs_f64(1.0 / steps_per_s.max(0.1));
-    let rounds = (duration.as_secs_f64() * steps_per_s.max(0.1)).round().max(1.0) as u64;
+    let rounds = (duration.as_secs_f64() * steps_per_s.max(0.1))
+        .round()
+        .max(1.0) as u64;
     let per_s = steps_per_s.max(1.0).round() as u64;
     let mut st = GenStats {
         ranks,
@@ -307,10 +312,8 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     let view = View::default();
     let theme = crate::ui::Theme::dark();
     let keys = crate::keys::KeyMap::default();
-    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(
-        opts.width,
-        opts.height,
-    ))?;
+    let mut term =
+        ratatui::Terminal::new(ratatui::backend::TestBackend::new(opts.width, opts.height))?;
 
     let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<anyhow::Result<GenStats>>();
     let socket = engine.socket_path().to_path_buf();
@@ -361,7 +364,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     let mut sent: Option<GenStats> = None;
     let mut drain_deadline = None;
     let mut gen_done = false;
-    let mut draw = |engine: &Engine, frames: &mut Vec<f64>| -> anyhow::Result<()> {
+    let draw = |term: &mut Term, engine: &Engine, frames: &mut Vec<f64>| -> anyhow::Result<()> {
         let ctx = crate::ui::Ctx {
             state: engine.state(),
             view: &view,
@@ -386,7 +389,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         if dirty {
             let due = last_draw + frame_gap;
             if Instant::now() >= due {
-                draw(&engine, &mut frames)?;
+                draw(&mut term, &engine, &mut frames)?;
                 last_draw = Instant::now();
                 dirty = false;
             } else {
@@ -420,6 +423,8 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
             }
             r = &mut done_rx, if !gen_done => {
                 gen_done = true;
+                // The screen while every rank streamed (the generator's ranks hang up next).
+                rep.screen = screen_text(&term);
                 sent = Some(r.map_err(|_| anyhow::anyhow!("generator thread died"))??);
                 drain_deadline = Some(Instant::now() + Duration::from_secs(30));
             }
@@ -427,7 +432,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         }
     }
     // The last state on screen too.
-    draw(&engine, &mut frames)?;
+    draw(&mut term, &engine, &mut frames)?;
     rep.wall_s = t0.elapsed().as_secs_f64();
     rep.cpu_pct = (cpu_seconds() - cpu0) / rep.wall_s * 100.0;
     (rep.rss_bytes, rep.rss_peak_bytes) = rss();
@@ -455,6 +460,20 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     Ok(rep)
 }
 
+type Term = ratatui::Terminal<ratatui::backend::TestBackend>;
+
+fn screen_text(term: &Term) -> String {
+    let buf = term.backend().buffer();
+    (0..buf.area.height)
+        .map(|y| {
+            (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 async fn sleep_until(t: Option<Instant>) {
     if let Some(t) = t {
         tokio::time::sleep_until(t.into()).await;
@@ -464,12 +483,12 @@ async fn sleep_until(t: Option<Instant>) {
 /// The table `cargo bench --bench scale` prints.
 pub fn table(reports: &[Report]) -> String {
     let mut out = String::from(
-        "ranks  lines/s sent  sent      received  dropped  steps stored  CPU % core  RSS MiB (peak)  frame p50 ms  frame p99 ms  apply ms  draw ms\n",
+        "ranks  lines/s sent  sent      received  dropped  steps stored  CPU % core  RSS MiB (peak)  frame p50 ms  frame p99 ms  apply ms  tick ms  draw ms\n",
     );
     for r in reports {
         let rate = r.sent.sent() as f64 / r.sent.seconds.max(1e-9);
         out.push_str(&format!(
-            "{:>5}  {:>12.0}  {:>8}  {:>8}  {:>7}  {:>12}  {:>10.1}  {:>7.1} ({:>5.1})  {:>12.2}  {:>12.2}  {:>8.0}  {:>7.0}\n",
+            "{:>5}  {:>12.0}  {:>8}  {:>8}  {:>7}  {:>12}  {:>10.1}  {:>7.1} ({:>5.1})  {:>12.2}  {:>12.2}  {:>8.0}  {:>7.0}  {:>7.0}\n",
             r.ranks,
             rate,
             r.sent.sent(),
@@ -482,6 +501,7 @@ pub fn table(reports: &[Report]) -> String {
             r.frame_p50_ms,
             r.frame_p99_ms,
             r.apply_ms,
+            r.tick_ms,
             r.draw_ms,
         ));
     }
