@@ -379,9 +379,7 @@ impl Engine {
             started_unix,
             run_dir: &run_dir,
         })?;
-        self.server
-            .registry
-            .open_run(&id, &token, spec.processes());
+        self.server.registry.open_run(&id, &token, spec.processes());
         let run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         self.state.runs.insert(0, run);
         Ok((id, token))
