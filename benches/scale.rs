@@ -8,7 +8,8 @@
 //! the engine's Unix socket with the run's token and streams step + buckets (3 buckets) at
 //! `--rate` steps/s per rank and a heartbeat per rank per second. CPU (getrusage) and RSS are the
 //! engine process's alone. The parent prints one table (or JSON lines with `--json`; `--screen`
-//! also prints each N's last frame).
+//! also prints each N's last frame). Run without `--bench` (as `cargo test --all-targets` does), it
+//! only makes a one-second smoke run with 8 ranks.
 
 use ddptop::loadgen::{self, Generator, Options, Report};
 use std::time::Duration;
@@ -19,6 +20,8 @@ struct Args {
     seconds: f64,
     json: bool,
     screen: bool,
+    /// Given by `cargo bench`; without it (`cargo test --all-targets`) a short smoke run.
+    bench: bool,
     one: Option<u32>,
     generate: Option<u32>,
 }
@@ -30,6 +33,7 @@ fn args() -> Args {
         seconds: 10.0,
         json: false,
         screen: false,
+        bench: false,
         one: None,
         generate: None,
     };
@@ -62,8 +66,9 @@ fn args() -> Args {
                 i += 1;
             }
             "--json" => a.json = true,
+            "--bench" => a.bench = true,
             "--screen" => a.screen = true,
-            // cargo bench passes --bench; anything else is criterion's or libtest's.
+            // Anything else is meant for criterion or libtest.
             _ => {}
         }
         i += 1;
@@ -111,6 +116,12 @@ fn main() -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&r?)?);
         return Ok(());
     }
+    let mut a = a;
+    if !a.bench {
+        // `cargo test --all-targets` runs this binary without --bench: 8 ranks for a second.
+        a.ranks = vec![8];
+        a.seconds = 1.0;
+    }
     let mut reports: Vec<Report> = Vec::new();
     for n in &a.ranks {
         let out = std::process::Command::new(&exe)
@@ -124,6 +135,9 @@ fn main() -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("N={n}: {} said {text:?}: {e}", out.status))?;
         if a.screen {
             eprintln!("N={n}, last frame:\n{}", r.screen);
+        }
+        if !a.bench && r.dropped() != 0 {
+            anyhow::bail!("smoke run lost {} lines: {r:?}", r.dropped());
         }
         if a.json {
             println!("{}", serde_json::to_string(&r)?);
