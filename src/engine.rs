@@ -355,6 +355,48 @@ impl Engine {
         Ok(id)
     }
 
+    /// Open a run whose ranks connect on their own, without launching anything (the scale
+    /// benchmark's load generator, `benches/scale.rs`): stored, registered with the socket under
+    /// a fresh token and shown like any run; its messages take the same path as a launched run's.
+    /// Returns the run id and its token. No watchdog or process supervision applies to it.
+    #[doc(hidden)]
+    pub fn open_external(&mut self, spec: RunSpec) -> anyhow::Result<(String, String)> {
+        let id = new_run_id();
+        let run_dir = self.opts.data_dir.join("runs").join(&id);
+        std::fs::create_dir_all(&run_dir)?;
+        let token = new_token();
+        let started_unix = crate::util::unix_now();
+        let command = launch::CommandLine {
+            argv: vec!["(external)".into()],
+            env: Default::default(),
+            cwd: run_dir.clone(),
+        };
+        self.store.insert_run(&NewRun {
+            id: &id,
+            spec: &spec,
+            sweep: None,
+            command: &command,
+            started_unix,
+            run_dir: &run_dir,
+        })?;
+        self.server.registry.open_run(&id, &token, spec.processes());
+        let run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
+        self.state.runs.insert(0, run);
+        Ok((id, token))
+    }
+
+    /// End a run opened by `open_external`: its connections close and it is stored as final.
+    #[doc(hidden)]
+    pub fn close_external(&mut self, run: &str, status: RunStatus) {
+        self.server.registry.close_run(run);
+        self.flush_events();
+        let unix = crate::util::unix_now();
+        if let Some(view) = self.state.run_mut(run) {
+            reduce::finish(view, status, None, unix);
+            let _ = self.store.finalize(view, None);
+        }
+    }
+
     /// Before an NCCL launch: lock the run's GPUs and ask NVML who else computes on them. Another
     /// holder refuses the launch, naming it, unless `--shared-gpus` (then the run carries the mark).
     fn guard_gpus(

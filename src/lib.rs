@@ -15,6 +15,7 @@ pub mod engine;
 pub mod gpu;
 pub mod headless;
 pub mod keys;
+pub mod loadgen;
 pub mod paths;
 pub mod plan;
 pub mod protocol;

@@ -292,30 +292,23 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         &Line::from(Span::styled(fmt::trunc(&head, w), t.label)),
     );
     let mut y = 1u16;
+    let rows = inner.height.saturating_sub(1) as usize;
+    // Node headers only add lines: when the ranks alone do not fit, skip building the rows.
+    let total_ranks: usize = runs.iter().map(|r| r.ranks.len()).sum();
+    if total_ranks > rows {
+        render_ranks_summary(ctx, &runs, inner, wide, buf);
+        return;
+    }
     // A multi-node run lists its ranks by node, this machine's first, each under a header.
     let listed: Vec<(&RunView, Vec<RankRow>)> = runs.iter().map(|r| (*r, rank_rows(r))).collect();
     let total: usize = listed.iter().map(|(_, rows)| rows.len()).sum();
-    let total_ranks: usize = runs.iter().map(|r| r.ranks.len()).sum();
-    let mut ranks_drawn = 0usize;
-    let rows = inner.height.saturating_sub(1) as usize;
-    let mut drawn = 0usize;
-    'outer: for (run, list) in &listed {
+    if total > rows {
+        render_ranks_summary(ctx, &runs, inner, wide, buf);
+        return;
+    }
+    // Everything fits here (`total <= rows`).
+    for (run, list) in &listed {
         for row in list {
-            if drawn + 1 == rows && total > rows {
-                put_line(
-                    buf,
-                    inner,
-                    y,
-                    &Line::from(Span::styled(
-                        format!("+{} more ranks", total_ranks - ranks_drawn),
-                        t.dim,
-                    )),
-                );
-                break 'outer;
-            }
-            if drawn >= rows {
-                break 'outer;
-            }
             let r = match row {
                 &RankRow::Node {
                     ref name,
@@ -337,88 +330,190 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                         ]),
                     );
                     y += 1;
-                    drawn += 1;
                     continue;
                 }
                 RankRow::Rank(r) => *r,
             };
-            ranks_drawn += 1;
-            // A rank on another node has that node's pid: no local process to sample.
-            let ps = r
-                .pid
-                .filter(|_| !r.remote)
-                .and_then(|p| s.proc_stats.get(&p));
-            let recent: Vec<f64> = r.recent_step_ms.iter().copied().collect();
-            let step_ms = median(&recent)
-                .or_else(|| r.last_step.as_ref().map(|st| st.step_ms))
-                .map_or_else(|| "-".to_string(), fmt::ms_num);
-            let (state, st_style) = if run.status.is_final() {
-                (run.status.as_str().to_string(), t.status(run.status))
-            } else if r.said_bye {
-                ("bye".to_string(), t.dim)
-            } else if r.connected {
-                (
-                    r.phase
-                        .map(|p| format!("{p:?}").to_lowercase())
-                        .unwrap_or_else(|| "ok".into()),
-                    t.good,
-                )
-            } else if r.pid.is_some() {
-                ("lost".to_string(), t.bad)
-            } else {
-                ("waiting".to_string(), t.dim)
-            };
-            let mut spans = vec![
-                Span::styled(rpad(fmt::tiny_id(&run.id), 4), t.dim),
-                Span::raw(" "),
-                Span::styled(rpad(&format!("r{}", r.rank), 4), t.value),
-                Span::raw(" "),
-                Span::styled(lpad(&fmt::opt(r.pid, |p| p.to_string()), 7), t.text),
-                Span::raw(" "),
-                Span::styled(lpad(&r.step.to_string(), 6), t.text),
-                Span::raw(" "),
-                Span::styled(lpad(&step_ms, 7), t.value),
-                Span::raw(" "),
-                Span::styled(
-                    lpad(
-                        &ps.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cpu_pct)),
-                        4,
-                    ),
-                    t.text,
-                ),
-                Span::raw(" "),
-                Span::styled(
-                    lpad(
-                        &ps.map_or_else(|| "-".into(), |p| fmt::bytes_short(p.rss_bytes)),
-                        5,
-                    ),
-                    t.text,
-                ),
-            ];
-            if wide {
-                let mem = r.memory.as_ref().map_or_else(
-                    || "-".to_string(),
-                    |m| {
-                        format!(
-                            "{}/{}",
-                            m.allocated_bytes.map_or("-".into(), fmt::bytes_short),
-                            m.peak_bytes.map_or("-".into(), fmt::bytes_short)
-                        )
-                    },
-                );
-                spans.push(Span::raw(" "));
-                spans.push(Span::styled(
-                    rpad(r.device.as_deref().unwrap_or("-"), 7),
-                    t.text,
-                ));
-                spans.push(Span::raw(" "));
-                spans.push(Span::styled(lpad(&mem, 11), t.text));
-            }
-            spans.push(Span::raw(" "));
-            spans.push(Span::styled(state, st_style));
-            put_line(buf, inner, y, &Line::from(spans));
+            put_line(buf, inner, y, &rank_line(ctx, run, r, wide));
             y += 1;
-            drawn += 1;
         }
     }
+}
+
+/// More ranks than lines (hundreds of ranks): a summary over every rank (how many, how many
+/// lost, min/median/max of step and step time), on one line or two as the width allows, then
+/// the ranks: lost ones first, then the slowest (by median step time; a rank behind in steps
+/// first among equals).
+fn render_ranks_summary(ctx: &Ctx, runs: &[&RunView], inner: Rect, wide: bool, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let w = inner.width as usize;
+    let mut ranks: Vec<(&RunView, &RankView, Option<f64>)> = runs
+        .iter()
+        .flat_map(|run| run.ranks.values().map(move |r| (*run, r, step_ms_of(r))))
+        .collect();
+    let n = ranks.len();
+    let is_lost =
+        |run: &RunView, r: &RankView| !run.status.is_final() && !r.connected && r.pid.is_some();
+    let mut steps: Vec<f64> = ranks.iter().map(|(_, r, _)| r.step as f64).collect();
+    let mut times: Vec<f64> = ranks.iter().filter_map(|(_, _, ms)| *ms).collect();
+    steps.sort_by(f64::total_cmp);
+    times.sort_by(f64::total_cmp);
+    let mmm = |v: &[f64], f: &dyn Fn(f64) -> String| match (v.first(), median(v), v.last()) {
+        (Some(lo), Some(mid), Some(hi)) => format!("{}/{}/{}", f(*lo), f(mid), f(*hi)),
+        _ => "-".to_string(),
+    };
+    let lost = ranks.iter().filter(|(run, r, _)| is_lost(run, r)).count();
+    let stats = vec![
+        Span::styled("min/med/max ", t.dim),
+        Span::styled(
+            format!("step {}", mmm(&steps, &|x| format!("{x:.0}"))),
+            t.text,
+        ),
+        Span::styled(", ", t.dim),
+        Span::styled(format!("ms {}", mmm(&times, &fmt::ms_num)), t.value),
+    ];
+    let width = |spans: &[Span]| -> usize {
+        spans
+            .iter()
+            .map(|s| fmt::unicode_width_shim::width(&s.content))
+            .sum()
+    };
+    let head_of = |listed: usize| {
+        let mut v = vec![Span::styled(format!("{n} ranks"), t.label)];
+        if lost > 0 {
+            v.push(Span::styled(format!(" · {lost} lost"), t.bad));
+        }
+        v.push(Span::styled(
+            if listed < n {
+                " · slowest first"
+            } else {
+                " · slowest first, all listed"
+            },
+            t.dim,
+        ));
+        v
+    };
+    // Below the column header: the summary (one line, or two when narrow), then ranks.
+    let probe = head_of(n);
+    let one_line = width(&probe) + 3 + width(&stats) <= w;
+    let summary_lines = if one_line { 1 } else { 2 };
+    let room = (inner.height as usize).saturating_sub(1 + summary_lines);
+    let listed = room.min(n);
+    let mut head = head_of(listed);
+    let mut y = 1u16;
+    if one_line {
+        head.push(Span::styled(" · ", t.dim));
+        head.extend(stats);
+        put_line(buf, inner, y, &Line::from(head));
+        y += 1;
+    } else {
+        put_line(buf, inner, y, &Line::from(head));
+        if y + 1 < inner.height {
+            put_line(buf, inner, y + 1, &Line::from(stats));
+        }
+        y += 2;
+    }
+    // Lost ranks first (no longer connected while the run goes), then the slowest.
+    ranks.sort_by(|a, b| {
+        let slow = |x: &Option<f64>| x.unwrap_or(f64::NEG_INFINITY);
+        is_lost(b.0, b.1)
+            .cmp(&is_lost(a.0, a.1))
+            .then(slow(&b.2).total_cmp(&slow(&a.2)))
+            .then(a.1.step.cmp(&b.1.step))
+            .then(a.1.rank.cmp(&b.1.rank))
+    });
+    for (run, r, _) in ranks.iter().take(listed) {
+        put_line(buf, inner, y, &rank_line(ctx, run, r, wide));
+        y += 1;
+    }
+}
+
+/// A rank's median recent step time, else its last step's (ms).
+fn step_ms_of(r: &RankView) -> Option<f64> {
+    // One sort of one copy (the pane computes this for every rank when it summarizes).
+    let mut v: Vec<f64> = r.recent_step_ms.iter().copied().collect();
+    v.sort_unstable_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => r.last_step.as_ref().map(|st| st.step_ms),
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// One rank's row of the Ranks pane.
+fn rank_line<'a>(ctx: &Ctx, run: &RunView, r: &RankView, wide: bool) -> Line<'a> {
+    let s = ctx.state;
+    let t = ctx.theme;
+    // A rank on another node has that node's pid: no local process to sample.
+    let ps = r
+        .pid
+        .filter(|_| !r.remote)
+        .and_then(|p| s.proc_stats.get(&p));
+    let step_ms = step_ms_of(r).map_or_else(|| "-".to_string(), fmt::ms_num);
+    let (state, st_style) = if run.status.is_final() {
+        (run.status.as_str().to_string(), t.status(run.status))
+    } else if r.said_bye {
+        ("bye".to_string(), t.dim)
+    } else if r.connected {
+        (
+            r.phase
+                .map(|p| format!("{p:?}").to_lowercase())
+                .unwrap_or_else(|| "ok".into()),
+            t.good,
+        )
+    } else if r.pid.is_some() {
+        ("lost".to_string(), t.bad)
+    } else {
+        ("waiting".to_string(), t.dim)
+    };
+    let mut spans = vec![
+        Span::styled(rpad(fmt::tiny_id(&run.id), 4), t.dim),
+        Span::raw(" "),
+        Span::styled(rpad(&format!("r{}", r.rank), 4), t.value),
+        Span::raw(" "),
+        Span::styled(lpad(&fmt::opt(r.pid, |p| p.to_string()), 7), t.text),
+        Span::raw(" "),
+        Span::styled(lpad(&r.step.to_string(), 6), t.text),
+        Span::raw(" "),
+        Span::styled(lpad(&step_ms, 7), t.value),
+        Span::raw(" "),
+        Span::styled(
+            lpad(
+                &ps.map_or_else(|| "-".into(), |p| format!("{:.0}", p.cpu_pct)),
+                4,
+            ),
+            t.text,
+        ),
+        Span::raw(" "),
+        Span::styled(
+            lpad(
+                &ps.map_or_else(|| "-".into(), |p| fmt::bytes_short(p.rss_bytes)),
+                5,
+            ),
+            t.text,
+        ),
+    ];
+    if wide {
+        let mem = r.memory.as_ref().map_or_else(
+            || "-".to_string(),
+            |m| {
+                format!(
+                    "{}/{}",
+                    m.allocated_bytes.map_or("-".into(), fmt::bytes_short),
+                    m.peak_bytes.map_or("-".into(), fmt::bytes_short)
+                )
+            },
+        );
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(
+            rpad(r.device.as_deref().unwrap_or("-"), 7),
+            t.text,
+        ));
+        spans.push(Span::raw(" "));
+        spans.push(Span::styled(lpad(&mem, 11), t.text));
+    }
+    spans.push(Span::raw(" "));
+    spans.push(Span::styled(state, st_style));
+    Line::from(spans)
 }

@@ -386,7 +386,15 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         ("", Constraint::Length(1)),
         ("run", Constraint::Length(id_w)),
         ("exp", Constraint::Length(9)),
-        ("k", Constraint::Length(2)),
+        // Two digits, three from k=100 (hundreds of ranks on several nodes).
+        (
+            "k",
+            Constraint::Length(if s.runs.iter().any(|r| r.spec.k >= 100) {
+                3
+            } else {
+                2
+            }),
+        ),
     ];
     if wide {
         let widest = |f: &dyn Fn(&RunView) -> String, lo: u16, hi: u16| {
