@@ -412,7 +412,15 @@ impl Engine {
             .get("CUDA_VISIBLE_DEVICES")
             .map(str::to_string)
             .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
-        let gpus = gpu_guard::gpus_for(spec.k, visible.as_deref());
+        // This machine's share of a multi-node run: its torchrun agent's processes only.
+        let local_k = match &self.opts.nodes {
+            Some(n) => n
+                .nproc_per_node
+                .unwrap_or(spec.k / n.hosts.len().max(1) as u32)
+                .max(1),
+            None => spec.k,
+        };
+        let gpus = gpu_guard::gpus_for(local_k, visible.as_deref());
         let mut holders = Vec::new();
         let lease = match gpu_guard::lock(&gpu_guard::lock_dir(), &gpus, &gpu_guard::who_am_i(id)) {
             Ok(l) => Some(l),
