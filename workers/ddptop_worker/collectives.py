@@ -98,8 +98,8 @@ def _nbytes(t: torch.Tensor) -> int:
     return int(t.numel()) * int(t.element_size())
 
 
-class TimedAllGather(AllGather):
-    """FSDP's default all-gather, timed and named."""
+class _Timed:
+    """What both timed collectives share: the recorder, the unit's name, FSDP's default buffer."""
 
     def __init__(self, recorder: CommRecorder, name: str) -> None:
         self.recorder = recorder
@@ -109,6 +109,10 @@ class TimedAllGather(AllGather):
         self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device
     ) -> torch.Tensor:
         return torch.empty(*size, dtype=dtype, device=device)
+
+
+class TimedAllGather(_Timed, AllGather):
+    """FSDP's default all-gather, timed and named."""
 
     def __call__(
         self,
@@ -128,17 +132,8 @@ class TimedAllGather(AllGather):
         return out
 
 
-class TimedReduceScatter(ReduceScatter):
+class TimedReduceScatter(_Timed, ReduceScatter):
     """FSDP's default reduce-scatter, timed and named."""
-
-    def __init__(self, recorder: CommRecorder, name: str) -> None:
-        self.recorder = recorder
-        self.name = name
-
-    def allocate(
-        self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device
-    ) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
 
     def __call__(
         self,

@@ -20,7 +20,6 @@ beside them: then the replicated state really is 16P bytes with Adam, the figure
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import collectives, memory, models
 from .client import Client, write_line
-from .data import Data, DataConfig
+from .data import Data, DataConfig, add_data_args
 from .faults import Fault
 from .runtime import Runtime, WorkerError
 from .timing import (
@@ -61,28 +60,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=None, help="learning rate (adam 1e-3, sgd 0.1)")
     p.add_argument("--batch", type=int, default=256, help="per-rank batch (weak scaling)")
     p.add_argument("--epochs", type=int, default=2, help="epochs, epoch 0 is warm-up")
-    p.add_argument(
-        "--samples", type=int, default=60000, help="samples per epoch, split across ranks"
-    )
     p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18", help="model")
-    p.add_argument(
-        "--data",
-        choices=("synthetic", "real", "auto"),
-        default="auto",
-        help="auto: real if --data-dir (or $DDPTOP_DATASET_DIR) has the raw files, else synthetic",
-    )
-    p.add_argument(
-        "--data-path", choices=("loader", "device"), default="device", help="input pipeline"
-    )
-    p.add_argument(
-        "--data-dir",
-        default=os.environ.get("DDPTOP_DATASET_DIR") or None,
-        help="folder with FashionMNIST raw files (default: $DDPTOP_DATASET_DIR)",
-    )
+    add_data_args(p)
     p.add_argument(
         "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
     )
-    p.add_argument("--seed", type=int, default=0, help="data and init seed")
     p.add_argument("--comm-every", type=int, default=1, help="send a comm message every N steps")
     p.add_argument(
         "--control-every", type=int, default=5, help="ranks agree on commands every N steps"
