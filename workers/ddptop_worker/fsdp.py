@@ -40,6 +40,7 @@ from .timing import (
     StepMarks,
     bucket_timeline,
     rebuilt_bucket_sizes,
+    step_figures,
 )
 
 STRATEGIES = ("fsdp", "ddp")
@@ -228,11 +229,7 @@ class Trainer:
             warmup=info["warmup"],
             sync=True,
             samples=info["samples"],
-            fwd_ms=max(0.0, Clock.ms(m["fwd0"], m["bwd0"])),
-            bwd_ms=max(0.0, Clock.ms(m["bwd0"], m["bwd1"])),
-            opt_ms=max(0.0, Clock.ms(m["bwd1"], m["opt1"])),
-            data_ms=max(0.0, float(info["data_ms"])),
-            step_ms=max(0.0, Clock.ms(m["start"], m["opt1"])),
+            **step_figures(sm),
             timing=self.clock.method,
             loss=float(info["loss"].item()),
         )

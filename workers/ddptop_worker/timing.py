@@ -90,6 +90,19 @@ class StepMarks:
         return list(self.marks.values())[-1]
 
 
+def step_figures(sm: StepMarks) -> dict[str, float]:
+    """A timed step's phase times for its `step` message, from the marks `timed_step` set
+    (start, fwd0, bwd0, bwd1, opt1) and the data wait the loop measured."""
+    m = sm.marks
+    return {
+        "fwd_ms": max(0.0, Clock.ms(m["fwd0"], m["bwd0"])),
+        "bwd_ms": max(0.0, Clock.ms(m["bwd0"], m["bwd1"])),
+        "opt_ms": max(0.0, Clock.ms(m["bwd1"], m["opt1"])),
+        "data_ms": max(0.0, float(sm.info["data_ms"])),
+        "step_ms": max(0.0, Clock.ms(m["start"], m["opt1"])),
+    }
+
+
 class Pending:
     """Steps waiting for their events: resolved when complete, or forced after `lag` steps."""
 

@@ -48,6 +48,7 @@ from .timing import (
     parse_bucket_sizes,
     rebuilt_bucket_sizes,
     start_inferred,
+    step_figures,
 )
 
 REBUILD_MIN_STEPS = 2  # never time buckets before this many steps (iteration 0 has one bucket)
@@ -247,11 +248,7 @@ class Trainer:
             warmup=info["warmup"],
             sync=True,
             samples=info["samples"],
-            fwd_ms=max(0.0, Clock.ms(m["fwd0"], m["bwd0"])),
-            bwd_ms=max(0.0, Clock.ms(m["bwd0"], m["bwd1"])),
-            opt_ms=max(0.0, Clock.ms(m["bwd1"], m["opt1"])),
-            data_ms=max(0.0, float(info["data_ms"])),
-            step_ms=max(0.0, Clock.ms(m["start"], m["opt1"])),
+            **step_figures(sm),
             timing=self.clock.method,
             **extra,
         )
