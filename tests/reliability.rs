@@ -183,31 +183,29 @@ fn python() -> Option<String> {
     python_importing("torch")
 }
 
-fn gloo(py: &str, args: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    v.extend(
-        [
-            "--backend",
-            "gloo",
-            "--model",
-            "tiny",
-            "--samples",
-            "512",
-            "--batch",
-            "32",
-        ]
-        .map(String::from),
-    );
-    let _ = py;
-    v
+/// A headless run on real torch over gloo: the tiny model, a few batches, a 240 s cap.
+fn run_gloo(py: &str, dir: &std::path::Path, args: &[&str]) -> (Value, f64) {
+    let mut v: Vec<&str> = args.to_vec();
+    v.extend([
+        "--backend",
+        "gloo",
+        "--model",
+        "tiny",
+        "--samples",
+        "512",
+        "--batch",
+        "32",
+    ]);
+    run_limited(dir, &[("DDPTOP_PYTHON", py)], &v, Duration::from_secs(240))
 }
 
 #[test]
 fn gloo_teardown_hang_is_stopped_and_keeps_its_results() {
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
-    let args = gloo(
+    let (doc, _) = run_gloo(
         &py,
+        d.path(),
         &[
             "weak",
             "--k",
@@ -217,13 +215,6 @@ fn gloo_teardown_hang_is_stopped_and_keeps_its_results() {
             "--teardown-timeout",
             "3",
         ],
-    );
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (doc, _) = run_limited(
-        d.path(),
-        &[("DDPTOP_PYTHON", &py)],
-        &args,
-        Duration::from_secs(240),
     );
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "completed", "{r:#}");
@@ -240,8 +231,9 @@ fn gloo_teardown_hang_is_stopped_and_keeps_its_results() {
 fn gloo_silent_rank_is_hung_by_missed_heartbeats() {
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
-    let args = gloo(
+    let (doc, took) = run_gloo(
         &py,
+        d.path(),
         &[
             "weak",
             "--k",
@@ -251,13 +243,6 @@ fn gloo_silent_rank_is_hung_by_missed_heartbeats() {
             "--hang-floor",
             "300",
         ],
-    );
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (doc, took) = run_limited(
-        d.path(),
-        &[("DDPTOP_PYTHON", &py)],
-        &args,
-        Duration::from_secs(240),
     );
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "hung", "{r:#}");
