@@ -524,16 +524,18 @@ impl Engine {
                 .all_bye_at
                 .filter(|_| l.exit.is_none())
                 .map(|t| t + Duration::from_secs_f64(self.opts.watchdog.teardown_s.max(0.0)));
-            for t in [watchdog::next_deadline(view, &self.opts.watchdog), teardown]
+            // A deadline that already fired and changed nothing is left to the periodic tick,
+            // so the loop never spins on it.
+            let fired = self.last_deadline;
+            let wd = watchdog::next_deadline(view, &self.opts.watchdog, fired);
+            for t in [wd, teardown.filter(|t| fired.is_none_or(|l| *t > l))]
                 .into_iter()
                 .flatten()
             {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        // A deadline that already fired and changed nothing is left to the periodic tick, so
-        // the loop never spins on it.
-        next.filter(|t| self.last_deadline.is_none_or(|l| *t > l))
+        next
     }
 
     /// Judge every launched run at `now`: hung (watchdog) or overdue in teardown.

@@ -199,6 +199,8 @@ fn heartbeat_msg(rank: u32, step: u64, t: f64) -> WorkerMsg {
         step,
         t,
         phase: Some(Phase::Train),
+        cpu_s: None,
+        coll: None,
     })
 }
 

@@ -66,6 +66,8 @@ pub fn phase_label(p: Phase) -> &'static str {
         Phase::Train => "training",
         Phase::Probe => "probing",
         Phase::Bench => "benchmarking",
+        Phase::Compile => "compiling",
+        Phase::Autotune => "autotuning",
         Phase::Done => "finishing",
     }
 }

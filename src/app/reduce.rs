@@ -72,6 +72,15 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
         }
         WorkerMsg::Heartbeat(hb) => {
+            if let Some(c) = hb.cpu_s {
+                rank.cpu.push_back((now, c));
+                while rank.cpu.len() > crate::run::view::CPU_SAMPLES {
+                    rank.cpu.pop_front();
+                }
+            }
+            if let Some(c) = &hb.coll {
+                rank.coll = Some((now, c.clone()));
+            }
             if hb.phase.is_some() && hb.phase != rank.phase {
                 // Entering a phase is progress: a rank that hangs in its very first collective
                 // (DDP's parameter broadcast) is then judged by the step threshold from here,
@@ -279,6 +288,8 @@ mod tests {
                 step: 0,
                 t: 1.0,
                 phase: Some(phase),
+                cpu_s: None,
+                coll: None,
             })
         };
         apply_worker(&mut run, &hb(Phase::Init), t0);

@@ -78,6 +78,10 @@ pub enum Phase {
     Train,
     Probe,
     Bench,
+    /// Compiling before its first steps (XLA, `torch.compile`): slow, busy, not hung.
+    Compile,
+    /// The first steps under `cudnn.benchmark`: every convolution's algorithms are tried.
+    Autotune,
     Done,
 }
 
@@ -160,6 +164,33 @@ pub struct Heartbeat {
     pub t: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// The process's CPU seconds so far (all threads): whether a rank whose steps stopped is
+    /// still computing or idle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_s: Option<f64>,
+    /// The rank's collectives as torch's flight recorder sees them, sent only while its step
+    /// counter is not moving (absent: not looked at, or no recorder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coll: Option<CollState>,
+}
+
+/// A rank's collectives when it was last looked at: how many are started and not completed,
+/// and the oldest of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollState {
+    pub pending: u32,
+    /// The oldest pending collective, e.g. `nccl:all_reduce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// Its sequence number in the process group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// How long it has been pending (s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_s: Option<f64>,
+    /// The last completed collective's sequence number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_done: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

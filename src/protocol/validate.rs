@@ -135,7 +135,15 @@ fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
                 });
             }
         }
-        WorkerMsg::Heartbeat(m) => nonneg("t", m.t)?,
+        WorkerMsg::Heartbeat(m) => {
+            nonneg("t", m.t)?;
+            if let Some(c) = m.cpu_s {
+                nonneg("cpu_s", c)?;
+            }
+            if let Some(a) = m.coll.as_ref().and_then(|c| c.age_s) {
+                nonneg("coll.age_s", a)?;
+            }
+        }
         WorkerMsg::Step(s) => {
             for (n, x) in [
                 ("t", s.t),

@@ -55,7 +55,14 @@ pub struct RankView {
     pub bad_lines: u64,
     /// Samples in recent steps, for the live throughput: (when, samples).
     pub recent_samples: VecDeque<(Instant, u64)>,
+    /// The process's CPU seconds from recent heartbeats: (when, cpu_s), at most `CPU_SAMPLES`.
+    pub cpu: VecDeque<(Instant, f64)>,
+    /// The rank's collectives when last looked at, and when that report arrived.
+    pub coll: Option<(Instant, crate::protocol::CollState)>,
 }
+
+/// Heartbeats whose CPU time a rank keeps: enough to judge busy vs idle over a few seconds.
+pub const CPU_SAMPLES: usize = 8;
 
 /// Memory reports kept per rank: a run has a handful of phases; this bounds a misbehaving worker.
 pub const MAX_MEMORY_PHASES: usize = 64;
@@ -94,6 +101,17 @@ impl CommTotals {
 }
 
 impl RankView {
+    /// Cores this rank's process used over its recent heartbeats (at least `min_s` apart), or
+    /// `None` without two such samples.
+    pub fn cpu_cores(&self, min_s: f64) -> Option<f64> {
+        let (t1, c1) = *self.cpu.back()?;
+        let (t0, c0) = self
+            .cpu
+            .iter()
+            .find(|(t, _)| t1.saturating_duration_since(*t).as_secs_f64() >= min_s)?;
+        let wall = t1.saturating_duration_since(*t0).as_secs_f64();
+        Some(((c1 - c0) / wall).max(0.0))
+    }
     /// The last `memory` report that names a phase (the fsdp experiment's), if any.
     pub fn last_memory_phase(&self) -> Option<&Memory> {
         self.memory_phases.last()

@@ -128,6 +128,8 @@ impl Client {
                     step: sh.step.load(Ordering::Relaxed),
                     t: start.elapsed().as_secs_f64(),
                     phase: Some(phase),
+                    cpu_s: process_cpu_s(),
+                    coll: None,
                 });
                 let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
                 if writeln!(w, "{}", hb.to_line()).is_err() {
@@ -171,4 +173,11 @@ pub fn hostname() -> String {
         .ok()
         .and_then(|h| h.into_string().ok())
         .unwrap_or_else(|| "localhost".into())
+}
+
+/// This process's CPU seconds (user + system, all threads), as the Python workers report it.
+fn process_cpu_s() -> Option<f64> {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok()?;
+    let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    Some(secs(u.user_time()) + secs(u.system_time()))
 }

@@ -2,11 +2,118 @@
 //! observed step times. Pure: it looks at a `RunView` and a time, and says why a run is hung
 //! (`Verdict`) and what each rank was doing (`hang_report`).
 
-use crate::protocol::{Backend, Phase};
+use crate::protocol::Phase;
 use crate::run::{RankView, RunStatus, RunView};
 use crate::util::median;
 use std::fmt;
 use std::time::{Duration, Instant};
+
+/// What a rank whose steps stopped was doing at its last heartbeat.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Activity {
+    /// A collective started and not completed (torch's flight recorder, read in the process).
+    InComm {
+        op: String,
+        seq: Option<u64>,
+        age_s: f64,
+    },
+    /// Using at least `BUSY_CORES` of CPU with no collective pending (or no recorder to ask):
+    /// computing (autotuning, compiling, a long step), or spinning in a GPU wait.
+    Computing { cores: f64 },
+    /// Using almost no CPU and no collective pending: waiting on something outside
+    /// communication (a data loader, a lock, a sleep).
+    Idle { cores: f64 },
+    /// The worker reports neither its CPU time nor its collectives.
+    Unknown,
+}
+
+/// CPU use (cores) from which a rank counts as computing.
+pub const BUSY_CORES: f64 = 0.25;
+/// CPU time is judged over heartbeats at least this far apart (s).
+const CPU_WINDOW_S: f64 = 2.0;
+/// A collectives report older than this many heartbeat periods (before the rank's last message)
+/// is no longer evidence.
+const COLL_FRESH_BEATS: f64 = 3.0;
+
+impl Activity {
+    /// The rank's activity from its last heartbeats, judged against its own last message (so
+    /// the answer depends only on what the rank sent).
+    pub fn of(r: &RankView, heartbeat_s: f64) -> Activity {
+        let Some(seen) = r.last_seen else {
+            return Activity::Unknown;
+        };
+        let fresh = r.coll.as_ref().filter(|(at, _)| {
+            seen.saturating_duration_since(*at).as_secs_f64() <= heartbeat_s * COLL_FRESH_BEATS
+        });
+        if let Some((_, c)) = fresh
+            && c.pending > 0
+        {
+            return Activity::InComm {
+                op: c.op.clone().unwrap_or_else(|| "collective".into()),
+                seq: c.seq,
+                age_s: c.age_s.unwrap_or(0.0),
+            };
+        }
+        match r.cpu_cores(CPU_WINDOW_S) {
+            Some(cores) if cores >= BUSY_CORES => Activity::Computing { cores },
+            Some(cores) => Activity::Idle { cores },
+            None => Activity::Unknown,
+        }
+    }
+
+    fn computing(&self) -> bool {
+        matches!(self, Activity::Computing { .. })
+    }
+}
+
+impl fmt::Display for Activity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Activity::InComm { op, seq, age_s } => {
+                write!(f, "inside {op}")?;
+                if let Some(s) = seq {
+                    write!(f, " #{s}")?;
+                }
+                write!(f, " for {age_s:.1} s (started, not completed)")
+            }
+            Activity::Computing { cores } => write!(
+                f,
+                "computing ({:.0}% of a core), no collective pending",
+                cores * 100.0
+            ),
+            Activity::Idle { cores } => write!(
+                f,
+                "process idle ({:.0}% of a core), no collective pending",
+                cores * 100.0
+            ),
+            Activity::Unknown => f.write_str("no evidence from the worker"),
+        }
+    }
+}
+
+/// Why progress stopped, as far as the evidence says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// A collective started and not completed on some rank, and no rank is computing.
+    Communication,
+    /// No collective pending and the process idle: a data loader, a lock, a sleep.
+    Stalled,
+    /// Busy with no collective pending for longer than the first-steps allowance.
+    Computing,
+    /// The worker gave no evidence; judged by the step threshold alone.
+    NoEvidence,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Communication => "communication hang",
+            Cause::Stalled => "stalled outside communication",
+            Cause::Computing => "no progress while computing",
+            Cause::NoEvidence => "no step progress",
+        }
+    }
+}
 
 /// Why the watchdog calls a run hung.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,11 +122,20 @@ pub enum Verdict {
     NeverConnected { ranks: usize, startup_s: f64 },
     /// Ranks whose messages stopped: (rank, seconds quiet, last step).
     Silent(Vec<(u32, f64, u64)>),
-    /// Ranks that heartbeat but make no step progress: (rank, step, seconds idle).
+    /// Ranks that heartbeat but make no step progress: (rank, step, seconds idle, activity).
     Stuck {
-        ranks: Vec<(u32, u64, f64)>,
+        ranks: Vec<(u32, u64, f64, Activity)>,
         threshold_s: f64,
+        cause: Cause,
     },
+}
+
+impl Verdict {
+    /// A verdict on which even an attached job is stopped by default: nothing is left to wait
+    /// for (the ranks are gone or never came).
+    pub fn is_stuck(&self) -> bool {
+        matches!(self, Verdict::Stuck { .. })
+    }
 }
 
 impl fmt::Display for Verdict {
@@ -37,14 +153,28 @@ impl fmt::Display for Verdict {
                     .collect();
                 f.write_str(&parts.join("; "))
             }
-            Verdict::Stuck { ranks, threshold_s } => {
+            Verdict::Stuck {
+                ranks,
+                threshold_s,
+                cause,
+            } => {
                 let parts: Vec<String> = ranks
                     .iter()
-                    .map(|(rank, step, idle)| {
-                        format!("rank {rank} alive but stuck at step {step} for {idle:.1} s")
+                    .map(|(rank, step, idle, act)| match act {
+                        Activity::Unknown => {
+                            format!("rank {rank} alive but stuck at step {step} for {idle:.1} s")
+                        }
+                        a => format!(
+                            "rank {rank} alive but stuck at step {step} for {idle:.1} s: {a}"
+                        ),
                     })
                     .collect();
-                write!(f, "{} (threshold {threshold_s:.3} s)", parts.join("; "))
+                write!(
+                    f,
+                    "{}: {} (threshold {threshold_s:.3} s)",
+                    cause.as_str(),
+                    parts.join("; ")
+                )
             }
         }
     }
@@ -87,6 +217,12 @@ pub struct WatchdogConfig {
     /// Allowed time in `ddp_init` (DDP's constructor and its parameter broadcast: a deadlock
     /// there, as in the book's PCIe machine, must be caught fast).
     pub ddp_init_s: f64,
+    /// Until a rank has completed `first_steps` steps (the first, and the one after DDP's
+    /// bucket rebuild), or while it says it compiles or autotunes, progress may stop this long
+    /// (cudnn.benchmark, torch.compile, XLA, lazy NCCL set-up, a cold loader) unless the
+    /// evidence says communication hangs.
+    pub first_steps_s: f64,
+    pub first_steps: u64,
     /// The heartbeat period ddptop asks workers for (`welcome.heartbeat_s`).
     pub heartbeat_s: f64,
     /// A rank is silent after this many heartbeat periods without any message.
@@ -102,6 +238,8 @@ impl Default for WatchdogConfig {
             factor: 10.0,
             startup_s: 180.0,
             ddp_init_s: 20.0,
+            first_steps_s: 120.0,
+            first_steps: 2,
             heartbeat_s: 1.0,
             silent_beats: 10.0,
             teardown_s: 30.0,
@@ -121,94 +259,167 @@ impl WatchdogConfig {
     pub fn silent_s(&self) -> f64 {
         self.heartbeat_s * self.silent_beats
     }
+
+    /// Whether a rank is still in its first steps (or says it compiles or autotunes).
+    pub fn warming_up(&self, r: &RankView) -> bool {
+        matches!(r.phase, Some(Phase::Compile | Phase::Autotune))
+            || (r.step < self.first_steps
+                && matches!(r.phase, Some(Phase::Train | Phase::Probe | Phase::Bench)))
+    }
 }
 
 fn after(t: Instant, s: f64) -> Instant {
     t + Duration::from_secs_f64(s.clamp(0.0, 1e9))
 }
 
-/// What one rank is judged by now: the instant it becomes hung if nothing arrives, and how.
-enum Due {
-    Silent { at: Instant, seen: Instant },
-    Stuck { at: Instant, since: Instant },
+/// One rank's stuck deadline: from `since`, `base` seconds by the step threshold (or its
+/// phase's allowance), `extended` seconds when the evidence says wait.
+struct StuckDue {
+    since: Instant,
+    base: f64,
+    extended: f64,
+    warm: bool,
 }
 
-impl Due {
-    fn at(&self) -> Instant {
-        match self {
-            Due::Silent { at, .. } | Due::Stuck { at, .. } => *at,
-        }
-    }
-}
-
-/// The deadlines of one connected rank that has not said bye: silence (missed heartbeats), and
-/// no progress under the allowance of its phase.
+/// The stuck deadline of one connected rank that has not said bye; `None` when it has, and the
+/// silence deadline beside it.
 fn rank_dues(
     r: &RankView,
     started: Instant,
     threshold: f64,
     cfg: &WatchdogConfig,
-    backend: Backend,
-) -> Option<[Due; 2]> {
+) -> Option<(Instant, Instant, StuckDue)> {
     if r.said_bye || r.phase == Some(Phase::Done) {
         return None;
     }
     let seen = r.last_seen?;
-    let silent = Due::Silent {
-        at: after(seen, cfg.silent_s()),
-        seen,
-    };
+    let silent_at = after(seen, cfg.silent_s());
     let stuck = match r.phase {
         // Start-up (imports, process group, data, model) is measured from the launch.
-        None | Some(Phase::Init) => Due::Stuck {
-            at: after(started, cfg.startup_s),
+        None | Some(Phase::Init) => StuckDue {
             since: started,
+            base: cfg.startup_s,
+            extended: cfg.startup_s,
+            warm: false,
         },
-        Some(Phase::DdpInit) => {
-            let since = r.last_progress.unwrap_or(started);
-            Due::Stuck {
-                at: after(since, cfg.ddp_init_s),
-                since,
-            }
-        }
-        Some(_) => {
-            let since = r.last_progress.unwrap_or(started);
-            // Before its first step a rank has only entered the phase; on CPUs one step of a
-            // real model can take longer than the threshold.
-            let allowed = if r.step == 0 && backend == Backend::Gloo {
-                threshold.max(cfg.startup_s)
-            } else {
-                threshold
-            };
-            Due::Stuck {
-                at: after(since, allowed),
-                since,
-            }
-        }
+        Some(Phase::DdpInit) => StuckDue {
+            since: r.last_progress.unwrap_or(started),
+            base: cfg.ddp_init_s,
+            extended: cfg.ddp_init_s,
+            warm: false,
+        },
+        Some(_) => StuckDue {
+            since: r.last_progress.unwrap_or(started),
+            base: threshold,
+            extended: threshold.max(cfg.first_steps_s),
+            warm: cfg.warming_up(r),
+        },
     };
-    Some([silent, stuck])
+    Some((seen, silent_at, stuck))
+}
+
+/// One stuck-candidate rank: past its base deadline, with what it was doing.
+struct Candidate<'a> {
+    rank: &'a RankView,
+    due: StuckDue,
+    activity: Activity,
+}
+
+/// The ranks past their base deadline at `now` (or, with `now = None`, every rank still
+/// judged by the stuck rule), with their activity.
+fn candidates<'a>(
+    run: &'a RunView,
+    now: Option<Instant>,
+    started: Instant,
+    threshold: f64,
+    cfg: &WatchdogConfig,
+) -> Vec<Candidate<'a>> {
+    run.ranks
+        .values()
+        .filter_map(|r| {
+            let (_, _, due) = rank_dues(r, started, threshold, cfg)?;
+            if now.is_some_and(|n| n < after(due.since, due.base)) {
+                return None;
+            }
+            Some(Candidate {
+                rank: r,
+                activity: Activity::of(r, cfg.heartbeat_s),
+                due,
+            })
+        })
+        .collect()
+}
+
+/// How long a candidate may go without progress, given what every candidate is doing: a
+/// rank computing with nothing pending is a slow step, and its peers waiting in a collective
+/// for it are not hung; a rank in its first steps waits unless communication hangs.
+fn allowed_s(c: &Candidate, all: &[Candidate]) -> f64 {
+    let someone_computes = all.iter().any(|o| o.activity.computing());
+    let comm_hangs = !someone_computes
+        && all
+            .iter()
+            .any(|o| matches!(o.activity, Activity::InComm { .. }));
+    let wait = match c.activity {
+        Activity::Computing { .. } => true,
+        Activity::InComm { .. } => someone_computes || (c.due.warm && !comm_hangs),
+        Activity::Idle { .. } | Activity::Unknown => c.due.warm && !comm_hangs,
+    };
+    if wait { c.due.extended } else { c.due.base }
+}
+
+fn cause_of(stuck: &[&Candidate]) -> Cause {
+    if stuck.iter().any(|c| c.activity.computing()) {
+        Cause::Computing
+    } else if stuck
+        .iter()
+        .any(|c| matches!(c.activity, Activity::InComm { .. }))
+    {
+        Cause::Communication
+    } else if stuck
+        .iter()
+        .all(|c| matches!(c.activity, Activity::Idle { .. }))
+    {
+        Cause::Stalled
+    } else {
+        Cause::NoEvidence
+    }
 }
 
 /// The earliest instant at which `check` would call the run hung if no message arrives before
 /// it: the engine wakes exactly then instead of on its next periodic tick.
-pub fn next_deadline(run: &RunView, cfg: &WatchdogConfig) -> Option<Instant> {
+///
+/// Deadlines at or before `fired` (the last one the engine woke for) are left out, so a base
+/// deadline that passed while the evidence said wait does not hide the later allowance.
+pub fn next_deadline(
+    run: &RunView,
+    cfg: &WatchdogConfig,
+    fired: Option<Instant>,
+) -> Option<Instant> {
     if run.status != RunStatus::Running && run.status != RunStatus::Starting {
         return None;
     }
     let started = run.started?;
     let threshold = cfg.threshold_s(run);
     let mut next: Option<Instant> = None;
-    let mut consider = |t: Instant| next = Some(next.map_or(t, |n| n.min(t)));
+    let mut consider = |t: Instant| {
+        if fired.is_none_or(|f| t > f) {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
+    };
     for r in run.ranks.values() {
         if r.last_seen.is_none() {
             consider(after(started, cfg.startup_s));
         }
-        for d in rank_dues(r, started, threshold, cfg, run.spec.backend)
-            .into_iter()
-            .flatten()
-        {
-            consider(d.at());
+        if let Some((_, silent_at, _)) = rank_dues(r, started, threshold, cfg) {
+            consider(silent_at);
         }
+    }
+    // Until its base deadline a rank is judged by it; after, by what the evidence allows.
+    let all = candidates(run, None, started, threshold, cfg);
+    for c in &all {
+        let base = after(c.due.since, c.due.base);
+        consider(base);
+        consider(after(c.due.since, allowed_s(c, &all)));
     }
     next
 }
@@ -220,24 +431,13 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<Verdic
     }
     let started = run.started?;
     let threshold = cfg.threshold_s(run);
-    let mut stuck = Vec::new();
     let mut silent = Vec::new();
-    let mut stuck_allowed = threshold;
     for r in run.ranks.values() {
-        let Some([quiet, idle]) = rank_dues(r, started, threshold, cfg, run.spec.backend) else {
+        let Some((seen, silent_at, _)) = rank_dues(r, started, threshold, cfg) else {
             continue;
         };
-        if let Due::Silent { at, seen } = quiet
-            && now >= at
-        {
+        if now >= silent_at {
             silent.push((r.rank, now.duration_since(seen).as_secs_f64(), r.step));
-            continue;
-        }
-        if let Due::Stuck { at, since } = idle
-            && now >= at
-        {
-            stuck_allowed = at.duration_since(since).as_secs_f64();
-            stuck.push((r.rank, r.step, now.duration_since(since).as_secs_f64()));
         }
     }
     let unconnected = run.ranks.values().filter(|r| r.last_seen.is_none()).count();
@@ -250,18 +450,86 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<Verdic
     if !silent.is_empty() {
         return Some(Verdict::Silent(silent));
     }
-    if !stuck.is_empty() {
-        return Some(Verdict::Stuck {
-            ranks: stuck,
-            threshold_s: stuck_allowed,
-        });
+    let all = candidates(run, Some(now), started, threshold, cfg);
+    let stuck: Vec<(&Candidate, f64)> = all
+        .iter()
+        .map(|c| (c, allowed_s(c, &all)))
+        .filter(|(c, allowed)| now >= after(c.due.since, *allowed))
+        .collect();
+    if stuck.is_empty() {
+        return None;
     }
-    None
+    let threshold_s = stuck.iter().map(|(_, a)| *a).fold(0.0, f64::max);
+    let who: Vec<&Candidate> = stuck.iter().map(|(c, _)| *c).collect();
+    Some(Verdict::Stuck {
+        cause: cause_of(&who),
+        threshold_s,
+        ranks: who
+            .iter()
+            .map(|c| {
+                (
+                    c.rank.rank,
+                    c.rank.step,
+                    now.duration_since(c.due.since).as_secs_f64(),
+                    c.activity.clone(),
+                )
+            })
+            .collect(),
+    })
+}
+
+/// What the watchdog says of a live run now, for the Ranks pane and the log: warming up,
+/// compiling, or a slow step it is waiting out, with the allowance. `None` when steps flow.
+pub fn live_note(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<String> {
+    if run.status != RunStatus::Running {
+        return None;
+    }
+    let started = run.started?;
+    let threshold = cfg.threshold_s(run);
+    let all = candidates(run, Some(now), started, threshold, cfg);
+    if let Some(c) = all.iter().find(|c| allowed_s(c, &all) > c.due.base) {
+        let idle = now.duration_since(c.due.since).as_secs_f64();
+        let what = match (&c.activity, c.due.warm) {
+            (Activity::Computing { .. }, false) => {
+                "slow step: computing, no communication pending".to_string()
+            }
+            (Activity::InComm { op, .. }, false) => {
+                format!("waiting in {op} for a rank that computes")
+            }
+            (a, _) => format!("warming up: {} ({a})", warm_label(c.rank)),
+        };
+        return Some(format!(
+            "rank {}: {what}, {idle:.0} s of {:.0} s allowed",
+            c.rank.rank, c.due.extended
+        ));
+    }
+    let warm: Vec<&RankView> = run
+        .ranks
+        .values()
+        .filter(|r| !r.said_bye && cfg.warming_up(r))
+        .collect();
+    let r = warm.first()?;
+    Some(format!(
+        "warming up: {} (hang threshold {:.0} s until step {})",
+        warm_label(r),
+        threshold.max(cfg.first_steps_s),
+        cfg.first_steps
+    ))
+}
+
+fn warm_label(r: &RankView) -> &'static str {
+    match r.phase {
+        Some(Phase::Compile) => "compiling",
+        Some(Phase::Autotune) => "autotuning (cudnn.benchmark)",
+        _ if r.step == 0 => "first step",
+        _ => "first steps",
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{Backend, CollState};
     use crate::run::{Experiment, RunSpec};
     use std::time::Duration;
 
@@ -304,26 +572,218 @@ mod tests {
     }
 
     #[test]
-    fn first_step_on_cpu_gets_the_startup_allowance() {
+    fn first_steps_get_the_first_steps_allowance_on_every_backend() {
         let t0 = Instant::now();
         let mut r = run(t0);
-        r.spec.backend = Backend::Gloo;
+        let cfg = WatchdogConfig::default();
+        for backend in [Backend::Gloo, Backend::Nccl, Backend::Sim] {
+            r.spec.backend = backend;
+            for rank in r.ranks.values_mut() {
+                rank.last_seen = Some(t0 + Duration::from_secs(60));
+                rank.last_progress = Some(t0); // entered phase train, no step yet
+                rank.phase = Some(Phase::Train);
+                rank.step = 0;
+            }
+            assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_none());
+            assert!(
+                live_note(&r, t0 + Duration::from_secs(60), &cfg)
+                    .unwrap()
+                    .contains("warming up: first step")
+            );
+            // Step 1 done, the step after the bucket rebuild still allowed.
+            for rank in r.ranks.values_mut() {
+                rank.step = 1;
+            }
+            assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_none());
+            // Past the allowance it is a hang, named as one without evidence.
+            for rank in r.ranks.values_mut() {
+                rank.last_seen = Some(t0 + Duration::from_secs(120));
+            }
+            let v = check(&r, t0 + Duration::from_secs(120), &cfg).unwrap();
+            assert!(v.to_string().contains("threshold 120.000 s"), "{v}");
+            // After the first steps, the steady threshold.
+            for rank in r.ranks.values_mut() {
+                rank.step = 2;
+                rank.last_seen = Some(t0 + Duration::from_secs(11));
+            }
+            assert!(check(&r, t0 + Duration::from_secs(11), &cfg).is_some());
+        }
+    }
+
+    fn beat(r: &mut RunView, rank: u32, at: Instant, cpu: f64, coll: Option<CollState>) {
+        let v = r.ranks.get_mut(&rank).unwrap();
+        v.last_seen = Some(at);
+        v.cpu.push_back((at, cpu));
+        if let Some(c) = coll {
+            v.coll = Some((at, c));
+        }
+    }
+
+    fn pending(op: &str, seq: u64, age: f64) -> CollState {
+        CollState {
+            pending: 1,
+            op: Some(op.into()),
+            seq: Some(seq),
+            age_s: Some(age),
+            last_done: Some(seq - 1),
+        }
+    }
+
+    fn nothing_pending() -> CollState {
+        CollState {
+            pending: 0,
+            op: None,
+            seq: None,
+            age_s: None,
+            last_done: Some(7),
+        }
+    }
+
+    /// Two ranks past their first steps, stopped at step 5 since `t0`, heartbeating each
+    /// second until `t0 + secs` with `cpu(rank, i)` CPU seconds and `coll(rank)`.
+    fn stopped(
+        secs: u64,
+        cpu: impl Fn(u32, u64) -> f64,
+        coll: impl Fn(u32) -> Option<CollState>,
+    ) -> (RunView, Instant) {
+        let t0 = Instant::now();
+        let mut r = run(t0);
+        r.spec.backend = Backend::Nccl;
+        connected(&mut r, t0, t0, Phase::Train);
         for rank in r.ranks.values_mut() {
-            rank.last_seen = Some(t0 + Duration::from_secs(60));
-            rank.last_progress = Some(t0); // entered phase train, no step yet
-            rank.phase = Some(Phase::Train);
+            rank.step = 5;
+        }
+        for i in 0..=secs {
+            for rank in 0..2 {
+                beat(
+                    &mut r,
+                    rank,
+                    t0 + Duration::from_secs(i),
+                    cpu(rank, i),
+                    coll(rank),
+                );
+            }
+        }
+        (r, t0)
+    }
+
+    #[test]
+    fn a_busy_rank_with_nothing_pending_is_a_slow_step_not_a_hang() {
+        // Rank 0 computes (a whole core); rank 1 waits for it in an all-reduce.
+        let (r, t0) = stopped(
+            30,
+            |rank, i| if rank == 0 { i as f64 } else { 0.01 * i as f64 },
+            |rank| {
+                Some(if rank == 0 {
+                    nothing_pending()
+                } else {
+                    pending("nccl:all_reduce", 8, 29.0)
+                })
+            },
+        );
+        let cfg = WatchdogConfig::default();
+        let now = t0 + Duration::from_secs(30);
+        assert!(check(&r, now, &cfg).is_none());
+        let note = live_note(&r, now, &cfg).unwrap();
+        assert!(
+            note.contains("slow step: computing, no communication pending"),
+            "{note}"
+        );
+        // Next: the silence deadline (10 s after the last beat), then the allowance.
+        assert_eq!(
+            next_deadline(&r, &cfg, Some(t0 + Duration::from_secs(10))),
+            Some(t0 + Duration::from_secs(40))
+        );
+        assert_eq!(
+            next_deadline(&r, &cfg, Some(t0 + Duration::from_secs(40))),
+            Some(t0 + Duration::from_secs(120))
+        );
+        // Heartbeating and busy all along, it is still hung at the allowance.
+        let (r, t0) = stopped(
+            120,
+            |rank, i| if rank == 0 { i as f64 } else { 0.01 * i as f64 },
+            |rank| {
+                Some(if rank == 0 {
+                    nothing_pending()
+                } else {
+                    pending("nccl:all_reduce", 8, 119.0)
+                })
+            },
+        );
+        assert!(check(&r, t0 + Duration::from_millis(119_900), &cfg).is_none());
+        let v = check(&r, t0 + Duration::from_secs(120), &cfg).unwrap();
+        assert!(
+            v.to_string().starts_with("no progress while computing"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn every_rank_inside_a_collective_is_a_communication_hang_at_the_threshold() {
+        // CPU spins in the GPU wait: busy, but a collective is pending on both ranks.
+        let (r, t0) = stopped(
+            10,
+            |_, i| i as f64,
+            |_| Some(pending("nccl:all_reduce", 8, 9.5)),
+        );
+        let cfg = WatchdogConfig::default();
+        let v = check(&r, t0 + Duration::from_secs(10), &cfg).unwrap();
+        let text = v.to_string();
+        assert!(text.starts_with("communication hang"), "{text}");
+        assert!(text.contains("inside nccl:all_reduce #8"), "{text}");
+        assert!(text.contains("threshold 10.000 s"), "{text}");
+    }
+
+    #[test]
+    fn an_idle_rank_with_nothing_pending_is_stalled() {
+        let (r, t0) = stopped(10, |_, i| 0.001 * i as f64, |_| Some(nothing_pending()));
+        let v = check(&r, t0 + Duration::from_secs(10), &WatchdogConfig::default()).unwrap();
+        assert!(
+            v.to_string().starts_with("stalled outside communication"),
+            "{v}"
+        );
+        assert!(v.is_stuck());
+    }
+
+    #[test]
+    fn a_communication_hang_in_the_first_steps_is_not_waited_out() {
+        let (mut r, t0) = stopped(
+            10,
+            |_, i| i as f64,
+            |_| Some(pending("nccl:all_reduce", 3, 9.5)),
+        );
+        for rank in r.ranks.values_mut() {
+            rank.step = 0;
         }
         let cfg = WatchdogConfig::default();
-        assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_none());
-        // The same on the GPU (sim/nccl) path is a hang after the floor.
-        r.spec.backend = Backend::Nccl;
-        assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_some());
-        // After the first step, CPU runs get the normal threshold too.
-        r.spec.backend = Backend::Gloo;
+        let v = check(&r, t0 + Duration::from_secs(10), &cfg).unwrap();
+        assert!(v.to_string().starts_with("communication hang"), "{v}");
+        // Without the recorder's word, the first step gets its allowance.
         for rank in r.ranks.values_mut() {
-            rank.step = 1;
+            rank.coll = None;
         }
-        assert!(check(&r, t0 + Duration::from_secs(60), &cfg).is_some());
+        assert!(check(&r, t0 + Duration::from_secs(10), &cfg).is_none());
+    }
+
+    #[test]
+    fn compiling_and_autotuning_get_the_allowance_after_the_first_steps_too() {
+        let (mut r, t0) = stopped(30, |_, i| 0.001 * i as f64, |_| None);
+        let cfg = WatchdogConfig::default();
+        for phase in [Phase::Compile, Phase::Autotune] {
+            for rank in r.ranks.values_mut() {
+                rank.phase = Some(phase);
+            }
+            assert!(check(&r, t0 + Duration::from_secs(30), &cfg).is_none());
+            let note = live_note(&r, t0 + Duration::from_secs(30), &cfg).unwrap();
+            assert!(
+                note.contains(if phase == Phase::Compile {
+                    "compiling"
+                } else {
+                    "autotuning"
+                }),
+                "{note}"
+            );
+        }
     }
 
     #[test]
@@ -391,7 +851,7 @@ mod tests {
         let now = entered + Duration::from_millis(19_990);
         connected(&mut r, now, entered, Phase::DdpInit);
         assert!(check(&r, now, &cfg).is_none());
-        let deadline = next_deadline(&r, &cfg).unwrap();
+        let deadline = next_deadline(&r, &cfg, None).unwrap();
         assert_eq!(deadline, entered + Duration::from_secs(20));
         let why = check(&r, deadline, &cfg).unwrap().to_string();
         assert!(why.contains("threshold 20.000 s"), "{why}");
@@ -408,7 +868,7 @@ mod tests {
         connected(&mut r, train + Duration::from_secs(9), train, Phase::Train);
         assert!(check(&r, train + Duration::from_secs(9), &cfg).is_none());
         assert_eq!(
-            next_deadline(&r, &cfg),
+            next_deadline(&r, &cfg, None),
             Some(train + Duration::from_secs(10))
         );
     }
@@ -425,7 +885,10 @@ mod tests {
         connected(&mut r, t0, t0, Phase::Train);
         r.ranks.get_mut(&0).unwrap().last_seen = Some(t0 + Duration::from_secs(10));
         assert!(check(&r, t0 + Duration::from_millis(9_999), &cfg).is_none());
-        assert_eq!(next_deadline(&r, &cfg), Some(t0 + Duration::from_secs(10)));
+        assert_eq!(
+            next_deadline(&r, &cfg, None),
+            Some(t0 + Duration::from_secs(10))
+        );
         let why = check(&r, t0 + Duration::from_secs(10), &cfg)
             .unwrap()
             .to_string();
@@ -447,11 +910,11 @@ mod tests {
         for rank in r.ranks.values_mut() {
             rank.step = 7;
         }
-        let d = next_deadline(&r, &cfg).unwrap();
+        let d = next_deadline(&r, &cfg, None).unwrap();
         assert_eq!(d, t0 + Duration::from_secs(3));
         assert!(check(&r, d - Duration::from_millis(1), &cfg).is_none());
         assert!(check(&r, d, &cfg).is_some());
         r.status = RunStatus::Completed;
-        assert_eq!(next_deadline(&r, &cfg), None);
+        assert_eq!(next_deadline(&r, &cfg, None), None);
     }
 }
