@@ -370,6 +370,10 @@ pub struct RunArgs {
     /// Watchdog: time allowed in DDP's constructor, `ddp_init` (seconds; default 20).
     #[arg(long, value_parser = seconds)]
     pub ddp_init_timeout: Option<f64>,
+    /// Watchdog: time a rank's first steps (cudnn autotuning, compiling, NCCL set-up) may take
+    /// without progress (seconds; default 120).
+    #[arg(long, value_parser = seconds)]
+    pub first_steps_timeout: Option<f64>,
     /// Time the launcher gets to exit after every rank said bye (seconds; default 30); past it
     /// the tree is stopped and the run keeps its results with a warning.
     #[arg(long, value_parser = seconds)]
@@ -470,6 +474,14 @@ pub struct AttachArgs {
     /// Watchdog: time allowed from launch to the first step (seconds).
     #[arg(long, value_parser = seconds)]
     pub startup_timeout: Option<f64>,
+    /// Watchdog: time the script's first steps (cudnn autotuning, torch.compile, NCCL set-up)
+    /// may take without progress (seconds; default 120).
+    #[arg(long, value_parser = seconds)]
+    pub first_steps_timeout: Option<f64>,
+    /// Stop the job when the watchdog calls it hung (default: report the hang with its
+    /// evidence and leave your job running).
+    #[arg(long)]
+    pub stop_on_hang: bool,
     #[command(flatten)]
     pub nodes: NodeArgs,
     /// The training script and its arguments, after `--`.

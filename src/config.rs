@@ -42,6 +42,9 @@ steps = 50             # the Timeline pane shows the median of the last N steps 
 hang_floor_s = 10.0    # a run is hung after at least this many seconds without step progress,
 hang_factor = 10.0     # or this many times its median step time, whichever is larger
 startup_s = 180.0      # time allowed from launch to the first step
+first_steps_s = 120.0  # time each rank's first two steps may take (cudnn.benchmark autotuning,
+                       # torch.compile, XLA, lazy NCCL set-up) unless communication hangs
+stop_attached_on_hang = false  # `ddptop attach`: stop your job on a hang (else report and keep it)
 
 [nodes]
 # Multi-node runs (`--nodes HOST1,HOST2`, docs/multinode.md). How ddptop runs a command on
@@ -243,6 +246,10 @@ pub struct Watchdog {
     pub hang_factor: f64,
     /// Time allowed from launch to the first step (imports, NCCL init, dataset download).
     pub startup_s: f64,
+    /// Time each rank's first steps may go without progress (autotuning, compiling).
+    pub first_steps_s: f64,
+    /// Stop an attached job the watchdog calls hung.
+    pub stop_attached_on_hang: bool,
 }
 
 impl Default for Watchdog {
@@ -251,6 +258,8 @@ impl Default for Watchdog {
             hang_floor_s: 10.0,
             hang_factor: 10.0,
             startup_s: 180.0,
+            first_steps_s: 120.0,
+            stop_attached_on_hang: false,
         }
     }
 }
@@ -380,6 +389,8 @@ struct RawWatchdog {
     hang_floor_s: Option<Spanned<f64>>,
     hang_factor: Option<Spanned<f64>>,
     startup_s: Option<Spanned<f64>>,
+    first_steps_s: Option<Spanned<f64>>,
+    stop_attached_on_hang: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -497,6 +508,7 @@ impl Config {
             (raw.watchdog.hang_floor_s, &mut cfg.watchdog.hang_floor_s),
             (raw.watchdog.hang_factor, &mut cfg.watchdog.hang_factor),
             (raw.watchdog.startup_s, &mut cfg.watchdog.startup_s),
+            (raw.watchdog.first_steps_s, &mut cfg.watchdog.first_steps_s),
         ] {
             if let Some(v) = field {
                 let x = *v.get_ref();
@@ -505,6 +517,9 @@ impl Config {
                 }
                 *slot = x;
             }
+        }
+        if let Some(b) = raw.watchdog.stop_attached_on_hang {
+            cfg.watchdog.stop_attached_on_hang = b;
         }
         if let Some(t) = raw.nodes.remote {
             let words = crate::supervisor::launch::split_template(t.get_ref())

@@ -39,6 +39,9 @@ pub struct EngineOptions {
     pub shared_gpus: bool,
     /// Run across these nodes (`--nodes`): torchrun's c10d rendezvous, one agent per node.
     pub nodes: Option<NodesOptions>,
+    /// Stop an attached job (the user's own) that the watchdog calls hung. Off: the hang is
+    /// reported with its evidence and the job keeps running; ddptop's own runs always stop.
+    pub stop_attached_on_hang: bool,
 }
 
 impl EngineOptions {
@@ -53,6 +56,7 @@ impl EngineOptions {
             history: 200,
             shared_gpus: false,
             nodes: None,
+            stop_attached_on_hang: false,
         }
     }
 }
@@ -545,8 +549,12 @@ impl Engine {
             let Some(view) = self.state.run(id) else {
                 continue;
             };
-            if let Some(verdict) = watchdog::check(view, now, &self.opts.watchdog) {
-                self.declare_hung(id, verdict, now);
+            let verdict = watchdog::check(view, now, &self.opts.watchdog);
+            let note = watchdog::live_note(view, now, &self.opts.watchdog);
+            self.set_watch_note(id, note);
+            match verdict {
+                Some(verdict) => self.declare_hung(id, verdict, now),
+                None => self.maybe_resumed(id, now),
             }
             self.check_teardown(id, now);
         }
@@ -1018,7 +1026,65 @@ impl Engine {
         !ids.is_empty()
     }
 
+    /// The watchdog's live word on a run (warming up, a slow step waited out): kept on the
+    /// run for the screens, and logged when it starts saying something new.
+    fn set_watch_note(&mut self, run: &str, note: Option<String>) {
+        let stalled = self
+            .launches
+            .get(run)
+            .is_some_and(|l| l.hung_at.is_some() && l.ending.is_none());
+        let Some(v) = self.state.run_mut(run) else {
+            return;
+        };
+        if stalled {
+            return; // the reported stall's note stays until progress resumes
+        }
+        let kind = |n: &Option<String>| {
+            n.as_deref()
+                .map(|s| s.split(':').next().unwrap_or(s).to_string())
+        };
+        let fresh = note.is_some() && kind(&note) != kind(&v.watch_note);
+        v.watch_note = note.clone();
+        if fresh && let Some(n) = note {
+            self.state.push_message(Level::Info, Some(run), n);
+        }
+    }
+
+    /// An attached job whose stall was reported (not stopped) and that made progress since.
+    fn maybe_resumed(&mut self, run: &str, now: Instant) {
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
+        let Some(at) = l.hung_at.filter(|_| l.ending.is_none()) else {
+            return;
+        };
+        let moved = self
+            .state
+            .run(run)
+            .and_then(|v| v.last_progress)
+            .is_some_and(|p| p > at);
+        if !moved {
+            return;
+        }
+        l.hung_at = None;
+        let text = format!(
+            "{run}: progress resumed {:.1} s after the stall was reported; the stall stays in the run's evidence",
+            now.duration_since(at).as_secs_f64()
+        );
+        self.pending.push(EventRow::note(run, &text));
+        if let Some(v) = self.state.run_mut(run) {
+            v.watch_note = None;
+            v.hang_report.push(text.clone());
+        }
+        self.state.push_message(Level::Info, Some(run), text);
+    }
+
     fn declare_hung(&mut self, run: &str, verdict: Verdict, now: Instant) {
+        let keep_running = !self.opts.stop_attached_on_hang
+            && self
+                .state
+                .run(run)
+                .is_some_and(|v| v.spec.experiment == crate::run::Experiment::Attach);
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -1026,6 +1092,28 @@ impl Engine {
             return;
         }
         l.hung_at = Some(now);
+        if keep_running {
+            let why = verdict.to_string();
+            let report = self
+                .state
+                .run(run)
+                .map(|v| watchdog::hang_report(v, now, &verdict))
+                .unwrap_or_default();
+            self.pending.push(EventRow::note(run, &report.join(" | ")));
+            if let Some(v) = self.state.run_mut(run) {
+                v.hang_report.extend(report);
+                v.watch_note = Some(format!("stalled, reported, not stopped: {why}"));
+            }
+            self.state.push_message(
+                Level::Error,
+                Some(run),
+                format!(
+                    "{run} looks hung: {why}; collecting evidence and leaving your job running (x stops it; attach --stop-on-hang stops it next time)"
+                ),
+            );
+            self.collect_hang_evidence(run);
+            return;
+        }
         let why = verdict.to_string();
         // A rank that reported its own failure and left its peers blocked in a collective made
         // the run fail; the hang is the consequence, not the cause.
@@ -1043,7 +1131,6 @@ impl Engine {
             ),
             None => (RunStatus::Hung, Some(why.clone())),
         });
-        let run_dir = l.run_dir.clone();
         let report = self
             .state
             .run(run)
@@ -1058,8 +1145,30 @@ impl Engine {
             Some(run),
             format!("{run} HUNG: {why}; collecting evidence, then stopping it"),
         );
-        // Ask for a flight-recorder dump two ways (the worker's own thread, and torch's pipe),
-        // give it a moment, then stop the tree.
+        self.collect_hang_evidence(run);
+        // The dump gets its moment before the tree goes.
+        self.spawn_stop(run, EVIDENCE_WAIT + Duration::from_millis(300));
+    }
+
+    /// Ask for a flight-recorder dump and the ranks' stacks two ways (the worker's own thread,
+    /// and torch's pipe), give them a moment, then add their summary to the run's evidence.
+    fn collect_hang_evidence(&mut self, run: &str) {
+        let Some(l) = self.launches.get(run) else {
+            return;
+        };
+        let run_dir = l.run_dir.clone();
+        // py-spy reads this machine's ranks only (a remote rank's pid is another node's).
+        let pids: Vec<(u32, u32)> = self
+            .state
+            .run(run)
+            .map(|v| {
+                v.ranks
+                    .values()
+                    .filter(|r| !r.remote)
+                    .filter_map(|r| r.pid.map(|p| (r.rank, p)))
+                    .collect()
+            })
+            .unwrap_or_default();
         let _ = self.server.registry.command(
             run,
             ControlMsg::Command {
@@ -1084,10 +1193,13 @@ impl Engine {
         let rid = run.to_string();
         tokio::spawn(async move {
             tokio::time::sleep(EVIDENCE_WAIT).await;
-            let mut lines =
-                tokio::task::spawn_blocking(move || crate::supervisor::flight::summarize(&run_dir))
-                    .await
-                    .unwrap_or_default();
+            let mut lines = tokio::task::spawn_blocking(move || {
+                let mut v = crate::supervisor::flight::summarize(&run_dir);
+                v.extend(crate::supervisor::flight::stacks(&run_dir, &pids));
+                v
+            })
+            .await
+            .unwrap_or_default();
             lines.extend(elsewhere);
             let _ = tx
                 .send(SupEvent::Evidence {
@@ -1096,8 +1208,6 @@ impl Engine {
                 })
                 .await;
         });
-        // The dump gets its moment before the tree goes.
-        self.spawn_stop(run, EVIDENCE_WAIT + Duration::from_millis(300));
     }
 
     /// NCCL prints its transport lines at communicator init: read them early, so the screen shows

@@ -71,6 +71,8 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         hang_floor: a.hang_floor,
         startup_timeout: a.startup_timeout,
         ddp_init_timeout: a.ddp_init_timeout,
+        first_steps_timeout: a.first_steps_timeout,
+        stop_on_hang: true,
         teardown_timeout: a.teardown_timeout,
         nodes: a.nodes.options(&setup.config.nodes),
     };
@@ -118,6 +120,8 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
         hang_floor: a.hang_floor,
         startup_timeout: a.startup_timeout,
         ddp_init_timeout: None,
+        first_steps_timeout: a.first_steps_timeout,
+        stop_on_hang: a.stop_on_hang,
         teardown_timeout: None,
         nodes: a.nodes.options(&setup.config.nodes),
     };
@@ -225,6 +229,9 @@ struct Drive {
     hang_floor: Option<f64>,
     startup_timeout: Option<f64>,
     ddp_init_timeout: Option<f64>,
+    first_steps_timeout: Option<f64>,
+    /// Stop an attached job the watchdog calls hung (ddptop's own runs are always stopped).
+    stop_on_hang: bool,
     teardown_timeout: Option<f64>,
     /// `--nodes`: one torchrun agent per node.
     nodes: Option<crate::supervisor::nodes::NodesOptions>,
@@ -280,6 +287,10 @@ async fn execute(
     if let Some(s) = a.teardown_timeout {
         opts.watchdog.teardown_s = s;
     }
+    if let Some(s) = a.first_steps_timeout {
+        opts.watchdog.first_steps_s = s;
+    }
+    opts.stop_attached_on_hang = a.stop_on_hang;
     opts.nodes = a.nodes;
     let mut engine = Engine::start(opts, state)?;
     let mut queue = plan::Queue::default();

@@ -68,6 +68,8 @@ pub fn setup(
     opts.watchdog.floor_s = config.watchdog.hang_floor_s;
     opts.watchdog.factor = config.watchdog.hang_factor;
     opts.watchdog.startup_s = config.watchdog.startup_s;
+    opts.watchdog.first_steps_s = config.watchdog.first_steps_s;
+    opts.stop_attached_on_hang = config.watchdog.stop_attached_on_hang;
     Ok(Setup {
         config,
         resolved,

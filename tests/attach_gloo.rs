@@ -87,26 +87,83 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
 }
 
 #[test]
+fn a_stalled_step_is_reported_not_killed_and_the_job_ends_with_its_own_status() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // Rank 1 sleeps 15 s inside step 4 (idle, no collective pending); the threshold is 3 s.
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "2", "--hang-floor", "3"],
+        &[&example("train_ddp_stalls.py"), "--stall-s", "15"],
+    );
+    assert!(ok, "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    let report: Vec<String> = r["hang_report"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        report
+            .iter()
+            .any(|l| l.contains("stuck at step 4") && l.contains("process idle")),
+        "{report:#?}"
+    );
+    assert!(
+        report.iter().any(|l| l.contains("progress resumed")),
+        "{report:#?}"
+    );
+    assert!(
+        report
+            .iter()
+            .any(|l| l.contains("rank 1 stack:") && l.contains("in stall_on_last_rank")),
+        "{report:#?}"
+    );
+}
+
+#[test]
 fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_times_steps() {
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let script = example("train_ddp.py");
 
     // The last rank stops after optimizer step 4, heartbeats going; the other waits in gloo.
+    // Asked to (--stop-on-hang), ddptop stops the user's job; the evidence names the pending
+    // all-reduce on rank 0 and the idle rank 1.
     let (ok, doc) = attach(
         d.path(),
         &py,
-        &["--k", "2", "--inject", "hang:4", "--hang-floor", "3"],
+        &[
+            "--k",
+            "2",
+            "--inject",
+            "hang:4",
+            "--hang-floor",
+            "3",
+            "--stop-on-hang",
+        ],
         &[&script],
     );
     assert!(!ok);
     let r = &doc["runs"][0];
     assert_eq!(r["status"], "hung", "{r:#}");
     let report = r["hang_report"].as_array().unwrap();
+    let text: Vec<&str> = report.iter().map(|l| l.as_str().unwrap()).collect();
     assert!(
-        report
-            .iter()
-            .any(|l| l.as_str().unwrap().contains("alive but stuck at step 4")),
+        text.iter().any(|l| l.contains("alive but stuck at step 4")),
+        "{report:#?}"
+    );
+    assert!(
+        text.iter()
+            .any(|l| l.contains("communication hang") && l.contains("inside gloo:all_reduce")),
+        "{report:#?}"
+    );
+    assert!(
+        text.iter()
+            .any(|l| l.contains("rank 1 stack:") && l.contains("in fire")),
         "{report:#?}"
     );
     assert_eq!(r["worker_pids"].as_array().unwrap().len(), 2);

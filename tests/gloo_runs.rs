@@ -160,3 +160,28 @@ fn gloo_fsdp_against_ddp_at_k2() {
     assert!(per_step(&ddp, "all_reduce")["bytes"].as_f64().unwrap() > 0.0);
     assert!(per_step(&ddp, "all_gather").is_null());
 }
+
+#[test]
+fn gloo_slow_first_step_completes_without_a_hang_verdict() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // Each rank's first step burns 25 s of CPU before it trains: not a hang.
+    let doc = gloo(
+        d.path(),
+        &py,
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--samples",
+            "256",
+            "--batch",
+            "32",
+            "--inject",
+            "slowstart:25",
+        ],
+    );
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert!(r["hang_report"].as_array().unwrap().is_empty(), "{r:#}");
+}

@@ -127,9 +127,43 @@ fn hang_is_detected_within_the_threshold_and_stopped() {
     );
     let why = r["reason"].as_str().unwrap();
     assert!(why.contains("stuck at step 20"), "{why}");
+    // Judged at the threshold (3 s) from the last progress, not later: "… for X s …".
+    let stuck_s: f64 = why
+        .split("stuck at step 20 for ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|x| x.parse().ok())
+        .unwrap_or_else(|| panic!("no stuck time in {why}"));
+    assert!((3.0..=3.1).contains(&stuck_s), "{why}");
+    // The sim's ranks sleep in the hang: idle, no collective pending.
+    assert!(why.starts_with("stalled outside communication"), "{why}");
     assert!(r["hang_report"].as_array().unwrap().len() >= 3);
     // 3 s threshold + evidence collection + stop; generous bound for a loaded CI machine.
     assert!(took < 30.0, "took {took} s");
+    assert_no_survivors(&doc);
+}
+
+#[test]
+fn a_slow_first_step_is_not_a_hang() {
+    // Every rank's first step burns 25 s of CPU (as cudnn.benchmark's autotuning does), well
+    // past the 10 s steady threshold: the first-steps allowance (120 s) waits it out.
+    let d = tempfile::tempdir().unwrap();
+    let (out, doc) = sim_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--samples",
+            "20000",
+            "--inject",
+            "slowstart:25",
+        ],
+    );
+    assert!(out.status.success(), "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert!(r["hang_report"].as_array().unwrap().is_empty(), "{r:#}");
     assert_no_survivors(&doc);
 }
 
@@ -298,7 +332,13 @@ fn book_deadlock_mode_hangs_training() {
             "3",
         ],
     );
-    assert_eq!(doc["runs"][0]["status"], "hung");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "hung");
+    // In its first steps, but the ranks are inside an all-reduce: a communication hang at the
+    // threshold, not the first-steps allowance.
+    let why = r["reason"].as_str().unwrap();
+    assert!(why.starts_with("communication hang"), "{why}");
+    assert!(why.contains("inside nccl:all_reduce"), "{why}");
     assert_no_survivors(&doc);
 }
 

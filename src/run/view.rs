@@ -176,6 +176,9 @@ pub struct RunView {
     pub log_tail: VecDeque<String>,
     /// Evidence collected when a run hung (flight recorder summary, last steps).
     pub hang_report: Vec<String>,
+    /// What the watchdog says of the live run now (warming up, a slow step it waits out, a
+    /// reported stall of an attached job); `None` while steps flow.
+    pub watch_note: Option<String>,
     pub exit_codes: Vec<(String, i32)>,
     pub grad_bytes: Option<u64>,
     pub bucket_bytes: Vec<u64>,
@@ -239,6 +242,7 @@ impl RunView {
             rejected: 0,
             log_tail: VecDeque::new(),
             hang_report: Vec::new(),
+            watch_note: None,
             exit_codes: Vec::new(),
             grad_bytes: None,
             bucket_bytes: Vec::new(),

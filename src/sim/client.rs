@@ -16,6 +16,9 @@ pub struct Shared {
     /// fault): only a signal ends it.
     pub frozen: AtomicBool,
     pub phase: Mutex<crate::protocol::Phase>,
+    /// The collective the modelled rank is blocked in (the profile's deadlock): the
+    /// heartbeat reports it pending, as a real rank's flight recorder would.
+    pub blocked_in: Mutex<Option<(String, std::time::Instant)>>,
 }
 
 pub struct Client {
@@ -35,6 +38,7 @@ impl Client {
             stop: AtomicBool::new(false),
             silent: AtomicBool::new(false),
             frozen: AtomicBool::new(false),
+            blocked_in: Mutex::new(None),
             phase: Mutex::new(crate::protocol::Phase::Init),
         });
         let start = std::time::Instant::now();
@@ -129,7 +133,18 @@ impl Client {
                     t: start.elapsed().as_secs_f64(),
                     phase: Some(phase),
                     cpu_s: process_cpu_s(),
-                    coll: None,
+                    coll: sh
+                        .blocked_in
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                        .map(|(op, since)| crate::protocol::CollState {
+                            pending: 1,
+                            op: Some(op.clone()),
+                            seq: None,
+                            age_s: Some(since.elapsed().as_secs_f64()),
+                            last_done: None,
+                        }),
                 });
                 let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
                 if writeln!(w, "{}", hb.to_line()).is_err() {

@@ -34,7 +34,7 @@ pub struct SimArgs {
     #[arg(long = "env", value_name = "KEY=VAL")]
     pub env: Vec<String>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
-    /// garbage[:LINES].
+    /// garbage[:LINES], slowstart:SECONDS.
     #[arg(long)]
     pub inject: Option<String>,
     /// Wall-clock speed-up: 10 runs ten times faster than the modelled machine (figures unchanged).
@@ -67,6 +67,9 @@ pub enum Fault {
     /// The last rank stops at STEP and nothing of it runs any more: no heartbeat, no reader,
     /// no dead-man switch (Python: a C call holding the GIL). Only a signal ends it.
     Frozen(u64),
+    /// Every rank's first step first burns SECONDS of CPU (wall time, whatever the speed-up), as
+    /// cudnn.benchmark's autotuning or a compile does: slow, busy, healthy.
+    SlowStart(u64),
 }
 
 impl Fault {
@@ -86,10 +89,13 @@ impl Fault {
                 step()?;
                 Ok(Fault::Teardown)
             }
+            "slowstart" => arg.parse::<u64>().map(Fault::SlowStart).map_err(|_| {
+                format!("fault `{s}`: expected slowstart:SECONDS with SECONDS a whole number")
+            }),
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(4)),
             "garbage" => Ok(Fault::Garbage(step()?)),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0 or garbage[:LINES]"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES] or slowstart:SECONDS"
             )),
         }
     }
@@ -128,6 +134,8 @@ mod tests {
         // The Python workers' DDPTOP_INJECT kinds, with the same spelling.
         assert_eq!(Fault::parse("teardown:0"), Ok(Fault::Teardown));
         assert_eq!(Fault::parse("frozen:4"), Ok(Fault::Frozen(4)));
+        assert_eq!(Fault::parse("slowstart:25"), Ok(Fault::SlowStart(25)));
+        assert!(Fault::parse("slowstart").is_err());
         assert!(Fault::parse("teardown").is_err());
         assert!(Fault::parse("frozen:x").is_err());
         assert!(Fault::parse("hang").is_err());

@@ -117,6 +117,15 @@ impl Sim<'_> {
     fn check_faults(&mut self) {
         let last_rank = self.rank == self.k - 1;
         match self.fault {
+            Some(Fault::SlowStart(secs)) if self.step == 0 => {
+                self.log(
+                    LogLevel::Warn,
+                    format!(
+                        "injected fault slowstart:{secs}: the first step burns {secs} s of CPU"
+                    ),
+                );
+                burn_cpu(Duration::from_secs(secs));
+            }
             Some(Fault::Crash(s)) if self.step >= s && last_rank => {
                 self.log(
                     LogLevel::Error,
@@ -164,6 +173,13 @@ impl Sim<'_> {
                 "simulated deadlock: on {} DDP's overlapped all-reduce never completes with {} (as the book reports)",
                 self.profile.name, self.mode
             );
+            *self
+                .client
+                .shared
+                .blocked_in
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) =
+                Some(("nccl:all_reduce".into(), std::time::Instant::now()));
             self.hang_forever(&why);
         }
     }
@@ -526,4 +542,15 @@ fn intrude(path: &std::ffi::OsStr, token: &str, rank: u32, k: u32) -> String {
     let mut line = String::new();
     let _ = BufReader::new(&s).read_line(&mut line);
     line.trim_end().to_string()
+}
+
+/// Busy this thread for `d` of wall time (its CPU time grows, as in autotuning).
+fn burn_cpu(d: Duration) {
+    let end = std::time::Instant::now() + d;
+    let mut x = 0u64;
+    while std::time::Instant::now() < end {
+        for i in 0..10_000u64 {
+            x = std::hint::black_box(x ^ i);
+        }
+    }
 }

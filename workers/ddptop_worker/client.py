@@ -18,7 +18,7 @@ import time
 from types import TracebackType
 from typing import Any, Final, TextIO
 
-from . import protocol
+from . import inflight, protocol
 
 DEADMAN_EXIT_CODE: Final = 70
 DEADMAN_GRACE_S: Final = 2.0
@@ -332,7 +332,29 @@ class Client:
             elif cmd == "stop":
                 self._stop_requested = True
         if cmd == "dump_fr":
+            self.dump_stacks()
             self.dump_flight_recorder()
+
+    def dump_stacks(self) -> str | None:
+        """Every thread's Python stack to $DDPTOP_FR_DIR/stacks_rank{rank}.txt (faulthandler, from
+        this reader thread, so a main thread blocked in C still shows where). The first line names
+        the main thread, so ddptop can say where the training loop is."""
+        if not self.fr_dir:
+            return None
+        import faulthandler
+        import threading
+
+        path = os.path.join(self.fr_dir, f"stacks_rank{self.rank}.txt")
+        try:
+            os.makedirs(self.fr_dir, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(f"main thread 0x{threading.main_thread().ident or 0:016x}\n")
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+        except OSError as e:
+            self.log("warn", f"dump_fr: cannot write {path}: {e}")
+            return None
+        return path
 
     def dump_flight_recorder(self) -> str | None:
         """Write the NCCL flight recorder to $DDPTOP_FR_DIR/fr_dump_rank{rank}.pkl; return the path."""
@@ -411,12 +433,26 @@ class Client:
         self._silent = True
 
     def _heartbeat_loop(self) -> None:
+        last_step, still = self.step, 0
         while not self._stop_threads.wait(self.heartbeat_s):
             if self._closing:
                 return
             if self._silent:
                 continue
-            self.send("heartbeat", phase=self._phase)
+            still = still + 1 if self.step == last_step else 0
+            last_step = self.step
+            self.send("heartbeat", phase=self._phase, **self.evidence(still))
+
+    def evidence(self, beats_still: int) -> dict[str, Any]:
+        """What the watchdog judges a stopped rank by: the process's CPU time on every beat,
+        and its pending collectives once the step counter has stood still for two beats (the
+        recorder is not read while steps flow, so a healthy run pays nothing for it)."""
+        out: dict[str, Any] = {"cpu_s": round(time.process_time(), 3)}
+        if beats_still >= 2 and self._phase not in ("init", "done"):
+            coll = inflight.coll_state()
+            if coll is not None:
+                out["coll"] = coll
+        return out
 
     def _reader_loop(self) -> None:
         rfile = self._rfile

@@ -10,6 +10,10 @@ Kinds applied on the last rank, at the first training step >= STEP:
             that never releases the GIL. Only a signal's default action (SIGTERM, SIGKILL) ends it.
 The other ranks then block in their next all-reduce, as in a real stuck collective.
 
+Applied on every rank, before its first step (here the number is SECONDS, not a step):
+  slowstart the first step first burns SECONDS of CPU, as cudnn.benchmark's autotuning or a
+            compile does: a healthy run whose first step is slow, which must not be called hung.
+
 Applied on every rank, at the end of the run (STEP is ignored; write `teardown:0`):
   teardown  send `result` and `bye` as usual, then block instead of destroy_process_group(), as
             a rank whose NCCL teardown hangs: ddptop has every bye but the launcher never exits.
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 from .client import Client
 
 STEP_KINDS = ("crash", "raise", "hang", "silent", "frozen")
-KINDS = (*STEP_KINDS, "teardown")
+KINDS = (*STEP_KINDS, "slowstart", "teardown")
 
 
 class FaultSpecError(ValueError):
@@ -58,11 +62,17 @@ class Fault:
         return self.kind == "teardown"
 
     def due(self, step: int, rank: int, world_size: int) -> bool:
+        if self.kind == "slowstart":
+            return step == 0
         return self.kind in STEP_KINDS and rank == world_size - 1 and step >= self.step
 
     def fire(self, client: Client) -> None:
-        """Apply a step fault; only `raise` returns control (by raising)."""
+        """Apply a step fault; `slowstart` returns after its work, `raise` by raising, the
+        others never return."""
         client.log("warn", f"injected fault {self.kind}:{self.step}")
+        if self.kind == "slowstart":
+            burn_cpu(float(self.step))
+            return
         if self.kind == "crash":
             os._exit(3)
         if self.kind == "raise":
@@ -78,6 +88,16 @@ class Fault:
         if self.at_teardown:
             client.silence()
             block_forever()
+
+
+def burn_cpu(seconds: float) -> None:
+    """Busy for `seconds` of wall time on this thread (CPU time grows, as in autotuning)."""
+    end = time.monotonic() + seconds
+    x = 0
+    while time.monotonic() < end:
+        for i in range(10_000):
+            x ^= i
+    _ = x
 
 
 def block_forever() -> None:

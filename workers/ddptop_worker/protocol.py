@@ -127,7 +127,7 @@ def dict_of(value: Check) -> Check:
 BACKENDS: Final = ("nccl", "gloo", "sim", "xla", "copy")
 WORKERS: Final = ("train", "probe", "allreduce", "sim", "handrolled", "fsdp", "jax", "attach")
 INSTRUMENTS: Final = ("full", "steps_only", "off")
-PHASES: Final = ("init", "ddp_init", "train", "probe", "bench", "done")
+PHASES: Final = ("init", "ddp_init", "train", "probe", "bench", "compile", "autotune", "done")
 TIMINGS: Final = ("cuda_events", "host", "profiler", "model")
 COLLECTIVES: Final = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
 PASSES: Final = ("fwd", "bwd", "opt")
@@ -183,6 +183,11 @@ def hlo_op_stats(x: Any) -> bool:
 hlo_op_stats.__name__ = "{count,largest_elems<=total_elems,total_bytes}"
 
 # Other op names are ignored, like unknown fields.
+# A heartbeat's view of the rank's collectives (inflight.coll_state).
+COLL_STATE: Final = obj(
+    {"pending": uint},
+    {"op": opt_string, "seq": opt_uint, "age_s": opt_nonneg, "last_done": opt_uint},
+)
 HLO_OPS_CHECK: Final = obj({}, {name: hlo_op_stats for name in HLO_OPS})
 
 # Required fields per message type (worker -> ddptop), beyond COMMON.
@@ -277,7 +282,7 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
 # Optional fields: checked only when present; null allowed except for hello.devices.
 WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
     "hello": {"devices": pos_int, "instrument": opt(one_of(*INSTRUMENTS)), "node": opt_string},
-    "heartbeat": {"phase": opt(one_of(*PHASES))},
+    "heartbeat": {"phase": opt(one_of(*PHASES)), "cpu_s": opt_nonneg, "coll": opt(COLL_STATE)},
     "step": {"fused": opt(boolean), "loss": opt(finite), "every": opt(pos_int)},
     "probe": {"live": opt(boolean)},
     "buckets": {"start_inferred": opt(boolean)},

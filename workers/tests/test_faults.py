@@ -115,3 +115,22 @@ def test_a_silent_rank_stops_heartbeats_and_stays_alive(kind: str) -> None:
         _stop(proc)
         srv.stop()
     assert not any(_alive(h["pid"]) for h in srv.hellos())
+
+
+def test_slowstart_burns_cpu_on_every_rank_before_the_first_step_only() -> None:
+    f = Fault.parse("slowstart:1")
+    assert f == Fault("slowstart", 1)
+    assert f.due(0, 0, 2) and f.due(0, 1, 2)
+    assert not f.due(1, 1, 2)
+
+    class Log:
+        lines: list[str] = []
+
+        def log(self, level: str, msg: str) -> None:
+            self.lines.append(msg)
+
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    f.fire(Log())  # type: ignore[arg-type]  # only .log is used
+    wall = time.monotonic() - wall0
+    assert 1.0 <= wall < 3.0
+    assert time.process_time() - cpu0 > 0.5  # busy, not sleeping

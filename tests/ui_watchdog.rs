@@ -1,0 +1,81 @@
+//! The watchdog's live word in the Ranks pane: a run in its first steps says it is warming up
+//! (and with what allowance), a slow step it waits out says so, instead of a silent kill.
+
+#[path = "ui_fixtures.rs"]
+mod fixtures;
+
+use ddptop::app::Pane;
+use ddptop::keys::KeyMap;
+use ddptop::protocol::{Backend, Phase};
+use ddptop::run::{Experiment, RunStatus};
+use ddptop::supervisor::watchdog::{self, WatchdogConfig};
+use ddptop::ui::{self, Theme};
+use fixtures::*;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use std::time::{Duration, Instant};
+
+fn text(st: &Screen, w: u16, h: u16) -> String {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme: &Theme::dark(),
+        keys: &KeyMap::default(),
+    };
+    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    let buf = t.backend().buffer();
+    (0..buf.area.height)
+        .map(|y| {
+            (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A 2-rank NCCL run whose ranks entered training `secs` ago and completed `steps` steps.
+fn stopped(secs: u64, steps: u64) -> (Screen, Instant) {
+    let mut st = Screen::new(host_gpubox(2));
+    let mut r = run(
+        4,
+        spec(Experiment::Weak, 2, Backend::Nccl),
+        RunStatus::Running,
+    );
+    live_ranks(&mut r, 7000, true);
+    let t0 = Instant::now();
+    let now = t0 + Duration::from_secs(secs);
+    r.started = Some(t0);
+    for rk in r.ranks.values_mut() {
+        rk.step = steps;
+        rk.phase = Some(Phase::Train);
+        rk.last_progress = Some(t0);
+        rk.last_seen = Some(now);
+    }
+    st.runs = vec![r];
+    st.view.focused = Some(id(4));
+    st.view.pane = Pane::Gpus;
+    (st, now)
+}
+
+#[test]
+fn the_ranks_pane_says_a_run_is_warming_up_in_its_first_step() {
+    let (mut st, now) = stopped(30, 0);
+    let cfg = WatchdogConfig::default();
+    assert!(watchdog::check(&st.runs[0], now, &cfg).is_none());
+    st.runs[0].watch_note = watchdog::live_note(&st.runs[0], now, &cfg);
+    let s = text(&st, 160, 40);
+    assert!(s.contains("warming up: first step"), "{s}");
+}
+
+#[test]
+fn a_flowing_run_has_no_watchdog_word() {
+    let (mut st, _) = stopped(0, 50);
+    let cfg = WatchdogConfig::default();
+    let now = st.runs[0].started.unwrap() + Duration::from_secs(1);
+    st.runs[0].watch_note = watchdog::live_note(&st.runs[0], now, &cfg);
+    assert_eq!(st.runs[0].watch_note, None);
+    let s = text(&st, 160, 40);
+    assert!(!s.contains("warming up"), "{s}");
+}
