@@ -348,10 +348,14 @@ pub struct RunArgs {
     /// NVSwitch machines); `on` leaves the choice to NCCL.
     #[arg(long, value_enum)]
     pub nvls: Option<Switch>,
-    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0
-    /// (sim and real workers), garbage[:LINES] (sim only).
+    /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
+    /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only).
     #[arg(long, value_parser = parse_fault)]
     pub inject: Option<String>,
+    /// Run PyTorch's defaults instead of the chapter's two settings (float32 matmul precision
+    /// "high", cudnn.benchmark on), which ddptop's PyTorch experiments apply by default.
+    #[arg(long)]
+    pub no_book_settings: bool,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -462,7 +466,7 @@ pub struct AttachArgs {
     #[arg(long, value_enum)]
     pub nvls: Option<Switch>,
     /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
-    /// silent:STEP (a step is an optimizer step).
+    /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank.
     #[arg(long, value_parser = parse_fault)]
     pub inject: Option<String>,
     /// Print one JSON document instead of a table.

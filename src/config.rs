@@ -26,6 +26,12 @@ theme = "dark"
 # mouse handling (text selection) alone; --no-mouse does the same for one session.
 mouse = true
 
+# The chapter's two PyTorch settings in ddptop's own PyTorch runs (weak, strong, probe, fsdp):
+# torch.set_float32_matmul_precision("high") and torch.backends.cudnn.benchmark = True. false
+# runs PyTorch's defaults (a separate curve); `ddptop run --no-book-settings` does it once.
+# `attach` never changes a script's settings.
+book_settings = true
+
 # Launchers (default: found on PATH).
 # python = "/usr/bin/python3"
 # torchrun = "/usr/local/bin/torchrun"
@@ -294,6 +300,8 @@ pub struct Config {
     pub theme: String,
     /// Mouse capture (click, wheel) in the dashboard.
     pub mouse: bool,
+    /// The book's TF32 matmul precision and cudnn.benchmark in ddptop's PyTorch runs.
+    pub book_settings: bool,
     pub keys: KeyMap,
     pub refresh: Refresh,
     pub timeline: TimelineCfg,
@@ -313,6 +321,7 @@ impl Default for Config {
         Config {
             theme: "dark".into(),
             mouse: true,
+            book_settings: true,
             keys: KeyMap::default(),
             refresh: Refresh::default(),
             timeline: TimelineCfg::default(),
@@ -354,6 +363,7 @@ pub fn no_color_env() -> bool {
 struct RawConfig {
     theme: Option<Spanned<String>>,
     mouse: Option<bool>,
+    book_settings: Option<bool>,
     python: Option<PathBuf>,
     torchrun: Option<PathBuf>,
     #[serde(default)]
@@ -450,6 +460,9 @@ impl Config {
         let mut cfg = Config::default();
         if let Some(m) = raw.mouse {
             cfg.mouse = m;
+        }
+        if let Some(b) = raw.book_settings {
+            cfg.book_settings = b;
         }
         if let Some(theme) = raw.theme {
             let name = theme.get_ref().trim().to_string();

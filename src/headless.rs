@@ -58,6 +58,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
     }
     template.inject = a.inject.clone();
+    if a.no_book_settings {
+        template.torch = crate::run::TorchSettings::Off;
+    }
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     if let Some(dir) = &a.dataset_dir {
         template.data_source = DataSource::Real(dir.clone());
@@ -442,6 +445,8 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "bad_lines": r.bad_lines(),
         "rejected_connections": r.rejected,
         "hang_report": r.hang_report,
+        "torch_settings": r.spec.torch.as_str(),
+        "torch_seen": r.torch_seen.map(|(m, c)| json!({"matmul_precision": m.as_str(), "cudnn_benchmark": c})),
     });
     if let Some((data, step)) = summary::data_wait(r) {
         v["step_ms_median"] = json!(step);

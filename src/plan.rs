@@ -10,12 +10,12 @@ use crate::costmodel::Profile;
 use crate::detect::Resolved;
 use crate::engine::{Engine, EngineOptions};
 use crate::protocol::Backend;
-use crate::run::HandRolled;
 pub use crate::run::fits;
 use crate::run::{
     AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, Experiment, HostBackend,
     JaxSharding, ModelName, NcclSettings, OptimizerName, RunSpec, TorchStrategy,
 };
+use crate::run::{HandRolled, TorchSettings};
 use std::collections::VecDeque;
 
 /// What the front ends share once set up.
@@ -93,7 +93,11 @@ impl Setup {
 
     /// The launch template for this backend and profile, everything else at its default.
     pub fn template(&self) -> Template {
-        Template::new(self.resolved.backend, self.profile.clone())
+        let mut t = Template::new(self.resolved.backend, self.profile.clone());
+        if !self.config.book_settings {
+            t.torch = TorchSettings::Off;
+        }
+        t
     }
 }
 
@@ -142,6 +146,8 @@ pub struct Template {
     pub attach: Option<AttachTarget>,
     /// The hand-rolled experiment's dispatch and reduce.
     pub hand: HandRolled,
+    /// The book's TF32/cudnn.benchmark settings for PyTorch experiments (`--no-book-settings`).
+    pub torch: TorchSettings,
 }
 
 impl Template {
@@ -168,6 +174,7 @@ impl Template {
             optimizer: None,
             attach: None,
             hand: HandRolled::default(),
+            torch: TorchSettings::Book,
         }
     }
 
@@ -207,6 +214,7 @@ impl Template {
             } else {
                 HandRolled::default()
             },
+            torch: TorchSettings::for_launch(self.torch, experiment, self.backend),
         }
     }
 

@@ -5,11 +5,11 @@
 //! synchronous and small; a run's final figures are committed before anything reports them.
 
 use crate::protocol::{Backend, Bench, Buckets, Probe, WorkerMsg};
-use crate::run::HandRolled;
 use crate::run::{
     Aggregate, DataPath, DataSource, Experiment, JaxSharding, ModelName, NcclSettings,
     OptimizerName, RankView, RunSpec, RunStatus, RunView, Scaling, TorchStrategy,
 };
+use crate::run::{HandRolled, TorchSettings};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS runs (
     optimizer TEXT NOT NULL DEFAULT 'sgd',
     attach_json TEXT,
     hand TEXT NOT NULL DEFAULT 'single+star',
+    torch_settings TEXT NOT NULL DEFAULT 'off',
     gpus_shared TEXT,
     nccl_read_json TEXT NOT NULL DEFAULT '{}'
 );
@@ -154,6 +155,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         ("hand", "TEXT NOT NULL DEFAULT 'single+star'"),
         ("gpus_shared", "TEXT"),
         ("nccl_read_json", "TEXT NOT NULL DEFAULT '{}'"),
+        // Runs stored before ddptop applied the book's settings ran without them: 'off'.
+        ("torch_settings", "TEXT NOT NULL DEFAULT 'off'"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -255,6 +258,12 @@ impl Store {
             self.conn.execute(
                 "UPDATE runs SET hand = ?2 WHERE id = ?1",
                 params![r.id, s.hand.label()],
+            )?;
+        }
+        if s.torch != TorchSettings::Off {
+            self.conn.execute(
+                "UPDATE runs SET torch_settings = ?2 WHERE id = ?1",
+                params![r.id, s.torch.as_str()],
             )?;
         }
         Ok(())
@@ -392,7 +401,7 @@ impl Store {
         // and the last log lines: enough to redraw, cheap with hundreds of stored runs.
         let mut stmt = self.conn.prepare_cached(
             "SELECT type, body FROM events WHERE run_id=?1 AND (
-                 type IN ('probe','bench','hlo','check')
+                 type IN ('probe','bench','hlo','check','result')
                  OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type IN ('buckets','comm')
                             GROUP BY rank, type)
                  OR (type='memory' AND ?2)
@@ -417,6 +426,13 @@ impl Store {
                 }
                 _ => match serde_json::from_str::<WorkerMsg>(&body) {
                     Ok(WorkerMsg::Probe(p)) => run.probe.push(p as Probe),
+                    Ok(WorkerMsg::Result(r)) => {
+                        if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
+                            && (run.torch_seen.is_none() || r.rank == 0)
+                        {
+                            run.torch_seen = Some((m, c));
+                        }
+                    }
                     Ok(WorkerMsg::Bench(b)) => run.bench.push(b as Bench),
                     Ok(WorkerMsg::Buckets(b)) => {
                         if let Some(rv) = run.ranks.get_mut(&b.rank) {
@@ -567,6 +583,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
         strategy: known(r, "strategy", TorchStrategy::parse)?,
         optimizer: known(r, "optimizer", OptimizerName::parse)?,
         hand: known(r, "hand", HandRolled::parse)?,
+        torch: known(r, "torch_settings", TorchSettings::parse)?,
         attach: match r.get::<_, Option<String>>("attach_json")? {
             None => None,
             Some(text) => Some(serde_json::from_str(&text).map_err(|e| {

@@ -131,8 +131,8 @@ fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_tim
     let script = example("train_ddp.py");
 
     // The last rank stops after optimizer step 4, heartbeats going; the other waits in gloo.
-    // Asked to (--stop-on-hang), ddptop stops the user's job; the evidence names the pending
-    // all-reduce on rank 0 and the idle rank 1.
+    // Asked to (--stop-on-hang), ddptop stops the user's job; the evidence names the idle
+    // rank 1 (stalled outside communication) and rank 0 waiting for it in its all-reduce.
     let (ok, doc) = attach(
         d.path(),
         &py,
@@ -158,12 +158,15 @@ fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_tim
     );
     assert!(
         text.iter()
-            .any(|l| l.contains("communication hang") && l.contains("inside gloo:all_reduce")),
+            .any(|l| l.contains("stalled outside communication")
+                && l.contains("inside gloo:all_reduce")
+                && l.contains("rank 1 alive but stuck at step 4")
+                && l.contains("process idle")),
         "{report:#?}"
     );
     assert!(
         text.iter()
-            .any(|l| l.contains("rank 1 stack:") && l.contains("in fire")),
+            .any(|l| l.contains("rank 1 stack:") && l.contains("in block_forever")),
         "{report:#?}"
     );
     assert_eq!(r["worker_pids"].as_array().unwrap().len(), 2);

@@ -163,6 +163,11 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             if run.bucket_bytes.is_empty() {
                 run.bucket_bytes = r.bucket_bytes.clone();
             }
+            if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
+                && (run.torch_seen.is_none() || r.rank == 0)
+            {
+                run.torch_seen = Some((m, c));
+            }
             run.aggregate = Aggregate::of(run);
         }
         WorkerMsg::Bye(b) => {

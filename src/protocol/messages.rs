@@ -503,6 +503,30 @@ pub struct ResultMsg {
     pub optimizer: Option<Optimizer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
+    /// `torch.get_float32_matmul_precision()` at the end of the run (the book sets `high`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul_precision: Option<MatmulPrecision>,
+    /// `torch.backends.cudnn.benchmark` at the end of the run (the book sets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cudnn_benchmark: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MatmulPrecision {
+    Highest,
+    High,
+    Medium,
+}
+
+impl MatmulPrecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatmulPrecision::Highest => "highest",
+            MatmulPrecision::High => "high",
+            MatmulPrecision::Medium => "medium",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -61,6 +61,7 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         samples: s.samples,
         data_path: s.data_path.as_str().into(),
         settings: settings_label(run),
+        torch: run.torch_label(),
         status: run.status.as_str().into(),
         reason: run.reason.clone(),
         started: Timestamp(run.started_unix),

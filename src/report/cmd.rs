@@ -444,6 +444,12 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         v["bench"] = full["bench"].clone();
         v["hang_report"] = json!(run.hang_report);
         v["environ"] = json!(rec.map(|r| &r.environ));
+        v["environ_why"] = json!(rec.map(|r| {
+            r.environ
+                .keys()
+                .filter_map(|k| crate::supervisor::launch::why_set(k).map(|w| (k.clone(), w)))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        }));
         v["run_dir"] = json!(rec.map(|r| r.run_dir.display().to_string()));
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
@@ -573,6 +579,18 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             rows.push(("host", v.clone()));
         } else {
             rows.push(("version", format!("{k} {v}")));
+        }
+    }
+    if let Some(t) = &info.torch {
+        rows.push(("pytorch", t.clone()));
+    }
+    if let Some(rec) = rec.filter(|_| run.spec.experiment == crate::run::Experiment::Attach) {
+        // The user's job: every variable ddptop added to its environment, and why.
+        for (k, v) in &rec.environ {
+            if let Some(why) = crate::supervisor::launch::why_set(k) {
+                let v = v.as_deref().unwrap_or("(unset)");
+                rows.push(("adds", format!("{k}={v} — {why}")));
+            }
         }
     }
     if let Some(rec) = rec {

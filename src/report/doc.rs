@@ -370,6 +370,9 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
         .iter()
         .filter_map(|run| {
             let mut parts = Vec::new();
+            if let Some(t) = &run.torch {
+                parts.push(format!("PyTorch: {t}"));
+            }
             if let Some(shared) = &run.gpus_shared {
                 parts.push(format!("WARNING {shared}"));
             }

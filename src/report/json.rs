@@ -77,6 +77,7 @@ pub fn run(r: &RunInfo) -> Value {
         "samples": r.samples,
         "data_path": r.data_path,
         "settings": r.settings,
+        "torch_settings": r.torch,
         "status": r.status,
         "reason": r.reason,
         "started_at": r.started.to_string(),

@@ -222,6 +222,8 @@ pub struct RunInfo {
     pub data_path: String,
     /// The launch's environment toggles as one label (`defaults`, `NCCL_P2P_DISABLE=1`).
     pub settings: String,
+    /// The book's PyTorch settings, applied and seen (`None` without a PyTorch model).
+    pub torch: Option<String>,
     pub status: String,
     pub reason: Option<String>,
     pub started: Timestamp,

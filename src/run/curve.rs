@@ -4,7 +4,8 @@
 use super::handrolled::HandRolled;
 use super::nccl::NcclSettings;
 use super::spec::{
-    DataPath, DataSource, Experiment, JaxSharding, ModelName, OptimizerName, RunSpec, TorchStrategy,
+    DataPath, DataSource, Experiment, JaxSharding, ModelName, OptimizerName, RunSpec,
+    TorchSettings, TorchStrategy,
 };
 use crate::protocol::Backend;
 use std::fmt;
@@ -70,6 +71,8 @@ pub struct CurveKey {
     pub script: Option<(std::path::PathBuf, Vec<String>)>,
     /// The hand-rolled loop's dispatch and reduce (`single+star` elsewhere, where it is unused).
     pub hand: HandRolled,
+    /// The book's TF32/cudnn.benchmark settings: with and without are two curves.
+    pub torch: TorchSettings,
 }
 
 /// The same machine and settings, either experiment (weak and strong side by side).
@@ -108,6 +111,7 @@ impl CurveKey {
                 .as_ref()
                 .map(|a| (a.script.clone(), a.args.clone())),
             hand: s.hand,
+            torch: s.torch,
         }
     }
 
@@ -162,6 +166,12 @@ impl CurveKey {
         }
         if self.experiment == Experiment::Handrolled {
             parts.push(self.hand.label());
+        }
+        if self.torch == TorchSettings::Off
+            && TorchSettings::for_launch(TorchSettings::Book, self.experiment, self.backend)
+                == TorchSettings::Book
+        {
+            parts.push("PyTorch defaults".into());
         }
         if self.optimizer != OptimizerName::default_for(self.experiment) {
             parts.push(self.optimizer.as_str().to_string());

@@ -13,7 +13,7 @@ pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};
 pub use spec::{
     AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, Experiment, HostBackend, JaxSharding,
-    ModelName, OptimizerName, RunSpec, RunStatus, TorchStrategy, fits,
+    ModelName, OptimizerName, RunSpec, RunStatus, TorchSettings, TorchStrategy, fits,
 };
 pub use view::{
     Aggregate, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, OpTotal, RankView,

@@ -116,6 +116,63 @@ impl JaxSharding {
     }
 }
 
+/// The chapter's two PyTorch settings: float32 matmul precision "high" (TF32 on tensor cores)
+/// and `torch.backends.cudnn.benchmark = True`. They change the figure (about 1% on one H200), so
+/// they are a setting of the run and part of its curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TorchSettings {
+    /// Applied by the worker (the default for ddptop's PyTorch experiments).
+    Book,
+    /// PyTorch's own defaults (`--no-book-settings`); also every run stored before ddptop
+    /// applied them, and experiments without a PyTorch model (all-reduce, JAX, the simulator).
+    #[default]
+    Off,
+    /// An attached script's own choice: ddptop changes nothing and reports what it saw.
+    Script,
+}
+
+impl TorchSettings {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TorchSettings::Book => "book",
+            TorchSettings::Off => "off",
+            TorchSettings::Script => "script",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            TorchSettings::Book,
+            TorchSettings::Off,
+            TorchSettings::Script,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
+    }
+    /// What a screen or report says of it.
+    pub fn label(self) -> &'static str {
+        match self {
+            TorchSettings::Book => "book settings (matmul precision high, cudnn.benchmark on)",
+            TorchSettings::Off => {
+                "PyTorch defaults (matmul precision highest, cudnn.benchmark off)"
+            }
+            TorchSettings::Script => "the script's own settings",
+        }
+    }
+    /// The setting a launch of `experiment` on `backend` gets when the user asked for `asked`.
+    pub fn for_launch(asked: TorchSettings, experiment: Experiment, backend: Backend) -> Self {
+        match experiment {
+            Experiment::Attach => TorchSettings::Script,
+            Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Fsdp
+                if backend != Backend::Sim =>
+            {
+                asked
+            }
+            _ => TorchSettings::Off,
+        }
+    }
+}
+
 /// How the `fsdp` experiment holds the training state: sharded over the k ranks, or replicated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
 #[serde(rename_all = "snake_case")]
@@ -416,6 +473,9 @@ pub struct RunSpec {
     /// The hand-rolled experiment's switches (`single+star`, unused, elsewhere).
     #[serde(default)]
     pub hand: HandRolled,
+    /// The book's TF32/cudnn.benchmark settings (`Off` where there is no PyTorch model).
+    #[serde(default)]
+    pub torch: TorchSettings,
 }
 
 impl RunSpec {
@@ -441,6 +501,7 @@ impl RunSpec {
             optimizer: OptimizerName::default_for(experiment),
             attach: None,
             hand: HandRolled::default(),
+            torch: TorchSettings::for_launch(TorchSettings::Book, experiment, backend),
         }
     }
 

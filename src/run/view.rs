@@ -101,13 +101,14 @@ impl CommTotals {
 }
 
 impl RankView {
-    /// Cores this rank's process used over its recent heartbeats (at least `min_s` apart), or
-    /// `None` without two such samples.
+    /// Cores this rank's process used since its newest heartbeat at least `min_s` before the
+    /// last one (the shortest window that long: what it does now), or `None` without two.
     pub fn cpu_cores(&self, min_s: f64) -> Option<f64> {
         let (t1, c1) = *self.cpu.back()?;
         let (t0, c0) = self
             .cpu
             .iter()
+            .rev()
             .find(|(t, _)| t1.saturating_duration_since(*t).as_secs_f64() >= min_s)?;
         let wall = t1.saturating_duration_since(*t0).as_secs_f64();
         Some(((c1 - c0) / wall).max(0.0))
@@ -176,6 +177,9 @@ pub struct RunView {
     pub log_tail: VecDeque<String>,
     /// Evidence collected when a run hung (flight recorder summary, last steps).
     pub hang_report: Vec<String>,
+    /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
+    /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
+    pub torch_seen: Option<(crate::protocol::MatmulPrecision, bool)>,
     /// What the watchdog says of the live run now (warming up, a slow step it waits out, a
     /// reported stall of an attached job); `None` while steps flow.
     pub watch_note: Option<String>,
@@ -208,6 +212,37 @@ pub struct RunView {
 pub const STEP_CLOCK: usize = 32;
 
 impl RunView {
+    /// The run's PyTorch settings as screens, JSON and reports say them: what ddptop applied
+    /// and what the worker saw in effect; `None` where they mean nothing (no PyTorch model).
+    pub fn torch_label(&self) -> Option<String> {
+        use super::spec::TorchSettings;
+        let asked = match self.spec.torch {
+            TorchSettings::Off
+                if TorchSettings::for_launch(
+                    TorchSettings::Book,
+                    self.spec.experiment,
+                    self.spec.backend,
+                ) == TorchSettings::Off =>
+            {
+                None
+            }
+            t => Some(t.label().to_string()),
+        };
+        let seen = self.torch_seen.map(|(m, c)| {
+            format!(
+                "seen: matmul precision {}, cudnn.benchmark {}",
+                m.as_str(),
+                if c { "on" } else { "off" }
+            )
+        });
+        match (asked, seen) {
+            (None, None) => None,
+            (Some(a), None) => Some(a),
+            (None, Some(s)) => Some(s),
+            (Some(a), Some(s)) => Some(format!("{a}; {s}")),
+        }
+    }
+
     pub fn new(id: String, spec: RunSpec, now: Instant, unix: f64) -> Self {
         let ranks = (0..spec.processes())
             .map(|r| {
@@ -243,6 +278,7 @@ impl RunView {
             log_tail: VecDeque::new(),
             hang_report: Vec::new(),
             watch_note: None,
+            torch_seen: None,
             exit_codes: Vec::new(),
             grad_bytes: None,
             bucket_bytes: Vec::new(),

@@ -465,6 +465,8 @@ impl Sim<'_> {
             bucket_bytes: RESNET18_BUCKETS.iter().map(|b| b.0).collect(),
             optimizer: None,
             strategy: None,
+            matmul_precision: None,
+            cudnn_benchmark: None,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {
             rank: self.rank,

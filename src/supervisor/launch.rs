@@ -381,6 +381,39 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
 
 /// The environment of an attached script: ddptop's bootstrap first on PYTHONPATH (its
 /// `sitecustomize` connects each rank), then the worker package, then the user's own path.
+/// Why ddptop puts each variable it adds into a launch's environment: `show` and the run
+/// details list them for an attached job, whose environment is otherwise the user's own.
+/// `None` for a variable ddptop does not add (the user's `--env`, a preset).
+pub fn why_set(var: &str) -> Option<&'static str> {
+    Some(match var {
+        "PYTHONPATH" => "loads ddptop's bootstrap (sitecustomize) and its worker package",
+        "DDPTOP_SOCKET" | "DDPTOP_TOKEN" | "DDPTOP_RUN_ID" => "how each rank reaches ddptop",
+        "DDPTOP_BACKEND" => "the backend the bootstrap reports before the script's process group",
+        "DDPTOP_FR_DIR" => "where a rank writes its flight recorder and stacks on a hang",
+        "DDPTOP_TIME_EVERY" => "time 1 step in N after warm-up (every step is still counted)",
+        "DDPTOP_INJECT" => "the fault asked for with --inject",
+        "DDPTOP_NODE" => "the node name a rank reports",
+        "NCCL_DEBUG" => "NCCL's INFO log: the transport it chose and the variables it read",
+        "NCCL_DEBUG_FILE" => "that log goes to the run directory, not to your output",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING" => {
+            "3: a failed collective dumps the flight recorder (torchrun's default, 1, skips it)"
+        }
+        "TORCH_FR_BUFFER_SIZE" | "TORCH_NCCL_TRACE_BUFFER_SIZE" => {
+            "flight recorder on (2,000 entries): the watchdog reads pending collectives from it"
+        }
+        "TORCH_NCCL_DUMP_ON_TIMEOUT"
+        | "TORCH_FR_DUMP_TEMP_FILE"
+        | "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+        | "TORCH_NCCL_DEBUG_INFO_PIPE_FILE" => "flight-recorder dumps go to the run directory",
+        "CUDA_VISIBLE_DEVICES" => "--backend gloo: GPUs hidden, so the script picks gloo",
+        "OMP_NUM_THREADS" => "one OpenMP thread per rank at every k, as torchrun gives at k > 1",
+        "NCCL_NVLS_ENABLE" => {
+            "ddptop's default for every launch: NVLink multicast off (--nvls on leaves it to NCCL)"
+        }
+        _ => return None,
+    })
+}
+
 fn attach_env(spec: &RunSpec, py: &PythonEnv, set: &mut impl FnMut(&str, String)) {
     let mut path = vec![
         py.workers_dir
@@ -468,6 +501,7 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String
         "ddptop_worker".into(),
     ]);
     let backend = ("--backend", spec.backend.as_str().to_string());
+    let torch = ("--torch-settings", spec.torch.as_str().to_string());
     match spec.experiment {
         Experiment::Weak | Experiment::Strong => {
             v.push("train".into());
@@ -479,6 +513,7 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String
                 ("--model", spec.model.as_str().into()),
                 ("--data-path", spec.data_path.as_str().into()),
                 backend,
+                torch.clone(),
             ]));
             v.extend(data_flags(&spec.data_source));
         }
@@ -488,6 +523,7 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String
                 ("--batch", spec.batch.to_string()),
                 ("--model", spec.model.as_str().into()),
                 backend,
+                torch,
             ]));
         }
         Experiment::Allreduce => {
@@ -509,6 +545,7 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String
                 ("--model", spec.model.as_str().into()),
                 ("--data-path", spec.data_path.as_str().into()),
                 backend,
+                torch,
             ]));
             v.extend(data_flags(&spec.data_source));
         }

@@ -325,11 +325,9 @@ struct Candidate<'a> {
     activity: Activity,
 }
 
-/// The ranks past their base deadline at `now` (or, with `now = None`, every rank still
-/// judged by the stuck rule), with their activity.
+/// Every rank still judged by the stuck rule (connected, not finished), with its activity.
 fn candidates<'a>(
     run: &'a RunView,
-    now: Option<Instant>,
     started: Instant,
     threshold: f64,
     cfg: &WatchdogConfig,
@@ -338,9 +336,6 @@ fn candidates<'a>(
         .values()
         .filter_map(|r| {
             let (_, _, due) = rank_dues(r, started, threshold, cfg)?;
-            if now.is_some_and(|n| n < after(due.since, due.base)) {
-                return None;
-            }
             Some(Candidate {
                 rank: r,
                 activity: Activity::of(r, cfg.heartbeat_s),
@@ -350,15 +345,15 @@ fn candidates<'a>(
         .collect()
 }
 
-/// How long a candidate may go without progress, given what every candidate is doing: a
-/// rank computing with nothing pending is a slow step, and its peers waiting in a collective
-/// for it are not hung; a rank in its first steps waits unless communication hangs.
+/// How long a candidate may go without progress, given what every live rank is doing: a rank
+/// computing with nothing pending is a slow step, and its peers waiting in a collective for it
+/// are not hung; a rank in its first steps waits unless every rank is inside a collective.
 fn allowed_s(c: &Candidate, all: &[Candidate]) -> f64 {
     let someone_computes = all.iter().any(|o| o.activity.computing());
-    let comm_hangs = !someone_computes
+    let comm_hangs = !all.is_empty()
         && all
             .iter()
-            .any(|o| matches!(o.activity, Activity::InComm { .. }));
+            .all(|o| matches!(o.activity, Activity::InComm { .. }));
     let wait = match c.activity {
         Activity::Computing { .. } => true,
         Activity::InComm { .. } => someone_computes || (c.due.warm && !comm_hangs),
@@ -367,19 +362,18 @@ fn allowed_s(c: &Candidate, all: &[Candidate]) -> f64 {
     if wait { c.due.extended } else { c.due.base }
 }
 
-fn cause_of(stuck: &[&Candidate]) -> Cause {
-    if stuck.iter().any(|c| c.activity.computing()) {
+/// Why progress stopped, from every live rank's activity: a rank idle with nothing pending
+/// while its peers wait inside a collective stalled outside communication (the peers are its
+/// victims); every rank inside a collective is a communication hang.
+fn cause_of(all: &[&Candidate]) -> Cause {
+    let in_comm = |c: &&Candidate| matches!(c.activity, Activity::InComm { .. });
+    let idle = |c: &&Candidate| matches!(c.activity, Activity::Idle { .. });
+    if all.iter().any(|c| c.activity.computing()) {
         Cause::Computing
-    } else if stuck
-        .iter()
-        .any(|c| matches!(c.activity, Activity::InComm { .. }))
-    {
-        Cause::Communication
-    } else if stuck
-        .iter()
-        .all(|c| matches!(c.activity, Activity::Idle { .. }))
-    {
+    } else if all.iter().any(idle) && all.iter().all(|c| idle(c) || in_comm(c)) {
         Cause::Stalled
+    } else if all.iter().any(in_comm) {
+        Cause::Communication
     } else {
         Cause::NoEvidence
     }
@@ -415,7 +409,7 @@ pub fn next_deadline(
         }
     }
     // Until its base deadline a rank is judged by it; after, by what the evidence allows.
-    let all = candidates(run, None, started, threshold, cfg);
+    let all = candidates(run, started, threshold, cfg);
     for c in &all {
         let base = after(c.due.since, c.due.base);
         consider(base);
@@ -450,7 +444,9 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<Verdic
     if !silent.is_empty() {
         return Some(Verdict::Silent(silent));
     }
-    let all = candidates(run, Some(now), started, threshold, cfg);
+    // Every live rank is the context (what its peers do decides how long a rank may wait);
+    // the ones past their allowance make the verdict.
+    let all = candidates(run, started, threshold, cfg);
     let stuck: Vec<(&Candidate, f64)> = all
         .iter()
         .map(|c| (c, allowed_s(c, &all)))
@@ -460,7 +456,14 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<Verdic
         return None;
     }
     let threshold_s = stuck.iter().map(|(_, a)| *a).fold(0.0, f64::max);
-    let who: Vec<&Candidate> = stuck.iter().map(|(c, _)| *c).collect();
+    // Name every rank that stopped too (a peer that stopped a moment later is the same event),
+    // so the stalled rank is named beside the ones waiting for it.
+    let who: Vec<&Candidate> = all
+        .iter()
+        .filter(|c| {
+            now.duration_since(c.due.since).as_secs_f64() >= c.due.base.min(threshold_s) / 2.0
+        })
+        .collect();
     Some(Verdict::Stuck {
         cause: cause_of(&who),
         threshold_s,
@@ -486,8 +489,13 @@ pub fn live_note(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<St
     }
     let started = run.started?;
     let threshold = cfg.threshold_s(run);
-    let all = candidates(run, Some(now), started, threshold, cfg);
-    if let Some(c) = all.iter().find(|c| allowed_s(c, &all) > c.due.base) {
+    let all = candidates(run, started, threshold, cfg);
+    let waited = |c: &&Candidate| now >= after(c.due.since, c.due.base);
+    if let Some(c) = all
+        .iter()
+        .filter(waited)
+        .find(|c| allowed_s(c, &all) > c.due.base)
+    {
         let idle = now.duration_since(c.due.since).as_secs_f64();
         let what = match (&c.activity, c.due.warm) {
             (Activity::Computing { .. }, false) => {
@@ -743,6 +751,53 @@ mod tests {
             "{v}"
         );
         assert!(v.is_stuck());
+    }
+
+    #[test]
+    fn an_idle_rank_whose_peer_waits_in_a_collective_is_named_as_the_stall() {
+        // Rank 1 sleeps outside communication; rank 0 waits for it inside the all-reduce.
+        let (r, t0) = stopped(
+            10,
+            |_, i| 0.001 * i as f64,
+            |rank| {
+                Some(if rank == 0 {
+                    pending("gloo:all_reduce", 13, 9.0)
+                } else {
+                    nothing_pending()
+                })
+            },
+        );
+        let v = check(&r, t0 + Duration::from_secs(10), &WatchdogConfig::default()).unwrap();
+        let text = v.to_string();
+        assert!(text.starts_with("stalled outside communication"), "{text}");
+        assert!(
+            text.contains(
+                "rank 0 alive but stuck at step 5 for 10.0 s: inside gloo:all_reduce #13"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("rank 1 alive but stuck at step 5 for 10.0 s: process idle"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn activity_is_what_the_rank_does_now_not_over_its_whole_history() {
+        // A whole core for 6 s of training, then 3 s asleep: idle now.
+        let (r, _) = stopped(9, |_, i| i.min(6) as f64, |_| None);
+        let act = Activity::of(&r.ranks[&0], 1.0);
+        assert!(
+            matches!(act, Activity::Idle { cores } if cores < 0.05),
+            "{act:?}"
+        );
+        // And the other way round: asleep, then busy for the last 3 s.
+        let (r, _) = stopped(9, |_, i| i.saturating_sub(6) as f64, |_| None);
+        let act = Activity::of(&r.ranks[&0], 1.0);
+        assert!(
+            matches!(act, Activity::Computing { cores } if cores > 0.95),
+            "{act:?}"
+        );
     }
 
     #[test]

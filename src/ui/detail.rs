@@ -70,6 +70,9 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             .collect();
         out.push(kv("versions", v.join(" · ")));
     }
+    if let Some(t) = run.torch_label() {
+        out.push(kv("pytorch", t));
+    }
     out.push(kv(
         "command",
         run.command
@@ -94,6 +97,14 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             .collect()
     };
     out.push(kv("env", env.join("  ")));
+    if spec.experiment == crate::run::Experiment::Attach {
+        // The user's job: say why ddptop added each variable to its environment.
+        for (k, _) in run.env.iter() {
+            if let Some(why) = crate::supervisor::launch::why_set(k) {
+                out.push(kv("  adds", format!("{k}: {why}")));
+            }
+        }
+    }
     out.push(kv(
         "transport",
         run.transport

@@ -31,6 +31,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         samples: 60_000,
         data_path: "device".into(),
         settings: "defaults".into(),
+        torch: None,
         status: "completed".into(),
         reason: None,
         started: Timestamp(T0 + offset),

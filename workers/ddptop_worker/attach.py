@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 import traceback
 import weakref
 from collections.abc import Callable
@@ -25,8 +26,8 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import attach_hooks as hooks
-from . import protocol
-from .attach_steps import Account, StepInfo
+from . import book, protocol
+from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
 from .faults import Fault
 from .timing import (
@@ -140,6 +141,15 @@ class Session:
         self.cur = StepMarks()
         self.cur_samples = 0
         self.cur_samples_known = True
+        # Sampled timing (attach_steps): which steps carry events, and the epoch's span.
+        self.time_every = time_every_from_env()
+        self.cur_timed = True
+        self.cur_forwarded = False
+        self.cur_t0 = 0.0  # host time at the step's start (data wait of untimed steps)
+        self.cur_data_ms = 0.0
+        self.unreported_samples = 0
+        self.span_start: Any = None
+        self.span_end: Any = None
         self.primary_opt: weakref.ref[torch.optim.Optimizer] | None = None
         self.explicit_steps = False
         self.fault: Fault | None = None
@@ -315,13 +325,22 @@ class Session:
 
     def start_step(self) -> None:
         self.cur = StepMarks()
-        self.cur.marks["start"] = self.clock.mark()
+        n = self.step_no + 1
+        self.cur_timed = is_timed(n, self.time_every)
+        self.cur_forwarded = False
+        self.cur_t0 = time.perf_counter()
+        self.cur_data_ms = 0.0
+        if self.cur_timed:
+            self.cur.marks["start"] = self.clock.mark()
+        if n > WARMUP_STEPS and self.span_start is None:
+            self.span_start = self.cur.marks.get("start") or self.clock.mark()
         self.cur_samples = 0
         self.cur_samples_known = True
 
     def restart_step(self) -> None:
         """Start the open step over (new clock, new epoch) unless its forward already ran."""
-        if "fwd0" not in self.cur.marks:
+        if not self.cur_forwarded:
+            self.span_start = None
             self.start_step()
 
     def on_forward_pre(self, module: DDP, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -335,10 +354,13 @@ class Session:
             hooks.register_ddp_hook(ddp, rec.hook_state)
             rec.registered = True
         m = self.cur.marks
-        if "fwd0" not in m:
-            m["fwd0"] = self.clock.mark()
-            if rec.timer is not None and rec.timer.recording and self.instrument == "full":
-                self.cur.buckets = rec.timer.begin_step()
+        if not self.cur_forwarded:
+            self.cur_forwarded = True
+            self.cur_data_ms = (time.perf_counter() - self.cur_t0) * 1000.0
+            if self.cur_timed:
+                m["fwd0"] = self.clock.mark()
+                if rec.timer is not None and rec.timer.recording and self.instrument == "full":
+                    self.cur.buckets = rec.timer.begin_step()
         n = hooks.leading_dim(args, kwargs)
         if n is None:
             self.cur_samples_known = False
@@ -364,19 +386,20 @@ class Session:
         return False
 
     def on_opt_pre(self, opt: torch.optim.Optimizer) -> None:
-        if self._is_primary(opt):
+        if self._is_primary(opt) and self.cur_timed:
             self.cur.marks["opt0"] = self.clock.mark()
 
     def on_opt_post(self, opt: torch.optim.Optimizer) -> None:
         if not self._is_primary(opt):
             return
-        self.cur.marks["opt1"] = self.clock.mark()
+        if self.cur_timed:
+            self.cur.marks["opt1"] = self.clock.mark()
         if not self.explicit_steps:
             self.finish_step(None)
 
     def explicit_step(self, samples: int | None) -> None:
         self.explicit_steps = True
-        if "opt1" not in self.cur.marks:
+        if self.cur_timed and "opt1" not in self.cur.marks:
             self.cur.marks["opt1"] = self.clock.mark()
         self.finish_step(samples)
 
@@ -386,16 +409,26 @@ class Session:
         wr = self.watched_record()
         if wr is not None and wr[1].timer is not None:
             wr[1].timer.end_step()
-        known = samples is not None or (self.cur_samples_known and "fwd0" in self.cur.marks)
+        known = samples is not None or (self.cur_samples_known and self.cur_forwarded)
         n = samples if samples is not None else (self.cur_samples if known else 0)
-        end = self.cur.marks.pop("opt1")
-        self.cur.marks["opt1"] = end  # last, so Pending waits on it
-        self.cur.info = {
-            "info": StepInfo(self.step_no, self.epoch, int(n), bool(known)),
-            "timing": self.clock.method,
-        }
-        self.pending.push(self.cur)
-        self.flush()
+        info = StepInfo(self.step_no, self.epoch, int(n), bool(known))
+        if not info.warmup:
+            self.span_end = self.clock.mark()
+        self.unreported_samples += int(n)
+        if self.cur_timed:
+            end = self.cur.marks.pop("opt1")
+            self.cur.marks["opt1"] = end  # last, so Pending waits on it
+            self.cur.info = {
+                "info": info,
+                "timing": self.clock.method,
+                "samples": self.unreported_samples,  # every step since the last message
+            }
+            self.unreported_samples = 0
+            self.pending.push(self.cur)
+            self.flush()
+        else:
+            # An untimed step costs no event: counted now, its time is in the epoch's span.
+            self.account.add(info, None, self.cur_data_ms)
         self.after_step(wr)
         self.start_step()
 
@@ -412,19 +445,21 @@ class Session:
 
         bwd_end = "opt0" if "opt0" in m else "opt1"
         step_ms, data_ms = span("start", "opt1"), span("start", "fwd0")
+        every = {"every": self.time_every} if self.time_every > 1 else {}
         self.client.send(
             "step",
             step=info.step,
             epoch=info.epoch,
             warmup=info.warmup,
             sync=True,
-            samples=info.samples,
+            samples=sm.info.get("samples", info.samples),
             fwd_ms=span("fwd0", "fwd1"),
             bwd_ms=span("fwd1", bwd_end),
             opt_ms=span("opt0", "opt1"),
             data_ms=data_ms,
             step_ms=step_ms,
             timing=sm.info["timing"],
+            **every,
         )
         self.account.add(info, step_ms, data_ms)
         records = [r for r in (sm.buckets or []) if r.done is not None]
@@ -514,7 +549,13 @@ class Session:
         self.restart_step()
 
     def close_epoch(self, next_epoch: int | None) -> None:
-        done = self.account.close_epoch(next_epoch)
+        span_ms = None
+        if self.span_start is not None and self.span_end is not None:
+            Clock.wait(self.span_end)
+            span_ms = Clock.ms(self.span_start, self.span_end)
+        self.span_start = self.span_end = None
+        self.unreported_samples = 0  # an epoch's leftover is in its epoch message
+        done = self.account.close_epoch(next_epoch, span_ms)
         if done is None:
             return
         t, warmup = done
@@ -565,6 +606,7 @@ class Session:
         }
         if self.optimizer_name in protocol.OPTIMIZERS:
             fields["optimizer"] = self.optimizer_name
+        fields.update(book.observed())  # what the script set; attach changes neither
         self.client.send("result", **fields)
 
 

@@ -4,6 +4,11 @@ In attach mode a step is one optimizer step (or one `ddptop_worker.step()` call)
 or two late. An epoch is what lies between two `DistributedSampler.set_epoch` calls with different
 values; a script that never calls it has one epoch, 0.
 
+Sampled timing (`DDPTOP_TIME_EVERY=N`, ddptop's default on GPUs, as for its own runs): after
+the warm-up steps only every Nth step carries CUDA events and a `step` message; the others are
+counted (samples, host data wait) and an epoch's time is then the span from its first counted
+step's start to its last step's end (two events per epoch), not a sum of step times.
+
 Warm-up: the first `WARMUP_STEPS` steps carry `warmup: true` and are never counted in an epoch's
 throughput (the first step creates the NCCL communicator and CUDA context state, the second one
 runs on DDP's single iteration-0 bucket and rebuilds the buckets). The first epoch is also a
@@ -19,6 +24,19 @@ from typing import Any
 WARMUP_STEPS = 3
 
 
+def time_every_from_env() -> int:
+    """`DDPTOP_TIME_EVERY` (ddptop sets 10 on GPUs), else 1: every step timed."""
+    import os
+
+    raw = os.environ.get("DDPTOP_TIME_EVERY", "").strip()
+    return int(raw) if raw.isdigit() and int(raw) >= 1 else 1
+
+
+def is_timed(step: int, every: int) -> bool:
+    """Whether step `step` (1-based) carries events: every warm-up step, then 1 in `every`."""
+    return step <= WARMUP_STEPS or step % every == 0
+
+
 @dataclass
 class EpochTally:
     epoch: int
@@ -28,6 +46,7 @@ class EpochTally:
     data_wait_ms: float = 0.0
     samples_known: bool = True
     all_steps: int = 0  # warm-up steps included
+    timed_steps: int = 0  # counted steps with their own step time (all of them unless sampled)
 
     @property
     def seconds(self) -> float:
@@ -70,7 +89,8 @@ class Account:
     timed_rates: list[float] = field(default_factory=list)
     total_steps: int = 0
 
-    def add(self, info: StepInfo, step_ms: float, data_ms: float) -> None:
+    def add(self, info: StepInfo, step_ms: float | None, data_ms: float) -> None:
+        """One finished step; `step_ms` None for an untimed step (its time is in the span)."""
         if info.epoch != self.current.epoch:
             # A step resolved after its epoch was closed (should not happen: epochs close after a
             # forced flush); keep it in the epoch it ran in only if that is the current one.
@@ -84,13 +104,21 @@ class Account:
             return
         t.steps += 1
         t.samples += info.samples
-        t.ms += max(0.0, step_ms)
+        if step_ms is not None:
+            t.timed_steps += 1
+            t.ms += max(0.0, step_ms)
         t.data_wait_ms += max(0.0, data_ms)
         t.samples_known = t.samples_known and info.samples_known
 
-    def close_epoch(self, next_epoch: int | None) -> tuple[EpochTally, bool] | None:
-        """Finish the current epoch (next_epoch None: the run ended). None when nothing ran."""
+    def close_epoch(
+        self, next_epoch: int | None, span_ms: float | None = None
+    ) -> tuple[EpochTally, bool] | None:
+        """Finish the current epoch (next_epoch None: the run ended). None when nothing ran.
+        `span_ms`: the counted steps' wall time, which replaces the sum of step times when some
+        steps were untimed."""
         t = self.current
+        if span_ms is not None and t.timed_steps < t.steps:
+            t.ms = max(0.0, span_ms)
         warmup = next_epoch is not None and t.epoch == self.first_epoch
         if next_epoch is not None:
             self.current = EpochTally(next_epoch)

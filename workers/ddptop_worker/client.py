@@ -364,7 +364,13 @@ class Client:
         try:
             import torch  # lazy: client.py stays stdlib-only at import time
 
-            dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace")()
+            import torch.distributed as dist
+
+            # gloo's collectives are in the generic recorder, NCCL's in its own.
+            name = "_dump_nccl_trace"
+            if dist.is_initialized() and str(dist.get_backend()) != "nccl":
+                name = "_dump_fr_trace"
+            dump = getattr(torch._C._distributed_c10d, name)()
         except Exception as e:  # noqa: BLE001 - unavailable on builds without NCCL, or no PG
             self.log("warn", f"dump_fr: flight recorder unavailable: {type(e).__name__}: {e}")
             return None

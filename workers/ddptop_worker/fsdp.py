@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import collectives, memory, models
+from . import book, collectives, memory, models
 from .client import Client, write_line
 from .data import Data, DataConfig, add_data_args
 from .faults import Fault
@@ -71,6 +71,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--control-every", type=int, default=5, help="ranks agree on commands every N steps"
     )
     p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
+    book.add_args(p)
 
 
 # ---------------------------------------------------------------------- model wrapping
@@ -339,6 +340,7 @@ def _fmt_mb(n: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    book.apply(args.torch_settings)
     with Runtime("fsdp", args.backend, args.timeout_s) as rt:
         if args.epochs < 1 or args.batch < 1 or args.samples < 1 or args.comm_every < 1:
             raise WorkerError("--epochs, --batch, --samples and --comm-every must be >= 1")
@@ -422,6 +424,7 @@ def run(args: argparse.Namespace) -> int:
             bucket_bytes=(tr.layout or rebuilt_bucket_sizes(w.ddp) or []) if w.ddp else [],
             optimizer=args.optimizer,
             strategy=args.strategy,
+            **book.observed(),
         )
         rate = f"{mean:.1f}" if mean is not None else "n/a"
         # One write per line: ranks sharing torchrun's pipe must not interleave mid-line.

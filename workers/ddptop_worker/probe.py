@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import models
+from . import book, models
 from .client import Client, write_line
 from .data import Data, DataConfig
 from .runtime import Runtime, WorkerError
@@ -187,9 +187,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="data and init seed")
     p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
+    book.add_args(p)
 
 
 def run(args: argparse.Namespace) -> int:
+    book.apply(args.torch_settings)
     return probe(ProbeSettings.from_args(args))
 
 
@@ -263,5 +265,6 @@ def probe(s: ProbeSettings) -> int:
             params=models.count_params(net),
             grad_bytes=models.grad_bytes(net),
             bucket_bytes=rebuilt_bucket_sizes(ddp) or [],
+            **book.observed(),
         )
     return 0

@@ -127,6 +127,7 @@ def dict_of(value: Check) -> Check:
 BACKENDS: Final = ("nccl", "gloo", "sim", "xla", "copy")
 WORKERS: Final = ("train", "probe", "allreduce", "sim", "handrolled", "fsdp", "jax", "attach")
 INSTRUMENTS: Final = ("full", "steps_only", "off")
+MATMUL_PRECISIONS: Final = ("highest", "high", "medium")
 PHASES: Final = ("init", "ddp_init", "train", "probe", "bench", "compile", "autotune", "done")
 TIMINGS: Final = ("cuda_events", "host", "profiler", "model")
 COLLECTIVES: Final = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
@@ -302,7 +303,12 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "layout": opt(dict_of(string)),
         "platform": opt_string,
     },
-    "result": {"optimizer": opt(one_of(*OPTIMIZERS)), "strategy": opt(one_of(*STRATEGIES))},
+    "result": {
+        "optimizer": opt(one_of(*OPTIMIZERS)),
+        "strategy": opt(one_of(*STRATEGIES)),
+        "matmul_precision": opt(one_of(*MATMUL_PRECISIONS)),
+        "cudnn_benchmark": opt(boolean),
+    },
     "plan": {
         "epochs": opt_uint,
         "steps_per_epoch": opt_uint,

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import models
+from . import book, models
 from .client import Client, write_line
 from .data import Data, DataConfig, add_data_args
 from .faults import Fault
@@ -54,6 +54,7 @@ from .timing import (
 REBUILD_MIN_STEPS = 2  # never time buckets before this many steps (iteration 0 has one bucket)
 REBUILD_GIVE_UP_STEPS = 8  # then time whatever layout there is, marked rebuilt:false
 MEMORY_EVERY = 50
+AUTOTUNE_STEPS = 2  # the first step, and the first after DDP's bucket rebuild (new shapes)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class TrainSettings:
     probe_block_steps: int = 10
     probe_warmup_steps: int = 3
     timeout_s: float = 300.0
+    torch_settings: str = "book"
 
     @staticmethod
     def from_args(a: argparse.Namespace) -> TrainSettings:
@@ -94,6 +96,7 @@ class TrainSettings:
             probe_block_steps=a.probe_block_steps,
             probe_warmup_steps=a.probe_warmup_steps,
             timeout_s=a.timeout_s,
+            torch_settings=a.torch_settings,
         )
 
     def per_rank_batch(self, world_size: int) -> int:
@@ -166,6 +169,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="probe_on: unreported warm-up steps per mode before the first block pair",
     )
     p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
+    book.add_args(p)
 
 
 @dataclass
@@ -437,6 +441,8 @@ class Trainer:
                 self.unreported_samples += batch
             self.synced_iterations += 1
             self.client.step = self.global_step
+            if self.global_step == AUTOTUNE_STEPS and self.client.phase == "autotune":
+                self.client.phase = "train"
             last = (x, y)
             i += 1
             if inst:
@@ -489,6 +495,7 @@ def train(s: TrainSettings) -> int:
         "train", s.backend, s.timeout_s, quiet=not s.instrument, kernel_timing=kernel_timing
     ) as rt:
         client = rt.client
+        book.apply(s.torch_settings)
         k = rt.world_size
         per_rank = s.per_rank_batch(k)
         torch.manual_seed(s.data.seed)
@@ -518,7 +525,9 @@ def train(s: TrainSettings) -> int:
                 f"{data.description} via the {s.data.path} path, model {s.model} "
                 f"({models.count_params(net)} params), timing {clock.method}{every}; {kernels}",
             )
-        client.phase = "train"
+        # cudnn.benchmark tries every convolution algorithm in the first steps: say so, so the
+        # watchdog shows why they are slow (train.run_epoch leaves the phase after step 2).
+        client.phase = "autotune" if book.autotunes(rt.device) else "train"
         timed: list[float] = []
         for epoch in range(s.epochs):
             st, stop = tr.run_epoch(epoch)
@@ -543,6 +552,7 @@ def train(s: TrainSettings) -> int:
             params=models.count_params(net),
             grad_bytes=models.grad_bytes(net),
             bucket_bytes=layout or [],
+            **book.observed(),
         )
         rate = f"{mean:.1f}" if mean is not None else "n/a"
         write_line(

@@ -3,7 +3,9 @@
     torchrun --standalone --nproc-per-node=K workers/scripts/bare_d2l.py [--batch 256]
              [--samples 60000] [--epochs 2]
 
-It imports nothing from ddptop_worker: the d2l ResNet-18 is written out here again, the data is
+It is the chapter's loop, its two settings included: `torch.set_float32_matmul_precision("high")`
+and `torch.backends.cudnn.benchmark = True` (`--no-book-settings` leaves PyTorch's defaults, for
+the comparison arm). It imports nothing from ddptop_worker: the d2l ResNet-18 is written out here again, the data is
 `torch.rand` resident in device memory (samples / K per rank), each step slices the next batch,
 and the step is zero_grad(set_to_none=True), forward, backward, SGD step: nothing else, no
 events, no hook, no messages. Epoch 0 is warm-up; each later epoch is timed between two
@@ -68,7 +70,11 @@ def main() -> int:
     p.add_argument("--samples", type=int, default=60000, help="samples per epoch, all ranks")
     p.add_argument("--epochs", type=int, default=2, help="epochs; epoch 0 is warm-up")
     p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--no-book-settings", action="store_true", help="PyTorch's defaults instead")
     a = p.parse_args()
+    if not a.no_book_settings:
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.benchmark = True
     rank, k = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     local = int(os.environ.get("LOCAL_RANK", 0))
     if "MASTER_ADDR" not in os.environ:  # plain `python bare_d2l.py`: one rank

@@ -129,3 +129,40 @@ def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> Non
     q = python("print('still runs')", base_env(PYTHONPATH=str(other)))
     assert p.returncode == q.returncode == 0 and p.stdout == q.stdout == "still runs\n"
     assert "their bug" in p.stderr and "their bug" in q.stderr
+
+
+def test_sampled_timing_counts_every_step_and_takes_the_epochs_span() -> None:
+    from ddptop_worker.attach_steps import is_timed
+
+    every = 10
+    a = Account()
+    for n in range(1, 104):
+        timed = is_timed(n, every)
+        a.add(info(n, 0), step_ms=10.0 if timed else None, data_ms=1.0)
+    # 100 counted steps, of which 10 timed (steps 10, 20, ..., 100); the span says 1.25 s.
+    done = a.close_epoch(None, span_ms=1250.0)
+    assert done is not None
+    t, _ = done
+    assert t.steps == 100 and t.timed_steps == 10 and t.samples == 3200
+    assert t.seconds == pytest.approx(1.25)
+    assert t.samples_per_s == pytest.approx(2560.0)
+
+
+def test_every_step_timed_keeps_the_sum_of_step_times() -> None:
+    a = Account()
+    for n in range(1, 14):
+        a.add(info(n, 0), step_ms=10.0, data_ms=0.0)
+    t, _ = a.close_epoch(None, span_ms=999.0) or (None, None)
+    assert t is not None and t.seconds == pytest.approx(0.1)  # the span is not used
+
+
+def test_time_every_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddptop_worker.attach_steps import is_timed, time_every_from_env
+
+    monkeypatch.setenv("DDPTOP_TIME_EVERY", "10")
+    assert time_every_from_env() == 10
+    for bad in ("", "0", "x"):
+        monkeypatch.setenv("DDPTOP_TIME_EVERY", bad)
+        assert time_every_from_env() == 1
+    assert all(is_timed(n, 10) for n in range(1, WARMUP_STEPS + 1))
+    assert [n for n in range(4, 31) if is_timed(n, 10)] == [10, 20, 30]
