@@ -162,12 +162,17 @@ impl Engine {
         };
         if self.tcp.is_none() {
             let t = TcpServer::start(
-                o.listen_addr(),
+                o.listen_addr()?,
                 self.server.registry.clone(),
                 self.tx.clone(),
             )?;
             // Beside the Unix socket, for people and tests: where remote ranks connect.
-            let _ = std::fs::write(self.server.dir.join("tcp.addr"), t.addr.to_string());
+            let _ = std::fs::write(
+                self.server
+                    .dir
+                    .join(crate::supervisor::socket::TCP_ADDR_FILE),
+                t.addr.to_string(),
+            );
             self.state.push_message(
                 Level::Info,
                 None,
@@ -200,6 +205,9 @@ impl Engine {
         crate::run::fits(spec.k, self.state.max_k).map_err(|e| anyhow::anyhow!(e))?;
         let id = new_run_id();
         let (gpus_lease, gpus_shared) = self.guard_gpus(&spec, &id)?;
+        if let Some(note) = gpus_lease.as_ref().and_then(|l| l.unlocked.clone()) {
+            self.state.push_message(Level::Warn, Some(&id), note);
+        }
         let run_dir = self.opts.data_dir.join("runs").join(&id);
         std::fs::create_dir_all(&run_dir)?;
         let token = new_token();
@@ -697,10 +705,13 @@ impl Engine {
                     && let Some(v) = self.state.run_mut(id)
                 {
                     v.rejected += 1;
-                    self.pending.push(EventRow::note(
-                        id,
-                        &format!("connection rejected: {detail}"),
-                    ));
+                    // The count is kept in full; the rows only while they are few.
+                    if crate::supervisor::socket::worth_a_row(v.rejected) {
+                        self.pending.push(EventRow::note(
+                            id,
+                            &format!("connection rejected: {detail}"),
+                        ));
+                    }
                 }
                 self.state.push_message(
                     Level::Warn,
@@ -973,6 +984,16 @@ impl Engine {
         }
         self.server.registry.close_run(run);
         self.launches.remove(run);
+        // The TCP listener is open to the network before any token is checked: only while a
+        // multi-node run needs it.
+        if self.tcp.is_some() && !self.launches.values().any(|l| l.plan.is_some()) {
+            self.tcp = None;
+            let _ = std::fs::remove_file(
+                self.server
+                    .dir
+                    .join(crate::supervisor::socket::TCP_ADDR_FILE),
+            );
+        }
         let level = if status == RunStatus::Completed {
             Level::Info
         } else {

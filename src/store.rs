@@ -106,12 +106,18 @@ impl EventRow {
         if matches!(msg, WorkerMsg::Heartbeat(_)) {
             return None;
         }
+        let mut body = serde_json::to_value(msg).ok()?;
+        // The token authenticates a live run over TCP: whoever reads the database must not be
+        // able to join one with it.
+        if let Some(o) = body.as_object_mut() {
+            o.remove("token");
+        }
         Some(EventRow {
             run_id: run_id.to_string(),
             unix: crate::util::unix_now(),
             rank: Some(msg.rank()),
             kind: msg.type_name().to_string(),
-            body: serde_json::to_string(msg).ok()?,
+            body: body.to_string(),
         })
     }
 
@@ -162,13 +168,54 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The data directory holds every run's command, environment and output: 0700 when it is
+/// created, and closed to 0700 when an older ddptop left it open (only when it is ours).
+fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create the data directory {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The database and its WAL files at 0600 (SQLite gives new WAL files the database's mode).
+fn private_db_files(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot open the run database {}: {e}", path.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        if let Ok(m) = std::fs::symlink_metadata(&p)
+            && m.is_file()
+            && m.uid() == me
+            && m.mode() & 0o077 != 0
+        {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open (creating) the database. Runs left `running` by a ddptop that is no longer alive
     /// are marked failed, so history never shows a ghost run as in progress.
     pub fn open(path: &Path) -> anyhow::Result<Store> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            private_data_dir(dir)?;
         }
+        private_db_files(path)?;
         let conn = Connection::open(path)
             .map_err(|e| anyhow::anyhow!("cannot open the run database {}: {e}", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -686,6 +733,51 @@ mod tests {
             .query_row("SELECT environ_json FROM runs", [], |r| r.get(0))
             .unwrap();
         assert!(!environ.contains("secret") && environ.contains("<redacted>"));
+    }
+
+    #[test]
+    fn hello_tokens_are_not_stored_and_the_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let data = parent.path().join("data");
+        let mut store = Store::open(&data.join("runs.db")).unwrap();
+        let token = "f".repeat(64);
+        let line = format!(
+            r#"{{"v":1,"type":"hello","token":"{token}","run_id":"r","rank":0,"world_size":1,"local_rank":0,"pid":7,"host":"h","device":"cpu","backend":"gloo","worker":"train","torch":null,"nccl":null,"cuda":null,"t":1.0}}"#
+        );
+        let hello = crate::protocol::parse_worker(&line).unwrap();
+        store
+            .add_events(&[EventRow::from_msg("r", &hello).unwrap()])
+            .unwrap();
+        drop(store);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&data), 0o700);
+        for f in std::fs::read_dir(&data).unwrap().flatten() {
+            assert_eq!(mode(&f.path()), 0o600, "{}", f.path().display());
+            let bytes = std::fs::read(f.path()).unwrap();
+            assert!(
+                !bytes.windows(64).any(|w| w == token.as_bytes()),
+                "the token is in {}",
+                f.path().display()
+            );
+        }
+        // An existing open database of ours is closed too.
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(data.join("runs.db"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let store = Store::open(&data.join("runs.db")).unwrap();
+        let body: String = store
+            .conn
+            .query_row("SELECT body FROM events WHERE type='hello'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert!(
+            body.contains("\"pid\":7") && !body.contains("token"),
+            "{body}"
+        );
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("runs.db")), 0o600);
     }
 
     #[test]

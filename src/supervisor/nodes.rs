@@ -57,21 +57,37 @@ impl NodesOptions {
         }
     }
 
-    /// Loopback only when no node is another machine.
-    pub fn listen_addr(&self) -> SocketAddr {
-        self.listen.unwrap_or_else(|| {
-            let me = crate::paths::hostname();
-            let all_local = self
-                .hosts
-                .iter()
-                .all(|h| h == "localhost" || h == "127.0.0.1" || h == "::1" || *h == me);
-            let ip = if all_local {
-                IpAddr::V4(Ipv4Addr::LOCALHOST)
-            } else {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            };
-            SocketAddr::new(ip, 0)
-        })
+    /// Where the TCP listener binds: `--listen`, else loopback when no node is another machine,
+    /// else the address other nodes are told to connect to (`--advertise`, node 0's `ADDR`, or
+    /// this machine's host name, resolved here). Never every interface unless asked
+    /// (`--listen 0.0.0.0:0`): the listener is reachable before any token is checked.
+    pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        if let Some(l) = self.listen {
+            return Ok(l);
+        }
+        let me = crate::paths::hostname();
+        let all_local = self
+            .hosts
+            .iter()
+            .all(|h| h == "localhost" || h == "127.0.0.1" || h == "::1" || *h == me);
+        if all_local {
+            return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+        }
+        let host = self
+            .advertise
+            .clone()
+            .or_else(|| self.addrs.first().cloned().flatten())
+            .unwrap_or(me);
+        let ips: Vec<IpAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 0))
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot resolve {host} to choose where to listen: {e}; pass --listen IP:PORT")
+                })?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        pick_listen_ip(&host, &ips).map(|ip| SocketAddr::new(ip, 0))
     }
 
     /// The plan of one launch of world size `k`, given the TCP listener's bound address.
@@ -79,6 +95,12 @@ impl NodesOptions {
         let n = self.hosts.len() as u32;
         if n == 0 {
             anyhow::bail!("--nodes names no node");
+        }
+        for (h, a) in self.hosts.iter().zip(&self.addrs) {
+            check_host(h).map_err(anyhow::Error::msg)?;
+            if let Some(a) = a {
+                check_host(a).map_err(anyhow::Error::msg)?;
+            }
         }
         let nproc = match self.nproc_per_node {
             Some(p) if p * n == k => p,
@@ -114,6 +136,40 @@ impl NodesOptions {
                 .collect(),
         })
     }
+}
+
+/// The first address of `host` other nodes can reach: not loopback (a host name mapped to
+/// 127.0.1.1, as Debian does, would leave every remote rank unable to connect).
+fn pick_listen_ip(host: &str, ips: &[IpAddr]) -> anyhow::Result<IpAddr> {
+    ips.iter()
+        .copied()
+        .find(|ip| !ip.is_loopback())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{host} is a loopback address here, which other nodes cannot reach; pass \
+                 --listen IP:PORT (or --advertise ADDR) with this machine's cluster address"
+            )
+        })
+}
+
+/// Host names reach ssh (or the node template) as arguments: one starting with `-` would be
+/// read as an option (`-J…`, `-oProxyCommand=…`), so it is refused, as are spaces and
+/// control characters.
+pub fn check_host(host: &str) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("--nodes: an empty node name".into());
+    }
+    if host.starts_with('-') {
+        return Err(format!(
+            "--nodes: node name `{host}` starts with `-` and would be read as an option"
+        ));
+    }
+    if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--nodes: node name {host:?} has a space or control character"
+        ));
+    }
+    Ok(())
 }
 
 fn host_port(host: &str, port: u16) -> String {
@@ -239,13 +295,43 @@ mod tests {
         let p = o.plan(2, "0.0.0.0:7".parse().unwrap()).unwrap();
         assert_eq!(p.tcp, "head:7");
         assert_eq!(
-            NodesOptions::new(vec!["localhost".into()]).listen_addr(),
+            NodesOptions::new(vec!["localhost".into()])
+                .listen_addr()
+                .unwrap(),
             "127.0.0.1:0".parse().unwrap()
         );
-        assert!(
-            o.listen_addr().ip().is_unspecified(),
-            "other hosts: every interface"
-        );
+    }
+
+    #[test]
+    fn the_listener_binds_the_advertised_address_not_every_interface() {
+        let mut o = NodesOptions::new(vec!["a".into(), "b=10.0.0.2".into()]);
+        o.advertise = Some("10.0.0.1".into());
+        assert_eq!(o.listen_addr().unwrap(), "10.0.0.1:0".parse().unwrap());
+        let o = NodesOptions::new(vec!["a=10.0.0.7".into(), "b=10.0.0.2".into()]);
+        assert_eq!(o.listen_addr().unwrap(), "10.0.0.7:0".parse().unwrap());
+        // Asked for explicitly, every interface is still possible.
+        let mut o = NodesOptions::new(vec!["a".into(), "b".into()]);
+        o.listen = Some("0.0.0.0:0".parse().unwrap());
+        assert!(o.listen_addr().unwrap().ip().is_unspecified());
+        let lo: IpAddr = "127.0.1.1".parse().unwrap();
+        let lan: IpAddr = "10.0.0.9".parse().unwrap();
+        assert_eq!(pick_listen_ip("h", &[lo, lan]).unwrap(), lan);
+        let e = pick_listen_ip("h", &[lo]).unwrap_err().to_string();
+        assert!(e.contains("--listen"), "{e}");
+    }
+
+    #[test]
+    fn node_names_that_look_like_options_are_refused() {
+        let o = NodesOptions::new(vec!["localhost".into(), "-J127.0.0.1:1".into()]);
+        let e = o
+            .plan(2, "127.0.0.1:1".parse().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("starts with `-`") && !e.contains('\n'), "{e}");
+        let o = NodesOptions::new(vec!["a".into(), "b=-oProxyCommand=x".into()]);
+        assert!(o.plan(2, "127.0.0.1:1".parse().unwrap()).is_err());
+        assert!(check_host("node-1.cluster").is_ok());
+        assert!(check_host("a b").is_err());
     }
 
     /// Node 1 started and stopped through a channel that is a plain local `sh -c {cmd}`: the
