@@ -78,6 +78,9 @@ struct Launch {
     /// A multi-node run: the plan and the agents started on the other nodes (index = node - 1).
     plan: Option<NodePlan>,
     remote: Vec<RemoteNode>,
+    /// Local rank pids from `hello` that are processes of this run's tree: only these are
+    /// signalled at stop (a rank may claim any pid).
+    known_pids: HashMap<u32, procs::Known>,
 }
 
 /// Another node's torchrun agent, started through the node template.
@@ -85,9 +88,10 @@ struct RemoteNode {
     /// The local channel process (ssh, `ip netns exec`, srun) leads its own process group.
     pgid: Option<u32>,
     exit: Option<Exit>,
-    /// From the wrapper's first line: the agent's pid on its node, and its Slurm step.
-    agent_pid: Option<u32>,
-    slurm_step: Option<String>,
+    /// The wrapper's first line on the channel's own stdout (`ddptop-node N pid=P slurm=S`):
+    /// the agent's pid on its node and its Slurm step. Never read from output.log, where a
+    /// rank's stdout could forge it.
+    first_line: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 pub struct Engine {
@@ -271,14 +275,13 @@ impl Engine {
         for (i, c) in node_cmds.iter().enumerate() {
             let node = i + 1;
             match launch::spawn_with_secret(c, &run_dir, &token) {
-                Ok(mut child) => {
+                Ok((mut child, first_line)) => {
                     let tx = self.tx.clone();
                     let rid = id.clone();
                     remote.push(RemoteNode {
                         pgid: child.id(),
                         exit: None,
-                        agent_pid: None,
-                        slurm_step: None,
+                        first_line,
                     });
                     tokio::spawn(async move {
                         let exit = Exit::of(child.wait().await);
@@ -296,8 +299,7 @@ impl Engine {
                     remote.push(RemoteNode {
                         pgid: None,
                         exit: Some(Exit::Unknown),
-                        agent_pid: None,
-                        slurm_step: None,
+                        first_line: Default::default(),
                     });
                     self.state
                         .push_message(Level::Error, Some(&id), format!("node {node}: {e}"));
@@ -351,6 +353,7 @@ impl Engine {
                 _gpus: gpus_lease,
                 plan,
                 remote,
+                known_pids: HashMap::new(),
             },
         );
         if let Some(i) = self
@@ -650,6 +653,25 @@ impl Engine {
                     }
                 }
                 if let WorkerMsg::Hello(h) = msg.as_ref()
+                    && self.server.registry.remote_peer(&run, h.rank).is_none()
+                    && let Some(l) = self.launches.get_mut(&run)
+                {
+                    match l.pgid.and_then(|pg| procs::Known::descendant(h.pid, pg)) {
+                        Some(k) => {
+                            l.known_pids.insert(h.pid, k);
+                        }
+                        None => {
+                            let text = format!(
+                                "rank {} claims pid {}, which is not a process of this run; it \
+                                 will not be signalled at stop",
+                                h.rank, h.pid
+                            );
+                            self.pending.push(EventRow::note(&run, &text));
+                            self.state.push_message(Level::Warn, Some(&run), text);
+                        }
+                    }
+                }
+                if let WorkerMsg::Hello(h) = msg.as_ref()
                     && let Some(peer) = self.server.registry.remote_peer(&run, h.rank)
                     && let Some(r) = self
                         .state
@@ -857,13 +879,15 @@ impl Engine {
         l.stopping = true;
         let pgid = if l.exit.is_some() { None } else { l.pgid };
         let view = self.state.run(run);
-        // Only this machine's pids are signalled here; another node's go through its channel.
+        // Only this machine's pids are signalled here, and only those found in the run's own
+        // tree at `hello` and still the same process; another node's go through its channel.
         let pids: Vec<u32> = view
             .map(|v| {
                 v.ranks
                     .values()
                     .filter(|r| !r.remote)
                     .filter_map(|r| r.pid)
+                    .filter(|p| l.known_pids.get(p).is_some_and(|k| k.current()))
                     .collect()
             })
             .unwrap_or_default();
@@ -874,18 +898,28 @@ impl Engine {
             .filter(|(_, n)| n.exit.is_none())
             .map(|(i, n)| {
                 let host = l.plan.as_ref().map(|p| p.hosts[i + 1].as_str());
-                let mut pids: Vec<u32> = n.agent_pid.into_iter().collect();
-                pids.extend(view.into_iter().flat_map(|v| {
-                    v.ranks
-                        .values()
-                        .filter(|r| r.remote && r.node.as_deref() == host)
-                        .filter_map(|r| r.pid)
-                }));
+                let agent = n
+                    .first_line
+                    .get()
+                    .and_then(|line| nodes::parse_node_line(line))
+                    .filter(|(node, _, _)| *node == i + 1);
+                // The ranks' pids are their own claims: the node's stop script signals only
+                // those it finds under the agent.
+                let pids = view
+                    .into_iter()
+                    .flat_map(|v| {
+                        v.ranks
+                            .values()
+                            .filter(|r| r.remote && r.node.as_deref() == host)
+                            .filter_map(|r| r.pid)
+                    })
+                    .collect();
                 RemoteStop {
                     node: i + 1,
                     channel_pgid: n.pgid,
+                    agent: agent.as_ref().map(|a| a.1),
                     pids,
-                    slurm_step: n.slurm_step.clone(),
+                    slurm_step: agent.and_then(|a| a.2),
                 }
             })
             .collect();
@@ -1151,14 +1185,6 @@ impl Engine {
         let lines = l.output.new_lines();
         if lines.is_empty() {
             return;
-        }
-        for line in &lines {
-            if let Some((node, pid, slurm)) = nodes::parse_node_line(line)
-                && let Some(n) = node.checked_sub(1).and_then(|i| l.remote.get_mut(i))
-            {
-                n.agent_pid = Some(pid);
-                n.slurm_step = slurm;
-            }
         }
         if let Some(v) = self.state.run_mut(run) {
             for line in lines {

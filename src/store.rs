@@ -421,8 +421,12 @@ impl Store {
         let ranks = stmt.query_map([&run.id], |r| {
             Ok(RankView {
                 rank: r.get(0)?,
-                result_sps: r.get(1)?,
-                epochs: serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+                result_sps: r.get::<_, Option<f64>>(1)?.and_then(rate),
+                epochs: serde_json::from_str::<Vec<(u32, f64, bool)>>(&r.get::<_, String>(2)?)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, sps, _)| rate(*sps).is_some())
+                    .collect(),
                 pid: r.get(3)?,
                 device: r.get(4)?,
                 ..Default::default()
@@ -462,7 +466,15 @@ impl Store {
                         run.push_tail(format!("ddptop: {m}"));
                     }
                 }
-                _ => match serde_json::from_str::<WorkerMsg>(&body) {
+                // Stored before the protocol's range checks (or written by anything else):
+                // checked again, so one absurd figure cannot hang a report.
+                _ => match serde_json::from_str::<WorkerMsg>(&body)
+                    .map_err(|_| ())
+                    .and_then(|m| {
+                        crate::protocol::validate::check_numbers(&m)
+                            .map(|()| m)
+                            .map_err(|_| ())
+                    }) {
                     Ok(WorkerMsg::Probe(p)) => run.probe.push(p as Probe),
                     Ok(WorkerMsg::Bench(b)) => run.bench.push(b as Bench),
                     Ok(WorkerMsg::Buckets(b)) => {
@@ -518,6 +530,17 @@ impl Store {
     }
 }
 
+/// A stored samples/s figure when it is plausible (`protocol::validate::limits`); databases
+/// written before the protocol bounded numbers can hold 1e308.
+fn rate(x: f64) -> Option<f64> {
+    crate::protocol::validate::plausible(x, crate::protocol::validate::limits::SAMPLES_PER_S)
+}
+
+/// A stored speedup or efficiency when it is plausible (k is far below a million).
+fn ratio(x: f64) -> Option<f64> {
+    crate::protocol::validate::plausible(x, 1e6)
+}
+
 fn spec_id(r: &rusqlite::Row) -> String {
     r.get("id").unwrap_or_default()
 }
@@ -545,8 +568,8 @@ impl Store {
                  FROM runs WHERE id=?1",
                 [id],
                 |r| {
-                    let speedup: Option<f64> = r.get(4)?;
-                    let efficiency: Option<f64> = r.get(5)?;
+                    let speedup: Option<f64> = r.get::<_, Option<f64>>(4)?.and_then(ratio);
+                    let efficiency: Option<f64> = r.get::<_, Option<f64>>(5)?.and_then(ratio);
                     let baseline: Option<String> = r.get(6)?;
                     Ok(LaunchRecord {
                         command: r.get(0)?,
@@ -636,9 +659,9 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     run.status = known(r, "status", RunStatus::parse)?;
     run.reason = r.get("reason")?;
     run.ended_unix = r.get("ended_unix")?;
-    let sps: Option<f64> = r.get("samples_per_s")?;
-    let rank_min: Option<f64> = r.get("rank_min")?;
-    let rank_max: Option<f64> = r.get("rank_max")?;
+    let sps: Option<f64> = r.get::<_, Option<f64>>("samples_per_s")?.and_then(rate);
+    let rank_min: Option<f64> = r.get::<_, Option<f64>>("rank_min")?.and_then(rate);
+    let rank_max: Option<f64> = r.get::<_, Option<f64>>("rank_max")?.and_then(rate);
     run.aggregate = sps.map(|s| Aggregate {
         samples_per_s: s,
         per_rank: Vec::new(),
@@ -778,6 +801,40 @@ mod tests {
         );
         assert_eq!(mode(&data), 0o700);
         assert_eq!(mode(&data.join("runs.db")), 0o600);
+    }
+
+    /// What an older ddptop stored from a hostile worker (1.7e308 samples/s, a bench row of
+    /// 1e300 GB/s) is read back as absent, not as a figure to plot.
+    #[test]
+    fn implausible_stored_figures_are_left_out_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = spec();
+        insert(&store, "r1", &s, dir.path());
+        let mut run = RunView::new("r1".into(), s, std::time::Instant::now(), 5.0);
+        run.status = RunStatus::Completed;
+        run.ranks.get_mut(&0).unwrap().result_sps = Some(1.7e308);
+        run.ranks.get_mut(&1).unwrap().result_sps = Some(90.0);
+        run.aggregate = Some(Aggregate {
+            samples_per_s: 1.7e308,
+            per_rank: vec![1.7e308, 90.0],
+            rank_min: 90.0,
+            rank_max: 1.7e308,
+        });
+        store.finalize(&run, None).unwrap();
+        let bench = r#"{"rank":0,"step":1,"t":1.0,"op":"all_reduce","bytes":1024,"dtype":"float32","iters":5,"time_us":10.0,"algbw_gbs":1e300,"busbw_gbs":1e300}"#;
+        let mut row = EventRow::note("r1", "x");
+        row.kind = "bench".into();
+        row.body = bench.replace(r#"{"rank""#, r#"{"type":"bench","rank""#);
+        let mut good = row.clone();
+        good.body = row.body.replace("1e300", "12.5");
+        store.add_events(&[row, good]).unwrap();
+        let l = &store.load_runs(10).unwrap()[0];
+        assert!(l.aggregate.is_none(), "{:?}", l.aggregate);
+        assert_eq!(l.ranks[&0].result_sps, None);
+        assert_eq!(l.ranks[&1].result_sps, Some(90.0));
+        assert_eq!(l.bench.len(), 1, "only the plausible row: {:?}", l.bench);
+        assert_eq!(l.bench[0].busbw_gbs, 12.5);
     }
 
     #[test]

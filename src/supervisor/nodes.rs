@@ -180,18 +180,30 @@ fn host_port(host: &str, port: u16) -> String {
     }
 }
 
-/// `ddptop-node N pid=PID slurm=JOB.STEP`, the first line a node's wrapper prints.
+/// `ddptop-node N pid=PID slurm=JOB.STEP`, the first line a node's wrapper prints on its
+/// channel. The pid is signalled on the node and the step handed to the stop template, so
+/// both are checked: pid 1 (or 0) would make the stop `kill -- -1`, and the step must be
+/// Slurm's `digits.digits` (anything else, such as `.` outside Slurm, is no step).
 pub fn parse_node_line(line: &str) -> Option<(usize, u32, Option<String>)> {
     let rest = line.trim().strip_prefix("ddptop-node ")?;
     let mut it = rest.split_whitespace();
     let node = it.next()?.parse().ok()?;
-    let pid = it.next()?.strip_prefix("pid=")?.parse().ok()?;
+    let pid: u32 = it.next()?.strip_prefix("pid=")?.parse().ok()?;
+    if pid <= 1 || pid > i32::MAX as u32 {
+        return None;
+    }
     let slurm = it
         .next()
         .and_then(|s| s.strip_prefix("slurm="))
-        .filter(|s| *s != "." && !s.is_empty())
+        .filter(|s| is_slurm_step(s))
         .map(str::to_string);
     Some((node, pid, slurm))
+}
+
+fn is_slurm_step(s: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
+    s.split_once('.')
+        .is_some_and(|(j, st)| digits(j) && digits(st))
 }
 
 /// What stopping one remote node needs.
@@ -200,7 +212,10 @@ pub struct RemoteStop {
     pub node: usize,
     /// The local process of the channel (ssh, `ip netns exec`, srun): its own process group.
     pub channel_pgid: Option<u32>,
-    /// The agent's pid on the node (from its wrapper's first line) and its ranks' pids.
+    /// The agent's pid on the node (from its wrapper's first line on the channel).
+    pub agent: Option<u32>,
+    /// The pids the node's ranks claimed in `hello`: signalled only when the node finds them
+    /// under the agent.
     pub pids: Vec<u32>,
     pub slurm_step: Option<String>,
 }
@@ -238,13 +253,14 @@ pub async fn stop_remote(
         if !alive() {
             return None;
         }
-        if s.pids.is_empty() && plan.stop.is_none() {
+        if s.agent.is_none() && plan.stop.is_none() {
             break; // nothing known to signal on the node: only the channel is left
         }
-        let argv = match node_stop_command(plan, s.node, sig, &s.pids, s.slurm_step.as_deref()) {
-            Ok(a) => a,
-            Err(e) => return Some(format!("node {host}: {e}")),
-        };
+        let argv =
+            match node_stop_command(plan, s.node, sig, s.agent, &s.pids, s.slurm_step.as_deref()) {
+                Ok(a) => a,
+                Err(e) => return Some(format!("node {host}: {e}")),
+            };
         let out = tokio::time::timeout(
             Duration::from_secs(15),
             tokio::process::Command::new(&argv[0])
@@ -375,12 +391,15 @@ mod tests {
             line.contains("DDPTOP_SOCKET=tcp://127.0.0.1:4000"),
             "{line}"
         );
-        let mut child = spawn_with_secret(&cmd, dir.path(), "s3cr3t").unwrap();
+        let (mut child, first_line) = spawn_with_secret(&cmd, dir.path(), "s3cr3t").unwrap();
         let log = dir.path().join("output.log");
         let t0 = Instant::now();
         let (pid, text) = loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(p) = text.lines().find_map(parse_node_line).map(|(_, p, _)| p)
+            if let Some(p) = first_line
+                .get()
+                .and_then(|l| parse_node_line(l))
+                .map(|(_, p, _)| p)
                 && text.contains("node=b at tcp://127.0.0.1:4000")
             {
                 break (p, text);
@@ -392,10 +411,13 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert!(procs::alive(pid), "{text}");
+        // The channel's output still reaches output.log, the node line included.
+        assert!(text.contains(&format!("ddptop-node 1 pid={pid}")), "{text}");
         let stop = RemoteStop {
             node: 1,
             channel_pgid: child.id(),
-            pids: vec![pid],
+            agent: Some(pid),
+            pids: vec![],
             slurm_step: None,
         };
         let note = stop_remote(
@@ -424,5 +446,97 @@ mod tests {
             Some((2, 7, Some("991.3".into())))
         );
         assert_eq!(parse_node_line("[rank0]: hello"), None);
+    }
+
+    #[test]
+    fn node_lines_cannot_name_init_or_a_made_up_step() {
+        assert_eq!(parse_node_line("ddptop-node 1 pid=1 slurm=."), None);
+        assert_eq!(parse_node_line("ddptop-node 1 pid=0 slurm=."), None);
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=77 slurm=1;rm"),
+            Some((1, 77, None))
+        );
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=77 slurm=12."),
+            Some((1, 77, None))
+        );
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=77 slurm=-1.2"),
+            Some((1, 77, None))
+        );
+    }
+
+    /// A rank's stdout goes to output.log as before, but a `ddptop-node` line there is not the
+    /// channel's first line and is never taken for the agent.
+    #[tokio::test]
+    async fn only_the_channels_first_line_names_the_agent() {
+        use crate::supervisor::launch::{CommandLine, spawn_with_secret};
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = CommandLine {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "read t; echo \"ddptop-node 1 pid=$$ slurm=.\"; echo 'ddptop-node 1 pid=1 slurm=.'"
+                    .into(),
+            ],
+            env: Default::default(),
+            cwd: dir.path().to_path_buf(),
+        };
+        let (mut child, first) = spawn_with_secret(&cmd, dir.path(), "x").unwrap();
+        let pid = child.id().unwrap();
+        child.wait().await.unwrap();
+        let t0 = Instant::now();
+        while first.get().is_none() && t0.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            first.get().and_then(|l| parse_node_line(l)),
+            Some((1, pid, None))
+        );
+        // A forged line written to output.log by someone else changes nothing either.
+        let log = dir.path().join("output.log");
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&log).unwrap().contains("pid=1 ")
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(std::fs::read_to_string(&log).unwrap().contains("pid=1 "));
+    }
+
+    /// The node's stop script signals a claimed rank pid only when it descends from the agent.
+    #[tokio::test]
+    async fn the_node_stop_script_checks_descent_from_the_agent() {
+        let mut o = NodesOptions::new(vec!["a".into(), "b".into()]);
+        o.remote = "sh -c {cmd}".into();
+        o.rdzv_endpoint = Some("a:1".into());
+        let plan = o.plan(2, "127.0.0.1:4000".parse().unwrap()).unwrap();
+        // The "agent" with a child, and an unrelated process a rank claims as its pid.
+        let mut agent = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut victim = tokio::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let (a, v) = (agent.id().unwrap(), victim.id().unwrap());
+        let argv =
+            crate::supervisor::launch::node_stop_command(&plan, 1, "TERM", Some(a), &[v], None)
+                .unwrap();
+        let st = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .status()
+            .await
+            .unwrap();
+        assert!(st.success());
+        agent.wait().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            procs::alive(v),
+            "an unrelated pid a rank claimed was signalled"
+        );
+        let _ = victim.kill().await;
     }
 }
