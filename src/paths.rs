@@ -102,7 +102,11 @@ pub fn workers_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
         }
     }
     candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workers"));
-    candidates.into_iter().find(|p| has_pkg(p))
+    // Absolute: the launcher runs in the run's directory, where `./workers` means nothing.
+    candidates
+        .into_iter()
+        .find(|p| has_pkg(p))
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
 }
 
 /// This machine's name, for the header.
