@@ -82,6 +82,9 @@ struct Launch {
     /// A multi-node run: the plan and the agents started on the other nodes (index = node - 1).
     plan: Option<NodePlan>,
     remote: Vec<RemoteNode>,
+    /// Local rank pids from `hello` that are processes of this run's tree: only these are
+    /// signalled at stop (a rank may claim any pid).
+    known_pids: HashMap<u32, procs::Known>,
 }
 
 /// Another node's torchrun agent, started through the node template.
@@ -89,9 +92,10 @@ struct RemoteNode {
     /// The local channel process (ssh, `ip netns exec`, srun) leads its own process group.
     pgid: Option<u32>,
     exit: Option<Exit>,
-    /// From the wrapper's first line: the agent's pid on its node, and its Slurm step.
-    agent_pid: Option<u32>,
-    slurm_step: Option<String>,
+    /// The wrapper's first line on the channel's own stdout (`ddptop-node N pid=P slurm=S`):
+    /// the agent's pid on its node and its Slurm step. Never read from output.log, where a
+    /// rank's stdout could forge it.
+    first_line: std::sync::Arc<std::sync::OnceLock<String>>,
 }
 
 pub struct Engine {
@@ -166,12 +170,17 @@ impl Engine {
         };
         if self.tcp.is_none() {
             let t = TcpServer::start(
-                o.listen_addr(),
+                o.listen_addr()?,
                 self.server.registry.clone(),
                 self.tx.clone(),
             )?;
             // Beside the Unix socket, for people and tests: where remote ranks connect.
-            let _ = std::fs::write(self.server.dir.join("tcp.addr"), t.addr.to_string());
+            let _ = std::fs::write(
+                self.server
+                    .dir
+                    .join(crate::supervisor::socket::TCP_ADDR_FILE),
+                t.addr.to_string(),
+            );
             self.state.push_message(
                 Level::Info,
                 None,
@@ -204,6 +213,9 @@ impl Engine {
         crate::run::fits(spec.k, self.state.max_k).map_err(|e| anyhow::anyhow!(e))?;
         let id = new_run_id();
         let (gpus_lease, gpus_shared) = self.guard_gpus(&spec, &id)?;
+        if let Some(note) = gpus_lease.as_ref().and_then(|l| l.unlocked.clone()) {
+            self.state.push_message(Level::Warn, Some(&id), note);
+        }
         let run_dir = self.opts.data_dir.join("runs").join(&id);
         std::fs::create_dir_all(&run_dir)?;
         let token = new_token();
@@ -267,14 +279,13 @@ impl Engine {
         for (i, c) in node_cmds.iter().enumerate() {
             let node = i + 1;
             match launch::spawn_with_secret(c, &run_dir, &token) {
-                Ok(mut child) => {
+                Ok((mut child, first_line)) => {
                     let tx = self.tx.clone();
                     let rid = id.clone();
                     remote.push(RemoteNode {
                         pgid: child.id(),
                         exit: None,
-                        agent_pid: None,
-                        slurm_step: None,
+                        first_line,
                     });
                     tokio::spawn(async move {
                         let exit = Exit::of(child.wait().await);
@@ -292,8 +303,7 @@ impl Engine {
                     remote.push(RemoteNode {
                         pgid: None,
                         exit: Some(Exit::Unknown),
-                        agent_pid: None,
-                        slurm_step: None,
+                        first_line: Default::default(),
                     });
                     self.state
                         .push_message(Level::Error, Some(&id), format!("node {node}: {e}"));
@@ -347,6 +357,7 @@ impl Engine {
                 _gpus: gpus_lease,
                 plan,
                 remote,
+                known_pids: HashMap::new(),
             },
         );
         if let Some(i) = self
@@ -652,6 +663,25 @@ impl Engine {
                     }
                 }
                 if let WorkerMsg::Hello(h) = msg.as_ref()
+                    && self.server.registry.remote_peer(&run, h.rank).is_none()
+                    && let Some(l) = self.launches.get_mut(&run)
+                {
+                    match l.pgid.and_then(|pg| procs::Known::descendant(h.pid, pg)) {
+                        Some(k) => {
+                            l.known_pids.insert(h.pid, k);
+                        }
+                        None => {
+                            let text = format!(
+                                "rank {} claims pid {}, which is not a process of this run; it \
+                                 will not be signalled at stop",
+                                h.rank, h.pid
+                            );
+                            self.pending.push(EventRow::note(&run, &text));
+                            self.state.push_message(Level::Warn, Some(&run), text);
+                        }
+                    }
+                }
+                if let WorkerMsg::Hello(h) = msg.as_ref()
                     && let Some(peer) = self.server.registry.remote_peer(&run, h.rank)
                     && let Some(r) = self
                         .state
@@ -707,10 +737,13 @@ impl Engine {
                     && let Some(v) = self.state.run_mut(id)
                 {
                     v.rejected += 1;
-                    self.pending.push(EventRow::note(
-                        id,
-                        &format!("connection rejected: {detail}"),
-                    ));
+                    // The count is kept in full; the rows only while they are few.
+                    if crate::supervisor::socket::worth_a_row(v.rejected) {
+                        self.pending.push(EventRow::note(
+                            id,
+                            &format!("connection rejected: {detail}"),
+                        ));
+                    }
                 }
                 self.state.push_message(
                     Level::Warn,
@@ -856,13 +889,15 @@ impl Engine {
         l.stopping = true;
         let pgid = if l.exit.is_some() { None } else { l.pgid };
         let view = self.state.run(run);
-        // Only this machine's pids are signalled here; another node's go through its channel.
+        // Only this machine's pids are signalled here, and only those found in the run's own
+        // tree at `hello` and still the same process; another node's go through its channel.
         let pids: Vec<u32> = view
             .map(|v| {
                 v.ranks
                     .values()
                     .filter(|r| !r.remote)
                     .filter_map(|r| r.pid)
+                    .filter(|p| l.known_pids.get(p).is_some_and(|k| k.current()))
                     .collect()
             })
             .unwrap_or_default();
@@ -873,18 +908,28 @@ impl Engine {
             .filter(|(_, n)| n.exit.is_none())
             .map(|(i, n)| {
                 let host = l.plan.as_ref().map(|p| p.hosts[i + 1].as_str());
-                let mut pids: Vec<u32> = n.agent_pid.into_iter().collect();
-                pids.extend(view.into_iter().flat_map(|v| {
-                    v.ranks
-                        .values()
-                        .filter(|r| r.remote && r.node.as_deref() == host)
-                        .filter_map(|r| r.pid)
-                }));
+                let agent = n
+                    .first_line
+                    .get()
+                    .and_then(|line| nodes::parse_node_line(line))
+                    .filter(|(node, _, _)| *node == i + 1);
+                // The ranks' pids are their own claims: the node's stop script signals only
+                // those it finds under the agent.
+                let pids = view
+                    .into_iter()
+                    .flat_map(|v| {
+                        v.ranks
+                            .values()
+                            .filter(|r| r.remote && r.node.as_deref() == host)
+                            .filter_map(|r| r.pid)
+                    })
+                    .collect();
                 RemoteStop {
                     node: i + 1,
                     channel_pgid: n.pgid,
+                    agent: agent.as_ref().map(|a| a.1),
                     pids,
-                    slurm_step: n.slurm_step.clone(),
+                    slurm_step: agent.and_then(|a| a.2),
                 }
             })
             .collect();
@@ -983,6 +1028,16 @@ impl Engine {
         }
         self.server.registry.close_run(run);
         self.launches.remove(run);
+        // The TCP listener is open to the network before any token is checked: only while a
+        // multi-node run needs it.
+        if self.tcp.is_some() && !self.launches.values().any(|l| l.plan.is_some()) {
+            self.tcp = None;
+            let _ = std::fs::remove_file(
+                self.server
+                    .dir
+                    .join(crate::supervisor::socket::TCP_ADDR_FILE),
+            );
+        }
         let level = if status == RunStatus::Completed {
             Level::Info
         } else {
@@ -1242,14 +1297,6 @@ impl Engine {
         let lines = l.output.new_lines();
         if lines.is_empty() {
             return;
-        }
-        for line in &lines {
-            if let Some((node, pid, slurm)) = nodes::parse_node_line(line)
-                && let Some(n) = node.checked_sub(1).and_then(|i| l.remote.get_mut(i))
-            {
-                n.agent_pid = Some(pid);
-                n.slurm_step = slurm;
-            }
         }
         if let Some(v) = self.state.run_mut(run) {
             for line in lines {

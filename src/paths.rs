@@ -44,13 +44,49 @@ pub fn runtime_parent() -> PathBuf {
 
 use etcetera::BaseStrategy;
 
+/// Create `dir` at mode 0700, or accept an existing one only when it is a real directory (not
+/// a symlink) owned by this user; a group- or world-accessible one of ours is closed to 0700.
+/// Directories in a shared temp dir can be planted by other users before ddptop runs: one they
+/// own (or a symlink they placed) would let them swap what ddptop writes or binds there.
+pub fn private_dir(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!("{} is not a directory (a symlink?)", dir.display()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "{} belongs to uid {}, not to this user (uid {me})",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make {} private: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
 fn base() -> Option<impl BaseStrategy> {
     etcetera::choose_base_strategy().ok()
 }
 
 /// The Python workers package directory (`workers/`, holding `ddptop_worker`).
-/// `--workers-dir` > `DDPTOP_WORKERS_DIR` > `./workers` > next to the executable's repo > the
-/// source tree this binary was built from.
+/// `--workers-dir` > `DDPTOP_WORKERS_DIR` > next to the executable's repo > the source tree this
+/// binary was built from. The current directory is never searched by itself: a `workers/` someone
+/// left (or planted) where ddptop happens to be started would run as the user's own code; name
+/// it with `--workers-dir ./workers` when that is wanted.
 pub fn workers_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
     let has_pkg = |p: &std::path::Path| p.join("ddptop_worker").join("__init__.py").is_file();
     let mut candidates: Vec<PathBuf> = Vec::new();
@@ -60,16 +96,17 @@ pub fn workers_dir(flag: Option<&std::path::Path>) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("DDPTOP_WORKERS_DIR").filter(|s| !s.is_empty()) {
         candidates.push(PathBuf::from(p));
     }
-    if let Ok(cwd) = std::env::current_dir() {
-        candidates.push(cwd.join("workers"));
-    }
     if let Ok(exe) = std::env::current_exe() {
         for anc in exe.ancestors().skip(1).take(4) {
             candidates.push(anc.join("workers"));
         }
     }
     candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("workers"));
-    candidates.into_iter().find(|p| has_pkg(p))
+    // Absolute: the launcher runs in the run's directory, where `./workers` means nothing.
+    candidates
+        .into_iter()
+        .find(|p| has_pkg(p))
+        .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
 }
 
 /// This machine's name, for the header.
@@ -80,4 +117,41 @@ pub fn hostname() -> String {
         .filter(|s| !s.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn private_dirs_are_created_0700_and_planted_ones_refused() {
+        let parent = tempfile::tempdir().unwrap();
+        let fresh = parent.path().join("a");
+        private_dir(&fresh).unwrap();
+        let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&fresh), 0o700);
+        // One of ours left open by an older ddptop is closed.
+        let open = parent.path().join("b");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        private_dir(&open).unwrap();
+        assert_eq!(mode(&open), 0o700);
+        // A symlink planted in its place (to a directory of ours) is not followed.
+        let link = parent.path().join("c");
+        std::os::unix::fs::symlink(&fresh, &link).unwrap();
+        let e = private_dir(&link).unwrap_err();
+        assert!(e.contains("not a directory"), "{e}");
+        // A directory of another user (root's /, seen from an unprivileged user, or nobody's
+        // when root): refused.
+        if nix::unistd::geteuid().is_root() {
+            let theirs = parent.path().join("d");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = private_dir(&theirs).unwrap_err();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+        } else {
+            assert!(private_dir(std::path::Path::new("/")).is_err());
+        }
+    }
 }

@@ -107,12 +107,18 @@ impl EventRow {
         if matches!(msg, WorkerMsg::Heartbeat(_)) {
             return None;
         }
+        let mut body = serde_json::to_value(msg).ok()?;
+        // The token authenticates a live run over TCP: whoever reads the database must not be
+        // able to join one with it.
+        if let Some(o) = body.as_object_mut() {
+            o.remove("token");
+        }
         Some(EventRow {
             run_id: run_id.to_string(),
             unix: crate::util::unix_now(),
             rank: Some(msg.rank()),
             kind: msg.type_name().to_string(),
-            body: serde_json::to_string(msg).ok()?,
+            body: body.to_string(),
         })
     }
 
@@ -165,13 +171,54 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The data directory holds every run's command, environment and output: 0700 when it is
+/// created, and closed to 0700 when an older ddptop left it open (only when it is ours).
+fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create the data directory {}: {e}", dir.display()))?;
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The database and its WAL files at 0600 (SQLite gives new WAL files the database's mode).
+fn private_db_files(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot open the run database {}: {e}", path.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        if let Ok(m) = std::fs::symlink_metadata(&p)
+            && m.is_file()
+            && m.uid() == me
+            && m.mode() & 0o077 != 0
+        {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open (creating) the database. Runs left `running` by a ddptop that is no longer alive
     /// are marked failed, so history never shows a ghost run as in progress.
     pub fn open(path: &Path) -> anyhow::Result<Store> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            private_data_dir(dir)?;
         }
+        private_db_files(path)?;
         let conn = Connection::open(path)
             .map_err(|e| anyhow::anyhow!("cannot open the run database {}: {e}", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -383,8 +430,12 @@ impl Store {
         let ranks = stmt.query_map([&run.id], |r| {
             Ok(RankView {
                 rank: r.get(0)?,
-                result_sps: r.get(1)?,
-                epochs: serde_json::from_str(&r.get::<_, String>(2)?).unwrap_or_default(),
+                result_sps: r.get::<_, Option<f64>>(1)?.and_then(rate),
+                epochs: serde_json::from_str::<Vec<(u32, f64, bool)>>(&r.get::<_, String>(2)?)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(_, sps, _)| rate(*sps).is_some())
+                    .collect(),
                 pid: r.get(3)?,
                 device: r.get(4)?,
                 ..Default::default()
@@ -424,7 +475,15 @@ impl Store {
                         run.push_tail(format!("ddptop: {m}"));
                     }
                 }
-                _ => match serde_json::from_str::<WorkerMsg>(&body) {
+                // Stored before the protocol's range checks (or written by anything else):
+                // checked again, so one absurd figure cannot hang a report.
+                _ => match serde_json::from_str::<WorkerMsg>(&body)
+                    .map_err(|_| ())
+                    .and_then(|m| {
+                        crate::protocol::validate::check_numbers(&m)
+                            .map(|()| m)
+                            .map_err(|_| ())
+                    }) {
                     Ok(WorkerMsg::Probe(p)) => run.probe.push(p as Probe),
                     Ok(WorkerMsg::Result(r)) => {
                         if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
@@ -487,6 +546,17 @@ impl Store {
     }
 }
 
+/// A stored samples/s figure when it is plausible (`protocol::validate::limits`); databases
+/// written before the protocol bounded numbers can hold 1e308.
+fn rate(x: f64) -> Option<f64> {
+    crate::protocol::validate::plausible(x, crate::protocol::validate::limits::SAMPLES_PER_S)
+}
+
+/// A stored speedup or efficiency when it is plausible (k is far below a million).
+fn ratio(x: f64) -> Option<f64> {
+    crate::protocol::validate::plausible(x, 1e6)
+}
+
 fn spec_id(r: &rusqlite::Row) -> String {
     r.get("id").unwrap_or_default()
 }
@@ -514,8 +584,8 @@ impl Store {
                  FROM runs WHERE id=?1",
                 [id],
                 |r| {
-                    let speedup: Option<f64> = r.get(4)?;
-                    let efficiency: Option<f64> = r.get(5)?;
+                    let speedup: Option<f64> = r.get::<_, Option<f64>>(4)?.and_then(ratio);
+                    let efficiency: Option<f64> = r.get::<_, Option<f64>>(5)?.and_then(ratio);
                     let baseline: Option<String> = r.get(6)?;
                     Ok(LaunchRecord {
                         command: r.get(0)?,
@@ -606,9 +676,9 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     run.status = known(r, "status", RunStatus::parse)?;
     run.reason = r.get("reason")?;
     run.ended_unix = r.get("ended_unix")?;
-    let sps: Option<f64> = r.get("samples_per_s")?;
-    let rank_min: Option<f64> = r.get("rank_min")?;
-    let rank_max: Option<f64> = r.get("rank_max")?;
+    let sps: Option<f64> = r.get::<_, Option<f64>>("samples_per_s")?.and_then(rate);
+    let rank_min: Option<f64> = r.get::<_, Option<f64>>("rank_min")?.and_then(rate);
+    let rank_max: Option<f64> = r.get::<_, Option<f64>>("rank_max")?.and_then(rate);
     run.aggregate = sps.map(|s| Aggregate {
         samples_per_s: s,
         per_rank: Vec::new(),
@@ -703,6 +773,85 @@ mod tests {
             .query_row("SELECT environ_json FROM runs", [], |r| r.get(0))
             .unwrap();
         assert!(!environ.contains("secret") && environ.contains("<redacted>"));
+    }
+
+    #[test]
+    fn hello_tokens_are_not_stored_and_the_files_are_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let data = parent.path().join("data");
+        let mut store = Store::open(&data.join("runs.db")).unwrap();
+        let token = "f".repeat(64);
+        let line = format!(
+            r#"{{"v":1,"type":"hello","token":"{token}","run_id":"r","rank":0,"world_size":1,"local_rank":0,"pid":7,"host":"h","device":"cpu","backend":"gloo","worker":"train","torch":null,"nccl":null,"cuda":null,"t":1.0}}"#
+        );
+        let hello = crate::protocol::parse_worker(&line).unwrap();
+        store
+            .add_events(&[EventRow::from_msg("r", &hello).unwrap()])
+            .unwrap();
+        drop(store);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&data), 0o700);
+        for f in std::fs::read_dir(&data).unwrap().flatten() {
+            assert_eq!(mode(&f.path()), 0o600, "{}", f.path().display());
+            let bytes = std::fs::read(f.path()).unwrap();
+            assert!(
+                !bytes.windows(64).any(|w| w == token.as_bytes()),
+                "the token is in {}",
+                f.path().display()
+            );
+        }
+        // An existing open database of ours is closed too.
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(data.join("runs.db"), std::fs::Permissions::from_mode(0o644))
+            .unwrap();
+        let store = Store::open(&data.join("runs.db")).unwrap();
+        let body: String = store
+            .conn
+            .query_row("SELECT body FROM events WHERE type='hello'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert!(
+            body.contains("\"pid\":7") && !body.contains("token"),
+            "{body}"
+        );
+        assert_eq!(mode(&data), 0o700);
+        assert_eq!(mode(&data.join("runs.db")), 0o600);
+    }
+
+    /// What an older ddptop stored from a hostile worker (1.7e308 samples/s, a bench row of
+    /// 1e300 GB/s) is read back as absent, not as a figure to plot.
+    #[test]
+    fn implausible_stored_figures_are_left_out_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = spec();
+        insert(&store, "r1", &s, dir.path());
+        let mut run = RunView::new("r1".into(), s, std::time::Instant::now(), 5.0);
+        run.status = RunStatus::Completed;
+        run.ranks.get_mut(&0).unwrap().result_sps = Some(1.7e308);
+        run.ranks.get_mut(&1).unwrap().result_sps = Some(90.0);
+        run.aggregate = Some(Aggregate {
+            samples_per_s: 1.7e308,
+            per_rank: vec![1.7e308, 90.0],
+            rank_min: 90.0,
+            rank_max: 1.7e308,
+        });
+        store.finalize(&run, None).unwrap();
+        let bench = r#"{"rank":0,"step":1,"t":1.0,"op":"all_reduce","bytes":1024,"dtype":"float32","iters":5,"time_us":10.0,"algbw_gbs":1e300,"busbw_gbs":1e300}"#;
+        let mut row = EventRow::note("r1", "x");
+        row.kind = "bench".into();
+        row.body = bench.replace(r#"{"rank""#, r#"{"type":"bench","rank""#);
+        let mut good = row.clone();
+        good.body = row.body.replace("1e300", "12.5");
+        store.add_events(&[row, good]).unwrap();
+        let l = &store.load_runs(10).unwrap()[0];
+        assert!(l.aggregate.is_none(), "{:?}", l.aggregate);
+        assert_eq!(l.ranks[&0].result_sps, None);
+        assert_eq!(l.ranks[&1].result_sps, Some(90.0));
+        assert_eq!(l.bench.len(), 1, "only the plausible row: {:?}", l.bench);
+        assert_eq!(l.bench[0].busbw_gbs, 12.5);
     }
 
     #[test]

@@ -103,3 +103,28 @@ mod time_tests {
         assert_eq!(super::utc_parts(1_796_001_300), (2026, 11, 30, 1, 15, 0));
     }
 }
+
+/// `s` with control characters removed (newlines and tabs become spaces): text that came from
+/// a worker or a user's script (a rank's device or host name, a failure reason, log lines) is
+/// printed to a terminal, where ESC and BEL sequences could retitle it, hide lines or worse.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .filter_map(|c| match c {
+            '\n' | '\t' | '\r' => Some(' '),
+            c if c.is_control() => None,
+            c => Some(c),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod printable_tests {
+    #[test]
+    fn escape_sequences_are_removed() {
+        assert_eq!(
+            super::printable("a\u{1b}]0;pwned\u{7}b\u{1b}[2Jc\u{9b}d\ne"),
+            "a]0;pwnedb[2Jcd e"
+        );
+        assert_eq!(super::printable("cuda:0 · 2×"), "cuda:0 · 2×");
+    }
+}

@@ -350,9 +350,14 @@ fn remote_rank_killed_stops_everything_and_tcp_intruders_are_refused() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let addr_file = d
+    // The socket directory is `ddptop-<pid>.<random>`.
+    let prefix = format!("ddptop-{}.", child.id());
+    let addr_file = std::fs::read_dir(d.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .expect("ddptop's socket directory")
         .path()
-        .join(format!("ddptop-{}", child.id()))
         .join("tcp.addr");
     let addr = std::fs::read_to_string(&addr_file).expect("ddptop writes its TCP address");
     let (token, run) = token_and_run(&nodes.a).expect("a local rank with the run's token");

@@ -149,3 +149,31 @@ fn a_timeline_without_optimizer_timing_has_no_optimizer_row() {
     with.optimizer_ms = Some(2.0);
     assert!(Plot::Timeline(&with).size().1 > plot.size().1);
 }
+
+/// Figures an older ddptop stored from a hostile worker (1.7e308 samples/s, NaN efficiency, a
+/// 1e300 GB/s bench row) draw in well under a second instead of spinning in the plotting library.
+#[test]
+fn absurd_stored_figures_do_not_hang_the_plots() {
+    let r = fixture::measured();
+    let mut curves = r.curves.clone();
+    let p = &mut curves[0].points[0];
+    p.samples_per_s = 1.7e308;
+    p.rank_max = 1.7e308;
+    p.efficiency = Some(f64::NAN);
+    curves[0].points[1].efficiency = Some(f64::INFINITY);
+    let t0 = std::time::Instant::now();
+    let svg = Plot::Scaling(&curves).svg().unwrap();
+    assert!(has(&svg, "samples/s (sum over ranks)"));
+    let mut bench = r.clone();
+    if let Some(b) = bench.bench.first_mut() {
+        b.busbw_gbs = 1e300;
+    }
+    let settings = bench.bench_settings();
+    assert!(!settings.is_empty(), "the fixture has bench rows");
+    Plot::Bench(&settings).svg().unwrap();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        t0.elapsed()
+    );
+}

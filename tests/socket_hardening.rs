@@ -12,7 +12,8 @@ fn socket_and_token(
     data: &std::path::Path,
     ddptop_pid: u32,
 ) -> (std::path::PathBuf, String, String) {
-    let sock = data.join(format!("ddptop-{ddptop_pid}")).join("s.sock");
+    // The socket directory is `ddptop-<pid>.<random>`.
+    let prefix = format!("ddptop-{ddptop_pid}.");
     let t0 = Instant::now();
     loop {
         // A rank process of the run carries the token and run id in its environment.
@@ -41,7 +42,14 @@ fn socket_and_token(
                 vars.iter()
                     .find_map(|v| v.strip_prefix(&format!("{k}=")).map(str::to_string))
             };
-            if let (Some(t), Some(r)) = (get("DDPTOP_TOKEN"), get("DDPTOP_RUN_ID")) {
+            let sock = std::fs::read_dir(data).ok().and_then(|d| {
+                d.flatten()
+                    .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .map(|e| e.path().join("s.sock"))
+            });
+            if let (Some(t), Some(r), Some(sock)) =
+                (get("DDPTOP_TOKEN"), get("DDPTOP_RUN_ID"), sock)
+            {
                 return (sock, t, r);
             }
         }

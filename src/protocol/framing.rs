@@ -37,6 +37,12 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
         }
     }
 
+    /// Change the limit for the lines still to come (a connection is held to less before it
+    /// authenticates).
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
     /// Read the next line. Cancel-safe only between calls (partial lines are kept in `buf`).
     pub async fn next_line(&mut self) -> std::io::Result<ReadOutcome> {
         loop {

@@ -29,6 +29,38 @@ pub enum ProtocolError {
     NotFinite(&'static str),
     #[error("hlo.ops.{0}: largest_elems is above total_elems")]
     LargestAboveTotal(&'static str),
+    #[error("field `{0}` is above its plausible maximum {1:e}")]
+    Implausible(&'static str, f64),
+}
+
+/// Plausible upper bounds per kind of field. Finite is not enough: a step time of 1.7e308 ms
+/// passed as finite, printed as `inf ms (NaN%)`, and sent the report's plotting library into
+/// a 10-minute loop on every later report. Anything above these is a broken or hostile worker.
+pub mod limits {
+    /// Timestamps `t`, seconds (Unix time up to the year 2286, or seconds since start).
+    pub const T_S: f64 = 1e10;
+    /// One step's phase times, bucket and collective offsets, probe times: 1e8 ms ≈ 28 h.
+    pub const MS: f64 = 1e8;
+    /// An epoch's wall time, seconds (≈ 116 days).
+    pub const SECONDS: f64 = 1e7;
+    /// Samples per second, one rank or the sum.
+    pub const SAMPLES_PER_S: f64 = 1e10;
+    /// A benchmark iteration, microseconds (≈ 28 h).
+    pub const US: f64 = 1e11;
+    /// Bus or algorithm bandwidth, GB/s (NVLink is ~1e3).
+    pub const GBS: f64 = 1e6;
+    /// Values compared or reported as they are (loss, check operands): |x| at most this.
+    pub const VALUE: f64 = 1e30;
+    /// Step, sample and element counts.
+    pub const COUNT: u64 = 1 << 50;
+    /// Byte sizes (1 PiB).
+    pub const BYTES: u64 = 1 << 50;
+}
+
+/// `x` when it is finite, ≥ 0 and at most `max`: how stored figures from before these bounds
+/// (or from any other source) are read, so one bad value cannot poison a report.
+pub fn plausible(x: f64, max: f64) -> Option<f64> {
+    (x.is_finite() && (0.0..=max).contains(&x)).then_some(x)
 }
 
 const WORKER_TYPES: &[&str] = &[
@@ -102,26 +134,43 @@ fn envelope(line: &str, types: &[&str]) -> Result<String, ProtocolError> {
     }
 }
 
-fn nonneg(name: &'static str, x: f64) -> Result<(), ProtocolError> {
-    if x.is_finite() && x >= 0.0 {
-        Ok(())
-    } else {
+fn upto(name: &'static str, x: f64, max: f64) -> Result<(), ProtocolError> {
+    if !(x.is_finite() && x >= 0.0) {
         Err(ProtocolError::BadNumber(name))
+    } else if x > max {
+        Err(ProtocolError::Implausible(name, max))
+    } else {
+        Ok(())
     }
 }
 
 fn finite(name: &'static str, x: f64) -> Result<(), ProtocolError> {
-    if x.is_finite() {
-        Ok(())
-    } else {
+    if !x.is_finite() {
         Err(ProtocolError::NotFinite(name))
+    } else if x.abs() > limits::VALUE {
+        Err(ProtocolError::Implausible(name, limits::VALUE))
+    } else {
+        Ok(())
     }
 }
 
-fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
+fn count(name: &'static str, x: u64, max: u64) -> Result<(), ProtocolError> {
+    if x > max {
+        Err(ProtocolError::Implausible(name, max as f64))
+    } else {
+        Ok(())
+    }
+}
+
+/// The range checks of one typed message (also applied to stored events when they are read
+/// back, which may predate them).
+pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
+    use limits::*;
+    let t = |x: f64| upto("t", x, T_S);
+    let ms = |name: &'static str, x: f64| upto(name, x, MS);
     match msg {
         WorkerMsg::Hello(h) => {
-            nonneg("t", h.t)?;
+            t(h.t)?;
             if h.world_size == 0 {
                 return Err(ProtocolError::ZeroWorld);
             }
@@ -136,24 +185,30 @@ fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             }
         }
         WorkerMsg::Heartbeat(m) => {
-            nonneg("t", m.t)?;
+            t(m.t)?;
+            count("step", m.step, COUNT)?;
             if let Some(c) = m.cpu_s {
-                nonneg("cpu_s", c)?;
+                upto("cpu_s", c, SECONDS)?;
             }
-            if let Some(a) = m.coll.as_ref().and_then(|c| c.age_s) {
-                nonneg("coll.age_s", a)?;
+            if let Some(c) = &m.coll {
+                count("coll.pending", u64::from(c.pending), COUNT)?;
+                if let Some(a) = c.age_s {
+                    upto("coll.age_s", a, SECONDS)?;
+                }
             }
         }
         WorkerMsg::Step(s) => {
+            t(s.t)?;
+            count("step", s.step, COUNT)?;
+            count("samples", s.samples, COUNT)?;
             for (n, x) in [
-                ("t", s.t),
                 ("fwd_ms", s.fwd_ms),
                 ("bwd_ms", s.bwd_ms),
                 ("opt_ms", s.opt_ms),
                 ("data_ms", s.data_ms),
                 ("step_ms", s.step_ms),
             ] {
-                nonneg(n, x)?;
+                ms(n, x)?;
             }
             if let Some(loss) = s.loss {
                 finite("loss", loss)?;
@@ -163,86 +218,105 @@ fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             }
         }
         WorkerMsg::Buckets(b) => {
-            nonneg("t", b.t)?;
-            nonneg("bwd_compute_ms", b.bwd_compute_ms)?;
-            nonneg("exposed_ms", b.exposed_ms)?;
+            t(b.t)?;
+            ms("bwd_compute_ms", b.bwd_compute_ms)?;
+            ms("exposed_ms", b.exposed_ms)?;
             for s in &b.buckets {
-                nonneg("ready_ms", s.ready_ms)?;
-                nonneg("start_ms", s.start_ms)?;
-                nonneg("done_ms", s.done_ms)?;
+                count("bytes", s.bytes, BYTES)?;
+                ms("ready_ms", s.ready_ms)?;
+                ms("start_ms", s.start_ms)?;
+                ms("done_ms", s.done_ms)?;
                 if let Some(k) = s.kernel_ms {
-                    nonneg("kernel_ms", k)?;
+                    ms("kernel_ms", k)?;
                 }
             }
         }
         WorkerMsg::Epoch(e) => {
-            for (n, x) in [
-                ("t", e.t),
-                ("seconds", e.seconds),
-                ("samples_per_s", e.samples_per_s),
-                ("data_wait_ms", e.data_wait_ms),
-            ] {
-                nonneg(n, x)?;
-            }
+            t(e.t)?;
+            count("samples", e.samples, COUNT)?;
+            upto("seconds", e.seconds, SECONDS)?;
+            upto("samples_per_s", e.samples_per_s, SAMPLES_PER_S)?;
+            ms("data_wait_ms", e.data_wait_ms)?;
         }
         WorkerMsg::Probe(p) => {
+            t(p.t)?;
             for (n, x) in [
-                ("t", p.t),
                 ("median_ms", p.median_ms),
                 ("min_ms", p.min_ms),
                 ("max_ms", p.max_ms),
             ] {
-                nonneg(n, x)?;
+                ms(n, x)?;
             }
         }
         WorkerMsg::Bench(b) => {
+            t(b.t)?;
+            count("bytes", b.bytes, BYTES)?;
+            upto("time_us", b.time_us, US)?;
+            upto("algbw_gbs", b.algbw_gbs, GBS)?;
+            upto("busbw_gbs", b.busbw_gbs, GBS)?;
+        }
+        WorkerMsg::Memory(m) => {
+            t(m.t)?;
             for (n, x) in [
-                ("t", b.t),
-                ("time_us", b.time_us),
-                ("algbw_gbs", b.algbw_gbs),
-                ("busbw_gbs", b.busbw_gbs),
+                ("allocated_bytes", m.allocated_bytes),
+                ("reserved_bytes", m.reserved_bytes),
+                ("peak_bytes", m.peak_bytes),
+                ("param_bytes", m.param_bytes),
+                ("grad_bytes", m.grad_bytes),
+                ("optim_bytes", m.optim_bytes),
+                ("predicted_bytes", m.predicted_bytes),
             ] {
-                nonneg(n, x)?;
+                count(n, x.unwrap_or(0), BYTES)?;
             }
         }
-        WorkerMsg::Memory(m) => nonneg("t", m.t)?,
         WorkerMsg::Hlo(m) => {
-            nonneg("t", m.t)?;
+            t(m.t)?;
+            count("all_reduce_bytes", m.all_reduce_bytes, BYTES)?;
             if let Some(ops) = &m.ops {
                 for (name, stats) in [
                     ("all_reduce", ops.all_reduce),
                     ("all_gather", ops.all_gather),
                     ("reduce_scatter", ops.reduce_scatter),
                 ] {
-                    if stats.is_some_and(|s| s.largest_elems > s.total_elems) {
-                        return Err(ProtocolError::LargestAboveTotal(name));
+                    if let Some(s) = stats {
+                        if s.largest_elems > s.total_elems {
+                            return Err(ProtocolError::LargestAboveTotal(name));
+                        }
+                        count("total_elems", s.total_elems, COUNT)?;
+                        count("total_bytes", s.total_bytes, BYTES)?;
+                        count("count", s.count, COUNT)?;
                     }
                 }
             }
         }
-        WorkerMsg::Log(m) => nonneg("t", m.t)?,
+        WorkerMsg::Log(m) => t(m.t)?,
         WorkerMsg::Result(r) => {
-            nonneg("t", r.t)?;
+            t(r.t)?;
             if let Some(x) = r.samples_per_s {
-                nonneg("samples_per_s", x)?;
+                upto("samples_per_s", x, SAMPLES_PER_S)?;
             }
         }
-        WorkerMsg::Bye(m) => nonneg("t", m.t)?,
-        WorkerMsg::Plan(m) => nonneg("t", m.t)?,
+        WorkerMsg::Bye(m) => t(m.t)?,
+        WorkerMsg::Plan(m) => {
+            t(m.t)?;
+            count("total_steps", m.total_steps.unwrap_or(0), COUNT)?;
+            count("steps_per_epoch", m.steps_per_epoch.unwrap_or(0), COUNT)?;
+        }
         WorkerMsg::Comm(c) => {
-            nonneg("t", c.t)?;
+            t(c.t)?;
             for op in &c.ops {
-                nonneg("start_ms", op.start_ms)?;
-                nonneg("dur_ms", op.dur_ms)?;
+                count("bytes", op.bytes, BYTES)?;
+                ms("start_ms", op.start_ms)?;
+                ms("dur_ms", op.dur_ms)?;
             }
         }
         WorkerMsg::Check(c) => {
-            // `a` and `b` are whatever was compared (a loss may be negative); only finite.
-            nonneg("t", c.t)?;
+            // `a` and `b` are whatever was compared (a loss may be negative); only bounded.
+            t(c.t)?;
             finite("a", c.a)?;
             finite("b", c.b)?;
-            nonneg("diff", c.diff)?;
-            nonneg("tol", c.tol)?;
+            upto("diff", c.diff, VALUE)?;
+            upto("tol", c.tol, VALUE)?;
         }
     }
     Ok(())
@@ -354,6 +428,33 @@ mod tests {
             parse_worker(&line.replace(r#""largest_elems":3"#, r#""largest_elems":6"#)),
             Err(ProtocolError::LargestAboveTotal("all_gather"))
         );
+    }
+
+    #[test]
+    fn huge_finite_numbers_are_refused_per_field() {
+        let step = r#"{"v":1,"type":"step","rank":0,"step":3,"epoch":0,"t":5.0,"warmup":false,"sync":true,"samples":32,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"cuda_events","loss":2.5}"#;
+        assert!(parse_worker(step).is_ok(), "{:?}", parse_worker(step));
+        assert_eq!(
+            parse_worker(&step.replace("3.6", "1.7e308")),
+            Err(ProtocolError::Implausible("step_ms", limits::MS))
+        );
+        assert!(matches!(
+            parse_worker(&step.replace("2.5", "-1e300")),
+            Err(ProtocolError::Implausible("loss", _))
+        ));
+        assert!(matches!(
+            parse_worker(&step.replace(r#""samples":32"#, r#""samples":18446744073709551615"#)),
+            Err(ProtocolError::Implausible("samples", _))
+        ));
+        let result = r#"{"v":1,"type":"result","rank":0,"step":470,"t":45.0,"experiment":"weak","samples_per_s":5602.0,"timed_epochs":1,"params":1,"grad_bytes":4,"bucket_bytes":[4]}"#;
+        assert!(parse_worker(result).is_ok());
+        assert!(matches!(
+            parse_worker(&result.replace("5602.0", "1e300")),
+            Err(ProtocolError::Implausible("samples_per_s", _))
+        ));
+        assert_eq!(plausible(1.7e308, limits::MS), None);
+        assert_eq!(plausible(f64::NAN, limits::MS), None);
+        assert_eq!(plausible(3.0, limits::MS), Some(3.0));
     }
 
     #[test]

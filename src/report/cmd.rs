@@ -604,7 +604,8 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         rows.push(("evidence", l.clone()));
     }
     for (k, v) in rows {
-        println!("{k:<11} {v}");
+        // Reasons, devices, hosts and versions come from workers: no escape sequences.
+        println!("{k:<11} {}", crate::util::printable(&v));
     }
     if info.simulated() {
         println!(

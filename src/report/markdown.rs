@@ -11,9 +11,25 @@ pub struct Image {
     pub path: String,
 }
 
+/// Text from the report, some of it a worker's or a script's (a failure reason, a device or
+/// host name): without control characters, and with `&`, `<` and `>` as entities, since
+/// Markdown passes raw HTML (`<script>`, `<img onerror>`) through to whatever renders it.
+fn text(s: &str) -> String {
+    crate::util::printable(s)
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
 /// A table cell: a pipe would split the cell, a newline the row.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    text(s).replace('|', "\\|")
+}
+
+/// A fence longer than any run of backticks in `code`, so the code cannot close it.
+fn fence(code: &str) -> String {
+    let longest = code.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    "`".repeat(longest.max(2) + 1)
 }
 
 pub fn render(r: &Report, images: &[Image]) -> String {
@@ -27,22 +43,22 @@ pub fn render(r: &Report, images: &[Image]) -> String {
             o.push('\n');
         }
         match b {
-            Block::Heading(level, text) => {
+            Block::Heading(level, t) => {
                 o.push_str(&"#".repeat(level as usize));
                 o.push(' ');
-                o.push_str(&cell(&text));
+                o.push_str(&cell(&t));
                 o.push('\n');
             }
-            Block::Para(text) => {
-                o.push_str(&text);
+            Block::Para(t) => {
+                o.push_str(&text(&t));
                 o.push('\n');
             }
-            Block::Warning(text) => {
-                o.push_str(&format!("**{text}**\n"));
+            Block::Warning(t) => {
+                o.push_str(&format!("**{}**\n", text(&t)));
             }
             Block::Plot(slot) => {
                 for img in images.iter().filter(|i| i.slot == slot) {
-                    o.push_str(&format!("![{}]({})\n", img.alt, img.path));
+                    o.push_str(&format!("![{}]({})\n", text(&img.alt), img.path));
                 }
             }
             Block::Table { header, rows } => {
@@ -63,15 +79,34 @@ pub fn render(r: &Report, images: &[Image]) -> String {
             }
             Block::List(items) => {
                 for it in items {
-                    o.push_str(&format!("- {}\n", it.replace('\n', " ")));
+                    o.push_str(&format!("- {}\n", text(&it)));
                 }
             }
-            Block::Code(text) => {
-                o.push_str("```sh\n");
-                o.push_str(&text);
-                o.push_str("\n```\n");
+            Block::Code(code) => {
+                let code: String = code
+                    .lines()
+                    .map(crate::util::printable)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let f = fence(&code);
+                o.push_str(&format!("{f}sh\n{code}\n{f}\n"));
             }
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_text_cannot_inject_html_or_close_a_code_fence() {
+        assert_eq!(
+            cell("boom\u{1b}[2J<script>alert(1)</script> a|b"),
+            "boom[2J&lt;script&gt;alert(1)&lt;/script&gt; a\\|b"
+        );
+        assert_eq!(fence("ddptop run weak"), "```");
+        assert_eq!(fence("echo ```\n<b>"), "````");
+    }
 }

@@ -6,6 +6,7 @@
 //! machine without fonts; SVG readers substitute their own sans-serif.
 
 use super::{BenchSetting, Curve, Timeline};
+use crate::protocol::validate::limits::{GBS, MS, SAMPLES_PER_S};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -148,6 +149,14 @@ impl Plot<'_> {
     }
 }
 
+/// An axis' upper end that the plotting library can lay ticks out on: finite and at most the
+/// protocol's plausible bound for the figure. A run stored before the bounds existed could
+/// carry 1e308 samples/s, and an axis up to that (or to inf) kept the library busy for
+/// minutes per report; points above the end are simply outside the chart.
+fn axis_top(x: f64, cap: f64) -> f64 {
+    if x.is_finite() { x.min(cap) } else { cap }
+}
+
 fn style(color: RGBColor, width: u32) -> ShapeStyle {
     ShapeStyle {
         color: color.to_rgba(),
@@ -193,6 +202,7 @@ fn scaling<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, curves: &[Curve]) 
         })
         .fold(1.0, f64::max)
         * 1.1;
+    let ymax = axis_top(ymax, SAMPLES_PER_S);
 
     let mut chart = ChartBuilder::on(&left)
         .caption("samples/s (sum over ranks)", (FONT, 16))
@@ -278,6 +288,8 @@ fn scaling<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, curves: &[Curve]) 
         .flat_map(|c| c.points.iter().filter_map(|p| p.efficiency))
         .fold(1.0, f64::max)
         * 110.0;
+    // Efficiency in %: a speedup of k×1000 is already absurd.
+    let emax = axis_top(emax, 1e5);
     let mut eff = ChartBuilder::on(&right)
         .caption("efficiency = speedup / k", (FONT, 16))
         .margin(12)
@@ -344,7 +356,10 @@ fn bench<DB: DrawingBackend>(
             (a.min(x), b.max(x))
         });
     let (lo, hi) = (lo.floor(), hi.ceil().max(lo.floor() + 1.0));
-    let ymax = rows.map(|r| r.busbw_gbs).fold(0.0, f64::max).max(1e-3) * 1.15;
+    let ymax = axis_top(
+        rows.map(|r| r.busbw_gbs).fold(0.0, f64::max).max(1e-3) * 1.15,
+        GBS,
+    );
     // Sizes are powers of two: the axis is log2(bytes), labelled every other power (1K, 4K, …)
     // as nccl-tests prints them.
     let step = if hi - lo > 16.0 { 4.0 } else { 2.0 };
@@ -448,7 +463,7 @@ fn timeline<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, t: &Timeline) -> 
     let band = 16 + 20 * legend.len().div_ceil(2) as u32;
     let h = area.dim_in_pixel().1;
     let (plot_area, legend_area) = area.split_vertically(h.saturating_sub(band));
-    let end = t.end_ms().max(1e-3) * 1.04;
+    let end = axis_top(t.end_ms().max(1e-3) * 1.04, MS);
     let row = |i: usize| (n - 1 - i) as f64;
     let mut chart = ChartBuilder::on(&plot_area)
         .margin(14)

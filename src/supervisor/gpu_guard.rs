@@ -6,6 +6,12 @@
 //! open file for the run's lifetime: the kernel drops it when ddptop exits, however it exits, so
 //! a crashed ddptop never leaves a stale lock. The file's text names the holder (pid, run id,
 //! command) so a refusal can say who.
+//!
+//! The directory is this user's own (0700, owner checked, `ddptop-gpu-locks-<uid>`): a shared
+//! one in /tmp let another user plant `gpu-N.lock -> victim` and have ddptop overwrite the victim,
+//! and the first user's 0755 directory silently locked everyone else out. Lock files are opened
+//! with `O_NOFOLLOW` all the same. Other users' ddptops are then seen through NVML's process list
+//! rather than their locks. When no lock can be taken the lease says so in one line.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
@@ -15,6 +21,8 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct GpuLease {
     _files: Vec<File>,
+    /// Why some or all GPUs could not be locked (the launch goes on, guarded by NVML only).
+    pub unlocked: Option<String>,
 }
 
 /// Another process found on a GPU the run wants.
@@ -57,7 +65,10 @@ impl std::fmt::Display for Holder {
 pub fn lock_dir() -> PathBuf {
     std::env::var_os("DDPTOP_GPU_LOCK_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| crate::paths::runtime_parent().join("ddptop-gpu-locks"))
+        .unwrap_or_else(|| {
+            let uid = nix::unistd::geteuid().as_raw();
+            crate::paths::runtime_parent().join(format!("ddptop-gpu-locks-{uid}"))
+        })
 }
 
 /// Physical GPU indices a run of `k` devices uses: the first `k` of `CUDA_VISIBLE_DEVICES` when
@@ -75,24 +86,28 @@ pub fn gpus_for(k: u32, visible: Option<&str>) -> Vec<u32> {
 /// Take the lock of every GPU in `gpus`, writing `who` into each. On a conflict nothing is held
 /// and the holders (as their lock files name them) are returned.
 pub fn lock(dir: &Path, gpus: &[u32], who: &str) -> Result<GpuLease, Vec<Holder>> {
-    if std::fs::create_dir_all(dir).is_err() {
-        // No lock directory (read-only runtime dir): NVML's check still runs.
-        return Ok(GpuLease { _files: Vec::new() });
+    let unlocked = |why: String| {
+        Some(format!(
+            "GPU locks not taken ({why}); only NVML's process list guards the GPUs"
+        ))
+    };
+    if let Err(e) = crate::paths::private_dir(dir) {
+        return Ok(GpuLease {
+            _files: Vec::new(),
+            unlocked: unlocked(e),
+        });
     }
     let mut files = Vec::new();
     let mut held_by_others = Vec::new();
+    let mut problem = None;
     for &gpu in gpus {
         let path = dir.join(format!("gpu-{gpu}.lock"));
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        {
+        let file = match open_lock_file(&path, true) {
             Ok(f) => f,
-            // Someone else's lock file we may not open: NVML's check still sees their processes.
-            Err(_) => continue,
+            Err(e) => {
+                problem = Some(format!("{}: {e}", path.display()));
+                continue;
+            }
         };
         match file.try_lock() {
             Ok(()) => {
@@ -102,19 +117,39 @@ pub fn lock(dir: &Path, gpus: &[u32], who: &str) -> Result<GpuLease, Vec<Holder>
             }
             Err(TryLockError::WouldBlock) => held_by_others.push(holder_of(gpu, &path)),
             // A file system without flock: nothing to hold, NVML's check still runs.
-            Err(TryLockError::Error(_)) => {}
+            Err(TryLockError::Error(e)) => problem = Some(format!("{}: {e}", path.display())),
         }
     }
     if held_by_others.is_empty() {
-        Ok(GpuLease { _files: files })
+        Ok(GpuLease {
+            _files: files,
+            unlocked: problem.and_then(unlocked),
+        })
     } else {
         Err(held_by_others)
     }
 }
 
+/// A lock file, never through a symlink (`O_NOFOLLOW`), created 0600.
+fn open_lock_file(path: &Path, write: bool) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .read(true)
+        .write(write)
+        .create(write)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// What a lock file says of its holder: `pid\ncommand`.
 fn holder_of(gpu: u32, path: &Path) -> Holder {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut text = String::new();
+    if let Ok(mut f) = open_lock_file(path, false) {
+        use std::io::Read;
+        let _ = f.read_to_string(&mut text);
+    }
     let mut lines = text.lines();
     let pid = lines
         .next()
@@ -235,6 +270,48 @@ mod tests {
         assert!(lock(dir.path(), &[2], "78\nx").is_ok());
         drop(first);
         assert!(lock(dir.path(), &[0, 1], "79\ny").is_ok());
+    }
+
+    #[test]
+    fn planted_symlinks_are_not_followed_and_the_refusal_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let locks = dir.path().join("locks");
+        std::fs::create_dir(&locks).unwrap();
+        std::os::unix::fs::symlink(&victim, locks.join("gpu-0.lock")).unwrap();
+        let lease = lock(&locks, &[0, 1], "4242\nrun r1: ddptop").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        let note = lease.unlocked.as_deref().unwrap_or_default();
+        assert!(
+            note.contains("gpu-0.lock") && note.contains("NVML"),
+            "{note}"
+        );
+        // GPU 1 had no planted file: it is locked as usual.
+        assert!(lock(&locks, &[1], "1\nx").is_err());
+
+        // A lock directory that is a symlink (to a directory of the victim's) is not used.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        let lease = lock(&link, &[0], "1\nx").unwrap();
+        assert!(
+            lease
+                .unlocked
+                .as_deref()
+                .unwrap_or_default()
+                .contains("not a directory"),
+            "{:?}",
+            lease.unlocked
+        );
+        assert!(!dir.path().join("gpu-0.lock").exists());
+    }
+
+    #[test]
+    fn the_default_lock_dir_is_this_users() {
+        if std::env::var_os("DDPTOP_GPU_LOCK_DIR").is_none() {
+            let uid = nix::unistd::geteuid().as_raw();
+            assert!(lock_dir().ends_with(format!("ddptop-gpu-locks-{uid}")));
+        }
     }
 
     #[test]

@@ -246,32 +246,49 @@ pub fn node_command(
 }
 
 /// The command that sends `sig` (INT, TERM, KILL) to a node's agent and workers: through the
-/// `stop` template when the config has one, else through `remote` with `kill` (each pid's
-/// process group, then the pid itself: torchrun starts each worker in a session of its own).
+/// `stop` template when the config has one (`{pids}`: the agent's pid, the one pid ddptop
+/// knows from the channel itself), else through `remote` with `kill`: the agent, and each
+/// rank pid (its process group, then the pid itself: torchrun starts each worker in a session
+/// of its own) only when the node finds it under the agent in /proc, since ranks name their
+/// own pids.
 pub fn node_stop_command(
     plan: &NodePlan,
     node: usize,
     sig: &str,
-    pids: &[u32],
+    agent: Option<u32>,
+    rank_pids: &[u32],
     slurm_step: Option<&str>,
 ) -> anyhow::Result<Vec<String>> {
     let host = &plan.hosts[node];
-    let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-    let list = list.join(" ");
+    let agent_s = agent.map(|a| a.to_string()).unwrap_or_default();
     if let Some(t) = &plan.stop {
         return fill_template(
             t,
             &[
                 ("host", host),
                 ("sig", sig),
-                ("pids", &list),
+                ("pids", &agent_s),
                 ("slurm_step", slurm_step.unwrap_or("")),
             ],
         )
         .map_err(|e| anyhow::anyhow!("[nodes] stop: {e}"));
     }
+    let Some(a) = agent.filter(|a| *a > 1) else {
+        anyhow::bail!("node {host}: its agent's pid is not known");
+    };
+    let list: Vec<String> = rank_pids
+        .iter()
+        .filter(|p| **p > 1)
+        .map(u32::to_string)
+        .collect();
+    let list = list.join(" ");
     let script = format!(
-        "for p in {list}; do kill -s {sig} -- -$p 2>/dev/null; kill -s {sig} $p 2>/dev/null; done; true"
+        "a={a}; under() {{ q=$1; n=0; while [ \"$q\" -gt 1 ] && [ $n -lt 256 ]; do \
+         [ \"$q\" = \"$a\" ] && return 0; \
+         q=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$q/status 2>/dev/null); [ -n \"$q\" ] || return 1; \
+         n=$((n+1)); done; return 1; }}; \
+         for p in {list}; do under $p || continue; kill -s {sig} -- -$p 2>/dev/null; kill -s {sig} $p 2>/dev/null; done; \
+         kill -s {sig} -- -$a 2>/dev/null; kill -s {sig} $a 2>/dev/null; true"
     );
     let cmd = format!("sh -c {}", shell_quote(&script));
     fill_template(&plan.remote, &[("host", host), ("cmd", &cmd)])
@@ -640,13 +657,18 @@ pub fn spawn(cmd: &CommandLine, run_dir: &Path) -> anyhow::Result<tokio::process
         .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))
 }
 
+/// The first line of a node channel's stdout, once it has arrived.
+pub type FirstLine = std::sync::Arc<std::sync::OnceLock<String>>;
+
 /// Spawn another node's channel command like `spawn`, with `secret` and a newline written to
-/// its stdin (then closed): the node's wrapper reads the run's token from there.
+/// its stdin (then closed): the node's wrapper reads the run's token from there. Its stdout
+/// comes through a pipe: copied to `output.log` unchanged, and its first line (the wrapper's
+/// `ddptop-node …`) kept apart, so that only the channel itself can name the agent.
 pub fn spawn_with_secret(
     cmd: &CommandLine,
     run_dir: &Path,
     secret: &str,
-) -> anyhow::Result<tokio::process::Child> {
+) -> anyhow::Result<(tokio::process::Child, FirstLine)> {
     use std::io::Write;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -664,11 +686,45 @@ pub fn spawn_with_secret(
     c.args(args)
         .current_dir(&cmd.cwd)
         .stdin(Stdio::from(rd))
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log.try_clone()?))
         .process_group(0);
-    c.spawn()
-        .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))
+    let mut child = c
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("cannot start `{program}`: {e}"))?;
+    let first = FirstLine::default();
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(relay_channel(out, log, first.clone()));
+    }
+    Ok((child, first))
+}
+
+/// Copy a channel's stdout to the log as it comes, keeping its first line (at most 256 bytes).
+async fn relay_channel(mut out: tokio::process::ChildStdout, log: std::fs::File, first: FirstLine) {
+    use std::io::Write;
+    use tokio::io::AsyncReadExt;
+    let mut log = log;
+    let mut head: Option<Vec<u8>> = Some(Vec::new());
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = match out.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(h) = head.as_mut() {
+            h.extend_from_slice(&buf[..n]);
+            if let Some(i) = h.iter().position(|b| *b == b'\n') {
+                let _ = first.set(String::from_utf8_lossy(&h[..i]).into_owned());
+                head = None;
+            } else if h.len() > 256 {
+                head = None; // not a wrapper's line: no agent is known
+            }
+        }
+        // Appends of a few KiB to a local file: brief enough for the runtime's thread.
+        if log.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
 }
 
 /// Find python with torch: `--python`/config > `DDPTOP_PYTHON` > `python3` on PATH; torchrun
@@ -956,12 +1012,15 @@ mod tests {
         assert!(node.argv[5].starts_with("sh -c '"), "{}", node.argv[5]);
         assert!(node.argv[5].contains("GLOO_SOCKET_IFNAME=eth1"));
         assert!(node.argv[5].contains("--node-rank=1"));
-        let stop = node_stop_command(&plan, 1, "TERM", &[7, 8], None).unwrap();
+        let stop = node_stop_command(&plan, 1, "TERM", Some(6), &[7, 8], None).unwrap();
         assert_eq!(stop[3], "b");
         assert!(
-            stop[5].contains("for p in 7 8; do kill -s TERM -- -$p"),
+            stop[5].contains("for p in 7 8; do under $p || continue; kill -s TERM -- -$p"),
             "{stop:?}"
         );
+        assert!(stop[5].contains("a=6;"), "{stop:?}");
+        // Without the agent's pid from its channel, nothing on the node is signalled.
+        assert!(node_stop_command(&plan, 1, "TERM", None, &[7, 8], None).is_err());
         // Not torchrun, not k = nodes × nproc: refused.
         let jax = RunSpec::new(Experiment::Jax, 4, Backend::Nccl);
         assert!(command_for(&jax, &c).is_err());

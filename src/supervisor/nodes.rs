@@ -57,21 +57,37 @@ impl NodesOptions {
         }
     }
 
-    /// Loopback only when no node is another machine.
-    pub fn listen_addr(&self) -> SocketAddr {
-        self.listen.unwrap_or_else(|| {
-            let me = crate::paths::hostname();
-            let all_local = self
-                .hosts
-                .iter()
-                .all(|h| h == "localhost" || h == "127.0.0.1" || h == "::1" || *h == me);
-            let ip = if all_local {
-                IpAddr::V4(Ipv4Addr::LOCALHOST)
-            } else {
-                IpAddr::V4(Ipv4Addr::UNSPECIFIED)
-            };
-            SocketAddr::new(ip, 0)
-        })
+    /// Where the TCP listener binds: `--listen`, else loopback when no node is another machine,
+    /// else the address other nodes are told to connect to (`--advertise`, node 0's `ADDR`, or
+    /// this machine's host name, resolved here). Never every interface unless asked
+    /// (`--listen 0.0.0.0:0`): the listener is reachable before any token is checked.
+    pub fn listen_addr(&self) -> anyhow::Result<SocketAddr> {
+        if let Some(l) = self.listen {
+            return Ok(l);
+        }
+        let me = crate::paths::hostname();
+        let all_local = self
+            .hosts
+            .iter()
+            .all(|h| h == "localhost" || h == "127.0.0.1" || h == "::1" || *h == me);
+        if all_local {
+            return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0));
+        }
+        let host = self
+            .advertise
+            .clone()
+            .or_else(|| self.addrs.first().cloned().flatten())
+            .unwrap_or(me);
+        let ips: Vec<IpAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![ip],
+            Err(_) => std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 0))
+                .map_err(|e| {
+                    anyhow::anyhow!("cannot resolve {host} to choose where to listen: {e}; pass --listen IP:PORT")
+                })?
+                .map(|a| a.ip())
+                .collect(),
+        };
+        pick_listen_ip(&host, &ips).map(|ip| SocketAddr::new(ip, 0))
     }
 
     /// The plan of one launch of world size `k`, given the TCP listener's bound address.
@@ -79,6 +95,12 @@ impl NodesOptions {
         let n = self.hosts.len() as u32;
         if n == 0 {
             anyhow::bail!("--nodes names no node");
+        }
+        for (h, a) in self.hosts.iter().zip(&self.addrs) {
+            check_host(h).map_err(anyhow::Error::msg)?;
+            if let Some(a) = a {
+                check_host(a).map_err(anyhow::Error::msg)?;
+            }
         }
         let nproc = match self.nproc_per_node {
             Some(p) if p * n == k => p,
@@ -116,6 +138,40 @@ impl NodesOptions {
     }
 }
 
+/// The first address of `host` other nodes can reach: not loopback (a host name mapped to
+/// 127.0.1.1, as Debian does, would leave every remote rank unable to connect).
+fn pick_listen_ip(host: &str, ips: &[IpAddr]) -> anyhow::Result<IpAddr> {
+    ips.iter()
+        .copied()
+        .find(|ip| !ip.is_loopback())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{host} is a loopback address here, which other nodes cannot reach; pass \
+                 --listen IP:PORT (or --advertise ADDR) with this machine's cluster address"
+            )
+        })
+}
+
+/// Host names reach ssh (or the node template) as arguments: one starting with `-` would be
+/// read as an option (`-J…`, `-oProxyCommand=…`), so it is refused, as are spaces and
+/// control characters.
+pub fn check_host(host: &str) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("--nodes: an empty node name".into());
+    }
+    if host.starts_with('-') {
+        return Err(format!(
+            "--nodes: node name `{host}` starts with `-` and would be read as an option"
+        ));
+    }
+    if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "--nodes: node name {host:?} has a space or control character"
+        ));
+    }
+    Ok(())
+}
+
 fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")
@@ -124,18 +180,30 @@ fn host_port(host: &str, port: u16) -> String {
     }
 }
 
-/// `ddptop-node N pid=PID slurm=JOB.STEP`, the first line a node's wrapper prints.
+/// `ddptop-node N pid=PID slurm=JOB.STEP`, the first line a node's wrapper prints on its
+/// channel. The pid is signalled on the node and the step handed to the stop template, so
+/// both are checked: pid 1 (or 0) would make the stop `kill -- -1`, and the step must be
+/// Slurm's `digits.digits` (anything else, such as `.` outside Slurm, is no step).
 pub fn parse_node_line(line: &str) -> Option<(usize, u32, Option<String>)> {
     let rest = line.trim().strip_prefix("ddptop-node ")?;
     let mut it = rest.split_whitespace();
     let node = it.next()?.parse().ok()?;
-    let pid = it.next()?.strip_prefix("pid=")?.parse().ok()?;
+    let pid: u32 = it.next()?.strip_prefix("pid=")?.parse().ok()?;
+    if pid <= 1 || pid > i32::MAX as u32 {
+        return None;
+    }
     let slurm = it
         .next()
         .and_then(|s| s.strip_prefix("slurm="))
-        .filter(|s| *s != "." && !s.is_empty())
+        .filter(|s| is_slurm_step(s))
         .map(str::to_string);
     Some((node, pid, slurm))
+}
+
+fn is_slurm_step(s: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
+    s.split_once('.')
+        .is_some_and(|(j, st)| digits(j) && digits(st))
 }
 
 /// What stopping one remote node needs.
@@ -144,7 +212,10 @@ pub struct RemoteStop {
     pub node: usize,
     /// The local process of the channel (ssh, `ip netns exec`, srun): its own process group.
     pub channel_pgid: Option<u32>,
-    /// The agent's pid on the node (from its wrapper's first line) and its ranks' pids.
+    /// The agent's pid on the node (from its wrapper's first line on the channel).
+    pub agent: Option<u32>,
+    /// The pids the node's ranks claimed in `hello`: signalled only when the node finds them
+    /// under the agent.
     pub pids: Vec<u32>,
     pub slurm_step: Option<String>,
 }
@@ -182,13 +253,14 @@ pub async fn stop_remote(
         if !alive() {
             return None;
         }
-        if s.pids.is_empty() && plan.stop.is_none() {
+        if s.agent.is_none() && plan.stop.is_none() {
             break; // nothing known to signal on the node: only the channel is left
         }
-        let argv = match node_stop_command(plan, s.node, sig, &s.pids, s.slurm_step.as_deref()) {
-            Ok(a) => a,
-            Err(e) => return Some(format!("node {host}: {e}")),
-        };
+        let argv =
+            match node_stop_command(plan, s.node, sig, s.agent, &s.pids, s.slurm_step.as_deref()) {
+                Ok(a) => a,
+                Err(e) => return Some(format!("node {host}: {e}")),
+            };
         let out = tokio::time::timeout(
             Duration::from_secs(15),
             tokio::process::Command::new(&argv[0])
@@ -239,13 +311,43 @@ mod tests {
         let p = o.plan(2, "0.0.0.0:7".parse().unwrap()).unwrap();
         assert_eq!(p.tcp, "head:7");
         assert_eq!(
-            NodesOptions::new(vec!["localhost".into()]).listen_addr(),
+            NodesOptions::new(vec!["localhost".into()])
+                .listen_addr()
+                .unwrap(),
             "127.0.0.1:0".parse().unwrap()
         );
-        assert!(
-            o.listen_addr().ip().is_unspecified(),
-            "other hosts: every interface"
-        );
+    }
+
+    #[test]
+    fn the_listener_binds_the_advertised_address_not_every_interface() {
+        let mut o = NodesOptions::new(vec!["a".into(), "b=10.0.0.2".into()]);
+        o.advertise = Some("10.0.0.1".into());
+        assert_eq!(o.listen_addr().unwrap(), "10.0.0.1:0".parse().unwrap());
+        let o = NodesOptions::new(vec!["a=10.0.0.7".into(), "b=10.0.0.2".into()]);
+        assert_eq!(o.listen_addr().unwrap(), "10.0.0.7:0".parse().unwrap());
+        // Asked for explicitly, every interface is still possible.
+        let mut o = NodesOptions::new(vec!["a".into(), "b".into()]);
+        o.listen = Some("0.0.0.0:0".parse().unwrap());
+        assert!(o.listen_addr().unwrap().ip().is_unspecified());
+        let lo: IpAddr = "127.0.1.1".parse().unwrap();
+        let lan: IpAddr = "10.0.0.9".parse().unwrap();
+        assert_eq!(pick_listen_ip("h", &[lo, lan]).unwrap(), lan);
+        let e = pick_listen_ip("h", &[lo]).unwrap_err().to_string();
+        assert!(e.contains("--listen"), "{e}");
+    }
+
+    #[test]
+    fn node_names_that_look_like_options_are_refused() {
+        let o = NodesOptions::new(vec!["localhost".into(), "-J127.0.0.1:1".into()]);
+        let e = o
+            .plan(2, "127.0.0.1:1".parse().unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("starts with `-`") && !e.contains('\n'), "{e}");
+        let o = NodesOptions::new(vec!["a".into(), "b=-oProxyCommand=x".into()]);
+        assert!(o.plan(2, "127.0.0.1:1".parse().unwrap()).is_err());
+        assert!(check_host("node-1.cluster").is_ok());
+        assert!(check_host("a b").is_err());
     }
 
     /// Node 1 started and stopped through a channel that is a plain local `sh -c {cmd}`: the
@@ -289,12 +391,15 @@ mod tests {
             line.contains("DDPTOP_SOCKET=tcp://127.0.0.1:4000"),
             "{line}"
         );
-        let mut child = spawn_with_secret(&cmd, dir.path(), "s3cr3t").unwrap();
+        let (mut child, first_line) = spawn_with_secret(&cmd, dir.path(), "s3cr3t").unwrap();
         let log = dir.path().join("output.log");
         let t0 = Instant::now();
         let (pid, text) = loop {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(p) = text.lines().find_map(parse_node_line).map(|(_, p, _)| p)
+            if let Some(p) = first_line
+                .get()
+                .and_then(|l| parse_node_line(l))
+                .map(|(_, p, _)| p)
                 && text.contains("node=b at tcp://127.0.0.1:4000")
             {
                 break (p, text);
@@ -306,10 +411,13 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert!(procs::alive(pid), "{text}");
+        // The channel's output still reaches output.log, the node line included.
+        assert!(text.contains(&format!("ddptop-node 1 pid={pid}")), "{text}");
         let stop = RemoteStop {
             node: 1,
             channel_pgid: child.id(),
-            pids: vec![pid],
+            agent: Some(pid),
+            pids: vec![],
             slurm_step: None,
         };
         let note = stop_remote(
@@ -338,5 +446,97 @@ mod tests {
             Some((2, 7, Some("991.3".into())))
         );
         assert_eq!(parse_node_line("[rank0]: hello"), None);
+    }
+
+    #[test]
+    fn node_lines_cannot_name_init_or_a_made_up_step() {
+        assert_eq!(parse_node_line("ddptop-node 1 pid=1 slurm=."), None);
+        assert_eq!(parse_node_line("ddptop-node 1 pid=0 slurm=."), None);
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=77 slurm=1;rm"),
+            Some((1, 77, None))
+        );
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=77 slurm=12."),
+            Some((1, 77, None))
+        );
+        assert_eq!(
+            parse_node_line("ddptop-node 1 pid=77 slurm=-1.2"),
+            Some((1, 77, None))
+        );
+    }
+
+    /// A rank's stdout goes to output.log as before, but a `ddptop-node` line there is not the
+    /// channel's first line and is never taken for the agent.
+    #[tokio::test]
+    async fn only_the_channels_first_line_names_the_agent() {
+        use crate::supervisor::launch::{CommandLine, spawn_with_secret};
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = CommandLine {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                "read t; echo \"ddptop-node 1 pid=$$ slurm=.\"; echo 'ddptop-node 1 pid=1 slurm=.'"
+                    .into(),
+            ],
+            env: Default::default(),
+            cwd: dir.path().to_path_buf(),
+        };
+        let (mut child, first) = spawn_with_secret(&cmd, dir.path(), "x").unwrap();
+        let pid = child.id().unwrap();
+        child.wait().await.unwrap();
+        let t0 = Instant::now();
+        while first.get().is_none() && t0.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            first.get().and_then(|l| parse_node_line(l)),
+            Some((1, pid, None))
+        );
+        // A forged line written to output.log by someone else changes nothing either.
+        let log = dir.path().join("output.log");
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&log).unwrap().contains("pid=1 ")
+            && t0.elapsed() < Duration::from_secs(5)
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(std::fs::read_to_string(&log).unwrap().contains("pid=1 "));
+    }
+
+    /// The node's stop script signals a claimed rank pid only when it descends from the agent.
+    #[tokio::test]
+    async fn the_node_stop_script_checks_descent_from_the_agent() {
+        let mut o = NodesOptions::new(vec!["a".into(), "b".into()]);
+        o.remote = "sh -c {cmd}".into();
+        o.rdzv_endpoint = Some("a:1".into());
+        let plan = o.plan(2, "127.0.0.1:4000".parse().unwrap()).unwrap();
+        // The "agent" with a child, and an unrelated process a rank claims as its pid.
+        let mut agent = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 30 & wait"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut victim = tokio::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let (a, v) = (agent.id().unwrap(), victim.id().unwrap());
+        let argv =
+            crate::supervisor::launch::node_stop_command(&plan, 1, "TERM", Some(a), &[v], None)
+                .unwrap();
+        let st = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .status()
+            .await
+            .unwrap();
+        assert!(st.success());
+        agent.wait().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            procs::alive(v),
+            "an unrelated pid a rank claimed was signalled"
+        );
+        let _ = victim.kill().await;
     }
 }

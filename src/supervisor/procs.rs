@@ -17,6 +17,52 @@ pub fn stat(pid: u32) -> Option<(u32, u32, char)> {
     Some((pid, pgid, state))
 }
 
+/// (parent pid, start time in clock ticks since boot) of a process, from /proc/PID/stat.
+fn parent_and_start(pid: u32) -> Option<(u32, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // After comm: state(0) ppid(1) … starttime is field 22 of the line, index 19 here.
+    Some((fields.get(1)?.parse().ok()?, fields.get(19)?.parse().ok()?))
+}
+
+/// A process that may be signalled: a pid together with its start time, so that a pid the
+/// kernel has since given to another process is recognised as someone else's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub pid: u32,
+    start: u64,
+}
+
+impl Known {
+    /// `pid` when it is `ancestor` or descends from it (the /proc parent chain), as it is now.
+    /// A rank's `hello` names its pid; that claim is only believed for a process of the run's
+    /// own tree, or a rank could have ddptop signal any process of the user's at stop.
+    pub fn descendant(pid: u32, ancestor: u32) -> Option<Known> {
+        if pid <= 1 {
+            return None;
+        }
+        let (_, start) = parent_and_start(pid)?;
+        let mut p = pid;
+        // Bounded: a parent chain is never deeper than this, and a race must not loop.
+        for _ in 0..256 {
+            if p == ancestor {
+                return Some(Known { pid, start });
+            }
+            if p <= 1 {
+                return None;
+            }
+            p = parent_and_start(p)?.0;
+        }
+        None
+    }
+
+    /// Still the same process (not gone, not a reused pid).
+    pub fn current(&self) -> bool {
+        parent_and_start(self.pid).is_some_and(|(_, s)| s == self.start)
+    }
+}
+
 /// Alive = exists and is not a zombie.
 pub fn alive(pid: u32) -> bool {
     matches!(stat(pid), Some((_, _, st)) if st != 'Z' && st != 'X')
@@ -129,5 +175,55 @@ pub fn raise_nofile_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((_, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard.min(65_536), hard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_launchers_own_tree_is_known() {
+        // A "launcher" with a child of its own, and an unrelated process beside it.
+        let mut launcher = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(launcher.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let child: u32 = line.trim().parse().unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let lp = launcher.id();
+        let k = Known::descendant(child, lp).expect("the launcher's child");
+        assert!(k.current());
+        assert!(Known::descendant(lp, lp).is_some(), "the launcher itself");
+        assert_eq!(
+            Known::descendant(other.id(), lp),
+            None,
+            "an unrelated process"
+        );
+        assert_eq!(Known::descendant(1, lp), None);
+        assert_eq!(
+            Known::descendant(std::process::id(), lp),
+            None,
+            "an ancestor"
+        );
+        let _ = nix::sys::signal::kill(Pid::from_raw(child as i32), Signal::SIGKILL);
+        let _ = launcher.wait();
+        let t0 = Instant::now();
+        while k.current() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!k.current(), "a gone process is not current");
+        let _ = other.kill();
+        let _ = other.wait();
     }
 }

@@ -78,20 +78,17 @@ impl Registry {
         via: Via,
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
+        // An unknown run, a wrong token and a finished run get the same answer (`REFUSED`), so
+        // a stranger cannot tell which run ids exist; the reason is only recorded here.
+        let refused = |why: String| Err((ErrorCode::BadToken, why));
         let Some(a) = g.get_mut(&h.run_id) else {
-            return Err((ErrorCode::UnknownRun, format!("no run `{}` here", h.run_id)));
+            return refused(format!("no run `{}` here", h.run_id));
         };
         if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
-            return Err((
-                ErrorCode::BadToken,
-                format!("token does not match run {}", h.run_id),
-            ));
+            return refused(format!("token does not match run {}", h.run_id));
         }
         if !a.open {
-            return Err((
-                ErrorCode::UnknownRun,
-                format!("run {} has finished", h.run_id),
-            ));
+            return refused(format!("run {} has finished", h.run_id));
         }
         if h.world_size != a.world_size {
             return Err((
@@ -122,6 +119,13 @@ impl Registry {
     }
 }
 
+/// Whether the `nth` refused connection of a run gets a row in the store: the first ten, then
+/// the 16th, 32nd, 64th, … (a flood of bad hellos must not grow the database by a row each; the
+/// run's `rejected` count still counts every one).
+pub fn worth_a_row(nth: u64) -> bool {
+    nth <= 10 || nth.is_power_of_two()
+}
+
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
@@ -146,20 +150,28 @@ impl Drop for SocketServer {
     fn drop(&mut self) {
         self.task.abort();
         let _ = std::fs::remove_file(&self.path);
+        // Written beside the socket by a multi-node run; the directory only goes when empty.
+        let _ = std::fs::remove_file(self.dir.join(TCP_ADDR_FILE));
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
 const SUN_PATH_MAX: usize = 107;
 
+/// Where a multi-node run notes its TCP listener's address, beside the socket.
+pub const TCP_ADDR_FILE: &str = "tcp.addr";
+
 impl SocketServer {
-    /// Bind in a private dir under `parent` (0700, socket 0600). A stale socket from a dead
-    /// ddptop with the same pid-named dir is replaced.
+    /// Bind in a fresh private dir under `parent` (0700, socket 0600), named
+    /// `ddptop-<pid>.<random>`: the pid lets a later ddptop clean up after a dead one, the random
+    /// part keeps another user from creating the directory first, and creating it must succeed
+    /// (an existing directory of that name is refused, never reused).
     pub fn start(parent: &Path, events: mpsc::Sender<SupEvent>) -> anyhow::Result<SocketServer> {
         remove_stale_dirs(parent);
-        let mut dir = parent.join(format!("ddptop-{}", std::process::id()));
+        let name = format!("ddptop-{}.{}", std::process::id(), &new_token()[..12]);
+        let mut dir = parent.join(&name);
         if dir.join("s.sock").as_os_str().len() > SUN_PATH_MAX {
-            dir = std::env::temp_dir().join(format!("ddptop-{}", std::process::id()));
+            dir = std::env::temp_dir().join(&name);
         }
         if dir.join("s.sock").as_os_str().len() > SUN_PATH_MAX {
             anyhow::bail!(
@@ -167,12 +179,8 @@ impl SocketServer {
                 dir.display()
             );
         }
-        std::fs::create_dir_all(&dir)?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        create_private_dir(&dir)?;
         let path = dir.join("s.sock");
-        if path.exists() {
-            std::fs::remove_file(&path)?;
-        }
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let registry = Registry::default();
@@ -187,25 +195,47 @@ impl SocketServer {
     }
 }
 
-/// Socket directories of ddptops that died without cleaning up (SIGKILL): `ddptop-<pid>` whose
-/// pid is gone. Only our own directories (same owner) are touched.
+/// Create `dir` at 0700; it must not exist yet, and must then be this user's real directory.
+fn create_private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            anyhow::anyhow!("cannot create the socket directory {}: {e}", dir.display())
+        })?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        anyhow::bail!(
+            "the socket directory {} is not a private directory of uid {me}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Socket directories of ddptops that died without cleaning up (SIGKILL): `ddptop-<pid>` or
+/// `ddptop-<pid>.<random>` whose pid is gone. Only our own directories (same owner) are touched.
 fn remove_stale_dirs(parent: &Path) {
     use std::os::unix::fs::MetadataExt;
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
-    let uid = nix::unistd::getuid().as_raw();
+    let uid = nix::unistd::geteuid().as_raw();
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
             .strip_prefix("ddptop-")
+            .map(|p| p.split_once('.').map_or(p, |(pid, _)| pid))
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
         };
-        let ours = e.metadata().is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        let ours = std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_dir() && m.uid() == uid);
         if ours && pid != std::process::id() && !super::procs::alive(pid) {
             let _ = std::fs::remove_file(e.path().join("s.sock"));
+            let _ = std::fs::remove_file(e.path().join(TCP_ADDR_FILE));
             let _ = std::fs::remove_dir(e.path());
         }
     }
@@ -222,6 +252,12 @@ async fn accept_loop(listener: UnixListener, reg: Registry, events: mpsc::Sender
         }
     }
 }
+
+/// The one answer to an unknown run, a wrong token or a finished run.
+const REFUSED: &str = "no such run, or the token does not match";
+/// Longest line before `hello` is admitted: a hello is a few hundred bytes, and until the
+/// token is checked a stranger must not make ddptop hold the 1 MiB a rank's line may take.
+pub const MAX_HELLO_BYTES: usize = 8 << 10;
 
 /// How long a connection may sit before sending its `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -273,7 +309,7 @@ pub(crate) async fn serve_conn<R, W>(
         Via::Unix => String::new(),
         Via::Tcp(a) => format!(" (tcp from {a})"),
     };
-    let mut lines = LineReader::new(BufReader::new(rd));
+    let mut lines = LineReader::with_max(BufReader::new(rd), MAX_HELLO_BYTES);
     let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
     let hello = match first {
         Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
@@ -296,13 +332,13 @@ pub(crate) async fn serve_conn<R, W>(
         Ok(Ok(ReadOutcome::TooLong)) => {
             let _ = write_line(
                 &mut wr,
-                &reject(ErrorCode::LineTooLong, "line over 1 MiB".into()),
+                &reject(ErrorCode::LineTooLong, "hello line over 8 KiB".into()),
             )
             .await;
             let _ = events
                 .send(SupEvent::Rejected {
                     run: None,
-                    detail: format!("first line over 1 MiB{from}"),
+                    detail: format!("first line over 8 KiB{from}"),
                 })
                 .await;
             return;
@@ -312,7 +348,12 @@ pub(crate) async fn serve_conn<R, W>(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit(&hello, tx, via) {
-        let _ = write_line(&mut wr, &reject(code, msg.clone())).await;
+        let answer = if code == ErrorCode::BadToken {
+            REFUSED.to_string()
+        } else {
+            msg.clone()
+        };
+        let _ = write_line(&mut wr, &reject(code, answer)).await;
         let _ = events
             .send(SupEvent::Rejected {
                 run: Some(hello.run_id.clone()),
@@ -321,6 +362,8 @@ pub(crate) async fn serve_conn<R, W>(
             .await;
         return;
     }
+    // Admitted: a rank's lines may be as long as the protocol allows.
+    lines.set_max(crate::protocol::MAX_LINE_BYTES);
     let run = hello.run_id.clone();
     let rank = hello.rank;
     let welcome = ControlMsg::Welcome {
@@ -433,18 +476,51 @@ mod tests {
         let stale = parent.path().join("ddptop-2147483632");
         std::fs::create_dir(&stale).unwrap();
         std::fs::write(stale.join("s.sock"), b"").unwrap();
+        let stale_multi = parent.path().join("ddptop-2147483631.0a1b");
+        std::fs::create_dir(&stale_multi).unwrap();
+        std::fs::write(stale_multi.join(TCP_ADDR_FILE), b"127.0.0.1:1").unwrap();
         let (tx, _rx) = mpsc::channel(8);
         let server = SocketServer::start(parent.path(), tx).unwrap();
         assert!(!stale.exists(), "stale socket dir left behind");
+        assert!(
+            !stale_multi.exists(),
+            "stale multi-node socket dir left behind"
+        );
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&server.dir), 0o700);
         assert_eq!(mode(&server.path), 0o600);
         let (dir, path) = (server.dir.clone(), server.path.clone());
+        // A multi-node run notes its TCP address there too.
+        std::fs::write(dir.join(TCP_ADDR_FILE), b"127.0.0.1:1").unwrap();
         drop(server);
         assert!(
             !path.exists() && !dir.exists(),
             "socket not removed on exit"
         );
+    }
+
+    #[tokio::test]
+    async fn the_socket_dir_name_is_unpredictable_and_never_reused() {
+        let parent = tempfile::tempdir().unwrap();
+        // Another user's guess at the old name `ddptop-<pid>`, made ahead of time.
+        let guess = parent.path().join(format!("ddptop-{}", std::process::id()));
+        std::fs::create_dir(&guess).unwrap();
+        let (tx, _rx) = mpsc::channel(8);
+        let a = SocketServer::start(parent.path(), tx.clone()).unwrap();
+        let b = SocketServer::start(parent.path(), tx).unwrap();
+        assert_ne!(a.dir, guess, "the planted directory was used");
+        assert_ne!(a.dir, b.dir);
+        assert!(std::fs::read_dir(&guess).unwrap().next().is_none());
+        // Creating over an existing directory is refused, not reused.
+        let e = create_private_dir(&guess).unwrap_err().to_string();
+        assert!(e.contains("cannot create the socket directory"), "{e}");
+    }
+
+    #[test]
+    fn a_flood_of_refusals_adds_few_rows() {
+        let rows = (1..=300).filter(|n| worth_a_row(*n)).count();
+        assert_eq!(rows, 15, "1..=10, 16, 32, 64, 128, 256");
+        assert!(worth_a_row(1) && worth_a_row(10) && !worth_a_row(11) && worth_a_row(1024));
     }
 
     #[test]

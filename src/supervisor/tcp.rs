@@ -3,19 +3,62 @@
 //! Everything after `accept` is the Unix socket's per-connection code (`socket::serve_conn`):
 //! the same protocol v1 lines, 1 MiB line limit, `hello` within 10 s, the run's token compared in
 //! constant time, duplicate ranks refused and bad lines counted. TCP has no SO_PEERCRED, so the
-//! token is the only credential; the listener additionally caps concurrent connections so a
-//! flood of idle sockets cannot exhaust ddptop's file descriptors. No TLS yet (see the doc).
+//! token is the only credential; the listener additionally caps concurrent connections, in all
+//! and per peer address, so a flood of idle sockets cannot exhaust ddptop's file descriptors or
+//! memory (a connection holds at most `socket::MAX_HELLO_BYTES` until its `hello` is admitted).
+//! It binds the advertised address by default (`NodesOptions::listen_addr`) and the engine drops
+//! it when no multi-node run is left. No TLS yet (see the doc).
 
 use super::SupEvent;
 use super::socket::{Registry, Via, serve_conn};
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
 
 /// Connections open at once; more are accepted and closed at once (each rank needs one).
 pub const MAX_TCP_CONNECTIONS: usize = 4096;
+/// Connections open at once from one peer address: a node runs one rank per GPU (or CPU
+/// process), far fewer than this; one stranger cannot take every slot.
+pub const MAX_PER_PEER: usize = 128;
+
+/// Open connections per peer address; a `PeerSlot` gives its place back on drop.
+#[derive(Clone, Default)]
+struct PeerCounts(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+struct PeerSlot {
+    counts: PeerCounts,
+    ip: IpAddr,
+}
+
+impl PeerCounts {
+    fn take(&self, ip: IpAddr) -> Option<PeerSlot> {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            counts: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut m = self.counts.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
 
 /// A listening TCP socket; the accept loop ends on drop.
 pub struct TcpServer {
@@ -50,9 +93,14 @@ impl TcpServer {
 
 async fn accept_loop(listener: TcpListener, reg: Registry, events: mpsc::Sender<SupEvent>) {
     let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
+    let per_peer = PeerCounts::default();
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
+                let Some(peer_slot) = per_peer.take(peer.ip()) else {
+                    drop(stream);
+                    continue;
+                };
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     drop(stream);
                     continue;
@@ -69,7 +117,7 @@ async fn accept_loop(listener: TcpListener, reg: Registry, events: mpsc::Sender<
                 let (reg, events) = (reg.clone(), events.clone());
                 tokio::spawn(async move {
                     serve_conn(rd, wr, Via::Tcp(peer), reg, events).await;
-                    drop(permit);
+                    drop((permit, peer_slot));
                 });
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -80,7 +128,7 @@ async fn accept_loop(listener: TcpListener, reg: Registry, events: mpsc::Sender<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
     fn hello(token: &str, rank: u32) -> String {
         format!(
@@ -106,6 +154,16 @@ mod tests {
         assert_ne!(server.addr.port(), 0);
         let (wrong, _s) = answer(&"b".repeat(64), 0, server.addr).await;
         assert!(wrong.contains("bad_token"), "{wrong}");
+        // A made-up run id gets the very same answer: no one learns which runs exist.
+        let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        let made_up = hello(&"b".repeat(64), 0).replace("\"r1\"", "\"r9\"");
+        s.write_all(made_up.as_bytes()).await.unwrap();
+        let mut unknown = String::new();
+        BufReader::new(&mut s)
+            .read_line(&mut unknown)
+            .await
+            .unwrap();
+        assert_eq!(unknown, wrong);
         let (ok, _conn) = answer(&"a".repeat(64), 1, server.addr).await;
         assert!(ok.contains("welcome"), "{ok}");
         assert!(reg.remote_peer("r1", 1).is_some(), "a TCP rank is remote");
@@ -126,5 +184,45 @@ mod tests {
             }
         }
         assert!(saw_reject && saw_hello);
+    }
+
+    /// Strangers cannot make ddptop buffer much: a line before `hello` is cut at a few KiB, and
+    /// one peer address gets `MAX_PER_PEER` connections at most.
+    #[tokio::test]
+    async fn unauthenticated_peers_are_held_to_small_buffers_and_few_connections() {
+        let reg = Registry::default();
+        reg.open_run("r1", &"a".repeat(64), 2);
+        let (tx, _rx) = mpsc::channel(64);
+        let server = TcpServer::start("127.0.0.1:0".parse().unwrap(), reg.clone(), tx).unwrap();
+        let mut s = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        // 64 KiB without a newline: refused long before the old 1 MiB.
+        let _ = s.write_all(&vec![b'x'; 64 << 10]).await;
+        let mut line = String::new();
+        let (rd, _wr) = s.split();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            BufReader::new(rd).read_line(&mut line),
+        )
+        .await
+        .expect("answered before 1 MiB arrived")
+        .unwrap();
+        assert!(line.contains("line_too_long"), "{line}");
+
+        let mut held = Vec::new();
+        for _ in 0..MAX_PER_PEER {
+            held.push(tokio::net::TcpStream::connect(server.addr).await.unwrap());
+        }
+        // One more from the same address is closed at once, without an answer.
+        let mut extra = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(Duration::from_secs(5), extra.read(&mut buf))
+            .await
+            .expect("closed at once");
+        assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
+        // Slots come back when connections close: a rank can still connect.
+        drop(held);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (ok, _c) = answer(&"a".repeat(64), 0, server.addr).await;
+        assert!(ok.contains("welcome"), "{ok}");
     }
 }
