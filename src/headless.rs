@@ -419,7 +419,7 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "speedup": scaling.as_ref().map(|s| s.speedup),
         "efficiency": scaling.as_ref().map(|s| s.efficiency),
         "baseline_run_id": scaling.as_ref().map(|s| s.baseline.clone()),
-        "transport": r.transport,
+        "transport": r.transport(),
         "nccl_read": r.nccl_read.iter().map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" })).collect::<std::collections::BTreeMap<_, _>>(),
         "gpus_shared": r.gpus_shared,
         "versions": r.versions,
@@ -856,7 +856,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
                 r.bench.len()
             ));
         }
-        if let Some(t) = &r.transport {
+        if let Some(t) = r.transport() {
             notes.push(format!("via {t}"));
         }
         if let Some(n) = crate::supervisor::nccl_log::ignored_note(&r.nccl_read) {

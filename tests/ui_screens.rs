@@ -167,9 +167,15 @@ fn probe_panel_real_backend() {
 fn probe_panel_simulated_is_labelled() {
     let mut st = fixtures::probe_state(Backend::Sim);
     st.view.pane = Pane::Timeline;
+    // A simulated run ran no NCCL: a transport handed to it (as the fixture once did) is dropped.
+    for r in &mut st.runs {
+        r.set_transport(Some("via P2P/CUMEM".into()));
+        assert_eq!(r.transport(), None);
+    }
     let t = draw(&st, 100, 30);
     let s = text(&t);
     assert!(s.contains("SIMULATED"), "{s}");
+    assert!(!s.contains("P2P/CUMEM"), "{s}");
     insta::assert_snapshot!(t.backend());
 }
 

@@ -96,9 +96,8 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     out.push(kv("env", env.join("  ")));
     out.push(kv(
         "transport",
-        run.transport
-            .clone()
-            .unwrap_or_else(|| "not reported".into()),
+        run.transport()
+            .map_or_else(|| "not reported".into(), str::to_string),
     ));
     if let Some(agg) = &run.aggregate {
         let mut v = format!(
