@@ -43,7 +43,11 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     }
     template.data_path = a.data_path.into();
     template.sharding = a.sharding.into();
-    template.strategy = a.strategy.into();
+    // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::launches).
+    if let Some(strategy) = a.strategy {
+        template.strategy = strategy.into();
+        template.fsdp_pairs = false;
+    }
     if a.optimizer.is_some() && experiment != Experiment::Fsdp {
         anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
     }
@@ -248,7 +252,7 @@ async fn execute(
     let planned = if a.deficits {
         plan::deficits_sweep(&template, &a.ks, state.max_k)
     } else {
-        plan::sweep(&template, experiment, &a.ks, state.max_k)
+        plan::launches(&template, experiment, &a.ks, state.max_k)
     }
     // Only a k that does not fit is fixed by a smaller --k.
     .map_err(|e| {
@@ -438,6 +442,7 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
     }
     if r.spec.experiment == Experiment::Fsdp {
         fsdp_json(r, &mut v);
+        v["memory_comparison"] = memory_comparison(r, state);
     }
     if r.spec.experiment == Experiment::Jax {
         jax_json(r, &mut v);
@@ -647,6 +652,22 @@ fn fsdp_json(r: &RunView, v: &mut Value) {
             json!({"rank": x.rank, "timed_steps": x.comm_totals.steps, "per_step": per_step})
         })
         .collect();
+}
+
+/// The Memory pane's comparison (`ui::memory::model`): per rank, what this run and the run of
+/// the other strategy at the same k and settings held at their last phase, DDP beside FSDP.
+fn memory_comparison(r: &RunView, state: &State) -> Value {
+    let m = crate::ui::memory::model(state, r);
+    json!({
+        "other_run_id": m.other,
+        "missing": m.other_hint,
+        "ranks": m.rows.iter().map(|x| json!({
+            "rank": x.rank, "strategy": x.strategy.as_str(), "run_id": x.run_id,
+            "phase": x.phase, "param_bytes": x.params, "grad_bytes": x.grads,
+            "optim_bytes": x.optim, "state_bytes": x.state(),
+            "predicted_bytes": x.predicted, "peak_bytes": x.peak,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// One note for the table: rank 0's state at its last phase against the prediction, its peak,
