@@ -733,6 +733,7 @@ fn jax_json(r: &RunView, v: &mut Value) {
         })
     });
     v["checks"] = json!(r.checks);
+    v["equality"] = equality_json(r);
     v["device_memory"] = r
         .device_memory
         .values()
@@ -744,6 +745,23 @@ fn jax_json(r: &RunView, v: &mut Value) {
             })
         })
         .collect();
+}
+
+/// The k=1 vs k verdict over every checked step and the parameters, with the tolerance rule it
+/// was decided by (`app::equality`); null when the run made no check.
+fn equality_json(r: &RunView) -> Value {
+    let Some(e) = crate::app::equality::equality(&r.checks) else {
+        return Value::Null;
+    };
+    let figure = |c: &crate::protocol::Check| json!({"step": c.step, "diff": c.diff, "tol": c.tol, "ok": c.ok});
+    json!({
+        "verdict": e.verdict.as_str(),
+        "loss_steps": e.loss_steps,
+        "worst_loss": e.worst_loss.as_ref().map(figure),
+        "params_after_step_1": e.params.as_ref().map(figure),
+        "tolerance": e.rule,
+        "test_switch": e.test_switch,
+    })
 }
 
 /// One note for the table: the receipt's op counts and largest op, the merging passes, the check.
@@ -769,13 +787,13 @@ fn jax_note(r: &RunView) -> Option<String> {
     if let Some(c) = h.combined_by.as_ref().filter(|c| !c.is_empty()) {
         s.push_str(&format!(", combined by {}", c.join("+")));
     }
-    for c in &r.checks {
+    if let Some(e) = crate::app::equality::equality(&r.checks) {
         s.push_str(&format!(
-            ", {} |diff| {:.1e} tol {:.0e} {}",
-            c.name,
-            c.diff,
-            c.tol,
-            if c.ok { "ok" } else { "FAILED" }
+            ", k=1 vs k={} {} ({}; {})",
+            r.spec.k,
+            e.verdict.as_str(),
+            e.detail(),
+            e.rule.as_deref().unwrap_or("tolerance not stated")
         ));
     }
     Some(s)

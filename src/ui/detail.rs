@@ -147,6 +147,18 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     for (who, code) in &run.exit_codes {
         out.push(kv("exit", format!("{who}: {code}")));
     }
+    if let Some(e) = crate::app::equality::equality(&run.checks) {
+        out.push(kv(
+            "equality",
+            format!(
+                "k=1 vs k={} {}: {}; {}",
+                run.spec.k,
+                e.verdict.as_str(),
+                e.detail(),
+                e.rule.as_deref().unwrap_or("tolerance not stated")
+            ),
+        ));
+    }
     for c in &run.checks {
         out.push(kv(
             "check",
