@@ -11,14 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 # Must be set before jax creates its CPU client (scripts/test sets it too).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
-jax = pytest.importorskip("jax", reason="jax not installed: scripts/test installs jax, flax, optax")
-nnx = pytest.importorskip("flax.nnx")
-optax = pytest.importorskip("optax")
+# Skipped without jax, flax and optax; under CI a missing one fails the run (needs.py).
+HINT = "scripts/test installs jax, flax and optax"
+jax = needs.module("jax", HINT)
+nnx = needs.module("flax.nnx", HINT)
+optax = needs.module("optax", HINT)
 
 from ddptop_worker import jax_model, models  # noqa: E402
 from ddptop_worker.client import Client  # noqa: E402
@@ -31,9 +34,8 @@ WORKERS = os.path.dirname(HERE)
 TINY_TENSORS = 22  # 5 x (conv kernel, conv bias, BN scale, BN bias) + linear kernel and bias
 
 if len(jax.devices()) < 4:
-    pytest.skip(
-        "needs 4 CPU devices: XLA_FLAGS=--xla_force_host_platform_device_count=4 before jax starts",
-        allow_module_level=True,
+    needs.unavailable(
+        "needs 4 CPU devices: XLA_FLAGS=--xla_force_host_platform_device_count=4 before jax starts"
     )
 
 
