@@ -324,9 +324,9 @@ pub struct RunArgs {
     /// jax: how parameters are laid out on the mesh (the batch is always split).
     #[arg(long, value_enum, default_value_t = ShardingArg::Data)]
     pub sharding: ShardingArg,
-    /// fsdp: shard the state (fsdp) or replicate it (ddp), on the same model and data.
-    #[arg(long, value_enum, default_value_t = StrategyArg::Fsdp)]
-    pub strategy: StrategyArg,
+    /// fsdp: run only this strategy [default: FSDP then DDP at each k, as the dashboard does].
+    #[arg(long, value_enum)]
+    pub strategy: Option<StrategyArg>,
     /// Optimizer of PyTorch runs [default: adam for fsdp, sgd (the book's) elsewhere].
     #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerArg>,

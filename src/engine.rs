@@ -1011,7 +1011,8 @@ impl Engine {
         let Some(view) = self.state.run_mut(run) else {
             return;
         };
-        view.transport = transport.or(view.transport.take());
+        let known = view.transport().map(str::to_string);
+        view.set_transport(transport.or(known));
         if let Some(read) = nccl_reads(&view.spec, &run_dir) {
             view.nccl_read = read;
         }
@@ -1280,9 +1281,9 @@ impl Engine {
         let dir = l.run_dir.clone();
         if let Some(v) = self.state.run_mut(run)
             && v.spec.backend == crate::protocol::Backend::Nccl
-            && (v.transport.is_none() || v.nccl_read.is_empty())
+            && (v.transport().is_none() || v.nccl_read.is_empty())
         {
-            v.transport = nccl_log::transport_of_run(&dir);
+            v.set_transport(nccl_log::transport_of_run(&dir));
             if let Some(read) = nccl_reads(&v.spec, &dir) {
                 v.nccl_read = read;
             }

@@ -43,7 +43,11 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     }
     template.data_path = a.data_path.into();
     template.sharding = a.sharding.into();
-    template.strategy = a.strategy.into();
+    // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::launches).
+    if let Some(strategy) = a.strategy {
+        template.strategy = strategy.into();
+        template.fsdp_pairs = false;
+    }
     if a.optimizer.is_some() && experiment != Experiment::Fsdp {
         anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
     }
@@ -258,7 +262,7 @@ async fn execute(
     let planned = if a.deficits {
         plan::deficits_sweep(&template, &a.ks, state.max_k)
     } else {
-        plan::sweep(&template, experiment, &a.ks, state.max_k)
+        plan::launches(&template, experiment, &a.ks, state.max_k)
     }
     // Only a k that does not fit is fixed by a smaller --k.
     .map_err(|e| {
@@ -433,7 +437,7 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "speedup": scaling.as_ref().map(|s| s.speedup),
         "efficiency": scaling.as_ref().map(|s| s.efficiency),
         "baseline_run_id": scaling.as_ref().map(|s| s.baseline.clone()),
-        "transport": r.transport,
+        "transport": r.transport(),
         "nccl_read": r.nccl_read.iter().map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" })).collect::<std::collections::BTreeMap<_, _>>(),
         "gpus_shared": r.gpus_shared,
         "versions": r.versions,
@@ -454,6 +458,7 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
     }
     if r.spec.experiment == Experiment::Fsdp {
         fsdp_json(r, &mut v);
+        v["memory_comparison"] = memory_comparison(r, state);
     }
     if r.spec.experiment == Experiment::Jax {
         jax_json(r, &mut v);
@@ -665,6 +670,22 @@ fn fsdp_json(r: &RunView, v: &mut Value) {
         .collect();
 }
 
+/// The Memory pane's comparison (`ui::memory::model`): per rank, what this run and the run of
+/// the other strategy at the same k and settings held at their last phase, DDP beside FSDP.
+fn memory_comparison(r: &RunView, state: &State) -> Value {
+    let m = crate::ui::memory::model(state, r);
+    json!({
+        "other_run_id": m.other,
+        "missing": m.other_hint,
+        "ranks": m.rows.iter().map(|x| json!({
+            "rank": x.rank, "strategy": x.strategy.as_str(), "run_id": x.run_id,
+            "phase": x.phase, "param_bytes": x.params, "grad_bytes": x.grads,
+            "optim_bytes": x.optim, "state_bytes": x.state(),
+            "predicted_bytes": x.predicted, "peak_bytes": x.peak,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 /// One note for the table: rank 0's state at its last phase against the prediction, its peak,
 /// and its collectives per step.
 fn fsdp_note(r: &RunView) -> Option<String> {
@@ -728,6 +749,7 @@ fn jax_json(r: &RunView, v: &mut Value) {
         })
     });
     v["checks"] = json!(r.checks);
+    v["equality"] = equality_json(r);
     v["device_memory"] = r
         .device_memory
         .values()
@@ -739,6 +761,23 @@ fn jax_json(r: &RunView, v: &mut Value) {
             })
         })
         .collect();
+}
+
+/// The k=1 vs k verdict over every checked step and the parameters, with the tolerance rule it
+/// was decided by (`app::equality`); null when the run made no check.
+fn equality_json(r: &RunView) -> Value {
+    let Some(e) = crate::app::equality::equality(&r.checks) else {
+        return Value::Null;
+    };
+    let figure = |c: &crate::protocol::Check| json!({"step": c.step, "diff": c.diff, "tol": c.tol, "ok": c.ok});
+    json!({
+        "verdict": e.verdict.as_str(),
+        "loss_steps": e.loss_steps,
+        "worst_loss": e.worst_loss.as_ref().map(figure),
+        "params_after_step_1": e.params.as_ref().map(figure),
+        "tolerance": e.rule,
+        "test_switch": e.test_switch,
+    })
 }
 
 /// One note for the table: the receipt's op counts and largest op, the merging passes, the check.
@@ -764,13 +803,13 @@ fn jax_note(r: &RunView) -> Option<String> {
     if let Some(c) = h.combined_by.as_ref().filter(|c| !c.is_empty()) {
         s.push_str(&format!(", combined by {}", c.join("+")));
     }
-    for c in &r.checks {
+    if let Some(e) = crate::app::equality::equality(&r.checks) {
         s.push_str(&format!(
-            ", {} |diff| {:.1e} tol {:.0e} {}",
-            c.name,
-            c.diff,
-            c.tol,
-            if c.ok { "ok" } else { "FAILED" }
+            ", k=1 vs k={} {} ({}; {})",
+            r.spec.k,
+            e.verdict.as_str(),
+            e.detail(),
+            e.rule.as_deref().unwrap_or("tolerance not stated")
         ));
     }
     Some(s)
@@ -872,7 +911,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
                 r.bench.len()
             ));
         }
-        if let Some(t) = &r.transport {
+        if let Some(t) = r.transport() {
             notes.push(format!("via {t}"));
         }
         if let Some(n) = crate::supervisor::nccl_log::ignored_note(&r.nccl_read) {

@@ -138,8 +138,11 @@ pub struct Template {
     pub inject: Option<String>,
     /// The JAX experiment's parameter layout.
     pub sharding: JaxSharding,
-    /// The fsdp experiment's strategy.
+    /// The fsdp experiment's strategy when it runs alone (`fsdp_pairs` off).
     pub strategy: TorchStrategy,
+    /// fsdp: at each k launch FSDP then DDP with the same settings (the Memory comparison), as
+    /// both front ends do by default; off: `strategy` alone (`ddptop run fsdp --strategy …`).
+    pub fsdp_pairs: bool,
     /// `None`: the experiment's default (Adam for fsdp, SGD elsewhere).
     pub optimizer: Option<OptimizerName>,
     /// The script `attach` launches (the dashboard's `--attach`, `ddptop attach`).
@@ -171,6 +174,7 @@ impl Template {
             inject: None,
             sharding: JaxSharding::Data,
             strategy: TorchStrategy::Fsdp,
+            fsdp_pairs: true,
             optimizer: None,
             attach: None,
             hand: HandRolled::default(),
@@ -296,8 +300,24 @@ pub fn sweep(
     Ok(Planned { specs, notes })
 }
 
-/// The dashboard's fsdp launches: at each k, FSDP then DDP with the same settings, so that the
-/// Memory pane has both sides and the two curves grow together.
+/// What `ks` of `experiment` launch: the one plan of the dashboard (`tui/actions.rs`) and of
+/// `ddptop run` (`headless.rs`), so that both show the same comparisons. fsdp is paired with DDP
+/// at each k unless the template asks for one strategy; everything else is `sweep`.
+pub fn launches(
+    t: &Template,
+    experiment: Experiment,
+    ks: &[u32],
+    max_k: u32,
+) -> Result<Planned, String> {
+    if experiment == Experiment::Fsdp && t.fsdp_pairs {
+        fsdp_pairs(t, ks, max_k)
+    } else {
+        sweep(t, experiment, ks, max_k)
+    }
+}
+
+/// fsdp's launches: at each k, FSDP then DDP with the same settings, so that the Memory pane
+/// (and `--json`'s `memory_comparison`) has both sides and the two curves grow together.
 pub fn fsdp_pairs(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
     let mut specs = Vec::new();
     let mut notes = Vec::new();
@@ -472,6 +492,36 @@ mod tests {
             ]
         );
         assert!(fsdp_pairs(&t, &[4], 2).is_err());
+    }
+
+    #[test]
+    fn launches_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
+        let mut t = Template::new(Backend::Gloo, None);
+        let strategies = |p: &Planned| -> Vec<(u32, TorchStrategy)> {
+            p.specs.iter().map(|s| (s.k, s.strategy)).collect()
+        };
+        // The default template (the dashboard's and `ddptop run fsdp`'s): the pairs.
+        let p = launches(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        assert_eq!(
+            strategies(&p),
+            strategies(&fsdp_pairs(&t, &[1, 2], 0).unwrap())
+        );
+        assert_eq!(p.specs.len(), 4);
+        // `--strategy ddp`: that strategy alone.
+        t.fsdp_pairs = false;
+        t.strategy = TorchStrategy::Ddp;
+        let p = launches(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        assert_eq!(
+            strategies(&p),
+            [(1, TorchStrategy::Ddp), (2, TorchStrategy::Ddp)]
+        );
+        // Other experiments are their sweep (a probe still gets its control).
+        let t = Template::new(Backend::Sim, None);
+        let p = launches(&t, Experiment::Probe, &[2], 0).unwrap();
+        assert_eq!(
+            p.specs,
+            sweep(&t, Experiment::Probe, &[2], 0).unwrap().specs
+        );
     }
 
     #[test]

@@ -366,7 +366,7 @@ impl Store {
                 agg.map(|a| a.rank_max),
                 scaling.map(|s| s.speedup),
                 scaling.map(|s| s.efficiency),
-                run.transport,
+                run.transport(),
                 serde_json::to_string(&pids)?,
                 run.bad_lines() as i64,
                 run.rejected as i64,
@@ -685,7 +685,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
         rank_min: rank_min.unwrap_or(0.0),
         rank_max: rank_max.unwrap_or(0.0),
     });
-    run.transport = r.get("transport")?;
+    run.set_transport(r.get("transport")?);
     run.gpus_shared = r.get("gpus_shared")?;
     run.nccl_read = json_col(r, "nccl_read_json")?;
     run.versions = json_col(r, "versions_json")?;

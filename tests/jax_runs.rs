@@ -92,14 +92,31 @@ fn jax_k1_k2_on_cpu_with_receipt_and_equality_check() {
     );
     let batch = k2["receipt"]["layout"]["batch (before)"].as_str().unwrap();
     assert!(batch.contains("CPU 0") && batch.contains("CPU 1") && !batch.contains("CPU 0,1"));
-    let check = &k2["checks"][0];
-    assert_eq!(check["name"], "k1_vs_k2_loss");
-    assert_eq!(check["ok"], true, "{check:#}");
-    assert!(check["diff"].as_f64().unwrap() <= check["tol"].as_f64().unwrap());
-    // 1e-6 relative to the loss (floored at 1): a few float32 ulps.
-    let a = check["a"].as_f64().unwrap();
-    let tol = check["tol"].as_f64().unwrap();
-    assert!((tol - 1e-6 * a.abs().max(1.0)).abs() < 1e-12, "{check:#}");
+    // The loss at steps 1-4 and the parameters after step 1, each within its tolerance.
+    let checks = k2["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 5, "{checks:#?}");
+    assert!(checks.iter().all(|c| c["ok"] == true), "{checks:#?}");
+    let first = &checks[0];
+    assert_eq!(
+        (first["name"].as_str(), first["step"].as_u64()),
+        (Some("k1_vs_k2_loss"), Some(1))
+    );
+    // Step 1: 1e-6 relative to the loss (floored at 1), a few float32 ulps.
+    let a = first["a"].as_f64().unwrap();
+    let tol = first["tol"].as_f64().unwrap();
+    assert!((tol - 1e-6 * a.abs().max(1.0)).abs() < 1e-12, "{first:#}");
+    let eq = &k2["equality"];
+    assert_eq!(eq["verdict"], "ok", "{eq:#}");
+    assert_eq!(eq["loss_steps"], serde_json::json!([1, 2, 3, 4]));
+    assert_eq!(eq["params_after_step_1"]["ok"], true, "{eq:#}");
+    assert!(
+        eq["tolerance"]
+            .as_str()
+            .unwrap()
+            .starts_with("tol (cpu): loss"),
+        "{eq:#}"
+    );
+    assert!(k1["equality"].is_null());
     // The k=2 point of the jax curve divides by its own k=1 run.
     assert_eq!(k2["baseline_run_id"], k1["run_id"]);
     assert!(k2["speedup"].as_f64().unwrap() > 0.0);
@@ -116,8 +133,11 @@ fn jax_k1_k2_on_cpu_with_receipt_and_equality_check() {
     let h = stored.hlo.as_ref().expect("receipt reloaded");
     assert_eq!(h.all_reduce_ops as u64, ar["count"].as_u64().unwrap());
     assert_eq!(h.layout.as_ref().map(|l| l.len()), Some(4));
-    assert_eq!(stored.checks.len(), 1);
-    assert!(stored.checks[0].ok);
+    assert_eq!(stored.checks.len(), 5);
+    assert_eq!(
+        ddptop::app::equality::equality(&stored.checks).map(|e| e.verdict),
+        Some(ddptop::app::equality::Verdict::Ok)
+    );
     assert_eq!(
         stored.device_memory.keys().copied().collect::<Vec<_>>(),
         [0, 1]

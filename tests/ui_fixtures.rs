@@ -465,7 +465,10 @@ pub fn probe_state(backend: Backend) -> Screen {
     let mut b = completed(3, spec(Experiment::Allreduce, 2, backend), &[]);
     b.aggregate = None;
     b.bench = bench_rows(2, 360.0);
-    b.transport = Some("via P2P/CUMEM".into());
+    // NCCL's log names a transport; a simulated bench ran no NCCL and has none to show.
+    if backend != Backend::Sim {
+        b.set_transport(Some("via P2P/CUMEM".into()));
+    }
     st.runs = vec![p, c, b];
     st.view.focused = Some(id(5));
     st
@@ -478,12 +481,12 @@ pub fn bench_state() -> Screen {
     let mut a = completed(1, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
     a.aggregate = None;
     a.bench = bench_rows(2, 4.5);
-    a.transport = Some("via SHM".into());
+    a.set_transport(Some("via SHM".into()));
     let mut b = completed(2, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
     b.aggregate = None;
     b.spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
     b.bench = bench_rows(2, 22.0);
-    b.transport = Some("via SHM/CE".into());
+    b.set_transport(Some("via SHM/CE".into()));
     st.runs = vec![b, a];
     st.view.focused = Some(id(2));
     st.next.nccl.toggle(NcclVar::ShmUseCudaMemcpy);

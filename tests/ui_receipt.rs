@@ -132,22 +132,32 @@ fn jax_screen() -> Screen {
     j1.device_memory.insert(0, memory(0));
     let mut j2 = fixtures::completed(4, jax_spec(2), &[123.9]);
     j2.hlo = Some(hlo(2));
-    j2.checks.push(Check {
+    // What the worker sends (jax_check.py): the loss at steps 1-4 and the params after step 1,
+    // as the tiny model measured them at k=2 on CPU.
+    let rule = "tol (cpu): loss x max(1,|loss|) 1e-06 at step 1, 2e-03 at steps 2-4; params \
+                1e-04 x max(1,max|p|) elementwise after step 1";
+    let check = |name: &str, step: u64, a: f64, diff: f64, tol: f64| Check {
         rank: 0,
-        step: 1,
+        step,
         t: 20.98,
-        name: "k1_vs_k2_loss".into(),
-        a: 2.298344135284424,
-        b: 2.298344135284424,
-        diff: 0.0,
-        tol: 1e-6,
-        ok: true,
-        note: Some(
-            "first step, same global batch and initial weights; BatchNorm over the global batch; \
-             later steps agree too: step 2 diff 2.4e-07, step 3 diff 2.4e-07"
-                .into(),
-        ),
-    });
+        name: name.into(),
+        a,
+        b: a + diff,
+        diff,
+        tol,
+        ok: diff <= tol,
+        note: Some(format!("loss at step {step}, same global batch; {rule}")),
+    };
+    for (step, a, diff, tol) in [
+        (1, 2.359275, 0.0, 2.36e-6),
+        (2, 2.516002, 0.0, 5.03e-3),
+        (3, 2.561905, 2.4e-7, 5.12e-3),
+        (4, 1.752692, 2.4e-7, 3.51e-3),
+    ] {
+        j2.checks.push(check("k1_vs_k2_loss", step, a, diff, tol));
+    }
+    j2.checks
+        .push(check("k1_vs_k2_params", 1, 25.81217, 6.0e-8, 1.0e-4));
     for d in 0..2 {
         j2.device_memory.insert(d, memory(d));
     }
@@ -190,7 +200,15 @@ fn receipt_pane_of_a_jax_run_120x40() {
         "{s}"
     );
     assert!(s.contains("cpu-all-reduce-combiner"), "{s}");
-    assert!(s.contains("k1_vs_k2_loss") && s.contains("ok"), "{s}");
+    // The verdict over every step and the parameters, with the tolerance it was decided by.
+    assert!(
+        s.contains("k=1 vs k=2 ok steps 1–4: loss |diff| 2.4e-7"),
+        "{s}"
+    );
+    assert!(
+        s.contains("tol (cpu): loss x max(1,|loss|) 1e-06 at step 1"),
+        "{s}"
+    );
     assert!(s.contains("before the step = after it"), "{s}");
     assert!(s.contains("CPU 0,1") && s.contains("CPU 1"), "{s}");
     // Neither the bucket timeline nor the no_sync probe is drawn for a JAX run.

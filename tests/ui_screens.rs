@@ -167,9 +167,15 @@ fn probe_panel_real_backend() {
 fn probe_panel_simulated_is_labelled() {
     let mut st = fixtures::probe_state(Backend::Sim);
     st.view.pane = Pane::Timeline;
+    // A simulated run ran no NCCL: a transport handed to it (as the fixture once did) is dropped.
+    for r in &mut st.runs {
+        r.set_transport(Some("via P2P/CUMEM".into()));
+        assert_eq!(r.transport(), None);
+    }
     let t = draw(&st, 100, 30);
     let s = text(&t);
     assert!(s.contains("SIMULATED"), "{s}");
+    assert!(!s.contains("P2P/CUMEM"), "{s}");
     insta::assert_snapshot!(t.backend());
 }
 
@@ -336,6 +342,48 @@ fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
         "16P/k + the largest gathered block:\n{s}"
     );
     insta::assert_snapshot!(t.backend());
+}
+
+/// `ddptop run fsdp --json` carries the Memory pane's DDP-beside-FSDP rows for each rank (both
+/// front ends launch the pair: plan::launches).
+#[test]
+fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
+    let st = fixtures::fsdp_state(Backend::Nccl);
+    let f2 = st.runs.iter().find(|r| r.id == fixtures::id(4)).unwrap();
+    let d2 = st.runs.iter().find(|r| r.id == fixtures::id(3)).unwrap();
+    let doc = ddptop::headless::report(&[f2, d2], &st.state, &[], "", "s");
+    for (run, other) in [(&doc["runs"][0], d2), (&doc["runs"][1], f2)] {
+        let c = &run["memory_comparison"];
+        assert_eq!(c["other_run_id"], other.id.as_str(), "{c:#}");
+        let rows = c["ranks"].as_array().unwrap();
+        assert_eq!(rows.len(), 4, "2 ranks x 2 strategies: {c:#}");
+        for rank in [0, 1] {
+            let state = |strategy: &str| {
+                rows.iter()
+                    .find(|x| x["rank"] == rank && x["strategy"] == strategy)
+                    .unwrap_or_else(|| panic!("rank {rank} {strategy}: {c:#}"))["state_bytes"]
+                    .as_u64()
+                    .unwrap()
+            };
+            // ResNet-18 with Adam at k=2: FSDP holds half of DDP's 16P (+ Adam's step counts).
+            assert_eq!(state("ddp"), 16 * 11_175_818 + 248);
+            assert_eq!(state("fsdp"), 8 * 11_175_818 + 248);
+        }
+    }
+    // Without the other strategy's run, the JSON says which launch supplies it.
+    let alone = ddptop::headless::report(
+        &[f2],
+        &ddptop::app::State::new(st.host.clone()),
+        &[],
+        "",
+        "s",
+    );
+    let c = &alone["runs"][0]["memory_comparison"];
+    assert!(c["other_run_id"].is_null(), "{c:#}");
+    assert!(
+        c["missing"].as_str().unwrap().contains("--strategy ddp"),
+        "{c:#}"
+    );
 }
 
 #[test]

@@ -190,3 +190,56 @@ fn timeline_window_is_configurable_and_at_least_twenty_steps() {
     assert!(e.contains("[timeline] steps = 5 is outside 20..="), "{e}");
     assert!(e.contains("config.toml:2:"), "names the line: {e}");
 }
+
+/// One run's prediction error reads the same, sign and base, on the Scaling pane, in `ddptop
+/// run --json`'s `prediction`, and in the report's JSON and Markdown: (predicted − measured) /
+/// measured, positive when the model over-predicts (the reports once printed the opposite).
+#[test]
+fn prediction_error_is_one_figure_on_screen_in_json_and_in_reports() {
+    use ddptop::report::{build, json as report_json, markdown};
+    let st = trust_state();
+    let runs = st.state.runs.clone();
+    let k2 = runs.iter().find(|r| r.id == id(2)).unwrap();
+    let p = ddptop::app::predict::predict_run(k2, &runs).unwrap();
+    let want = (p.predicted_sps - p.measured_sps) / p.measured_sps * 100.0;
+    assert!(
+        want.abs() > 0.05,
+        "a zero error would not show a sign: {want}"
+    );
+    assert!((p.sps_error_pct - want).abs() < 1e-9, "{p:?}");
+    let shown = format!("{want:+.1}%");
+
+    // The screen: the model line under the k=2 point.
+    let screen = text(&draw(&st, 200, 50));
+    assert!(screen.contains(&shown), "{shown} not on screen:\n{screen}");
+
+    // `ddptop run --json`.
+    let head = ddptop::headless::prediction_json(k2, &runs).unwrap();
+    let e = head["samples_per_s"]["error_pct"].as_f64().unwrap();
+    assert!((e - want).abs() < 1e-9, "{head}");
+
+    // The report, JSON and Markdown, built from the same runs.
+    let records = std::collections::HashMap::new();
+    let src = build::Source {
+        selected: runs.iter().collect(),
+        history: &runs,
+        records: &records,
+    };
+    let report = build::build("t".into(), &src, 0.0);
+    let doc = report_json::document(&report);
+    let point = doc["curves"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["points"].as_array().unwrap().iter())
+        .find(|pt| pt["run_id"] == id(2).as_str())
+        .unwrap_or_else(|| panic!("no k=2 point in {doc}"));
+    let e = point["error_pct"].as_f64().unwrap();
+    assert!((e - want).abs() < 1e-9, "{point}");
+    let md = markdown::render(&report, &[]);
+    assert!(
+        md.contains(&format!("| {shown} |")),
+        "{shown} not in:\n{md}"
+    );
+    assert!(md.contains("(predicted − measured) / measured"), "{md}");
+}

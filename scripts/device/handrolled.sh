@@ -7,7 +7,8 @@
 # Run from the repo root. Needs the release binaries carried in .carry/ (or target/release/):
 # ddptop and ddptop-handrolled (built on the CPU machine against pip torch 2.11.0+cu130; ddptop
 # puts torch/lib of $DDPTOP_PYTHON, the image's python3, on its LD_LIBRARY_PATH).
-# Logs go to $OUT; the deficits table is printed last. About 3 minutes (capped at 4).
+# Logs go to $OUT; the deficits table is printed last. About 4 minutes (capped at 5 with the
+# drain arm).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
@@ -33,6 +34,18 @@ for sw in "single star" "threads ring"; do
     --k 2 --device cuda --model tiny --batch 64 --samples 4096 --epochs 2 --dispatch "$1" --reduce "$2" \
     >> "$OUT/smoke.log" 2>&1
   log "smoke tiny k=2 $1+$2 rc=$? ($(tail -1 "$OUT/smoke.log"))"
+done
+
+# The drain's cost: single+star at k=2 on ResNet-18, every step timed (each step drains every GPU
+# at each phase boundary: DDPTOP_TIME_EVERY=1) against 1 step in 10 (ddptop's GPU default; the
+# other nine issue their work without a drain), interleaved twice. docs/handrolled.md.
+for rep in 1 2; do
+  for every in 1 10; do
+    LD_LIBRARY_PATH="$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" DDPTOP_TIME_EVERY=$every \
+      timeout 90 "$DDPTOP_HANDROLLED" --k 2 --device cuda --model resnet18 --batch 256 \
+      --samples 16384 --epochs 2 --dispatch single --reduce star >> "$OUT/drain.log" 2>&1
+    log "drain arm rep $rep time_every=$every rc=$? ($(tail -1 "$OUT/drain.log"))"
+  done
 done
 
 # The table: 8 runs (DDP and 3 hand-rolled variants at k=1, 2). SIGTERM at the cap still prints

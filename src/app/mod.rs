@@ -6,6 +6,7 @@
 
 pub mod action;
 pub mod deficits;
+pub mod equality;
 pub mod gpus;
 pub mod predict;
 pub mod progress;

@@ -105,7 +105,9 @@ pub fn measured_comm_ms(curve: &super::BusbwCurve, bytes: u64, k: u32) -> Option
     Some(super::allreduce_ms(bytes, k, bw, 0.0))
 }
 
-/// `(a − b) / b` in percent; `None` when b is not positive.
+/// The one definition of a prediction's error, for every figure and every format (screen,
+/// `--json`, reports): (predicted − measured) / measured in percent, so positive means the model
+/// over-predicts. `None` when `measured` is not positive.
 pub fn error_pct(predicted: f64, measured: f64) -> Option<f64> {
     (measured > 0.0 && predicted.is_finite()).then(|| (predicted - measured) / measured * 100.0)
 }

@@ -81,7 +81,7 @@ fn scaling(d: &mut Vec<Block>, r: &Report) {
     d.push(Block::Para(
         "speedup = samples/s(k) / samples/s of the baseline k=1 run; efficiency = speedup / k; \
          spread = half the slowest-to-fastest rank range as % of the mean rank; error = \
-         (measured − predicted) / predicted."
+         (predicted − measured) / measured, positive when the model over-predicts."
             .into(),
     ));
     d.push(Block::Plot(PlotSlot::Scaling));

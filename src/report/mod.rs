@@ -307,10 +307,10 @@ impl CurvePoint {
         }
     }
 
-    /// (measured − predicted) / predicted, in %.
+    /// The cost model's error at this point, as the dashboard and `ddptop run --json` give it
+    /// (`costmodel::predict::error_pct`: positive = the model over-predicts).
     pub fn error_pct(&self) -> Option<f64> {
-        let p = self.predicted_samples_per_s?;
-        (p > 0.0).then(|| (self.samples_per_s - p) / p * 100.0)
+        crate::costmodel::predict::error_pct(self.predicted_samples_per_s?, self.samples_per_s)
     }
 }
 
@@ -516,7 +516,8 @@ mod tests {
             baseline_run_id: Some("b".into()),
             predicted_samples_per_s: Some(200.0),
         };
-        assert_eq!(p.error_pct(), Some(-10.0));
+        // predicted 200 against measured 180: the model over-predicts by 20/180.
+        assert!((p.error_pct().unwrap() - 20.0 / 180.0 * 100.0).abs() < 1e-9);
         assert!((p.spread_pct() - 2.0 / 90.0 * 100.0).abs() < 1e-9);
         let c = Curve {
             label: "x".into(),

@@ -167,7 +167,9 @@ pub struct RunView {
     pub throughput: Vec<(f64, f64)>,
     pub probe: Vec<Probe>,
     pub bench: Vec<Bench>,
-    pub transport: Option<String>,
+    /// NCCL's transport as its log reported it. Private: a simulated run has no NCCL, so
+    /// `set_transport` drops one and `transport()` never shows one (ui_fixtures once did).
+    transport: Option<String>,
     /// Each NCCL variable the run set, and whether NCCL logged reading it (`true`: taken).
     pub nccl_read: BTreeMap<String, bool>,
     /// Set when the run was launched with `--shared-gpus` beside other processes: who they were.
@@ -297,6 +299,17 @@ impl RunView {
 
     pub fn is_simulated(&self) -> bool {
         self.spec.backend == Backend::Sim
+    }
+
+    /// The transport NCCL chose ("via P2P/CUMEM"), when its log said; never for a simulated run.
+    pub fn transport(&self) -> Option<&str> {
+        self.transport.as_deref().filter(|_| !self.is_simulated())
+    }
+
+    /// Record the transport read from NCCL's log (or the store). A simulated run keeps none:
+    /// nothing there ran NCCL, so no code path can make one show.
+    pub fn set_transport(&mut self, transport: Option<String>) {
+        self.transport = transport.filter(|_| !self.is_simulated());
     }
 
     pub fn bad_lines(&self) -> u64 {

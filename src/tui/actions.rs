@@ -78,11 +78,7 @@ impl Controller {
 
     /// Plan `ks` of `experiment` and queue it, or say why not.
     fn plan(&mut self, state: &mut State, experiment: Experiment, ks: &[u32], sweep: bool) {
-        let planned = if experiment == Experiment::Fsdp {
-            plan::fsdp_pairs(&self.next(state), ks, state.max_k)
-        } else {
-            plan::sweep(&self.next(state), experiment, ks, state.max_k)
-        };
+        let planned = plan::launches(&self.next(state), experiment, ks, state.max_k);
         match planned {
             Ok(p) => {
                 for n in &p.notes {

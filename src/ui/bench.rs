@@ -79,8 +79,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             s.run.status.as_str().to_string()
         } else if let Some(w) = &warning {
             w.clone()
-        } else if let Some(tr) = &s.run.transport {
-            tr.clone()
+        } else if let Some(tr) = s.run.transport() {
+            tr.to_string()
         } else if show_alg {
             "bus / alg".to_string()
         } else {

@@ -107,9 +107,8 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     }
     out.push(kv(
         "transport",
-        run.transport
-            .clone()
-            .unwrap_or_else(|| "not reported".into()),
+        run.transport()
+            .map_or_else(|| "not reported".into(), str::to_string),
     ));
     if let Some(agg) = &run.aggregate {
         let mut v = format!(
@@ -158,6 +157,18 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     }
     for (who, code) in &run.exit_codes {
         out.push(kv("exit", format!("{who}: {code}")));
+    }
+    if let Some(e) = crate::app::equality::equality(&run.checks) {
+        out.push(kv(
+            "equality",
+            format!(
+                "k=1 vs k={} {}: {}; {}",
+                run.spec.k,
+                e.verdict.as_str(),
+                e.detail(),
+                e.rule.as_deref().unwrap_or("tolerance not stated")
+            ),
+        ));
     }
     for c in &run.checks {
         out.push(kv(

@@ -6,7 +6,8 @@
 
 use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, put_line};
-use crate::protocol::{Check, HloOpStats};
+use crate::app::equality::{self, Equality, Verdict};
+use crate::protocol::HloOpStats;
 use crate::run::{RunStatus, RunView};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -35,7 +36,8 @@ pub struct ReceiptView {
     pub heading: String,
     pub ops: Vec<OpRow>,
     pub combined_by: Vec<String>,
-    pub check: Option<Check>,
+    /// The k=1 vs k verdict over every checked step and the parameters.
+    pub equality: Option<Equality>,
     pub memory: Vec<DeviceMemory>,
     /// (name, drawing) of the arrays before the step, with blank rows dropped.
     pub layouts: Vec<(String, Vec<String>)>,
@@ -108,7 +110,7 @@ pub fn view(run: &RunView) -> Option<ReceiptView> {
             },
         ],
         combined_by: h.combined_by.clone().unwrap_or_default(),
-        check: run.checks.last().cloned(),
+        equality: equality::equality(&run.checks),
         memory,
         layouts,
         changed_after,
@@ -205,22 +207,27 @@ pub fn render(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
         Span::styled("combined by ", t.label),
         Span::styled(combined, t.text),
     ]));
-    match &v.check {
-        Some(c) => {
-            let (mark, style) = if c.ok {
-                ("ok", t.good)
-            } else {
-                ("FAILED", t.bad)
+    match &v.equality {
+        Some(e) => {
+            let style = match e.verdict {
+                Verdict::Ok => t.good,
+                Verdict::Failed => t.bad,
+                Verdict::Incomplete => t.warn,
             };
             lines.push(Line::from(vec![
-                Span::styled(format!("{} ", c.name), t.label),
-                Span::styled(format!("{:.7} vs {:.7}", c.a, c.b), t.value),
-                Span::styled(format!(" |diff| {:.1e} tol {:.0e} ", c.diff, c.tol), t.text),
-                Span::styled(mark, style),
+                Span::styled(format!("k=1 vs k={} ", run.spec.k), t.label),
+                Span::styled(e.verdict.as_str(), style),
+                Span::styled(format!(" {}", e.detail()), t.text),
             ]));
-            if let Some(n) = &c.note {
-                lines.push(Line::from(Span::styled(n.clone(), t.dim)));
+            // The tolerance the verdict was decided with, as the worker stated it.
+            let mut rule = e
+                .rule
+                .clone()
+                .unwrap_or_else(|| "tolerance not stated".into());
+            if e.test_switch {
+                rule = format!("TEST SWITCH: reduction deliberately broken · {rule}");
             }
+            lines.push(Line::from(Span::styled(rule, t.dim)));
         }
         None => lines.push(Line::from(Span::styled(
             "equality check: none (k=1, or --no-check)",

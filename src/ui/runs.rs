@@ -57,8 +57,8 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     if let Some(ignored) = crate::supervisor::nccl_log::ignored_note(&run.nccl_read) {
         note.push(format!("⚠ {ignored}"));
     }
-    if let Some(tr) = &run.transport {
-        note.push(tr.clone());
+    if let Some(tr) = run.transport() {
+        note.push(tr.to_string());
     }
     if run.spec.control {
         note.push("k=1 control".into());

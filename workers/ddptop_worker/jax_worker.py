@@ -7,7 +7,8 @@ Reports over one connection (rank 0, world_size 1, `devices: k`):
 - `hlo`: the receipt from `step.lower(...).compile().as_text()` (hlo_receipt.py) with the layout
   of the batch and one weight before and after the first step, and the XLA passes that changed the
   collective counts (read from per-pass HLO dumps of that same compile);
-- `check`: the first-step loss at k=1 against k on the same global batch and initial weights;
+- `check`: k=1 against k on the same global batches from the same initial weights: the loss of
+  each of the first 4 steps and every parameter after step 1 (jax_check.py says the tolerances);
 - `memory`: one per device, with the local bytes of parameters and optimizer state, the
   compiler's per-device estimate, and the allocator's counters where JAX has them (null on CPU).
 
@@ -25,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import hlo_receipt, protocol
+from . import hlo_receipt, jax_check, protocol
 from .client import Client, write_line
 from .data import DataConfig, add_data_args, resize, source
 from .jax_sharding import (
@@ -49,10 +50,6 @@ DEFAULT_LR = {"sgd": 0.1, "adam": 1e-3}
 # Per-pass dumps are kept only for passes whose names match: the ones that create, combine or
 # convert collectives (SPMD partitioning, combiners, reduce-scatter creation, async conversion).
 PASS_RE = "spmd|combiner|collective|scatter|gather|all-reduce|async"
-CHECK_STEPS = 3  # the equality check runs this many steps at k=1 (the first is the check)
-# Relative to the loss (floored at 1): a few float32 ulps of a loss near 2.3 on CPU. GPU: jax's
-# default f32 precision lets convolutions use TF32.
-CHECK_TOL = {"cpu": 1e-6, "gpu": 1e-3}
 LAYOUT_WEIGHT = ("fc", "kernel")
 
 
@@ -124,9 +121,12 @@ class Layouts:
         self.texts[name] = layout_text(arr)
 
 
-def make_train_step(graphdef: Any, tx: Any) -> Any:
+def make_train_step(graphdef: Any, tx: Any, broken_k: int = 0) -> Any:
     """The training step, written once for every k and every layout: forward, loss, gradients,
-    optimizer update. Nothing in it names a device or a collective."""
+    optimizer update. Nothing in it names a device or a collective.
+
+    `broken_k` > 1 is the TEST-ONLY wrong reduction (jax_check.BREAK_ENV): the gradient gets
+    device 0's shard's gradient added whole instead of its 1/k share; the loss is unchanged."""
     from flax import nnx
 
     optax = importlib.import_module("optax")
@@ -137,9 +137,20 @@ def make_train_step(graphdef: Any, tx: Any) -> Any:
         def loss_fn(m: Any) -> Any:
             return optax.softmax_cross_entropy_with_integer_labels(m(x), y).mean()
 
+        def broken_loss_fn(m: Any) -> tuple[Any, Any]:
+            per_sample = optax.softmax_cross_entropy_with_integer_labels(m(x), y)
+            loss = per_sample.mean()
+            shard0 = per_sample[: per_sample.shape[0] // broken_k].mean()
+            # grad(loss) is the mean of the k shards' gradients; this adds (1 - 1/k) of shard
+            # 0's on top: its gradient whole, the others' averaged.
+            return loss + (1.0 - 1.0 / broken_k) * shard0, loss
+
         # nnx.value_and_grad differentiates the Params and carries BatchNorm's updated running
         # statistics back into `model`.
-        loss, grads = nnx.value_and_grad(loss_fn)(model)
+        if broken_k > 1:
+            (_, loss), grads = nnx.value_and_grad(broken_loss_fn, has_aux=True)(model)
+        else:
+            loss, grads = nnx.value_and_grad(loss_fn)(model)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
         return params, nnx.state(model, nnx.BatchStat), opt_state, loss
@@ -267,7 +278,10 @@ class JaxRun:
         self.layouts = Layouts()
         self.losses: dict[int, float] = {}  # step -> loss at k, for the equality check
         self.k1_losses: list[float] = []
-        self.check: dict[str, Any] | None = None  # the check message's fields, once sent
+        self.k1_params: list[Any] = []  # host leaves after step 1 at k=1
+        self.k_params: list[Any] = []  # the same at k, taken from training's step 1
+        self.checks: list[dict[str, Any]] = []  # the check messages' fields, once sent
+        self.broken = jax_check.broken_reduction() and self.k > 1
         self.compiled: Any = None
         self.changes: list[hlo_receipt.PassChange] | None = None
         self.combined: list[str] = []
@@ -303,6 +317,10 @@ class JaxRun:
         # BatchNorm's running statistics are per-channel vectors: replicated in both layouts.
         self.stats = place_state(stats, self.mesh, "data")
         self.step_fn = make_train_step(self.graphdef, self.tx)
+        # The k-device program; only the test switch makes it differ from the k=1 reference's.
+        self.k_step_fn = make_train_step(self.graphdef, self.tx, self.k if self.broken else 0)
+        if self.broken:
+            self.client.log("warn", jax_check.BREAK_NOTE)
         self.send_memory("init")
 
     def put_batch(self, xh: Any, yh: Any, mesh: Any) -> tuple[Any, Any]:
@@ -323,7 +341,7 @@ class JaxRun:
             lambda a: a.sharding, (self.params, self.stats, self.opt_state)
         )
         jitted = jax.jit(
-            self.step_fn,
+            self.k_step_fn,
             donate_argnums=donate,
             out_shardings=(*state_shardings, replicated(self.mesh)),
         )
@@ -380,7 +398,8 @@ class JaxRun:
     # ------------------------------------------------------------------ the equality check
 
     def run_k1_reference(self) -> None:
-        """The same first CHECK_STEPS global batches from the same initial state on one device."""
+        """The same first CHECK_STEPS global batches from the same initial state on one device;
+        keeps each step's loss and the parameters after step 1."""
         jax = self.jax
         mesh1 = make_mesh(self.devices[:1])
         params, stats, opt_state = self.init_host
@@ -390,7 +409,7 @@ class JaxRun:
             place_state(opt_state, mesh1, "data"),
         )
         order = self.data.order(0)
-        steps = min(CHECK_STEPS, self.data.steps_per_epoch)
+        steps = min(jax_check.CHECK_STEPS, self.data.steps_per_epoch)
         step1 = jax.jit(self.step_fn)
         t0 = time.perf_counter()
         for i in range(steps):
@@ -398,6 +417,8 @@ class JaxRun:
             *rest, loss = step1(*state, x, y)
             state = tuple(rest)
             self.k1_losses.append(float(loss))
+            if i == 0:
+                self.k1_params = [jax.device_get(a) for a in jax.tree.leaves(state[0])]
         self.client.log(
             "info",
             f"equality check: {steps} step(s) at k=1 on device {self.devices[0]} with the same "
@@ -405,30 +426,31 @@ class JaxRun:
         )
 
     def send_check(self) -> None:
+        """Once training has reached every reference step: one `check` per step's loss and one
+        for the parameters after step 1 (jax_check.py), then a log line with the verdict."""
         n = len(self.k1_losses)
-        if n == 0 or any(s not in self.losses for s in range(1, n + 1)):
+        if n == 0 or self.checks or any(s not in self.losses for s in range(1, n + 1)):
             return
-        a, b = self.k1_losses[0], self.losses[1]
-        tol = CHECK_TOL.get(self.platform, CHECK_TOL["gpu"]) * max(1.0, abs(a))
-        later = [abs(self.k1_losses[i] - self.losses[i + 1]) for i in range(1, n)]
-        # jit computes BatchNorm's statistics over the whole global batch (XLA all-reduces them),
-        # not per device as DDP does, so the later steps are compared too and reported as found.
-        note = "first step, same global batch and initial weights; BatchNorm over the global batch"
-        if later:
-            agree = "later steps agree too" if max(later) <= tol else "later steps drift"
-            note += f"; {agree}: " + ", ".join(
-                f"step {i + 2} diff {d:.1e}" for i, d in enumerate(later)
-            )
-        fields = protocol.check_fields(f"k1_vs_k{self.k}_loss", a, b, tol, note=note)
-        self.client.send("check", step=1, **fields)
-        self.check = fields
-        verdict = "ok" if fields["ok"] else "FAILED"
+        if not self.k_params:
+            return  # training has not taken the parameters after its step 1
+        checks = jax_check.loss_checks(self.k, self.platform, self.k1_losses, self.losses)
+        checks.append(jax_check.params_check(self.k, self.platform, self.k1_params, self.k_params))
+        for c in checks:
+            if self.broken:
+                c["note"] = f"{jax_check.BREAK_NOTE}; {c['note']}"
+            self.client.send("check", **c)
+        self.checks = checks
+        ok = all(c["ok"] for c in checks)
+        worst = max(checks[:-1], key=lambda c: c["diff"] / max(c["tol"], 1e-300))
+        p = checks[-1]
         self.client.log(
-            "info" if fields["ok"] else "warn",
-            f"equality check {verdict}: loss k=1 {a:.7f} vs k={self.k} {b:.7f}, diff "
-            f"{fields['diff']:.1e} (tol {tol:.0e}); {note}",
+            "info" if ok else "warn",
+            f"equality check k=1 vs k={self.k} {'ok' if ok else 'FAILED'}: loss steps 1-{n} "
+            f"worst diff {worst['diff']:.1e} (step {worst['step']}, tol {worst['tol']:.1e}), "
+            f"params after step 1 max diff {p['diff']:.1e} (tol {p['tol']:.1e})"
+            + (f"; {jax_check.BREAK_NOTE}" if self.broken else ""),
         )
-        self.k1_losses = []  # sent once
+        self.k1_losses, self.k1_params, self.k_params = [], [], []  # sent once
 
     # ------------------------------------------------------------------ reports
 
@@ -546,6 +568,11 @@ class JaxRun:
                 # Shardings are known at dispatch: the layout after the step without waiting.
                 self.layouts.take("batch (after)", x)
                 self.layouts.take("fc.kernel (after)", self.weight(self.params))
+                if self.k1_losses:
+                    # The equality check's parameters after step 1: this waits for step 1 (once;
+                    # epoch 0 is warm-up) and copies before the next call may donate them.
+                    jax = self.jax
+                    self.k_params = [jax.device_get(a) for a in jax.tree.leaves(self.params)]
             steps += 1
             samples += self.global_batch
             data_wait += data_ms

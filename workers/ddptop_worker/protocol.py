@@ -464,12 +464,19 @@ def comm_fields(timing: str, ops: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def check_fields(
-    name: str, a: float, b: float, tol: float, *, note: str | None = None
+    name: str,
+    a: float,
+    b: float,
+    tol: float,
+    *,
+    note: str | None = None,
+    diff: float | None = None,
 ) -> dict[str, Any]:
-    """`check` with diff = |a - b| and ok = diff <= tol."""
+    """`check` with ok = diff <= tol; diff is |a - b| unless the caller measured its own distance
+    (e.g. the largest elementwise difference of two parameter sets whose norms are a and b)."""
     if not (finite(a) and finite(b)):
         raise ProtocolError(f"check {name}: a={a!r} and b={b!r} must be finite numbers")
-    diff = abs(float(a) - float(b))
+    diff = abs(float(a) - float(b)) if diff is None else float(diff)
     fields: dict[str, Any] = {
         "name": name,
         "a": a,

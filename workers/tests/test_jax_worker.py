@@ -11,14 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import needs
 import pytest
 
 # Must be set before jax creates its CPU client (scripts/test sets it too).
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 
-jax = pytest.importorskip("jax", reason="jax not installed: scripts/test installs jax, flax, optax")
-nnx = pytest.importorskip("flax.nnx")
-optax = pytest.importorskip("optax")
+# Skipped without jax, flax and optax; under CI a missing one fails the run (needs.py).
+HINT = "scripts/test installs jax, flax and optax"
+jax = needs.module("jax", HINT)
+nnx = needs.module("flax.nnx", HINT)
+optax = needs.module("optax", HINT)
 
 from ddptop_worker import jax_model, models  # noqa: E402
 from ddptop_worker.client import Client  # noqa: E402
@@ -31,9 +34,8 @@ WORKERS = os.path.dirname(HERE)
 TINY_TENSORS = 22  # 5 x (conv kernel, conv bias, BN scale, BN bias) + linear kernel and bias
 
 if len(jax.devices()) < 4:
-    pytest.skip(
-        "needs 4 CPU devices: XLA_FLAGS=--xla_force_host_platform_device_count=4 before jax starts",
-        allow_module_level=True,
+    needs.unavailable(
+        "needs 4 CPU devices: XLA_FLAGS=--xla_force_host_platform_device_count=4 before jax starts"
     )
 
 
@@ -147,18 +149,28 @@ def server() -> Iterator[FakeDdptop]:
     srv.stop()
 
 
-def test_run_k2_over_the_protocol_with_equality_check(server: FakeDdptop, tmp_path: Path) -> None:
+def run_k2_worker(
+    server: FakeDdptop, hlo_dir: Path | None = None, **env_extra: str
+) -> subprocess.CompletedProcess[str]:
+    """The jax worker at k=2 (tiny, 4 steps of global batch 8) against the fake server."""
     cmd = [sys.executable, "-m", "ddptop_worker", "jax", "--k", "2", "--model", "tiny"]
     cmd += ["--batch", "4", "--samples", "32", "--epochs", "1", "--data", "synthetic"]
-    hlo_dir = tmp_path / "hlo"
-    hlo_dir.mkdir()
+    if hlo_dir is not None:
+        env_extra["DDPTOP_JAX_HLO_DIR"] = str(hlo_dir)
     env = server.env(
-        PYTHONPATH=WORKERS,
-        XLA_FLAGS="--xla_force_host_platform_device_count=4",
-        DDPTOP_JAX_HLO_DIR=str(hlo_dir),
+        PYTHONPATH=WORKERS, XLA_FLAGS="--xla_force_host_platform_device_count=4", **env_extra
     )
+    if "DDPTOP_TEST_BREAK_REDUCTION" not in env_extra:
+        env.pop("DDPTOP_TEST_BREAK_REDUCTION", None)  # never inherited by the correct run
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def test_run_k2_over_the_protocol_with_equality_check(server: FakeDdptop, tmp_path: Path) -> None:
+    hlo_dir = tmp_path / "hlo"
+    hlo_dir.mkdir()
+    p = run_k2_worker(server, hlo_dir)
     assert server.bad == []
     (conn,) = server.conns
     hello = conn.hello
@@ -188,12 +200,20 @@ def test_run_k2_over_the_protocol_with_equality_check(server: FakeDdptop, tmp_pa
         "fc.kernel (after)",
     }
     assert hlo["layout"]["fc.kernel (after)"] == hlo["layout"]["fc.kernel (before)"]
-    (check,) = server.messages("check")
-    assert check["name"] == "k1_vs_k2_loss" and check["ok"] is True
-    assert check["tol"] == pytest.approx(1e-6 * max(1.0, abs(check["a"])))
-    assert check["diff"] <= check["tol"]
-    assert check["a"] == pytest.approx(steps[0]["loss"], abs=1e-6)
-    assert "BatchNorm" in check["note"]
+    checks = server.messages("check")
+    losses = [c for c in checks if c["name"] == "k1_vs_k2_loss"]
+    (params,) = [c for c in checks if c["name"] == "k1_vs_k2_params"]
+    # Every step up to 3 after the first update, and the parameters after step 1.
+    assert [c["step"] for c in losses] == [1, 2, 3, 4]
+    assert all(c["ok"] and c["diff"] <= c["tol"] for c in checks), checks
+    assert losses[0]["tol"] == pytest.approx(1e-6 * max(1.0, abs(losses[0]["a"])))
+    assert losses[3]["tol"] == pytest.approx(2e-3 * max(1.0, abs(losses[3]["a"])))
+    for c, s in zip(losses, steps):
+        assert c["b"] == pytest.approx(s["loss"], abs=1e-6)
+    # 1e-4 x max(1, the largest |parameter| at k=1), a little above 1 for the tiny model.
+    assert params["step"] == 1 and 1e-4 <= params["tol"] < 2e-4, params
+    assert params["a"] == pytest.approx(params["b"], rel=1e-5)  # L2 norms of the parameters
+    assert all("tol (cpu)" in c["note"] for c in checks)
     mem = server.messages("memory")
     assert {m["device"] for m in mem} == {0, 1}
     assert all(m["strategy"] == "jax_data" and m["peak_bytes"] is None for m in mem)
@@ -205,6 +225,25 @@ def test_run_k2_over_the_protocol_with_equality_check(server: FakeDdptop, tmp_pa
     assert "jax k=2 data:" in p.stdout
     hlo_text = (hlo_dir / "hlo_tiny_k2_data.txt").read_text()
     assert hlo_text.count(" all-reduce(") == hlo["all_reduce_ops"]
+
+
+def test_a_broken_gradient_reduction_fails_the_equality_check(server: FakeDdptop) -> None:
+    """Device 0's gradient left unaveraged (the test-only switch): the first-step loss, computed
+    before any update, still agrees, so a first-step check would pass; the later steps and the
+    parameters after step 1 do not, and the check fails."""
+    p = run_k2_worker(server, DDPTOP_TEST_BREAK_REDUCTION="1")
+    assert server.bad == []
+    checks = server.messages("check")
+    losses = [c for c in checks if c["name"] == "k1_vs_k2_loss"]
+    (params,) = [c for c in checks if c["name"] == "k1_vs_k2_params"]
+    assert [c["step"] for c in losses] == [1, 2, 3, 4]
+    assert losses[0]["ok"] is True, "the first step cannot see the reduction"
+    assert [c["ok"] for c in losses[1:]] == [False, False, False], losses
+    assert params["ok"] is False and params["diff"] > 10 * params["tol"], params
+    assert all("TEST SWITCH DDPTOP_TEST_BREAK_REDUCTION=1" in c["note"] for c in checks)
+    logs = [m["msg"] for m in server.messages("log")]
+    assert any("equality check k=1 vs k=2 FAILED" in m for m in logs), logs
+    assert p.returncode == 0
 
 
 def test_missing_jax_is_one_line_naming_pip(

@@ -57,6 +57,10 @@ struct Args {
     /// Folder with FashionMNIST raw files (default: $DDPTOP_DATASET_DIR).
     #[arg(long, env = "DDPTOP_DATASET_DIR")]
     data_dir: Option<PathBuf>,
+    /// After warm-up, time and report every N-th step; the others run without draining the
+    /// devices (ddptop sets DDPTOP_TIME_EVERY=10 on GPUs, as for the Python workers).
+    #[arg(long, env = "DDPTOP_TIME_EVERY", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    time_every: u64,
     /// Send a buckets message every N steps.
     #[arg(long, default_value_t = 1)]
     buckets_every: u64,
@@ -147,7 +151,8 @@ fn train(client: &Client, args: &Args, devs: &[Device]) -> anyhow::Result<i32> {
         &format!(
             "hand-rolled loop: k={k} replicas on {}, dispatch {}, reduce {}, per-replica batch {} \
              (global {}), {} steps/epoch, data {}, model {} ({params} params), timing host \
-             (devices synchronized at each phase boundary), no overlap",
+             (devices synchronized at each phase boundary of a timed step; steps timed 1 in {} \
+             after warm-up), no overlap",
             devs.iter()
                 .map(|d| device_name(*d))
                 .collect::<Vec<_>>()
@@ -159,11 +164,13 @@ fn train(client: &Client, args: &Args, devs: &[Device]) -> anyhow::Result<i32> {
             data.steps_per_epoch,
             data.description,
             args.model.as_str(),
+            args.time_every,
         ),
     );
     let settings = Settings {
         epochs: args.epochs,
         buckets_every: args.buckets_every,
+        time_every: args.time_every,
         bn_train: true,
         fault,
     };

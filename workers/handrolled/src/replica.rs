@@ -2,9 +2,11 @@
 //! forward and backward on each replica's shard, then the gradient all-reduce by tensor copies
 //! (only after the whole backward: no overlap), then the same SGD step on every replica.
 //!
-//! Timing is `host`: tch exposes no CUDA events, so the devices are synchronized at each phase
-//! boundary before the host clock is read. The loop waits for the whole backward before it
-//! communicates anyway; the one extra drain is between forward and backward.
+//! Timing is `host`: tch exposes no CUDA events, so on a *timed* step (`step`) the devices are
+//! synchronized at each phase boundary before the host clock is read; the drain between forward
+//! and backward stalls the GPUs the single dispatching thread has not reached yet. Untimed steps
+//! (`step_untimed`, the sampled-timing policy of `DDPTOP_TIME_EVERY`) issue the same work with no
+//! drain at all: stream order and the cross-device copies order it.
 
 use anyhow::{Context, Result, anyhow};
 use std::time::Instant;
@@ -318,12 +320,70 @@ impl Group {
         let t4 = Instant::now();
         st.opt_ms = ms(t3, t4);
         st.step_ms = ms(t0, t4);
-        st.loss = self.replicas[0]
+        st.loss = self.last_loss();
+        Ok(st)
+    }
+}
+
+impl Group {
+    /// The same step as `step` without a single synchronize or clock read: every replica's
+    /// forward, then every backward, the all-reduce and the SGD step are issued back to back and
+    /// the devices run them as their streams allow. Nothing is measured; the loss is not read
+    /// (that would drain device 0).
+    pub fn step_untimed(&mut self, batches: &[(Tensor, Tensor)], train: bool) -> Result<()> {
+        assert_eq!(batches.len(), self.k(), "one batch per replica");
+        tch::no_grad(|| self.broadcast_buffers())?;
+        match self.dispatch {
+            Dispatch::Single => {
+                for (r, (x, y)) in self.replicas.iter_mut().zip(batches) {
+                    r.forward(x, y, train);
+                }
+                for r in self.replicas.iter_mut() {
+                    r.backward()?;
+                }
+            }
+            Dispatch::Threads => std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .replicas
+                    .iter_mut()
+                    .zip(batches)
+                    .map(|(r, (x, y))| {
+                        let (x, y) = (x.shallow_clone(), y.shallow_clone());
+                        s.spawn(move || -> Result<()> {
+                            r.forward(&x, &y, train);
+                            r.backward()
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .try_for_each(|h| h.join().map_err(panic_message)?)
+            })?,
+        }
+        tch::no_grad(|| self.all_reduce_grads())?;
+        match self.dispatch {
+            Dispatch::Single => self.replicas.iter_mut().for_each(Replica::sgd),
+            Dispatch::Threads => std::thread::scope(|s| {
+                for r in self.replicas.iter_mut() {
+                    s.spawn(move || r.sgd());
+                }
+            }),
+        }
+        Ok(())
+    }
+
+    /// Replica 0's loss of the last step (waits for device 0).
+    pub fn last_loss(&self) -> f64 {
+        self.replicas[0]
             .loss
             .as_ref()
             .map(|l| l.double_value(&[]))
-            .unwrap_or(f64::NAN);
-        Ok(st)
+            .unwrap_or(f64::NAN)
+    }
+
+    /// Wait for every device (the end of an epoch, before its clock is read).
+    pub fn drain(&self) {
+        self.sync_all();
     }
 }
 

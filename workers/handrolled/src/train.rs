@@ -2,6 +2,12 @@
 //! `buckets` (the one whole-gradient bucket) and `comm` (the all-reduce and the buffer
 //! broadcast as explicit collectives), `epoch` per epoch (epoch 0 is warm-up), `result`.
 //!
+//! Sampled timing, as the Python workers do it (`DDPTOP_TIME_EVERY`, workers/ddptop_worker/
+//! train.py): after warm-up only every `time_every`-th step is timed (devices drained at each
+//! phase boundary) and reported; the others run without any drain (`Group::step_untimed`) and
+//! their samples ride on the next `step` message (`samples`, `every`). Each `step` carries
+//! replica 0's loss.
+//!
 //! `bwd_ms` in `step` is backward plus the all-reduce, as DDP's `loss.backward()` measures it
 //! (it returns after the reducer's all-reduces); `buckets` splits it into compute and exposed
 //! communication, which here is all of it: nothing overlaps.
@@ -18,6 +24,8 @@ use crate::replica::{Group, StepTimes};
 pub struct Settings {
     pub epochs: i64,
     pub buckets_every: u64,
+    /// Time (drain, measure, report) every N-th step after warm-up; warm-up times every step.
+    pub time_every: u64,
     /// BatchNorm in training mode (the default); eval mode only for equivalence checks.
     pub bn_train: bool,
     pub fault: Option<Fault>,
@@ -49,6 +57,7 @@ struct StepInfo {
     samples: i64,
     data_ms: f64,
     buckets: bool,
+    every: u64,
 }
 
 fn emit_step(client: &Client, group: &Group, st: &StepTimes, info: &StepInfo) {
@@ -59,6 +68,7 @@ fn emit_step(client: &Client, group: &Group, st: &StepTimes, info: &StepInfo) {
         samples,
         data_ms,
         buckets,
+        every,
     } = *info;
     let nbytes = grad_bytes(group);
     let comm_end = st.comm_start_ms + st.comm_ms;
@@ -71,7 +81,8 @@ fn emit_step(client: &Client, group: &Group, st: &StepTimes, info: &StepInfo) {
                 "fwd_ms": finite(st.fwd_ms[r]),
                 "bwd_ms": finite(comm_end - st.bwd_start_ms[r]),
                 "opt_ms": finite(st.opt_ms), "data_ms": finite(data_ms),
-                "step_ms": finite(st.step_ms), "timing": "host",
+                "step_ms": finite(st.step_ms), "timing": "host", "every": every,
+                "loss": st.loss.is_finite().then_some(st.loss),
             }),
         );
         if group.k() > 1 {
@@ -136,6 +147,12 @@ pub fn run(
     let every = settings.buckets_every.max(1);
     for epoch in 0..settings.epochs {
         let warmup = epoch == 0 && settings.epochs > 1;
+        let time_every = if warmup {
+            1
+        } else {
+            settings.time_every.max(1)
+        };
+        let mut unreported = 0i64;
         let perms = data.permutations(epoch);
         for d in group.devices() {
             crate::replica::sync(d);
@@ -155,23 +172,35 @@ pub fn run(
             let t_data = Instant::now();
             let batches: Vec<_> = (0..k).map(|r| data.batch(r, &perms[r], i)).collect();
             let data_ms = t_data.elapsed().as_secs_f64() * 1e3;
-            let st = group.step(&batches, settings.bn_train)?;
             out.steps += 1;
             steps += 1;
             data_wait_ms += data_ms;
-            out.last_loss = st.loss;
-            client.set_step(out.steps);
-            let info = StepInfo {
-                step: out.steps,
-                epoch,
-                warmup,
-                samples: data.batch,
-                data_ms,
-                buckets: out.steps % every == 0,
-            };
-            emit_step(client, group, &st, &info);
+            if out.steps % time_every == 0 {
+                let st = group.step(&batches, settings.bn_train)?;
+                client.set_step(out.steps);
+                let info = StepInfo {
+                    step: out.steps,
+                    epoch,
+                    warmup,
+                    samples: unreported + data.batch,
+                    data_ms,
+                    buckets: out.steps % every == 0,
+                    every: time_every,
+                };
+                unreported = 0;
+                emit_step(client, group, &st, &info);
+            } else {
+                group.step_untimed(&batches, settings.bn_train)?;
+                client.set_step(out.steps);
+                unreported += data.batch;
+            }
         }
+        // Untimed steps may still be running: the epoch ends when the devices are done.
+        group.drain();
         let seconds = t_epoch.elapsed().as_secs_f64();
+        if steps > 0 {
+            out.last_loss = group.last_loss();
+        }
         if steps > 0 {
             let samples = steps * data.batch;
             let sps = samples as f64 / seconds.max(1e-9);

@@ -67,6 +67,8 @@ impl FakeDdptop {
             .env("DDPTOP_RUN_ID", RUN_ID)
             .env("OMP_NUM_THREADS", "1")
             .env_remove("DDPTOP_INJECT")
+            // Every step timed unless a test asks for sampled timing.
+            .env_remove("DDPTOP_TIME_EVERY")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (k, v) in env {
