@@ -299,6 +299,21 @@ impl Engine {
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
         run.gpus_shared = gpus_shared;
+        // Said as the run starts and kept with it: its figures carry them. Ranks on other
+        // nodes bring their own cores.
+        let cores = if plan.is_some() {
+            usize::MAX
+        } else {
+            crate::run::checks::cpu_cores()
+        };
+        for c in crate::run::checks::launch_caveats(&run.spec, cores) {
+            self.state.push_message(
+                Level::Warn,
+                Some(&id),
+                format!("k={}: {}", run.spec.k, c.text),
+            );
+            run.add_caveat(c);
+        }
         // For the details view (the token stays out of sight, as in command.txt).
         run.command = Some(
             cmd.argv

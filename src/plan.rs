@@ -41,6 +41,7 @@ pub fn setup(
     g: &GlobalArgs,
     backend: BackendArg,
     profile: Option<&str>,
+    presets: &[String],
     broken: BrokenConfig,
 ) -> anyhow::Result<Setup> {
     let cfg_path = crate::paths::config_file(g.config.as_deref());
@@ -54,6 +55,20 @@ pub fn setup(
             Config::default()
         }
     };
+    // Names are checked before the backend is resolved: probing torch takes seconds, and a
+    // typo must not wait for it.
+    for name in presets {
+        config
+            .preset(name)
+            .ok_or_else(|| unknown_preset(g, &config, name))?;
+    }
+    if let Some(p) = profile.filter(|p| Profile::get(p).is_none()) {
+        return Err(BadInput(format!(
+            "unknown profile `{p}`; known: {}",
+            Profile::names().join(", ")
+        ))
+        .into());
+    }
     let python = g.python.clone().or_else(|| config.python.clone());
     let resolved = crate::detect::resolve(
         backend,
@@ -93,6 +108,42 @@ impl Setup {
     pub fn template(&self) -> Template {
         Template::new(self.resolved.backend, self.profile.clone())
     }
+}
+
+/// `--preset NAME` that the config does not have: the error, with the known names.
+pub fn unknown_preset(g: &GlobalArgs, config: &Config, name: &str) -> BadInput {
+    let known: Vec<&str> = config.presets.keys().map(|k| k.as_str()).collect();
+    BadInput(format!(
+        "unknown preset `{name}`; known: {} (add one under [presets] in {})",
+        known.join(", "),
+        crate::paths::config_file(g.config.as_deref()).display()
+    ))
+}
+
+/// NCCL settings asked for on a gloo launch (beyond ddptop's own default): gloo runs no NCCL,
+/// so a comparison of them would compare noise. The one-line refusal, or `None`.
+pub fn nccl_on_gloo(backend: Backend, nccl: &NcclSettings) -> Option<String> {
+    if backend != Backend::Gloo {
+        return None;
+    }
+    let defaults = NcclSettings::default();
+    let asked: Vec<String> = nccl
+        .normalized()
+        .launch_env()
+        .filter(|(k, v)| {
+            k.starts_with("NCCL_") && defaults.as_map().get(*k).map(|d| d.as_deref()) != Some(*v)
+        })
+        .map(|(k, v)| match v {
+            Some(v) => format!("{k}={v}"),
+            None => format!("-{k}"),
+        })
+        .collect();
+    (!asked.is_empty()).then(|| {
+        format!(
+            "{} on a gloo run: gloo runs no NCCL, so NCCL settings change nothing (use --backend nccl on GPUs, or drop them)",
+            asked.join(", ")
+        )
+    })
 }
 
 /// The profile of a simulated backend (named, else the default), checked; `None` elsewhere.

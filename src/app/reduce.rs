@@ -2,7 +2,7 @@
 
 use super::summary;
 use crate::protocol::{Instrument, WorkerMsg};
-use crate::run::{Aggregate, RunStatus, RunView};
+use crate::run::{Aggregate, Caveat, Experiment, RunStatus, RunView};
 use std::time::Instant;
 
 const RECENT_STEPS: usize = 64;
@@ -95,6 +95,11 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             rank.last_step = Some(s.clone());
+            if run.spec.experiment == Experiment::Attach {
+                // The script's batch as its steps showed it (ddptop sets none of its settings).
+                *run.observed.step_samples.entry(s.samples).or_default() += 1;
+                run.observed.steps = run.observed.steps.max(s.step);
+            }
         }
         WorkerMsg::Buckets(b) => {
             rank.buckets = Some(b.clone());
@@ -107,7 +112,17 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             rank.epochs.push((e.epoch, e.samples_per_s, e.warmup));
             run.aggregate = Aggregate::of(run);
         }
-        WorkerMsg::Probe(p) => run.probe.push(p.clone()),
+        WorkerMsg::Probe(p) => {
+            // A live probe inside a training run's timed epoch adds its blocks to the epoch's
+            // time: the run's samples/s is no longer its own (as a k=1 run, no baseline).
+            let timed = rank.last_step.as_ref().is_some_and(|s| !s.warmup);
+            if p.live == Some(true) && timed && run.spec.experiment.has_throughput() {
+                run.add_caveat(Caveat::perturbed(
+                    "the live probe ran during its timed epoch",
+                ));
+            }
+            run.probe.push(p.clone());
+        }
         WorkerMsg::Bench(b) => {
             if b.rank == 0 {
                 run.bench.retain(|x| x.bytes != b.bytes);
@@ -154,6 +169,16 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             if run.bucket_bytes.is_empty() {
                 run.bucket_bytes = r.bucket_bytes.clone();
             }
+            let o = &mut run.observed;
+            // A run used a process group / a DDP module when any rank did.
+            let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
+                (None, x) | (x, None) => x,
+                (Some(x), Some(y)) => Some(x || y),
+            };
+            o.process_group = any(o.process_group, r.process_group);
+            o.ddp_module = any(o.ddp_module, r.ddp_module);
+            o.epochs = o.epochs.max(r.epochs_seen);
+            o.steps = o.steps.max(r.step);
             run.aggregate = Aggregate::of(run);
         }
         WorkerMsg::Bye(b) => {

@@ -449,6 +449,9 @@ impl Sim<'_> {
             bucket_bytes: RESNET18_BUCKETS.iter().map(|b| b.0).collect(),
             optimizer: None,
             strategy: None,
+            process_group: None,
+            ddp_module: None,
+            epochs_seen: None,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {
             rank: self.rank,

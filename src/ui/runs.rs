@@ -63,6 +63,9 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     if run.spec.control {
         note.push("k=1 control".into());
     }
+    for c in &run.caveats {
+        note.push(format!("⚠ {}", c.short()));
+    }
     if run.bad_lines() + run.rejected > 0 {
         note.push(format!("{} bad lines", run.bad_lines() + run.rejected));
     }
@@ -78,15 +81,23 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
                     model::spread_pct(agg)
                 );
                 main_short = Some(fmt::rate(agg.samples_per_s));
-                let eff = if run.spec.k == 1 {
+                let eff = if run.spec.k == 1 && run.perturbation().is_some() {
+                    "k=1 ⚠ no base".to_string()
+                } else if run.spec.k == 1 {
                     "k=1 base".to_string()
                 } else {
                     match summary::scaling(run, runs) {
                         Some(s) => {
                             let base = fmt::tiny_id(&s.baseline);
                             let pct = s.efficiency * 100.0;
-                            eff_narrow = Some(format!("{:.2}× vs {base}", s.speedup));
-                            format!("{:.2}× {pct:.0}% vs {base}", s.speedup)
+                            // Marked here; the details (Enter) say why.
+                            let warn = if summary::scaling_caveat(&s, runs).is_some() {
+                                "⚠"
+                            } else {
+                                ""
+                            };
+                            eff_narrow = Some(format!("{:.2}×{warn} vs {base}", s.speedup));
+                            format!("{:.2}× {pct:.0}%{warn} vs {base}", s.speedup)
                         }
                         None => "no k=1".to_string(),
                     }

@@ -297,7 +297,13 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "layout": opt(dict_of(string)),
         "platform": opt_string,
     },
-    "result": {"optimizer": opt(one_of(*OPTIMIZERS)), "strategy": opt(one_of(*STRATEGIES))},
+    "result": {
+        "optimizer": opt(one_of(*OPTIMIZERS)),
+        "strategy": opt(one_of(*STRATEGIES)),
+        "process_group": opt(boolean),
+        "ddp_module": opt(boolean),
+        "epochs_seen": opt_uint,
+    },
     "plan": {
         "epochs": opt_uint,
         "steps_per_epoch": opt_uint,
