@@ -343,6 +343,66 @@ mod tests {
     }
 
     #[test]
+    fn a_live_probe_in_the_timed_epoch_perturbs_the_run_and_in_warm_up_does_not() {
+        let now = Instant::now();
+        let msg = |json: &str| crate::protocol::parse_worker(json).unwrap();
+        let step = |warmup: bool| {
+            msg(&format!(
+                r#"{{"v":1,"type":"step","rank":0,"step":5,"epoch":1,"t":3.0,"warmup":{warmup},"sync":true,"samples":256,"fwd_ms":1,"bwd_ms":1,"opt_ms":1,"data_ms":0.1,"step_ms":3,"timing":"host"}}"#
+            ))
+        };
+        let probe = msg(
+            r#"{"v":1,"type":"probe","rank":0,"step":6,"t":4.0,"block":1,"mode":"synced","steps":20,"median_ms":41.2,"min_ms":40.8,"max_ms":43.0,"live":true}"#,
+        );
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        apply_worker(&mut run, &step(true), now);
+        apply_worker(&mut run, &probe, now);
+        assert_eq!(run.perturbation(), None, "warm-up is not timed");
+        apply_worker(&mut run, &step(false), now);
+        apply_worker(&mut run, &probe, now);
+        apply_worker(&mut run, &probe, now);
+        assert_eq!(run.caveats.len(), 1, "said once");
+        assert!(run.perturbation().unwrap().contains("live probe"));
+    }
+
+    #[test]
+    fn an_attached_runs_steps_give_its_batch_and_its_result_what_it_used() {
+        let now = Instant::now();
+        let mut run = RunView::new(
+            "r".into(),
+            RunSpec::new(Experiment::Attach, 2, Backend::Gloo),
+            now,
+            0.0,
+        );
+        let msg = |json: String| crate::protocol::parse_worker(&json).unwrap();
+        for (i, samples) in [64, 64, 64, 16].into_iter().enumerate() {
+            apply_worker(
+                &mut run,
+                &msg(format!(
+                    r#"{{"v":1,"type":"step","rank":0,"step":{},"epoch":0,"t":3.0,"warmup":false,"sync":true,"samples":{samples},"fwd_ms":1,"bwd_ms":1,"opt_ms":1,"data_ms":0.1,"step_ms":3,"timing":"host"}}"#,
+                    i + 1
+                )),
+                now,
+            );
+        }
+        // The most common step size is the batch (the last, partial one is smaller).
+        assert_eq!(run.observed.per_rank_batch(), Some(64));
+        assert_eq!(run.settings().global_batch, Some(128));
+        assert_eq!(run.settings().model, None, "never ddptop's default model");
+        assert_eq!(run.observed.steps, 4);
+        let result = |rank: u32, pg: bool| {
+            msg(format!(
+                r#"{{"v":1,"type":"result","rank":{rank},"step":4,"t":5.0,"experiment":"attach","samples_per_s":null,"timed_epochs":0,"params":null,"grad_bytes":null,"bucket_bytes":[],"process_group":{pg},"ddp_module":false}}"#
+            ))
+        };
+        apply_worker(&mut run, &result(0, false), now);
+        assert!(run.observed.independent());
+        assert_eq!(run.observed.epochs, None, "set_epoch never called: unknown");
+        apply_worker(&mut run, &result(1, true), now);
+        assert!(!run.observed.independent(), "one rank had a process group");
+    }
+
+    #[test]
     fn an_attached_run_is_measured_as_much_as_its_least_measured_rank() {
         let now = Instant::now();
         let mut run = RunView::new("r".into(), spec(), now, 0.0);

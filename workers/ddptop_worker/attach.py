@@ -29,6 +29,7 @@ from . import protocol
 from .attach_steps import Account, StepInfo
 from .client import Client
 from .faults import Fault
+from .fr_env import add_legacy_names
 from .timing import (
     BucketRecord,
     BucketTimer,
@@ -170,6 +171,7 @@ class Session:
         except Exception as e:  # noqa: BLE001
             off_reason = f"cannot install torch hooks: {type(e).__name__}: {e}"
         os.environ[ATTACHED_PID_ENV] = str(self.pid)
+        add_legacy_names(torch.__version__)  # before the script makes its process group
         try:
             self.client = connect("off" if off_reason else "full")
         except BaseException:
