@@ -155,6 +155,11 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         let ms: Vec<f64> = r.recent_step_ms.iter().copied().collect();
         let state = match (&r.error, r.phase) {
             (Some(e), _) => e.clone(),
+            // A rank whose last phase was "done" is finished when its run is (a hung rank keeps
+            // the phase it hung in).
+            (None, Some(crate::protocol::Phase::Done)) if run.status.is_final() => {
+                run.status.as_str().to_string()
+            }
             (None, Some(p)) => crate::app::progress::phase_label(p).to_string(),
             (None, None) if r.said_bye => "bye".into(),
             _ => "—".into(),

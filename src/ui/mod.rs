@@ -259,11 +259,12 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     if let Some(ic) = &s.host.interconnect {
         l1.insert(2, (3, vec![Span::styled(ic.clone(), t.text)]));
     }
-    // Versions: the host's, else what the latest run's workers reported.
+    // Versions: the host's, else what the latest run of this session reported (a stored run's
+    // torch may be long gone from this machine: it is not this host's).
     let latest = s
         .runs
         .iter()
-        .filter(|r| !r.versions.is_empty())
+        .filter(|r| r.live && !r.versions.is_empty())
         .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix));
     let ver = |host: &Option<String>, key: &str| {
         host.clone()

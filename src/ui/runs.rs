@@ -201,16 +201,10 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         let st = t.dim;
         let be = if wide {
             fmt::backend(&q.spec)
-        } else if q.spec.backend == Backend::Sim {
-            "SIM".into()
         } else {
-            q.spec.backend.as_str().to_string()
+            fmt::backend_short(&q.spec)
         };
-        let exp = if q.spec.control {
-            format!("{}*", q.spec.experiment.as_str())
-        } else {
-            q.spec.experiment.as_str().to_string()
-        };
+        let exp = fmt::experiment(&q.spec);
         let mut note = vec![];
         if let Some((p, n)) = q
             .sweep
@@ -279,10 +273,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         };
         let be = if wide {
             fmt::backend(&r.spec)
-        } else if r.spec.backend == Backend::Sim {
-            "SIM".into()
         } else {
-            r.spec.backend.as_str().to_string()
+            fmt::backend_short(&r.spec)
         };
         let status = Span::styled(
             format!("{} {}", status_glyph(r.status), r.status.as_str()),
@@ -295,11 +287,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         } else {
             t.dim
         };
-        let exp = if r.spec.control {
-            format!("{}*", r.spec.experiment.as_str())
-        } else {
-            r.spec.experiment.as_str().to_string()
-        };
+        let exp = fmt::experiment(&r.spec);
         let mut cells = vec![
             Cell::from(Span::styled(mark, t.running)),
             Cell::from(Span::styled(id, id_style)),

@@ -56,7 +56,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 
 fn curve_height(c: &Curve) -> u16 {
     let predictions = c.points.iter().filter(|p| p.prediction.is_some()).count() as u16;
-    2 + c.points.len().max(1) as u16 + predictions + u16::from(c.live.is_some())
+    let caveats = c.points.iter().filter(|p| p.caveat.is_some()).count() as u16;
+    2 + c.points.len().max(1) as u16 + predictions + caveats + u16::from(c.live.is_some())
 }
 
 /// The line under a k>1 point: the cost model's samples/s with its error against the measured
