@@ -467,3 +467,31 @@ fn with_no_torch_the_header_shows_no_versions_from_stored_runs() {
     let header: String = s.lines().take(2).collect();
     assert!(header.contains("torch 2.4.1"), "{header}");
 }
+
+#[test]
+fn every_pane_takes_the_focus_and_z_shows_it_whole() {
+    let mut st = perturbed_baseline();
+    // Scaling (the Runs page's second pane), Probe and Bench (the Timeline page's second and
+    // third): each zooms over the whole body, its cut lines whole.
+    for (pane, sub, title, gone) in [
+        (Pane::Runs, 1, "Scaling samples/s", "Runs 2 this session"),
+        (Pane::Timeline, 1, "Probe no_sync", "Timeline "),
+        (Pane::Timeline, 2, "Bench all-reduce", "Probe no_sync"),
+        (Pane::Gpus, 1, "Ranks worker processes", "GPUs "),
+    ] {
+        st.view.pane = pane;
+        st.view.sub = sub;
+        st.view.zoom = true;
+        let s = text(&draw(&st, 160, 40));
+        assert!(s.contains(title), "{title}:\n{s}");
+        assert!(!s.contains(gone), "{title} zoomed hides {gone}:\n{s}");
+    }
+    // Zoomed, the Scaling pane's caveat line is no longer cut.
+    st.view.pane = Pane::Runs;
+    st.view.sub = 1;
+    let s = text(&draw(&st, 160, 40));
+    assert!(
+        s.contains("not a clean baseline: the live probe ran during its timed epoch"),
+        "{s}"
+    );
+}

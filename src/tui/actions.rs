@@ -379,8 +379,14 @@ impl Controller {
                 }
             }
             Action::NextPane => {
-                let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
-                view.pane = PAGES[(i + 1) % PAGES.len()];
+                // Every pane of the page in turn, then the next page.
+                if view.sub + 1 < crate::ui::layout::page_len(view.pane) {
+                    view.sub += 1;
+                } else {
+                    let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
+                    view.pane = PAGES[(i + 1) % PAGES.len()];
+                    view.sub = 0;
+                }
             }
             Action::Up
             | Action::Down

@@ -91,9 +91,9 @@ pub fn zoomed(ctx: &Ctx, visible: &[(PaneId, Rect)]) -> Option<(PaneId, Rect)> {
     if !ctx.view.zoom {
         return None;
     }
-    let (id, _) = visible.iter().find(|(id, _)| id.pane() == ctx.view.pane)?;
+    let (id, _) = layout::focused(visible, ctx.view.pane, ctx.view.sub)?;
     let body = visible.iter().map(|(_, r)| *r).reduce(|a, b| a.union(b))?;
-    Some((*id, body))
+    Some((id, body))
 }
 
 fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
@@ -144,7 +144,7 @@ pub fn frame_block(
     buf: &mut Buffer,
 ) -> Rect {
     let t = ctx.theme;
-    let focused = id.pane() == ctx.view.pane;
+    let focused = id.focused(ctx.view.pane, ctx.view.sub);
     let (bs, ts) = if focused {
         (t.border_focus, t.title_focus)
     } else {
