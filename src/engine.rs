@@ -147,6 +147,10 @@ impl Engine {
     pub fn state_mut(&mut self) -> &mut State {
         &mut self.state
     }
+    /// The python launches use (`None`: none with torch was found).
+    pub fn python(&self) -> Option<&std::path::Path> {
+        self.opts.python.as_ref().map(|p| p.python.as_path())
+    }
     pub fn socket_path(&self) -> &std::path::Path {
         &self.server.path
     }

@@ -65,6 +65,17 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     }
     template.inject = a.inject.clone();
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
+    // A worker that is not built is bad set-up (exit 2, with the command that builds it), not a
+    // failed run.
+    if (experiment == Experiment::Handrolled || a.deficits)
+        && template.backend != crate::protocol::Backend::Sim
+        && crate::supervisor::handrolled::find_binary().is_none()
+    {
+        return Err(BadInput(crate::supervisor::handrolled::build_hint(
+            setup.resolved.python.as_ref().map(|p| p.python.as_path()),
+        ))
+        .into());
+    }
     if let Some(dir) = &a.dataset_dir {
         template.data_source = DataSource::Real(dir.clone());
     }

@@ -315,3 +315,32 @@ fn too_few_timed_steps_are_said_before_the_launch_and_kept_with_the_run() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("caveat      ⚠ only 4 timed steps"), "{text}");
 }
+
+#[test]
+fn an_unbuilt_handrolled_worker_is_bad_setup_with_a_build_line_for_this_python() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env("DDPTOP_HANDROLLED", d.path().join("not-built"))
+        .args(["run", "handrolled", "--k", "1", "--backend", "gloo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "bad setup, not a failed run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    // The torch ddptop found, wherever it lives (not a .venv assumed inside the repository).
+    let bin = std::path::Path::new(&py)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    assert!(
+        last.contains(&format!("PATH={bin}:$PATH"))
+            && last.contains("cargo build --release -p ddptop-handrolled"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}

@@ -495,3 +495,22 @@ fn every_pane_takes_the_focus_and_z_shows_it_whole() {
         "{s}"
     );
 }
+
+#[test]
+fn an_unbuilt_next_experiment_says_so_in_the_header_and_the_runs_pane() {
+    let mut st = Screen::new(host_laptop());
+    st.state.next.experiment = Experiment::Handrolled;
+    st.state.next.unavailable = Some(
+        "the hand-rolled worker is not built: run `PATH=/v/bin:$PATH LIBTORCH_USE_PYTORCH=1 cargo build --release -p ddptop-handrolled`".into(),
+    );
+    let s = text(&draw(&st, 160, 40));
+    assert!(s.contains("next handrolled (not built)"), "header:\n{s}");
+    assert!(
+        s.contains("· next handrolled (not built)"),
+        "Runs pane title:\n{s}"
+    );
+    assert!(
+        s.contains("PATH=/v/bin:$PATH LIBTORCH_USE_PYTORCH=1 cargo"),
+        "the build command in the Runs pane:\n{s}"
+    );
+}

@@ -148,6 +148,7 @@ impl Controller {
     }
 
     fn handle_inner(&mut self, engine: &mut Engine, view: &mut View, action: Action) -> Flow {
+        let python = engine.python().map(std::path::Path::to_path_buf);
         let state = engine.state_mut();
         match action {
             Action::Launch { k } => {
@@ -183,6 +184,13 @@ impl Controller {
                     _ => Experiment::Weak,
                 };
                 let e = state.next.experiment;
+                // Said when it is chosen, not only when 1 fails: the worker must be built.
+                state.next.unavailable = (e == Experiment::Handrolled
+                    && crate::supervisor::handrolled::find_binary().is_none())
+                .then(|| crate::supervisor::handrolled::build_hint(python.as_deref()));
+                if let Some(why) = state.next.unavailable.clone() {
+                    state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
+                }
                 if let Some(a) = self
                     .template
                     .attach

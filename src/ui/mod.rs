@@ -292,7 +292,10 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         vec![
             Span::styled(" next ", t.label),
             Span::styled(exp.as_str().to_string(), t.value),
-            Span::styled(format!(" ({batch})"), t.dim),
+            match &s.next.unavailable {
+                Some(_) => Span::styled(" (not built)", t.bad),
+                None => Span::styled(format!(" ({batch})"), t.dim),
+            },
         ],
     )];
     if s.next.data_path == crate::app::DataPath::Loader {

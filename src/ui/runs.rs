@@ -172,17 +172,22 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     if !s.queued.is_empty() {
         title.push(Span::styled(format!(" · {} queued", s.queued.len()), t.dim));
     }
+    if s.next.unavailable.is_some() {
+        title.push(Span::styled(
+            format!(" · next {} (not built)", s.next.experiment.as_str()),
+            t.warn,
+        ));
+    }
     let inner = frame_block(ctx, PaneId::Runs, title, area, buf);
     if inner.height == 0 {
         return;
     }
     if s.rows() == 0 {
-        empty_note(
-            ctx,
-            inner,
-            "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench",
-            buf,
-        );
+        let note = match &s.next.unavailable {
+            Some(why) => why.clone(),
+            None => "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench".into(),
+        };
+        empty_note(ctx, inner, &note, buf);
         return;
     }
     let w = inner.width as usize;
