@@ -41,8 +41,10 @@ pub struct GlobalArgs {
     /// Python interpreter that has torch (default: $DDPTOP_PYTHON, the config, python3).
     #[arg(long, global = true, value_name = "PATH")]
     pub python: Option<PathBuf>,
-    /// Directory holding the ddptop_worker package.
-    #[arg(long, global = true, value_name = "DIR", hide = true)]
+    /// Directory holding the Python workers (the ddptop_worker package), for an installed
+    /// ddptop away from its source tree. Default: $DDPTOP_WORKERS_DIR, else ./workers, a
+    /// workers/ folder above the binary, or the source tree it was built from.
+    #[arg(long, global = true, value_name = "DIR")]
     pub workers_dir: Option<PathBuf>,
     /// Launch on GPUs that another ddptop or process is using (refused by default); the run's
     /// figures are marked "GPUs shared".
@@ -78,7 +80,7 @@ pub struct TuiArgs {
     #[arg(long, value_name = "FILE", requires = "script")]
     pub screen_dump: Option<PathBuf>,
     /// Wall-clock speed-up of the simulated worker (its figures are unchanged).
-    #[arg(long, default_value_t = 1.0, hide = true, value_parser = speed)]
+    #[arg(long, default_value_t = 1.0, hide = true, allow_negative_numbers = true, value_parser = speed)]
     pub sim_speed: f64,
 }
 
@@ -290,7 +292,7 @@ pub struct RunArgs {
     #[arg(value_enum)]
     pub experiment: ExperimentArg,
     /// World sizes to run, one launch each, in order.
-    #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, value_delimiter = ',', default_value = "1,2", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub k: Vec<u32>,
     /// auto: nccl when torch sees CUDA, gloo when torch imports, else the SIMULATED worker.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
@@ -306,14 +308,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub preset: Vec<String>,
     /// Batch: per rank for weak and probe (default 256), global for strong (default 512).
-    #[arg(long, value_parser = count_u32)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count_u32)]
     pub batch: Option<u32>,
     /// Epochs; the first is warm-up and never counted (with 1, the only epoch is timed,
     /// warm-up included: such runs form a curve of their own).
-    #[arg(long, default_value_t = 2, value_parser = count_u32)]
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = count_u32)]
     pub epochs: u32,
     /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo].
-    #[arg(long, value_parser = count_u64)]
+    #[arg(long, allow_negative_numbers = true, value_parser = count_u64)]
     pub samples: Option<u64>,
     /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
     #[arg(long, value_enum)]
@@ -360,19 +362,19 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Wall-clock speed-up of the simulated worker (its figures are unchanged).
-    #[arg(long, default_value_t = 5.0, value_parser = speed)]
+    #[arg(long, default_value_t = 5.0, allow_negative_numbers = true, value_parser = speed)]
     pub sim_speed: f64,
     /// Relative noise of the simulated worker, 0 to 1 (default: the profile's).
-    #[arg(long, value_parser = fraction)]
+    #[arg(long, allow_negative_numbers = true, value_parser = fraction)]
     pub sim_noise: Option<f64>,
     /// Watchdog: no hang threshold is shorter than this (seconds).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds)]
     pub hang_floor: Option<f64>,
     /// Watchdog: time allowed from launch while a rank is in `init` (seconds).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds)]
     pub startup_timeout: Option<f64>,
     /// Watchdog: time allowed in DDP's constructor, `ddp_init` (seconds; default 20).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds)]
     pub ddp_init_timeout: Option<f64>,
     /// Watchdog: time a rank's first steps (cudnn autotuning, compiling, NCCL set-up) may take
     /// without progress (seconds; default 120).
@@ -380,7 +382,7 @@ pub struct RunArgs {
     pub first_steps_timeout: Option<f64>,
     /// Time the launcher gets to exit after every rank said bye (seconds; default 30); past it
     /// the tree is stopped and the run keeps its results with a warning.
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds)]
     pub teardown_timeout: Option<f64>,
     #[command(flatten)]
     pub nodes: NodeArgs,
@@ -396,7 +398,7 @@ pub struct NodeArgs {
     #[arg(long, value_delimiter = ',', value_name = "HOST1,HOST2", value_parser = node_name)]
     pub nodes: Vec<String>,
     /// Processes per node [default: k / number of nodes].
-    #[arg(long, requires = "nodes", value_parser = count_u32)]
+    #[arg(long, requires = "nodes", allow_negative_numbers = true, value_parser = count_u32)]
     pub nproc_per_node: Option<u32>,
     /// Where ranks on other nodes report (TCP) [default: the config's, else every interface
     /// when another host is named, loopback otherwise; port 0 = any free port].
@@ -450,7 +452,7 @@ fn node_name(s: &str) -> Result<String, String> {
 )]
 pub struct AttachArgs {
     /// World sizes, one launch of the script each, in order [default: every GPU; 2 on CPUs].
-    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=64))]
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub k: Vec<u32>,
     /// nccl: one GPU per rank; gloo: the CPU (GPUs hidden, so a script that picks its backend by
     /// torch.cuda.is_available() picks gloo); auto: nccl when torch sees CUDA, else gloo.
@@ -473,10 +475,10 @@ pub struct AttachArgs {
     #[arg(long)]
     pub json: bool,
     /// Watchdog: no hang threshold is shorter than this (seconds).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds)]
     pub hang_floor: Option<f64>,
     /// Watchdog: time allowed from launch to the first step (seconds).
-    #[arg(long, value_parser = seconds)]
+    #[arg(long, allow_negative_numbers = true, value_parser = seconds)]
     pub startup_timeout: Option<f64>,
     /// Watchdog: time the script's first steps (cudnn autotuning, torch.compile, NCCL set-up)
     /// may take without progress (seconds; default 120).
@@ -522,14 +524,14 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
 fn count_u32(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("must be a whole number from 1 to {}", u32::MAX)),
+        _ => Err("must be a positive whole number (1 or more)".into()),
     }
 }
 
 fn count_u64(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("must be a whole number from 1 to {}", u64::MAX)),
+        _ => Err("must be a positive whole number (1 or more)".into()),
     }
 }
 

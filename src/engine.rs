@@ -155,6 +155,10 @@ impl Engine {
     pub fn state_mut(&mut self) -> &mut State {
         &mut self.state
     }
+    /// The python launches use (`None`: none with torch was found).
+    pub fn python(&self) -> Option<&std::path::Path> {
+        self.opts.python.as_ref().map(|p| p.python.as_path())
+    }
     pub fn socket_path(&self) -> &std::path::Path {
         &self.server.path
     }
@@ -313,6 +317,21 @@ impl Engine {
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
         run.gpus_shared = gpus_shared;
+        // Said as the run starts and kept with it: its figures carry them. Ranks on other
+        // nodes bring their own cores.
+        let cores = if plan.is_some() {
+            usize::MAX
+        } else {
+            crate::run::checks::cpu_cores()
+        };
+        for c in crate::run::checks::launch_caveats(&run.spec, cores) {
+            self.state.push_message(
+                Level::Warn,
+                Some(&id),
+                format!("k={}: {}", run.spec.k, c.text),
+            );
+            run.add_caveat(c);
+        }
         // For the details view (the token stays out of sight, as in command.txt).
         run.command = Some(
             cmd.argv

@@ -24,7 +24,13 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     // The config supplies python/torchrun paths, watchdog thresholds and presets. A broken file
     // is refused as the dashboard refuses it (file:line, exit 2): a run must not silently use
     // other settings than the ones the user wrote down.
-    let setup = plan::setup(g, a.backend, a.profile.as_deref(), BrokenConfig::Fail)?;
+    let setup = plan::setup(
+        g,
+        a.backend,
+        a.profile.as_deref(),
+        &a.preset,
+        BrokenConfig::Fail,
+    )?;
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
@@ -66,6 +72,17 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         template.torch = crate::run::TorchSettings::Off;
     }
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
+    // A worker that is not built is bad set-up (exit 2, with the command that builds it), not a
+    // failed run.
+    if (experiment == Experiment::Handrolled || a.deficits)
+        && template.backend != crate::protocol::Backend::Sim
+        && crate::supervisor::handrolled::find_binary().is_none()
+    {
+        return Err(BadInput(crate::supervisor::handrolled::build_hint(
+            setup.resolved.python.as_ref().map(|p| p.python.as_path()),
+        ))
+        .into());
+    }
     if let Some(dir) = &a.dataset_dir {
         template.data_source = DataSource::Real(dir.clone());
     }
@@ -102,7 +119,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
     let target =
         AttachTarget::new(std::path::Path::new(script), args.to_vec(), &cwd).map_err(BadInput)?;
-    let setup = plan::setup(g, a.backend, None, BrokenConfig::Fail)?;
+    let setup = plan::setup(g, a.backend, None, &a.preset, BrokenConfig::Fail)?;
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
@@ -145,14 +162,10 @@ fn environment(
     nvls: Option<Switch>,
 ) -> anyhow::Result<()> {
     for name in presets {
-        let p = setup.config.preset(name).ok_or_else(|| {
-            let known: Vec<&str> = setup.config.presets.keys().map(|k| k.as_str()).collect();
-            BadInput(format!(
-                "unknown preset `{name}`; known: {} (add one under [presets] in {})",
-                known.join(", "),
-                crate::paths::config_file(g.config.as_deref()).display()
-            ))
-        })?;
+        let p = setup
+            .config
+            .preset(name)
+            .ok_or_else(|| plan::unknown_preset(g, &setup.config, name))?;
         template.apply_env(p);
     }
     let env: EnvOverlay = env
@@ -165,6 +178,9 @@ fn environment(
         && template.nccl.is_on(NcclVar::NvlsEnable) == (nvls == Switch::On)
     {
         template.nccl.toggle(NcclVar::NvlsEnable);
+    }
+    if let Some(why) = plan::nccl_on_gloo(template.backend, &template.nccl) {
+        return Err(BadInput(why).into());
     }
     Ok(())
 }
@@ -277,6 +293,22 @@ async fn execute(
     })?;
     if !planned.notes.is_empty() {
         anyhow::bail!("{}; use a smaller --k", planned.notes.join("; "));
+    }
+    // Before anything starts: what will make these runs' figures weak (kept with each run).
+    let cores = if a.nodes.is_some() {
+        usize::MAX
+    } else {
+        crate::run::checks::cpu_cores()
+    };
+    for s in &planned.specs {
+        for c in crate::run::checks::launch_caveats(s, cores) {
+            eprintln!(
+                "ddptop: warning: {} k={}: {}",
+                s.experiment.as_str(),
+                s.k,
+                c.text
+            );
+        }
     }
     let mut opts = setup.opts;
     opts.sim_speed = a.sim_speed;
@@ -416,27 +448,31 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         .as_ref()
         .filter(|_| r.status == RunStatus::Completed);
     let scaling = summary::scaling(r, &state.runs);
+    // An attached script's settings are what was seen of it (null: unknown), never ddptop's.
+    let set = r.settings();
     let mut v = json!({
         "k": r.spec.k,
         "run_id": r.id,
-        "model": r.spec.model.as_str(),
+        "model": set.model,
         "started_at": crate::report::Timestamp(r.started_unix).to_string(),
         "ended_at": r.ended_unix.map(|t| crate::report::Timestamp(t).to_string()),
         "status": r.status.as_str(),
         "reason": r.reason,
         "control": r.spec.control,
-        "per_rank_batch": r.spec.per_rank_batch(),
-        "data_path": r.spec.data_path.as_str(),
-        "data_source": r.spec.data_source.to_string(),
-        "epochs": r.spec.epochs,
-        "samples": r.spec.samples,
-        "global_batch": r.spec.global_batch(),
+        "per_rank_batch": set.per_rank_batch,
+        "data_path": set.data_path,
+        "data_source": set.data_source,
+        "epochs": set.epochs,
+        "samples": set.samples,
+        "global_batch": set.global_batch,
         "samples_per_s": agg.map(|a| a.samples_per_s),
         "per_rank_samples_per_s": agg.map(|a| a.per_rank.clone()),
         "spread": agg.map(|a| json!({"min": a.rank_min, "max": a.rank_max})),
         "speedup": scaling.as_ref().map(|s| s.speedup),
         "efficiency": scaling.as_ref().map(|s| s.efficiency),
         "baseline_run_id": scaling.as_ref().map(|s| s.baseline.clone()),
+        "scaling_caveat": scaling.as_ref().and_then(|s| summary::scaling_caveat(s, &state.runs)),
+        "caveats": r.caveats.iter().map(|c| c.text.clone()).collect::<Vec<_>>(),
         "transport": r.transport(),
         "nccl_read": r.nccl_read.iter().map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" })).collect::<std::collections::BTreeMap<_, _>>(),
         "gpus_shared": r.gpus_shared,
@@ -472,6 +508,9 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         v["cwd"] = json!(a.cwd);
         v["instrument"] = json!(r.instrument);
         v["steps"] = json!(r.ranks.values().map(|x| x.step).collect::<Vec<_>>());
+        v["process_group"] = json!(r.observed.process_group);
+        v["ddp_module"] = json!(r.observed.ddp_module);
+        v["independent_ranks"] = json!(r.observed.independent());
     }
     if r.status == RunStatus::Completed {
         if let Some(p) = probe_summary(&r.probe) {
@@ -725,14 +764,7 @@ fn fsdp_note(r: &RunView) -> Option<String> {
 
 /// One note for an attached run: optimizer steps per rank and what was measured.
 fn attach_note(r: &RunView) -> String {
-    let steps = r.ranks.values().map(|x| x.step).max().unwrap_or(0);
-    let what = match r.instrument {
-        Some(crate::protocol::Instrument::Full) => "steps, samples and buckets measured",
-        Some(crate::protocol::Instrument::StepsOnly) => "steps only (the script's own comm hook)",
-        Some(crate::protocol::Instrument::Off) => "instrumentation off (see the log)",
-        None => "no rank connected",
-    };
-    format!("{steps} optimizer steps, {what}")
+    crate::app::summary::attach_note(r)
 }
 
 /// The JAX experiment's figures: the receipt (collectives in the compiled step, the passes that
@@ -919,6 +951,15 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         }
         if let Some(shared) = &r.gpus_shared {
             notes.push(format!("WARNING {shared}"));
+        }
+        for c in &r.caveats {
+            notes.push(format!("WARNING {}", c.text));
+        }
+        if let Some(why) = sc
+            .as_ref()
+            .and_then(|s| summary::scaling_caveat(s, &state.runs))
+        {
+            notes.push(format!("WARNING {why}"));
         }
         if r.spec.experiment == Experiment::Fsdp
             && let Some(n) = fsdp_note(r)

@@ -41,6 +41,7 @@ pub fn setup(
     g: &GlobalArgs,
     backend: BackendArg,
     profile: Option<&str>,
+    presets: &[String],
     broken: BrokenConfig,
 ) -> anyhow::Result<Setup> {
     let cfg_path = crate::paths::config_file(g.config.as_deref());
@@ -54,6 +55,20 @@ pub fn setup(
             Config::default()
         }
     };
+    // Names are checked before the backend is resolved: probing torch takes seconds, and a
+    // typo must not wait for it.
+    for name in presets {
+        config
+            .preset(name)
+            .ok_or_else(|| unknown_preset(g, &config, name))?;
+    }
+    if let Some(p) = profile.filter(|p| Profile::get(p).is_none()) {
+        return Err(BadInput(format!(
+            "unknown profile `{p}`; known: {}",
+            Profile::names().join(", ")
+        ))
+        .into());
+    }
     let python = g.python.clone().or_else(|| config.python.clone());
     let resolved = crate::detect::resolve(
         backend,
@@ -99,6 +114,42 @@ impl Setup {
         }
         t
     }
+}
+
+/// `--preset NAME` that the config does not have: the error, with the known names.
+pub fn unknown_preset(g: &GlobalArgs, config: &Config, name: &str) -> BadInput {
+    let known: Vec<&str> = config.presets.keys().map(|k| k.as_str()).collect();
+    BadInput(format!(
+        "unknown preset `{name}`; known: {} (add one under [presets] in {})",
+        known.join(", "),
+        crate::paths::config_file(g.config.as_deref()).display()
+    ))
+}
+
+/// NCCL settings asked for on a gloo launch (beyond ddptop's own default): gloo runs no NCCL,
+/// so a comparison of them would compare noise. The one-line refusal, or `None`.
+pub fn nccl_on_gloo(backend: Backend, nccl: &NcclSettings) -> Option<String> {
+    if backend != Backend::Gloo {
+        return None;
+    }
+    let defaults = NcclSettings::default();
+    let asked: Vec<String> = nccl
+        .normalized()
+        .launch_env()
+        .filter(|(k, v)| {
+            k.starts_with("NCCL_") && defaults.as_map().get(*k).map(|d| d.as_deref()) != Some(*v)
+        })
+        .map(|(k, v)| match v {
+            Some(v) => format!("{k}={v}"),
+            None => format!("-{k}"),
+        })
+        .collect();
+    (!asked.is_empty()).then(|| {
+        format!(
+            "{} on a gloo run: gloo runs no NCCL, so NCCL settings change nothing (use --backend nccl on GPUs, or drop them)",
+            asked.join(", ")
+        )
+    })
 }
 
 /// The profile of a simulated backend (named, else the default), checked; `None` elsewhere.
@@ -338,8 +389,13 @@ pub fn fsdp_pairs(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, Strin
 /// The deficits table's launches: at each k that fits, DDP (weak) then the hand-rolled loop as
 /// the book wrote it (single+star) and with each fix (threads+star, threads+ring), interleaved
 /// so that a drift of the machine spreads over all four.
+///
+/// The tch loop cannot apply the book's PyTorch settings, so its DDP column runs without them
+/// too: the four columns differ only in the loop.
 pub fn deficits_sweep(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
-    let ddp = sweep(t, Experiment::Weak, ks, max_k)?;
+    let mut plain = t.clone();
+    plain.torch = TorchSettings::for_launch(t.torch, Experiment::Handrolled, t.backend);
+    let ddp = sweep(&plain, Experiment::Weak, ks, max_k)?;
     let mut specs = Vec::new();
     for weak in ddp.specs {
         let k = weak.k;
@@ -569,6 +625,9 @@ mod tests {
         assert_eq!(p.notes, ["weak at k=4 needs 4 GPUs; this machine has 2"]);
         let weak = &p.specs[0];
         assert_eq!(weak.curve_key().setting(), p.specs[3].curve_key().setting());
+        // DDP without the book's settings, as the tch loop: the columns differ in the loop only.
+        assert_eq!(weak.torch, TorchSettings::Off);
+        assert_eq!(weak.torch, p.specs[3].torch);
         let err = deficits_sweep(&Template::new(Backend::Sim, None), &[2], 0).unwrap_err();
         assert!(err.contains("no simulated version"), "{err}");
         let err = sweep(

@@ -68,7 +68,9 @@ CREATE TABLE IF NOT EXISTS runs (
     hand TEXT NOT NULL DEFAULT 'single+star',
     torch_settings TEXT NOT NULL DEFAULT 'off',
     gpus_shared TEXT,
-    nccl_read_json TEXT NOT NULL DEFAULT '{}'
+    nccl_read_json TEXT NOT NULL DEFAULT '{}',
+    caveats_json TEXT NOT NULL DEFAULT '[]',
+    observed_json TEXT
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -163,6 +165,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         ("nccl_read_json", "TEXT NOT NULL DEFAULT '{}'"),
         // Runs stored before ddptop applied the book's settings ran without them: 'off'.
         ("torch_settings", "TEXT NOT NULL DEFAULT 'off'"),
+        ("caveats_json", "TEXT NOT NULL DEFAULT '[]'"),
+        ("observed_json", "TEXT"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -355,7 +359,8 @@ impl Store {
             "UPDATE runs SET status=?2, reason=?3, ended_unix=?4, samples_per_s=?5, rank_min=?6, rank_max=?7,
               speedup=?8, efficiency=?9, transport=?10, pids_json=?11, bad_lines=?12, rejected=?13,
               hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
-              baseline_run=?18, gpus_shared=?19, nccl_read_json=?20 WHERE id=?1",
+              baseline_run=?18, gpus_shared=?19, nccl_read_json=?20, caveats_json=?21,
+              observed_json=?22 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -377,6 +382,11 @@ impl Store {
                 scaling.map(|s| s.baseline.as_str()),
                 run.gpus_shared,
                 serde_json::to_string(&run.nccl_read)?,
+                serde_json::to_string(&run.caveats)?,
+                // Only an attached run has observed settings (the others' are their spec's).
+                (run.spec.experiment == Experiment::Attach)
+                    .then(|| serde_json::to_string(&run.observed))
+                    .transpose()?,
             ],
         )?;
         for r in run.ranks.values() {
@@ -688,6 +698,15 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     run.set_transport(r.get("transport")?);
     run.gpus_shared = r.get("gpus_shared")?;
     run.nccl_read = json_col(r, "nccl_read_json")?;
+    run.caveats = json_col(r, "caveats_json")?;
+    if let Some(text) = r.get::<_, Option<String>>("observed_json")? {
+        run.observed = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "run {} in the database has an unreadable observed_json: {e}",
+                spec_id(r)
+            )
+        })?;
+    }
     run.versions = json_col(r, "versions_json")?;
     run.hang_report = json_col(r, "hang_report_json")?;
     run.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);
@@ -933,6 +952,38 @@ mod tests {
             err.contains("run r1") && err.contains("attach_json"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn observed_settings_and_caveats_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
+        insert(&store, "a", &s, dir.path());
+        let mut run = RunView::new("a".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        run.observed.step_samples.insert(64, 100);
+        run.observed.steps = 50;
+        run.observed.process_group = Some(false);
+        run.observed.ddp_module = Some(false);
+        run.add_caveat(crate::run::Caveat::perturbed("the live probe ran"));
+        store.finalize(&run, None).unwrap();
+        let weak = spec();
+        insert(&store, "w", &weak, dir.path());
+        let mut w = RunView::new("w".into(), weak, std::time::Instant::now(), 2.0);
+        w.status = RunStatus::Completed;
+        store.finalize(&w, None).unwrap();
+        let loaded = store.load_runs(5).unwrap();
+        let by_id = |id: &str| loaded.iter().find(|r| r.id == id).unwrap();
+        assert_eq!(by_id("a").observed, run.observed);
+        assert_eq!(by_id("a").caveats, run.caveats);
+        assert_eq!(
+            by_id("a").perturbation().as_deref(),
+            Some("the live probe ran")
+        );
+        // Only attached runs carry observed settings.
+        assert_eq!(by_id("w").observed, crate::run::Observed::default());
+        assert!(by_id("w").caveats.is_empty());
     }
 
     #[test]

@@ -60,6 +60,15 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
         // 1024 samples split k ways, batch 32, 2 epochs: every rank counts its optimizer steps.
         let steps = 2 * 1024 / k / 32;
         assert_eq!(r["steps"], serde_json::json!(vec![steps; k]));
+        // What was seen of the script, and nothing ddptop did not see (never its own defaults).
+        assert_eq!(r["per_rank_batch"], 32, "{r:#}");
+        assert_eq!(r["global_batch"], 32 * k as u64);
+        assert_eq!(r["epochs"], 2, "two set_epoch values");
+        for unknown in ["model", "samples", "data_path", "data_source"] {
+            assert_eq!(r[unknown], Value::Null, "{unknown}: {r:#}");
+        }
+        assert_eq!(r["process_group"], true);
+        assert_eq!(r["ddp_module"], true);
         let per_rank = r["per_rank_samples_per_s"].as_array().unwrap();
         assert_eq!(per_rank.len(), k);
         assert!(per_rank.iter().all(|x| x.as_f64().unwrap() > 0.0));
@@ -84,6 +93,75 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
     // The same script with the same arguments is one curve: k=2 is measured against this k=1.
     assert_eq!(k2["baseline_run_id"], runs[0]["run_id"]);
     assert!(k2["speedup"].as_f64().unwrap() > 0.0);
+    // The stored run says the same in `show` (text and JSON) and in reports.
+    let id = k2["run_id"].as_str().unwrap();
+    let show = ddptop(d.path()).args(["show", id]).output().unwrap();
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(show.status.success(), "{text}");
+    for want in [
+        "model       unknown",
+        "batch       32/rank, 64 global",
+        "epochs      2 (the first",
+        "samples     unknown",
+    ] {
+        assert!(
+            text.lines().any(|l| l.trim_end().starts_with(want)),
+            "{want}:\n{text}"
+        );
+    }
+    let show = ddptop(d.path())
+        .args(["show", id, "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(v["run"]["model"], Value::Null);
+    assert_eq!(v["run"]["per_rank_batch"], 32);
+    assert_eq!(v["run"]["samples"], Value::Null);
+    let report = ddptop(d.path())
+        .args(["report", id, "--format", "md"])
+        .output()
+        .unwrap();
+    let md = String::from_utf8_lossy(&report.stdout);
+    assert!(
+        md.contains("| unknown | 32 | 64 | 2 | unknown | unknown |"),
+        "{md}"
+    );
+}
+
+#[test]
+fn a_script_without_process_group_or_ddp_says_its_ranks_trained_independently() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = d.path().join("mlp.py");
+    std::fs::write(
+        &script,
+        "import torch\nm = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n\
+         for _ in range(6):\n    loss = m(torch.randn(64, 8)).square().mean()\n    \
+         opt.zero_grad()\n    loss.backward()\n    opt.step()\n",
+    )
+    .unwrap();
+    let (ok, doc) = attach(d.path(), &py, &["--k", "2"], &[script.to_str().unwrap()]);
+    assert!(ok, "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed");
+    assert_eq!(r["independent_ranks"], true, "{r:#}");
+    assert_eq!(r["process_group"], false);
+    assert_eq!(r["ddp_module"], false);
+    // Only what was measured: the steps. No samples/s, no batch, no epochs.
+    assert_eq!(r["steps"], serde_json::json!([6, 6]));
+    assert_eq!(r["samples_per_s"], Value::Null);
+    assert_eq!(r["per_rank_batch"], Value::Null);
+    assert_eq!(r["epochs"], Value::Null);
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .args(["show", r["run_id"].as_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("no process group and no DDP module seen: the ranks trained independently"),
+        "{text}"
+    );
 }
 
 #[test]

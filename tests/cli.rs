@@ -216,3 +216,131 @@ fn presets_from_the_config_and_a_broken_config_is_refused() {
         .expect("a config error line");
     assert!(line.contains(":3"), "names the line: {line}");
 }
+
+#[test]
+fn preset_and_profile_names_are_checked_before_torch_is_probed() {
+    let d = tempfile::tempdir().unwrap();
+    // A "python" that leaves a mark when run: probing torch (seconds with a real torch) must
+    // not come before a typo is refused.
+    let mark = d.path().join("python-ran");
+    let py = d.path().join("python");
+    std::fs::write(
+        &py,
+        format!("#!/bin/sh\ntouch {}\nexit 1\n", mark.display()),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let script = d.path().join("x.py");
+    std::fs::write(&script, "").unwrap();
+    for cmd in [
+        vec!["run", "weak", "--preset", "nosuch"],
+        vec![
+            "attach",
+            "--preset",
+            "nosuch",
+            "--",
+            script.to_str().unwrap(),
+        ],
+    ] {
+        let out = ddptop(d.path())
+            .env("DDPTOP_PYTHON", &py)
+            .args(&cmd)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("unknown preset `nosuch`"), "{cmd:?}: {err}");
+        assert!(
+            !mark.exists(),
+            "{cmd:?}: python was run before the name was checked"
+        );
+    }
+}
+
+#[test]
+fn nccl_settings_on_a_gloo_run_are_refused_in_one_line() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    for extra in [
+        vec!["--env", "NCCL_P2P_DISABLE=1"],
+        vec!["--preset", "no-p2p"],
+    ] {
+        let out = ddptop(d.path())
+            .env("DDPTOP_PYTHON", &py)
+            .args(["run", "allreduce", "--k", "2", "--backend", "gloo"])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        // The backend note, then the refusal: one line.
+        let last = err.lines().last().unwrap_or_default();
+        assert_eq!(err.lines().count(), 2, "{err}");
+        assert!(
+            last.contains("NCCL_P2P_DISABLE=1 on a gloo run"),
+            "{extra:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "nothing ran");
+    }
+}
+
+#[test]
+fn too_few_timed_steps_are_said_before_the_launch_and_kept_with_the_run() {
+    let d = tempfile::tempdir().unwrap();
+    // 2048 samples over 2 ranks in batches of 256: 4 steps in the one timed epoch.
+    let (out, doc) = sim_json(d.path(), &["weak", "--k", "2", "--samples", "2048"]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warning = err
+        .lines()
+        .find(|l| l.starts_with("ddptop: warning: weak k=2: only 4 timed steps"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(warning.contains("too few for a stable figure"), "{warning}");
+    let caveats = &doc["runs"][0]["caveats"];
+    assert!(
+        caveats[0]
+            .as_str()
+            .unwrap()
+            .starts_with("only 4 timed steps"),
+        "{caveats}"
+    );
+    // And the stored run says it in `show`.
+    let id = doc["runs"][0]["run_id"].as_str().unwrap();
+    let out = ddptop(d.path()).args(["show", id]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("caveat      ⚠ only 4 timed steps"), "{text}");
+}
+
+#[test]
+fn an_unbuilt_handrolled_worker_is_bad_setup_with_a_build_line_for_this_python() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env("DDPTOP_HANDROLLED", d.path().join("not-built"))
+        .args(["run", "handrolled", "--k", "1", "--backend", "gloo"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "bad setup, not a failed run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    // The torch ddptop found, wherever it lives (not a .venv assumed inside the repository).
+    let bin = std::path::Path::new(&py)
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
+    assert!(
+        last.contains(&format!("PATH={bin}:$PATH"))
+            && last.contains("cargo build --release -p ddptop-handrolled"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}

@@ -248,10 +248,13 @@ fn completions_and_man_page() {
 fn numeric_flags_are_checked_at_parse_time() {
     let d = tempfile::tempdir().unwrap();
     for (args, range) in [
-        (vec!["--batch", "0"], "from 1 to"),
-        (vec!["--batch", "many"], "from 1 to"),
-        (vec!["--epochs", "0"], "from 1 to"),
-        (vec!["--samples", "0"], "from 1 to"),
+        (vec!["--batch", "0"], "a positive whole number"),
+        (vec!["--batch", "many"], "a positive whole number"),
+        // A negative number is the flag's value, refused as such (not clap's "use '-- -1'").
+        (vec!["--batch", "-1"], "a positive whole number"),
+        (vec!["--epochs", "0"], "a positive whole number"),
+        (vec!["--samples", "-5"], "a positive whole number"),
+        (vec!["--sim-speed", "-1"], "> 0"),
         (vec!["--sim-speed", "0"], "> 0"),
         (vec!["--sim-speed", "nan"], "> 0"),
         (vec!["--sim-noise", "2"], "from 0 to 1"),
@@ -271,6 +274,10 @@ fn numeric_flags_are_checked_at_parse_time() {
         assert!(
             first.contains(args[0]) && first.contains(range),
             "{args:?}: {first}"
+        );
+        assert!(
+            !err.contains("18446744073709551615") && !err.contains("'-- "),
+            "{err}"
         );
     }
     // The dashboard's flags too.

@@ -424,8 +424,9 @@ fn sweep_shows_its_queue_and_the_log_scrolls_in_a_terminal() {
         s.lines()
             .any(|l| l.contains("▶ running") && l.contains("% ") && l.contains('░'))
     });
-    // The Log focused: g goes to its oldest line, Up/Down no longer move the run cursor.
-    t.keys(&["Tab", "Tab", "Tab"]);
+    // The Log focused (Tab walks Scaling, GPUs, Ranks, Timeline, Probe, Bench first): g goes to
+    // its oldest line, Up/Down no longer move the run cursor.
+    t.keys(&["Tab", "Tab", "Tab", "Tab", "Tab", "Tab", "Tab"]);
     t.keys(&["g"]);
     let s = t.wait_for("the log scrolled", 10, Some(dash), |s| {
         s.contains("scrolled ↑")

@@ -60,6 +60,10 @@ fn gloo_weak_probe_and_allreduce() {
         "tiny model with a small bucket cap has several buckets"
     );
     assert!(buckets.iter().all(|b| b["bytes"].as_u64().unwrap() > 0));
+    // The log starts with the run's own lines: no torch warning about a deprecated flight
+    // recorder variable (ddptop sets the current TORCH_FR_* names).
+    let log = std::fs::read_to_string(k2["output_log"].as_str().unwrap()).unwrap();
+    assert!(!log.contains("is deprecated"), "{log}");
 
     let probe = gloo(d.path(), &py, &["probe", "--k", "2", "--batch", "16"]);
     let runs = probe["runs"].as_array().unwrap();

@@ -122,13 +122,27 @@ async fn toggles_navigation_and_limits() {
         last_msg(&e)
     );
 
-    let pages: Vec<Pane> = (0..4)
+    // Tab walks every pane of a page (Runs, Scaling; GPUs, Ranks; Timeline, Probe, Bench; Log),
+    // then the next page.
+    let pages: Vec<(Pane, u8)> = (0..8)
         .map(|_| {
             c.handle(&mut e, &mut v, Action::NextPane);
-            v.pane
+            (v.pane, v.sub)
         })
         .collect();
-    assert_eq!(pages, [Pane::Gpus, Pane::Timeline, Pane::Log, Pane::Runs]);
+    assert_eq!(
+        pages,
+        [
+            (Pane::Runs, 1),
+            (Pane::Gpus, 0),
+            (Pane::Gpus, 1),
+            (Pane::Timeline, 0),
+            (Pane::Timeline, 1),
+            (Pane::Timeline, 2),
+            (Pane::Log, 0),
+            (Pane::Runs, 0),
+        ]
+    );
 
     c.handle(&mut e, &mut v, Action::Up);
     assert_eq!(v.selected, 0);

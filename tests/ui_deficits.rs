@@ -13,6 +13,13 @@ use fixtures::{Screen, completed, host_gpubox, id, spec};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
+/// DDP as the deficits sweep runs it: without the book's settings, as the tch loop runs.
+fn plain_weak(k: u32) -> ddptop::run::RunSpec {
+    let mut s = spec(Experiment::Weak, k, Backend::Nccl);
+    s.torch = ddptop::run::TorchSettings::Off;
+    s
+}
+
 /// Figures are illustrative (shaped like the chapter's claim, not measured).
 fn deficits_state() -> Screen {
     let mut st = Screen::new(host_gpubox(2));
@@ -22,15 +29,11 @@ fn deficits_state() -> Screen {
         completed(n, s, &vec![sps; k as usize])
     };
     st.runs = vec![
-        completed(1, spec(Experiment::Weak, 1, Backend::Nccl), &[5_602.0]),
+        completed(1, plain_weak(1), &[5_602.0]),
         hand(2, 0, 1, 5_410.0),
         hand(3, 1, 1, 5_430.0),
         hand(4, 2, 1, 5_420.0),
-        completed(
-            5,
-            spec(Experiment::Weak, 2, Backend::Nccl),
-            &[5_480.0, 5_479.0],
-        ),
+        completed(5, plain_weak(2), &[5_480.0, 5_479.0]),
         hand(6, 0, 2, 4_300.0),
         hand(7, 1, 2, 4_900.0),
         hand(8, 2, 2, 5_150.0),

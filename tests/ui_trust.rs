@@ -106,7 +106,7 @@ fn timeline_shows_the_median_of_recent_steps_with_kernel_time_and_queueing() {
     assert!(s.contains("k NCCL kernel time (measured)"), "{s}");
     assert!(!s.contains("start inferred"), "{s}");
     // bucket 1: kernel 0.19–0.21 ms over the window, queued 0.01 ms
-    assert!(s.contains("k0.20 q0.01 [0.19–0.21]"), "{s}");
+    assert!(s.contains("k0.20ms q0.01ms [0.19–0.21]"), "{s}");
     insta::assert_snapshot!(t.backend());
 }
 
@@ -129,7 +129,12 @@ fn timeline_frozen_is_one_step_and_inferred_starts_are_labelled() {
     assert!(s.contains("step 129"), "{s}");
     assert!(!s.contains("median of"), "{s}");
     assert!(s.contains("start inferred"), "{s}");
-    assert!(s.contains("~ done − start (start inferred)"), "{s}");
+    assert!(
+        s.contains("~ all-reduce time: done − start (start inferred)"),
+        "{s}"
+    );
+    // No bucket has a kernel's own time: the legend does not claim one.
+    assert!(!s.contains("kernel time"), "{s}");
     insta::assert_snapshot!(t.backend());
 }
 

@@ -336,3 +336,181 @@ fn probe_messages_and_sweep_labels_use_plain_words() {
     assert!(!s.contains("ProbeOn") && !s.contains("s1-1"), "{s}");
     let _ = Level::Info;
 }
+
+/// Issue 23: a k=1 baseline with the live probe on in its timed epoch makes k=2 read 2.38×,
+/// 119%; every figure from it is marked, and the Scaling pane says why.
+fn perturbed_baseline() -> Screen {
+    let mut host = host_laptop();
+    host.backend = HostBackend::Gloo;
+    let mut st = Screen::new(host);
+    let mut k1 = completed(1, spec(Experiment::Weak, 1, Backend::Gloo), &[42.0]);
+    k1.add_caveat(ddptop::run::Caveat::perturbed(
+        "the live probe ran during its timed epoch",
+    ));
+    let k2 = completed(2, spec(Experiment::Weak, 2, Backend::Gloo), &[50.0, 50.0]);
+    st.state.runs = vec![k2, k1];
+    st.view.selected = 0;
+    st.view.focused = Some(id(2));
+    st
+}
+
+#[test]
+fn figures_from_a_perturbed_baseline_are_marked_with_the_reason() {
+    let s = text(&draw(&perturbed_baseline(), 160, 40));
+    assert!(
+        s.contains("2.38× 119%⚠"),
+        "Runs pane marks the figure:\n{s}"
+    );
+    assert!(
+        s.contains("k=1 ⚠ no base"),
+        "the baseline row says it is none:\n{s}"
+    );
+    assert!(
+        s.contains("119%⚠"),
+        "Scaling pane marks the efficiency:\n{s}"
+    );
+    assert!(
+        s.contains(&format!("⚠ k=1 baseline {} is no baseline", id(1))),
+        "and says why:\n{s}"
+    );
+}
+
+#[test]
+fn run_labels_say_what_runs_and_finished_ranks_are_not_finishing() {
+    let mut st = Screen::new(host_laptop());
+    let mut jax = completed(1, spec(Experiment::Jax, 2, Backend::Gloo), &[10.0]);
+    jax.ranks
+        .values_mut()
+        .for_each(|r| r.phase = Some(Phase::Done));
+    let hand = completed(2, spec(Experiment::Handrolled, 2, Backend::Gloo), &[10.0]);
+    let mut ddp = spec(Experiment::Fsdp, 2, Backend::Gloo);
+    ddp.strategy = ddptop::run::TorchStrategy::Ddp;
+    let ddp = completed(3, ddp, &[5.0, 5.0]);
+    let fsdp = completed(4, spec(Experiment::Fsdp, 2, Backend::Gloo), &[5.0, 5.0]);
+    st.state.runs = vec![fsdp, ddp, hand, jax];
+    let s = text(&draw(&st, 200, 50));
+    assert!(
+        s.contains("XLA CPU"),
+        "jax runs XLA's CPU devices, not gloo:\n{s}"
+    );
+    assert!(
+        s.contains("copies CPU"),
+        "the hand-rolled loop copies:\n{s}"
+    );
+    assert!(
+        s.contains("fsdp:DDP"),
+        "the DDP side of the fsdp pair:\n{s}"
+    );
+    // The details of the finished jax run: its ranks are completed, not "finishing".
+    st.view.selected = 3;
+    let run = &st.state.runs[3];
+    let keys = KeyMap::default();
+    let theme = Theme::dark();
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme: &theme,
+        keys: &keys,
+    };
+    let lines: Vec<String> = ui::detail::lines(&ctx, run)
+        .iter()
+        .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+        .collect();
+    assert!(!lines.iter().any(|l| l.contains("finishing")), "{lines:#?}");
+}
+
+#[test]
+fn the_probe_title_says_live_only_while_the_live_probe_is_on() {
+    let mut host = host_laptop();
+    host.backend = HostBackend::Gloo;
+    let mut st = Screen::new(host);
+    let mut r = run(
+        1,
+        spec(Experiment::Weak, 2, Backend::Gloo),
+        RunStatus::Running,
+    );
+    live_ranks(&mut r, 4000, false);
+    probe_blocks(&mut r, &[40.0, 41.0], &[35.0, 35.5]);
+    r.probe.iter_mut().for_each(|b| b.live = Some(true));
+    // The last live block was at step 103 (blocks of 20 steps): on while training is near it.
+    r.ranks.get_mut(&0).unwrap().step = 110;
+    st.state.runs = vec![r];
+    st.view.focused = Some(id(1));
+    let s = text(&draw(&st, 160, 40));
+    assert!(s.contains(" LIVE "), "{s}");
+    // `p` turned it off: training went on past it, the title no longer says LIVE.
+    st.state.runs[0].ranks.get_mut(&0).unwrap().step = 300;
+    let s = text(&draw(&st, 160, 40));
+    assert!(!s.contains(" LIVE "), "{s}");
+    assert!(s.contains("in-run, off"), "{s}");
+}
+
+#[test]
+fn with_no_torch_the_header_shows_no_versions_from_stored_runs() {
+    let mut host = host_laptop();
+    host.torch = None;
+    host.nccl = None;
+    let mut st = Screen::new(host);
+    let mut old = completed(1, spec(Experiment::Weak, 1, Backend::Sim), &[100.0]);
+    old.live = false;
+    old.versions.insert("torch".into(), "2.4.1".into());
+    st.state.runs = vec![old];
+    let s = text(&draw(&st, 160, 40));
+    let header: String = s.lines().take(2).collect();
+    assert!(
+        !header.contains("2.4.1"),
+        "a stored run's torch is not this host's: {header}"
+    );
+    // A run of this session reports its workers' torch: that one is shown.
+    st.state.runs[0].live = true;
+    let s = text(&draw(&st, 160, 40));
+    let header: String = s.lines().take(2).collect();
+    assert!(header.contains("torch 2.4.1"), "{header}");
+}
+
+#[test]
+fn every_pane_takes_the_focus_and_z_shows_it_whole() {
+    let mut st = perturbed_baseline();
+    // Scaling (the Runs page's second pane), Probe and Bench (the Timeline page's second and
+    // third): each zooms over the whole body, its cut lines whole.
+    for (pane, sub, title, gone) in [
+        (Pane::Runs, 1, "Scaling samples/s", "Runs 2 this session"),
+        (Pane::Timeline, 1, "Probe no_sync", "Timeline "),
+        (Pane::Timeline, 2, "Bench all-reduce", "Probe no_sync"),
+        (Pane::Gpus, 1, "Ranks worker processes", "GPUs "),
+    ] {
+        st.view.pane = pane;
+        st.view.sub = sub;
+        st.view.zoom = true;
+        let s = text(&draw(&st, 160, 40));
+        assert!(s.contains(title), "{title}:\n{s}");
+        assert!(!s.contains(gone), "{title} zoomed hides {gone}:\n{s}");
+    }
+    // Zoomed, the Scaling pane's caveat line is no longer cut.
+    st.view.pane = Pane::Runs;
+    st.view.sub = 1;
+    let s = text(&draw(&st, 160, 40));
+    assert!(
+        s.contains("not a clean baseline: the live probe ran during its timed epoch"),
+        "{s}"
+    );
+}
+
+#[test]
+fn an_unbuilt_next_experiment_says_so_in_the_header_and_the_runs_pane() {
+    let mut st = Screen::new(host_laptop());
+    st.state.next.experiment = Experiment::Handrolled;
+    st.state.next.unavailable = Some(
+        "the hand-rolled worker is not built: run `PATH=/v/bin:$PATH LIBTORCH_USE_PYTORCH=1 cargo build --release -p ddptop-handrolled`".into(),
+    );
+    let s = text(&draw(&st, 160, 40));
+    assert!(s.contains("next handrolled (not built)"), "header:\n{s}");
+    assert!(
+        s.contains("· next handrolled (not built)"),
+        "Runs pane title:\n{s}"
+    );
+    assert!(
+        s.contains("PATH=/v/bin:$PATH LIBTORCH_USE_PYTORCH=1 cargo"),
+        "the build command in the Runs pane:\n{s}"
+    );
+}

@@ -335,7 +335,7 @@ pub fn exposed_prediction(spec: &RunSpec, runs: &[RunView]) -> Result<ExposedPre
                 && b.spec.nccl.normalized() == spec.nccl.normalized()
         })
         .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
-        .ok_or_else(|| "n/a (needs a weak k=1 run at this setting: press 1)".to_string())?;
+        .ok_or_else(|| "n/a (no weak k=1 run at this setting yet)".to_string())?;
     let (buckets, bwd_end) = ready_times(base)?;
     let p = predict::predict_step(
         &PredictInput {

@@ -2,7 +2,7 @@
 
 use super::summary;
 use crate::protocol::{Instrument, WorkerMsg};
-use crate::run::{Aggregate, RunStatus, RunView};
+use crate::run::{Aggregate, Caveat, Experiment, RunStatus, RunView};
 use std::time::Instant;
 
 const RECENT_STEPS: usize = 64;
@@ -104,6 +104,11 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             rank.last_step = Some(s.clone());
+            if run.spec.experiment == Experiment::Attach {
+                // The script's batch as its steps showed it (ddptop sets none of its settings).
+                *run.observed.step_samples.entry(s.samples).or_default() += 1;
+                run.observed.steps = run.observed.steps.max(s.step);
+            }
         }
         WorkerMsg::Buckets(b) => {
             rank.buckets = Some(b.clone());
@@ -116,7 +121,17 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             rank.epochs.push((e.epoch, e.samples_per_s, e.warmup));
             run.aggregate = Aggregate::of(run);
         }
-        WorkerMsg::Probe(p) => run.probe.push(p.clone()),
+        WorkerMsg::Probe(p) => {
+            // A live probe inside a training run's timed epoch adds its blocks to the epoch's
+            // time: the run's samples/s is no longer its own (as a k=1 run, no baseline).
+            let timed = rank.last_step.as_ref().is_some_and(|s| !s.warmup);
+            if p.live == Some(true) && timed && run.spec.experiment.has_throughput() {
+                run.add_caveat(Caveat::perturbed(
+                    "the live probe ran during its timed epoch",
+                ));
+            }
+            run.probe.push(p.clone());
+        }
         WorkerMsg::Bench(b) => {
             if b.rank == 0 {
                 run.bench.retain(|x| x.bytes != b.bytes);
@@ -168,6 +183,16 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             {
                 run.torch_seen = Some((m, c));
             }
+            let o = &mut run.observed;
+            // A run used a process group / a DDP module when any rank did.
+            let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
+                (None, x) | (x, None) => x,
+                (Some(x), Some(y)) => Some(x || y),
+            };
+            o.process_group = any(o.process_group, r.process_group);
+            o.ddp_module = any(o.ddp_module, r.ddp_module);
+            o.epochs = o.epochs.max(r.epochs_seen);
+            o.steps = o.steps.max(r.step);
             run.aggregate = Aggregate::of(run);
         }
         WorkerMsg::Bye(b) => {
@@ -331,6 +356,66 @@ mod tests {
         });
         apply_worker(&mut run, &bye, now);
         assert!(run.ranks[&0].error.is_some() && run.ranks[&0].said_bye);
+    }
+
+    #[test]
+    fn a_live_probe_in_the_timed_epoch_perturbs_the_run_and_in_warm_up_does_not() {
+        let now = Instant::now();
+        let msg = |json: &str| crate::protocol::parse_worker(json).unwrap();
+        let step = |warmup: bool| {
+            msg(&format!(
+                r#"{{"v":1,"type":"step","rank":0,"step":5,"epoch":1,"t":3.0,"warmup":{warmup},"sync":true,"samples":256,"fwd_ms":1,"bwd_ms":1,"opt_ms":1,"data_ms":0.1,"step_ms":3,"timing":"host"}}"#
+            ))
+        };
+        let probe = msg(
+            r#"{"v":1,"type":"probe","rank":0,"step":6,"t":4.0,"block":1,"mode":"synced","steps":20,"median_ms":41.2,"min_ms":40.8,"max_ms":43.0,"live":true}"#,
+        );
+        let mut run = RunView::new("r".into(), spec(), now, 0.0);
+        apply_worker(&mut run, &step(true), now);
+        apply_worker(&mut run, &probe, now);
+        assert_eq!(run.perturbation(), None, "warm-up is not timed");
+        apply_worker(&mut run, &step(false), now);
+        apply_worker(&mut run, &probe, now);
+        apply_worker(&mut run, &probe, now);
+        assert_eq!(run.caveats.len(), 1, "said once");
+        assert!(run.perturbation().unwrap().contains("live probe"));
+    }
+
+    #[test]
+    fn an_attached_runs_steps_give_its_batch_and_its_result_what_it_used() {
+        let now = Instant::now();
+        let mut run = RunView::new(
+            "r".into(),
+            RunSpec::new(Experiment::Attach, 2, Backend::Gloo),
+            now,
+            0.0,
+        );
+        let msg = |json: String| crate::protocol::parse_worker(&json).unwrap();
+        for (i, samples) in [64, 64, 64, 16].into_iter().enumerate() {
+            apply_worker(
+                &mut run,
+                &msg(format!(
+                    r#"{{"v":1,"type":"step","rank":0,"step":{},"epoch":0,"t":3.0,"warmup":false,"sync":true,"samples":{samples},"fwd_ms":1,"bwd_ms":1,"opt_ms":1,"data_ms":0.1,"step_ms":3,"timing":"host"}}"#,
+                    i + 1
+                )),
+                now,
+            );
+        }
+        // The most common step size is the batch (the last, partial one is smaller).
+        assert_eq!(run.observed.per_rank_batch(), Some(64));
+        assert_eq!(run.settings().global_batch, Some(128));
+        assert_eq!(run.settings().model, None, "never ddptop's default model");
+        assert_eq!(run.observed.steps, 4);
+        let result = |rank: u32, pg: bool| {
+            msg(format!(
+                r#"{{"v":1,"type":"result","rank":{rank},"step":4,"t":5.0,"experiment":"attach","samples_per_s":null,"timed_epochs":0,"params":null,"grad_bytes":null,"bucket_bytes":[],"process_group":{pg},"ddp_module":false}}"#
+            ))
+        };
+        apply_worker(&mut run, &result(0, false), now);
+        assert!(run.observed.independent());
+        assert_eq!(run.observed.epochs, None, "set_epoch never called: unknown");
+        apply_worker(&mut run, &result(1, true), now);
+        assert!(!run.observed.independent(), "one rank had a process group");
     }
 
     #[test]

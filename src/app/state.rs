@@ -42,6 +42,9 @@ pub struct LaunchPrefs {
     pub attach: Option<String>,
     /// The config preset `nccl` came from (`e`), until a toggle changes it.
     pub preset: Option<String>,
+    /// Why the next experiment cannot launch on this machine, said where it is chosen (the
+    /// hand-rolled worker not built: the command that builds it).
+    pub unavailable: Option<String>,
 }
 
 /// A launch waiting its turn: the dashboard's copy of `plan::Queue` (which owns them), so the
@@ -105,6 +108,7 @@ impl State {
                 nccl: NcclSettings::default(),
                 attach: None,
                 preset: None,
+                unavailable: None,
             },
             proc_stats: BTreeMap::new(),
             max_k: 0,

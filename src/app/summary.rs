@@ -18,6 +18,9 @@ pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<Scaling> {
         .filter(|b| b.spec.k == 1 && b.status == RunStatus::Completed && b.spec.curve_key() == key)
         .max_by_key(|b| {
             (
+                // A k=1 run disturbed during its timed epoch is a baseline only when there is
+                // no other (and then every figure from it says so: `scaling_caveat`).
+                b.perturbation().is_none(),
                 b.sweep.is_some() && b.sweep == run.sweep,
                 (b.started_unix * 1000.0) as i64,
             )
@@ -32,6 +35,60 @@ pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<Scaling> {
         efficiency: speedup / run.spec.k as f64,
         baseline: base.id.clone(),
     })
+}
+
+/// Why a speedup and efficiency cannot be read as they stand: the k=1 baseline was perturbed
+/// during its timed epoch, or the efficiency is above 100% (with its likely cause). `None`: they
+/// can.
+pub fn scaling_caveat(sc: &Scaling, runs: &[RunView]) -> Option<String> {
+    let base = runs.iter().find(|b| b.id == sc.baseline);
+    if let Some(why) = base.and_then(RunView::perturbation) {
+        return Some(format!(
+            "k=1 baseline {} is no baseline: {why}",
+            sc.baseline
+        ));
+    }
+    // Rounding noise aside, k ranks cannot do more than k times one rank's work.
+    if sc.efficiency > 1.005 {
+        let cause = base
+            .and_then(|b| b.caveats.first())
+            .map(|c| format!("its k=1 baseline is marked: {}", c.text))
+            .unwrap_or_else(|| {
+                "likely a k=1 baseline slowed by something else on the machine (or a cold start); rerun k=1"
+                    .into()
+            });
+        return Some(format!(
+            "efficiency above 100% cannot be a real speedup: {cause}"
+        ));
+    }
+    None
+}
+
+/// What an attached run measured, in one line: optimizer steps, then what was instrumented;
+/// a script with neither a process group nor a DDP module is said to be one that trained its
+/// ranks independently, and nothing more is claimed of it.
+pub fn attach_note(r: &RunView) -> String {
+    let steps = r.ranks.values().map(|x| x.step).max().unwrap_or(0);
+    if r.observed.independent() {
+        return format!(
+            "no process group and no DDP module seen: the ranks trained independently ({steps} optimizer steps each, no samples or buckets measured)"
+        );
+    }
+    let what = match r.instrument {
+        Some(crate::protocol::Instrument::Full) if r.observed.ddp_module == Some(false) => {
+            "steps only (no DDP module: no samples or buckets)"
+        }
+        Some(crate::protocol::Instrument::Full) => "steps, samples and buckets measured",
+        Some(crate::protocol::Instrument::StepsOnly) => "steps only (the script's own comm hook)",
+        Some(crate::protocol::Instrument::Off) => "instrumentation off (see the log)",
+        None => "no rank connected",
+    };
+    let batch = r
+        .observed
+        .per_rank_batch()
+        .map(|b| format!(", batch {b}/rank seen"))
+        .unwrap_or_default();
+    format!("{steps} optimizer steps{batch}, {what}")
 }
 
 /// Live aggregate throughput over the last `window_s` seconds of steps (all ranks).
@@ -146,6 +203,58 @@ mod tests {
             rank_max: sps,
         });
         r
+    }
+
+    #[test]
+    fn a_perturbed_baseline_is_avoided_and_else_marked_and_over_100_percent_is_flagged() {
+        use crate::protocol::Backend;
+        use crate::run::{Caveat, Experiment, RunSpec};
+        let one = RunSpec::new(Experiment::Weak, 1, Backend::Gloo);
+        let two = RunSpec::new(Experiment::Weak, 2, Backend::Gloo);
+        // The k=1 run had the live probe on in its timed epoch: slow, so k=2 reads 2.38×.
+        let mut probed = done("probed", one.clone(), 42.0, 3.0);
+        probed.add_caveat(Caveat::perturbed(
+            "the live probe ran during its timed epoch",
+        ));
+        let k2 = done("k2", two, 100.0, 4.0);
+        let runs = vec![probed.clone(), k2.clone()];
+        let sc = scaling(&k2, &runs).unwrap();
+        assert_eq!(sc.baseline, "probed", "the only k=1 run: used, but marked");
+        let why = scaling_caveat(&sc, &runs).unwrap();
+        assert!(
+            why.contains("probed is no baseline") && why.contains("live probe"),
+            "{why}"
+        );
+        // An older clean k=1 run is preferred to a newer perturbed one.
+        let clean = done("clean", one.clone(), 60.0, 1.0);
+        let runs = vec![clean, probed, k2.clone()];
+        let sc = scaling(&k2, &runs).unwrap();
+        assert_eq!(sc.baseline, "clean");
+        assert_eq!(scaling_caveat(&sc, &runs), None, "83% is plausible");
+        // Shared GPUs and injected faults perturb as well.
+        let mut shared = done("shared", one.clone(), 60.0, 5.0);
+        shared.gpus_shared = Some("pid 7 python".into());
+        assert!(shared.perturbation().unwrap().contains("GPUs shared"));
+        let injected = done(
+            "inj",
+            RunSpec {
+                inject: Some("hang:5".into()),
+                ..one.clone()
+            },
+            60.0,
+            5.0,
+        );
+        assert!(injected.perturbation().unwrap().contains("fault injected"));
+        // A clean baseline that still gives > 100% gets the caveat with its likely cause.
+        let slow = done("slow", one, 40.0, 1.0);
+        let runs = vec![slow, k2.clone()];
+        let sc = scaling(&k2, &runs).unwrap();
+        assert!(sc.efficiency > 1.0);
+        let why = scaling_caveat(&sc, &runs).unwrap();
+        assert!(
+            why.contains("above 100%") && why.contains("rerun k=1"),
+            "{why}"
+        );
     }
 
     #[test]

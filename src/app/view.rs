@@ -32,6 +32,8 @@ pub struct View {
     /// The run the analysis panes talk about (Enter), by id.
     pub focused: Option<String>,
     pub pane: Pane,
+    /// The focused pane within the page (`ui::layout::PaneId::slot`): Tab walks every pane.
+    pub sub: u8,
     pub show_help: bool,
     pub timeline_rank: u32,
     pub freeze: Freeze,

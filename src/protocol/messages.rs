@@ -503,6 +503,15 @@ pub struct ResultMsg {
     pub optimizer: Option<Optimizer>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<Strategy>,
+    /// Attach: whether the script's process group was initialized by the end (or at any step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_group: Option<bool>,
+    /// Attach: whether the script wrapped a model in DistributedDataParallel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp_module: Option<bool>,
+    /// Attach: distinct `DistributedSampler.set_epoch` values (absent: never called).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs_seen: Option<u32>,
     /// `torch.get_float32_matmul_precision()` at the end of the run (the book sets `high`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matmul_precision: Option<MatmulPrecision>,

@@ -47,6 +47,7 @@ pub fn settings_label(run: &RunView) -> String {
 
 pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
     let s = &run.spec;
+    let set = run.settings();
     let run_dir = rec.map(|r| r.run_dir.clone());
     RunInfo {
         id: run.id.clone(),
@@ -54,12 +55,13 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         k: s.k,
         backend: s.backend.as_str().into(),
         profile: s.profile.clone(),
-        model: s.model.as_str().into(),
-        per_rank_batch: s.per_rank_batch(),
-        global_batch: s.global_batch(),
-        epochs: s.epochs,
-        samples: s.samples,
-        data_path: s.data_path.as_str().into(),
+        model: set.model,
+        per_rank_batch: set.per_rank_batch,
+        global_batch: set.global_batch,
+        epochs: set.epochs,
+        samples: set.samples,
+        data_path: set.data_path,
+        caveats: run.caveats.iter().map(|c| c.text.clone()).collect(),
         settings: settings_label(run),
         torch: run.torch_label(),
         status: run.status.as_str().into(),
@@ -129,6 +131,9 @@ fn curves(src: &Source) -> Vec<Curve> {
                             rank_max: agg.rank_max,
                             speedup: sc.as_ref().map(|s| s.speedup),
                             efficiency: sc.as_ref().map(|s| s.efficiency),
+                            caveat: sc
+                                .as_ref()
+                                .and_then(|s| summary::scaling_caveat(s, src.history)),
                             baseline_run_id: sc.map(|s| s.baseline),
                             predicted_samples_per_s: prediction(r, src).map(|p| p.predicted_sps),
                         }

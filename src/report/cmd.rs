@@ -428,6 +428,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             "speedup": sc.as_ref().map(|s| s.speedup),
             "efficiency": sc.as_ref().map(|s| s.efficiency),
             "baseline_run_id": sc.as_ref().map(|s| s.baseline.clone()),
+            "scaling_caveat": sc.as_ref().and_then(|s| crate::app::summary::scaling_caveat(s, &l.runs)),
             "predicted_samples_per_s": f.point.and_then(|p| p.predicted_samples_per_s),
             "probe_diff_ms": f.probe_diff_ms,
             "probe_net_of_control_ms": f.probe_net_ms,
@@ -469,19 +470,35 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
                 _ => info.backend.clone(),
             },
         ),
-        ("model", info.model.clone()),
+        ("model", super::known(&info.model)),
         (
             "batch",
-            format!("{}/rank, {} global", info.per_rank_batch, info.global_batch),
+            format!(
+                "{}/rank, {} global",
+                super::known(&info.per_rank_batch),
+                super::known(&info.global_batch)
+            ),
         ),
         (
             "epochs",
-            format!("{} (the first is warm-up when > 1)", info.epochs),
+            match info.epochs {
+                Some(e) => format!("{e} (the first is warm-up when > 1)"),
+                None => "unknown".into(),
+            },
         ),
-        ("samples", format!("{} per epoch", info.samples)),
+        (
+            "samples",
+            match info.samples {
+                Some(n) => format!("{n} per epoch"),
+                None => "unknown".into(),
+            },
+        ),
         (
             "data",
-            format!("{} · {}", info.data_path, run.spec.data_source),
+            match (&info.data_path, run.settings().data_source) {
+                (Some(p), Some(src)) => format!("{p} · {src}"),
+                _ => "unknown".into(),
+            },
         ),
         ("settings", run.spec.nccl.badges().join(" ")),
         ("started", info.started.to_string()),
@@ -518,6 +535,15 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
                 s.baseline
             ),
         ));
+        if let Some(why) = crate::app::summary::scaling_caveat(s, &l.runs) {
+            rows.push(("caveat", format!("⚠ {why}")));
+        }
+    }
+    for c in &info.caveats {
+        rows.push(("caveat", format!("⚠ {c}")));
+    }
+    if run.spec.attach.is_some() {
+        rows.push(("measured", crate::app::summary::attach_note(run)));
     }
     if let Some(p) = f.point.and_then(|p| p.predicted_samples_per_s) {
         rows.push((
@@ -802,15 +828,23 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
             ia.profile.clone().unwrap_or_default(),
             ib.profile.clone().unwrap_or_default(),
         ),
-        ("model", ia.model.clone(), ib.model.clone()),
+        ("model", super::known(&ia.model), super::known(&ib.model)),
         (
             "batch/rank",
-            ia.per_rank_batch.to_string(),
-            ib.per_rank_batch.to_string(),
+            super::known(&ia.per_rank_batch),
+            super::known(&ib.per_rank_batch),
         ),
-        ("epochs", ia.epochs.to_string(), ib.epochs.to_string()),
-        ("samples", ia.samples.to_string(), ib.samples.to_string()),
-        ("data", ia.data_path.clone(), ib.data_path.clone()),
+        ("epochs", super::known(&ia.epochs), super::known(&ib.epochs)),
+        (
+            "samples",
+            super::known(&ia.samples),
+            super::known(&ib.samples),
+        ),
+        (
+            "data",
+            super::known(&ia.data_path),
+            super::known(&ib.data_path),
+        ),
         ("settings", ia.settings.clone(), ib.settings.clone()),
         ("status", ia.status.clone(), ib.status.clone()),
         (

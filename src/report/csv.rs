@@ -42,6 +42,11 @@ pub fn field(s: &str) -> String {
     }
 }
 
+/// A whole number, empty when unknown.
+fn num_u(x: Option<u64>) -> String {
+    x.map(|v| v.to_string()).unwrap_or_default()
+}
+
 fn num(x: Option<f64>) -> String {
     match x {
         Some(v) if v.is_finite() => {
@@ -66,12 +71,13 @@ pub fn render(r: &Report) -> String {
             field(&run.backend),
             run.simulated().to_string(),
             field(run.profile.as_deref().unwrap_or("")),
-            field(&run.model),
-            run.per_rank_batch.to_string(),
-            run.global_batch.to_string(),
-            run.epochs.to_string(),
-            run.samples.to_string(),
-            field(&run.data_path),
+            // Unknown settings (an attached script's) are empty cells.
+            field(run.model.as_deref().unwrap_or("")),
+            num_u(run.per_rank_batch),
+            num_u(run.global_batch),
+            num_u(run.epochs.map(u64::from)),
+            num_u(run.samples),
+            field(run.data_path.as_deref().unwrap_or("")),
             field(&run.settings),
             field(&run.status),
             run.started.to_string(),

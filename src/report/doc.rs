@@ -110,8 +110,9 @@ fn scaling(d: &mut Vec<Block>, r: &Report) {
                     p.run_id.clone(),
                     fmt_rate(p.samples_per_s),
                     format!("±{:.1}%", p.spread_pct()),
-                    opt(p.speedup, |s| format!("{s:.2}×")),
-                    opt(p.efficiency, |e| format!("{:.0}%", e * 100.0)),
+                    // A figure with a caveat is marked where it is read; the note says why.
+                    opt(p.speedup, |s| format!("{s:.2}×{}", mark(p))),
+                    opt(p.efficiency, |e| format!("{:.0}%{}", e * 100.0, mark(p))),
                     opt(p.baseline_run_id.as_deref(), |b| {
                         if b == p.run_id {
                             "itself".into()
@@ -128,7 +129,17 @@ fn scaling(d: &mut Vec<Block>, r: &Report) {
             })
             .collect();
         d.push(Block::Table { header, rows });
+        for p in &c.points {
+            if let Some(why) = &p.caveat {
+                d.push(Block::Para(format!("⚠ k={} ({}): {why}", p.k, p.run_id)));
+            }
+        }
     }
+}
+
+/// ` ⚠` after a figure that carries a caveat.
+fn mark(p: &super::CurvePoint) -> &'static str {
+    if p.caveat.is_some() { " ⚠" } else { "" }
 }
 
 fn timelines(d: &mut Vec<Block>, r: &Report) {
@@ -351,12 +362,12 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
                 run.experiment.clone(),
                 run.k.to_string(),
                 backend,
-                run.model.clone(),
-                run.per_rank_batch.to_string(),
-                run.global_batch.to_string(),
-                run.epochs.to_string(),
-                run.samples.to_string(),
-                run.data_path.clone(),
+                super::known(&run.model),
+                super::known(&run.per_rank_batch),
+                super::known(&run.global_batch),
+                super::known(&run.epochs),
+                super::known(&run.samples),
+                super::known(&run.data_path),
                 run.settings.clone(),
                 run.status.clone(),
                 run.started.to_string(),
@@ -375,6 +386,9 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             }
             if let Some(shared) = &run.gpus_shared {
                 parts.push(format!("WARNING {shared}"));
+            }
+            for c in &run.caveats {
+                parts.push(format!("WARNING {c}"));
             }
             if let Some(t) = &run.transport {
                 parts.push(format!("transport {t}"));

@@ -88,6 +88,7 @@ pub fn run(r: &RunInfo) -> Value {
         "command": r.command,
         "versions": r.versions,
         "output_log": r.output_log,
+        "caveats": r.caveats,
     })
 }
 
@@ -106,6 +107,7 @@ fn curve(c: &Curve) -> Value {
             "speedup": p.speedup,
             "efficiency": p.efficiency,
             "baseline_run_id": p.baseline_run_id,
+            "caveat": p.caveat,
             "ideal_samples_per_s": c.ideal(p.k),
             "predicted_samples_per_s": p.predicted_samples_per_s,
             "error_pct": p.error_pct(),

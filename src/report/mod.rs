@@ -214,12 +214,16 @@ pub struct RunInfo {
     /// `sim`, `gloo` or `nccl`.
     pub backend: String,
     pub profile: Option<String>,
-    pub model: String,
-    pub per_rank_batch: u32,
-    pub global_batch: u32,
-    pub epochs: u32,
-    pub samples: u64,
-    pub data_path: String,
+    /// The run's settings; `None`: not known (an attached script's own, where ddptop did not
+    /// see them: never ddptop's defaults).
+    pub model: Option<String>,
+    pub per_rank_batch: Option<u64>,
+    pub global_batch: Option<u64>,
+    pub epochs: Option<u32>,
+    pub samples: Option<u64>,
+    pub data_path: Option<String>,
+    /// What makes the run's own figures less than solid (`RunView::caveats`).
+    pub caveats: Vec<String>,
     /// The launch's environment toggles as one label (`defaults`, `NCCL_P2P_DISABLE=1`).
     pub settings: String,
     /// The book's PyTorch settings, applied and seen (`None` without a PyTorch model).
@@ -237,6 +241,12 @@ pub struct RunInfo {
     pub versions: BTreeMap<String, String>,
     /// Path of the run's output.log, for failed runs above all.
     pub output_log: Option<String>,
+}
+
+/// A setting for a table: its value, or `unknown`.
+pub fn known<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "unknown".to_string(), |x| x.to_string())
 }
 
 impl RunInfo {
@@ -294,6 +304,8 @@ pub struct CurvePoint {
     pub baseline_run_id: Option<String>,
     /// The cost model's prediction for this k, when one was made.
     pub predicted_samples_per_s: Option<f64>,
+    /// Why speedup and efficiency cannot be read as they stand (`summary::scaling_caveat`).
+    pub caveat: Option<String>,
 }
 
 impl CurvePoint {
@@ -515,6 +527,7 @@ mod tests {
             efficiency: Some(0.9),
             baseline_run_id: Some("b".into()),
             predicted_samples_per_s: Some(200.0),
+            caveat: None,
         };
         // predicted 200 against measured 180: the model over-predicts by 20/180.
         assert!((p.error_pct().unwrap() - 20.0 / 180.0 * 100.0).abs() < 1e-9);

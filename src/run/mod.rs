@@ -2,6 +2,7 @@
 //! settings), which curve it belongs to (`CurveKey`), what it reported (`RunView`). Imported by
 //! the supervisor, the store, `app`, `ui` and both front ends; it imports only `protocol`.
 
+pub mod checks;
 pub mod curve;
 pub mod handrolled;
 pub mod nccl;
@@ -16,6 +17,6 @@ pub use spec::{
     ModelName, OptimizerName, RunSpec, RunStatus, TorchSettings, TorchStrategy, fits,
 };
 pub use view::{
-    Aggregate, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, OpTotal, RankView,
-    RunView, Scaling,
+    Aggregate, Caveat, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, Observed,
+    OpTotal, RankView, RunView, Scaling, Settings,
 };

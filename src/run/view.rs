@@ -208,6 +208,113 @@ pub struct RunView {
     pub command: Option<String>,
     /// Variables the launch set (`None`: removed), without the socket token.
     pub env: BTreeMap<String, Option<String>>,
+    /// What makes this run's figures less than a clean measurement (stored with the run).
+    pub caveats: Vec<Caveat>,
+    /// An attached script's settings as ddptop saw them (its spec's model, batch, epochs and
+    /// samples are not the script's: ddptop sets none of them).
+    pub observed: Observed,
+}
+
+/// Something that happened to a run, or was true of it, that its figures must carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Caveat {
+    /// The run's own throughput was disturbed during its timed epoch (a live probe, GPUs shared
+    /// with another process, an injected fault): as a k=1 run it is no baseline.
+    pub perturbed: bool,
+    pub text: String,
+}
+
+impl Caveat {
+    pub fn perturbed(text: impl Into<String>) -> Self {
+        Caveat {
+            perturbed: true,
+            text: text.into(),
+        }
+    }
+    pub fn note(text: impl Into<String>) -> Self {
+        Caveat {
+            perturbed: false,
+            text: text.into(),
+        }
+    }
+    /// The text up to its explanation (`cores oversubscribed`), for narrow places.
+    pub fn short(&self) -> &str {
+        self.text
+            .split([':', '('])
+            .next()
+            .unwrap_or(&self.text)
+            .trim()
+    }
+}
+
+/// An attached script's settings as its ranks showed them; `None`: not seen.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observed {
+    /// Steps per size: samples of one training step on one rank (the DDP module's forward
+    /// inputs), counted over every rank's steps.
+    pub step_samples: BTreeMap<u64, u64>,
+    /// The most optimizer steps any rank made.
+    pub steps: u64,
+    /// Distinct `DistributedSampler.set_epoch` values (`None`: the script never called it).
+    pub epochs: Option<u32>,
+    /// Whether a rank's process group was initialized (`None`: no rank said).
+    pub process_group: Option<bool>,
+    /// Whether a rank wrapped a model in DistributedDataParallel (`None`: no rank said).
+    pub ddp_module: Option<bool>,
+}
+
+impl Observed {
+    /// The per-rank batch: the most common samples per step (the last, partial batch of an
+    /// epoch is smaller); `None` when no step carried a batch size.
+    pub fn per_rank_batch(&self) -> Option<u64> {
+        self.step_samples
+            .iter()
+            .filter(|(n, _)| **n > 0)
+            .max_by_key(|(n, count)| (**count, **n))
+            .map(|(n, _)| *n)
+    }
+    /// Neither a process group nor a DDP module: each rank trained on its own.
+    pub fn independent(&self) -> bool {
+        self.process_group == Some(false) && self.ddp_module == Some(false)
+    }
+}
+
+/// A run's settings as they may be claimed: ddptop's own for its experiments, what was observed
+/// for an attached script (`None`: unknown, never a default).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub model: Option<String>,
+    pub per_rank_batch: Option<u64>,
+    pub global_batch: Option<u64>,
+    pub epochs: Option<u32>,
+    /// Samples per epoch.
+    pub samples: Option<u64>,
+    pub data_path: Option<String>,
+    pub data_source: Option<String>,
+    /// Optimizer steps (attached runs: the most any rank made).
+    pub steps: Option<u64>,
+}
+
+impl Settings {
+    /// `model tiny · batch 256/rank, 512 global · 2 epochs · 8192 samples`, with `?` for
+    /// what is unknown.
+    pub fn label(&self) -> String {
+        let q = |v: Option<String>| v.unwrap_or_else(|| "?".into());
+        let mut parts = vec![
+            format!("model {}", q(self.model.clone())),
+            format!(
+                "batch {}/rank, {} global",
+                q(self.per_rank_batch.map(|b| b.to_string())),
+                q(self.global_batch.map(|b| b.to_string()))
+            ),
+            format!("{} epochs", q(self.epochs.map(|e| e.to_string()))),
+            format!("{} samples", q(self.samples.map(|e| e.to_string()))),
+        ];
+        if let Some(s) = self.steps {
+            parts.push(format!("{s} steps"));
+        }
+        parts.join(" · ")
+    }
 }
 
 /// How many `(t, step)` points `RunView.step_clock` keeps.
@@ -294,6 +401,65 @@ impl RunView {
             step_clock: VecDeque::new(),
             command: None,
             env: BTreeMap::new(),
+            caveats: Vec::new(),
+            observed: Observed::default(),
+        }
+    }
+
+    /// The settings this run may claim: an attached script's are what its ranks showed
+    /// (unknown where nothing was seen), every other run's are its spec's.
+    pub fn settings(&self) -> Settings {
+        let s = &self.spec;
+        if s.experiment == super::Experiment::Attach {
+            let o = &self.observed;
+            let batch = o.per_rank_batch();
+            return Settings {
+                model: None,
+                per_rank_batch: batch,
+                global_batch: batch.map(|b| b * u64::from(s.k)),
+                epochs: o.epochs,
+                samples: None,
+                data_path: None,
+                data_source: None,
+                steps: Some(o.steps),
+            };
+        }
+        Settings {
+            model: Some(s.model.as_str().to_string()),
+            per_rank_batch: Some(u64::from(s.per_rank_batch())),
+            global_batch: Some(u64::from(s.global_batch())),
+            epochs: Some(s.epochs),
+            samples: Some(s.samples),
+            data_path: Some(s.data_path.as_str().to_string()),
+            data_source: Some(s.data_source.to_string()),
+            steps: None,
+        }
+    }
+
+    /// Why this run is not a clean measurement of itself (the first such caveat), if it is not:
+    /// the reason a k=1 run is no baseline.
+    pub fn perturbation(&self) -> Option<String> {
+        self.caveats
+            .iter()
+            .find(|c| c.perturbed)
+            .map(|c| c.text.clone())
+            .or_else(|| {
+                self.gpus_shared
+                    .as_ref()
+                    .map(|w| format!("GPUs shared ({w})"))
+            })
+            .or_else(|| {
+                self.spec
+                    .inject
+                    .as_ref()
+                    .map(|f| format!("fault injected ({f})"))
+            })
+    }
+
+    /// Add a caveat once.
+    pub fn add_caveat(&mut self, c: Caveat) {
+        if !self.caveats.contains(&c) {
+            self.caveats.push(c);
         }
     }
 

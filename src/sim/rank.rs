@@ -467,6 +467,9 @@ impl Sim<'_> {
             strategy: None,
             matmul_precision: None,
             cudnn_benchmark: None,
+            process_group: None,
+            ddp_module: None,
+            epochs_seen: None,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {
             rank: self.rank,

@@ -10,8 +10,17 @@ use std::process::Stdio;
 pub const BINARY: &str = "ddptop-handrolled";
 
 /// The one line that says how to build the worker (it needs libtorch, so `cargo build` at the
-/// repository root leaves it out).
-pub const BUILD_HINT: &str = "the hand-rolled worker is not built: run `PATH=$PWD/.venv/bin:$PATH LIBTORCH_USE_PYTORCH=1 cargo build --release -p ddptop-handrolled` in the ddptop repository (or set DDPTOP_HANDROLLED to its path)";
+/// repository root leaves it out). It builds against the torch of the python ddptop uses,
+/// wherever that lives (a repository .venv or not); with none known, any python with torch.
+pub fn build_hint(python: Option<&Path>) -> String {
+    let path = python.and_then(Path::parent).map_or_else(
+        || "/path/to/a/python-with-torch/bin".to_string(),
+        |d| d.display().to_string(),
+    );
+    format!(
+        "the hand-rolled worker is not built: run `PATH={path}:$PATH LIBTORCH_USE_PYTORCH=1 cargo build --release -p ddptop-handrolled` in the ddptop repository (its python must have torch; or set DDPTOP_HANDROLLED to a built worker)"
+    )
+}
 
 /// Where the worker binary is: `$DDPTOP_HANDROLLED`, else beside this executable (how the
 /// release binaries are carried together), else `target/{release,debug}` of the repository
@@ -70,7 +79,7 @@ pub fn prepare(
         );
     }
     if find_binary().is_none() {
-        anyhow::bail!("{BUILD_HINT}");
+        anyhow::bail!("{}", build_hint(Some(python)));
     }
     let lib = torch_lib_dir(python).map_err(anyhow::Error::msg)?;
     let mut path = lib.display().to_string();

@@ -332,14 +332,15 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             // NCCL's INFO log goes to the run directory, where ddptop reads the transport.
             set("NCCL_DEBUG", "INFO".into());
             set("NCCL_DEBUG_FILE", format!("{d}/nccl.%h.%p.log"));
-            // Flight recorder: mode 3 (torchrun defaults workers to 1, which skips dumps); both
-            // the current and the older variable names (torch 2.11 reads both).
+            // Flight recorder: mode 3 (torchrun defaults workers to 1, which skips dumps). The
+            // current names only: torch 2.11 warns on every rank about the deprecated
+            // TORCH_NCCL_TRACE_BUFFER_SIZE / _DEBUG_INFO_TEMP_FILE (a gloo run's log would start
+            // with that warning); the workers copy them to the old names for an older torch
+            // (ddptop_worker/fr_env.py). DUMP_ON_TIMEOUT and the pipe have no new name.
             set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3".into());
             set("TORCH_FR_BUFFER_SIZE", "2000".into());
-            set("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000".into());
             set("TORCH_NCCL_DUMP_ON_TIMEOUT", "1".into());
             set("TORCH_FR_DUMP_TEMP_FILE", format!("{d}/fr_rank"));
-            set("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", format!("{d}/fr_rank"));
             set("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", format!("{d}/fr_pipe_"));
             set("DDPTOP_FR_DIR", d.to_string());
             if spec.backend == Backend::Nccl && std::env::var_os("DDPTOP_TIME_EVERY").is_none() {
@@ -824,7 +825,9 @@ mod tests {
             "{argv}"
         );
         assert!(
-            argv.ends_with("--data-path device --backend nccl --data synthetic"),
+            argv.ends_with(
+                "--data-path device --backend nccl --torch-settings book --data synthetic"
+            ),
             "{argv}"
         );
         let env = |k: &str| cmd.env.get(k).cloned().flatten();
@@ -833,6 +836,10 @@ mod tests {
             Some("/data/runs/r1/nccl.%h.%p.log")
         );
         assert_eq!(env("TORCH_NCCL_ASYNC_ERROR_HANDLING").as_deref(), Some("3"));
+        // torch 2.11's current flight-recorder names; the deprecated ones make it warn.
+        assert_eq!(env("TORCH_FR_BUFFER_SIZE").as_deref(), Some("2000"));
+        assert_eq!(env("TORCH_NCCL_TRACE_BUFFER_SIZE"), None);
+        assert_eq!(env("TORCH_NCCL_DEBUG_INFO_TEMP_FILE"), None);
         assert_eq!(
             env("TORCH_NCCL_DEBUG_INFO_PIPE_FILE").as_deref(),
             Some("/data/runs/r1/fr_pipe_")

@@ -144,6 +144,7 @@ impl Controller {
     }
 
     fn handle_inner(&mut self, engine: &mut Engine, view: &mut View, action: Action) -> Flow {
+        let python = engine.python().map(std::path::Path::to_path_buf);
         let state = engine.state_mut();
         match action {
             Action::Launch { k } => {
@@ -179,6 +180,13 @@ impl Controller {
                     _ => Experiment::Weak,
                 };
                 let e = state.next.experiment;
+                // Said when it is chosen, not only when 1 fails: the worker must be built.
+                state.next.unavailable = (e == Experiment::Handrolled
+                    && crate::supervisor::handrolled::find_binary().is_none())
+                .then(|| crate::supervisor::handrolled::build_hint(python.as_deref()));
+                if let Some(why) = state.next.unavailable.clone() {
+                    state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
+                }
                 if let Some(a) = self
                     .template
                     .attach
@@ -375,8 +383,14 @@ impl Controller {
                 }
             }
             Action::NextPane => {
-                let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
-                view.pane = PAGES[(i + 1) % PAGES.len()];
+                // Every pane of the page in turn, then the next page.
+                if view.sub + 1 < crate::ui::layout::page_len(view.pane) {
+                    view.sub += 1;
+                } else {
+                    let i = PAGES.iter().position(|p| *p == view.pane).unwrap_or(0);
+                    view.pane = PAGES[(i + 1) % PAGES.len()];
+                    view.sub = 0;
+                }
             }
             Action::Up
             | Action::Down

@@ -70,9 +70,30 @@ impl App {
                 st.push_message(Level::Info, None, format!("theme {name}{note}"));
             }
             Flow::NextPreset => {
-                let names: Vec<&String> = self.config.presets.keys().collect();
                 let st = self.engine.state_mut();
-                if names.is_empty() {
+                let gloo = st.host.backend == crate::run::HostBackend::Gloo;
+                // NCCL settings are not offered on gloo (no NCCL runs there), as `n`/`P` are not.
+                let names: Vec<&String> = self
+                    .config
+                    .presets
+                    .iter()
+                    .filter(|(_, env)| {
+                        !gloo
+                            || plan::nccl_on_gloo(
+                                crate::protocol::Backend::Gloo,
+                                &NcclSettings::with(env),
+                            )
+                            .is_none()
+                    })
+                    .map(|(name, _)| name)
+                    .collect();
+                if names.is_empty() && gloo && !self.config.presets.is_empty() {
+                    st.push_message(
+                        Level::Info,
+                        None,
+                        "presets set NCCL variables: not offered on gloo, which runs no NCCL",
+                    );
+                } else if names.is_empty() {
                     st.push_message(Level::Info, None, "no presets in the config");
                 } else {
                     self.preset_idx = self.preset_idx.wrapping_add(1) % names.len();
@@ -113,7 +134,7 @@ impl App {
 
 /// Load config and themes, pick the backend, start the engine and the sampler.
 async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
-    let setup = plan::setup(g, a.backend, a.profile.as_deref(), BrokenConfig::Fail)?;
+    let setup = plan::setup(g, a.backend, a.profile.as_deref(), &[], BrokenConfig::Fail)?;
     let config = &setup.config;
     let theme_name = a.theme.clone().unwrap_or_else(|| config.theme.clone());
     if !crate::config::theme_exists(&theme_name, config.themes_dir().as_deref()) {

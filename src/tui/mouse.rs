@@ -31,6 +31,7 @@ pub fn apply(view: &mut View, state: &State, area: Rect, ev: &MouseEvent) -> boo
                 return false;
             };
             view.pane = id.pane();
+            view.sub = id.slot();
             if id == PaneId::Runs && !view.zoom {
                 select_row(view, state, r, at.y);
             } else if id == PaneId::Runs {
@@ -75,8 +76,8 @@ fn pane_at(view: &View, l: &layout::Layout, at: Position) -> Option<(PaneId, Rec
     let visible = l.visible(view.pane);
     if view.zoom {
         let b = body(view, l)?;
-        let (id, _) = visible.iter().find(|(id, _)| id.pane() == view.pane)?;
-        return b.contains(at).then_some((*id, b));
+        let (id, _) = layout::focused(visible, view.pane, view.sub)?;
+        return b.contains(at).then_some((id, b));
     }
     visible.iter().find(|(_, r)| r.contains(at)).copied()
 }
@@ -88,6 +89,7 @@ fn click_tab(view: &mut View, bar: Rect, x: u16) -> bool {
         let w = layout::page_title(p).chars().count() as u16 + 2;
         if (start..start + w).contains(&x) {
             view.pane = p;
+            view.sub = 0;
             return true;
         }
         start += w + 1;

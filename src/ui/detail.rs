@@ -24,18 +24,33 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         ])
     };
     let spec = &run.spec;
-    let mut what = format!(
-        "{}{} k={} · {} · {} · {} · {} epochs · {} samples · {} data",
-        spec.experiment.as_str(),
-        if spec.control { " (k=1 control)" } else { "" },
-        spec.k,
-        fmt::backend(spec),
-        spec.model.as_str(),
-        spec.batch_label(),
-        spec.epochs,
-        spec.samples,
-        spec.data_path.as_str(),
-    );
+    let mut what = match &spec.attach {
+        // An attached script's settings are its own: only what was seen of them.
+        Some(a) => {
+            let set = run.settings();
+            let q = |v: Option<String>| v.unwrap_or_else(|| "unknown".into());
+            format!(
+                "attach {} k={} · {} · batch {}/rank seen · {} epochs seen · model, samples and data unknown",
+                a.label(),
+                spec.k,
+                fmt::backend(spec),
+                q(set.per_rank_batch.map(|b| b.to_string())),
+                q(set.epochs.map(|e| e.to_string())),
+            )
+        }
+        None => format!(
+            "{}{} k={} · {} · {} · {} · {} epochs · {} samples · {} data",
+            spec.experiment.as_str(),
+            if spec.control { " (k=1 control)" } else { "" },
+            spec.k,
+            fmt::backend(spec),
+            spec.model.as_str(),
+            spec.batch_label(),
+            spec.epochs,
+            spec.samples,
+            spec.data_path.as_str(),
+        ),
+    };
     if let Some(w) = run.sweep.as_deref()
         && let Some((p, n)) = s.sweep_position(w, Some(&run.id), None)
     {
@@ -126,8 +141,21 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
                 sc.efficiency * 100.0,
                 sc.baseline
             ));
+            if let Some(why) = summary::scaling_caveat(&sc, &s.runs) {
+                out.push(kv("result", v.clone()));
+                v = format!("⚠ {why}");
+            }
         }
         out.push(kv("result", v));
+    }
+    for c in &run.caveats {
+        out.push(Line::from(vec![
+            Span::styled(format!("{:<10} ", "caveat"), t.label),
+            Span::styled(format!("⚠ {}", c.text), t.warn),
+        ]));
+    }
+    if spec.attach.is_some() && run.status.is_final() {
+        out.push(kv("measured", summary::attach_note(run)));
     }
     out.push(Line::from(Span::styled(
         "rank  pid      device    step    step ms  samples/s  state",
@@ -137,6 +165,11 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         let ms: Vec<f64> = r.recent_step_ms.iter().copied().collect();
         let state = match (&r.error, r.phase) {
             (Some(e), _) => e.clone(),
+            // A rank whose last phase was "done" is finished when its run is (a hung rank keeps
+            // the phase it hung in).
+            (None, Some(crate::protocol::Phase::Done)) if run.status.is_final() => {
+                run.status.as_str().to_string()
+            }
             (None, Some(p)) => crate::app::progress::phase_label(p).to_string(),
             (None, None) if r.said_bye => "bye".into(),
             _ => "—".into(),

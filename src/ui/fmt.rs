@@ -98,12 +98,47 @@ pub fn tiny_id(id: &str) -> &str {
 
 /// `SIM h200-nvlink`, `nccl`, `gloo`.
 pub fn backend(spec: &RunSpec) -> String {
-    match spec.backend {
-        Backend::Sim => match &spec.profile {
+    use crate::run::Experiment;
+    let device = if spec.backend == Backend::Nccl {
+        "GPU"
+    } else {
+        "CPU"
+    };
+    match (spec.experiment, spec.backend) {
+        (_, Backend::Sim) => match &spec.profile {
             Some(p) => format!("SIM {p}"),
             None => "SIM".into(),
         },
-        b => b.as_str().to_string(),
+        // What really runs: no gloo or NCCL process group in either.
+        (Experiment::Jax, _) => format!("XLA {device}"),
+        (Experiment::Handrolled, _) => format!("copies {device}"),
+        (_, b) => b.as_str().to_string(),
+    }
+}
+
+/// `backend` in four cells (the Runs pane's narrow column).
+pub fn backend_short(spec: &RunSpec) -> String {
+    use crate::run::Experiment;
+    match (spec.experiment, spec.backend) {
+        (_, Backend::Sim) => "SIM".into(),
+        (Experiment::Jax, _) => "XLA".into(),
+        (Experiment::Handrolled, _) => "copy".into(),
+        (_, b) => b.as_str().to_string(),
+    }
+}
+
+/// The experiment as the Runs pane lists it: the fsdp experiment's DDP side (queued after its
+/// FSDP run at each k) says so, a probe's k=1 control has a `*`.
+pub fn experiment(spec: &RunSpec) -> String {
+    use crate::run::{Experiment, TorchStrategy};
+    let name = match (spec.experiment, spec.strategy) {
+        (Experiment::Fsdp, TorchStrategy::Ddp) => "fsdp:DDP".to_string(),
+        (e, _) => e.as_str().to_string(),
+    };
+    if spec.control {
+        format!("{name}*")
+    } else {
+        name
     }
 }
 

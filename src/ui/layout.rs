@@ -48,6 +48,53 @@ impl PaneId {
             PaneId::Log => Pane::Log,
         }
     }
+
+    /// Its place in its page in Tab order (`View.sub`): every pane can take the focus, so `z`
+    /// can show any cut line whole.
+    pub fn slot(self) -> u8 {
+        match self {
+            PaneId::Gpus | PaneId::Runs | PaneId::Timeline | PaneId::Log => 0,
+            PaneId::Ranks
+            | PaneId::Scaling
+            | PaneId::Detail
+            | PaneId::Probe
+            | PaneId::Memory
+            | PaneId::Deficits => 1,
+            PaneId::Bench => 2,
+        }
+    }
+
+    /// Whether this pane has the focus when its page's slot `sub` does: Memory and Deficits are
+    /// drawn where Probe and Bench are, and take both their places.
+    pub fn covers(self, sub: u8) -> bool {
+        match self {
+            PaneId::Memory | PaneId::Deficits => sub == 1 || sub == 2,
+            id => id.slot() == sub,
+        }
+    }
+
+    /// Has the focus: on the focused page, in the focused slot.
+    pub fn focused(self, pane: Pane, sub: u8) -> bool {
+        self.pane() == pane && self.covers(sub)
+    }
+}
+
+/// The number of Tab stops on a page (its panes' slots).
+pub fn page_len(p: Pane) -> u8 {
+    match p {
+        Pane::Runs | Pane::Gpus => 2,
+        Pane::Timeline => 3,
+        Pane::Log => 1,
+    }
+}
+
+/// Of `visible`, the pane with the focus (the page's first when no pane covers the slot).
+pub fn focused(visible: &[(PaneId, Rect)], pane: Pane, sub: u8) -> Option<(PaneId, Rect)> {
+    visible
+        .iter()
+        .find(|(id, _)| id.focused(pane, sub))
+        .or_else(|| visible.iter().find(|(id, _)| id.pane() == pane))
+        .copied()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -91,9 +91,9 @@ pub fn zoomed(ctx: &Ctx, visible: &[(PaneId, Rect)]) -> Option<(PaneId, Rect)> {
     if !ctx.view.zoom {
         return None;
     }
-    let (id, _) = visible.iter().find(|(id, _)| id.pane() == ctx.view.pane)?;
+    let (id, _) = layout::focused(visible, ctx.view.pane, ctx.view.sub)?;
     let body = visible.iter().map(|(_, r)| *r).reduce(|a, b| a.union(b))?;
-    Some((*id, body))
+    Some((id, body))
 }
 
 fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
@@ -144,7 +144,7 @@ pub fn frame_block(
     buf: &mut Buffer,
 ) -> Rect {
     let t = ctx.theme;
-    let focused = id.pane() == ctx.view.pane;
+    let focused = id.focused(ctx.view.pane, ctx.view.sub);
     let (bs, ts) = if focused {
         (t.border_focus, t.title_focus)
     } else {
@@ -259,11 +259,12 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     if let Some(ic) = &s.host.interconnect {
         l1.insert(2, (3, vec![Span::styled(ic.clone(), t.text)]));
     }
-    // Versions: the host's, else what the latest run's workers reported.
+    // Versions: the host's, else what the latest run of this session reported (a stored run's
+    // torch may be long gone from this machine: it is not this host's).
     let latest = s
         .runs
         .iter()
-        .filter(|r| !r.versions.is_empty())
+        .filter(|r| r.live && !r.versions.is_empty())
         .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix));
     let ver = |host: &Option<String>, key: &str| {
         host.clone()
@@ -291,7 +292,10 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         vec![
             Span::styled(" next ", t.label),
             Span::styled(exp.as_str().to_string(), t.value),
-            Span::styled(format!(" ({batch})"), t.dim),
+            match &s.next.unavailable {
+                Some(_) => Span::styled(" (not built)", t.bad),
+                None => Span::styled(format!(" ({batch})"), t.dim),
+            },
         ],
     )];
     if s.next.data_path == crate::app::DataPath::Loader {

@@ -58,6 +58,9 @@ pub struct CurvePoint {
     pub baseline: Option<String>,
     /// The cost model's prediction of this k>1 point, or why there is none.
     pub prediction: Option<Result<crate::app::predict::RunPrediction, String>>,
+    /// Why this point's figures cannot be read as they stand: a k=1 point's own perturbation,
+    /// a k>1 point's `summary::scaling_caveat`.
+    pub caveat: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -89,8 +92,11 @@ fn curve(state: &State, key: CurveKey) -> Curve {
             && !r.spec.control
             && r.spec.curve_key() == key
     }) {
+        // The latest run per k, a clean one before a perturbed one (a k=1 run perturbed in
+        // its timed epoch is no baseline: shown only when there is no other, and marked).
         let e = by_k.entry(r.spec.k).or_insert(r);
-        if r.started_unix >= e.started_unix {
+        let rank = |x: &RunView| (x.perturbation().is_none(), x.started_unix);
+        if rank(r) >= rank(e) {
             *e = r;
         }
     }
@@ -99,7 +105,14 @@ fn curve(state: &State, key: CurveKey) -> Curve {
         .map(|r| {
             let agg = r.aggregate.as_ref().expect("filtered");
             let sc = summary::scaling(r, &state.runs);
+            let caveat = match &sc {
+                Some(s) if r.spec.k > 1 => summary::scaling_caveat(s, &state.runs),
+                _ => r
+                    .perturbation()
+                    .map(|p| format!("not a clean baseline: {p}")),
+            };
             CurvePoint {
+                caveat,
                 k: r.spec.k,
                 run_id: r.id.clone(),
                 sps: agg.samples_per_s,

@@ -25,9 +25,12 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             title.push(Span::raw(" "));
             title.push(Span::styled(" SIMULATED ", t.sim));
         }
-        if is_live(v.run) {
+        if probing_now(v.run) {
             title.push(Span::raw(" "));
             title.push(Span::styled(" LIVE ", t.warn));
+        } else if is_live(v.run) {
+            // Blocks from inside a training run, but the probe is off (or the run is over).
+            title.push(Span::styled(" · in-run, off", t.dim));
         }
     }
     let inner = frame_block(ctx, PaneId::Probe, title, area, buf);
@@ -235,6 +238,24 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 /// Probe blocks from the live probe inside a training run, not the standalone probe.
 fn is_live(run: &crate::run::RunView) -> bool {
     run.probe.iter().any(|b| b.live == Some(true))
+}
+
+/// The live probe is on now: the run goes on, and rank 0 sent a live block within the last two
+/// blocks' worth of steps (once `p` turns it off, training steps move past it).
+fn probing_now(run: &crate::run::RunView) -> bool {
+    if run.status.is_final() {
+        return false;
+    }
+    let Some(last) = run
+        .probe
+        .iter()
+        .rev()
+        .find(|b| b.rank == 0 && b.live == Some(true))
+    else {
+        return false;
+    };
+    let step = run.ranks.get(&0).map_or(0, |r| r.step);
+    step <= last.step + 2 * u64::from(last.steps.max(1))
 }
 
 /// The control finished before the probe started: it was not interleaved with its blocks.

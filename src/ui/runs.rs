@@ -63,6 +63,9 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     if run.spec.control {
         note.push("k=1 control".into());
     }
+    for c in &run.caveats {
+        note.push(format!("⚠ {}", c.short()));
+    }
     if run.bad_lines() + run.rejected > 0 {
         note.push(format!("{} bad lines", run.bad_lines() + run.rejected));
     }
@@ -78,15 +81,23 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
                     model::spread_pct(agg)
                 );
                 main_short = Some(fmt::rate(agg.samples_per_s));
-                let eff = if run.spec.k == 1 {
+                let eff = if run.spec.k == 1 && run.perturbation().is_some() {
+                    "k=1 ⚠ no base".to_string()
+                } else if run.spec.k == 1 {
                     "k=1 base".to_string()
                 } else {
                     match summary::scaling(run, runs) {
                         Some(s) => {
                             let base = fmt::tiny_id(&s.baseline);
                             let pct = s.efficiency * 100.0;
-                            eff_narrow = Some(format!("{:.2}× vs {base}", s.speedup));
-                            format!("{:.2}× {pct:.0}% vs {base}", s.speedup)
+                            // Marked here; the details (Enter) say why.
+                            let warn = if summary::scaling_caveat(&s, runs).is_some() {
+                                "⚠"
+                            } else {
+                                ""
+                            };
+                            eff_narrow = Some(format!("{:.2}×{warn} vs {base}", s.speedup));
+                            format!("{:.2}× {pct:.0}%{warn} vs {base}", s.speedup)
                         }
                         None => "no k=1".to_string(),
                     }
@@ -161,17 +172,22 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     if !s.queued.is_empty() {
         title.push(Span::styled(format!(" · {} queued", s.queued.len()), t.dim));
     }
+    if s.next.unavailable.is_some() {
+        title.push(Span::styled(
+            format!(" · next {} (not built)", s.next.experiment.as_str()),
+            t.warn,
+        ));
+    }
     let inner = frame_block(ctx, PaneId::Runs, title, area, buf);
     if inner.height == 0 {
         return;
     }
     if s.rows() == 0 {
-        empty_note(
-            ctx,
-            inner,
-            "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench",
-            buf,
-        );
+        let note = match &s.next.unavailable {
+            Some(why) => why.clone(),
+            None => "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench".into(),
+        };
+        empty_note(ctx, inner, &note, buf);
         return;
     }
     let w = inner.width as usize;
@@ -190,16 +206,10 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         let st = t.dim;
         let be = if wide {
             fmt::backend(&q.spec)
-        } else if q.spec.backend == Backend::Sim {
-            "SIM".into()
         } else {
-            q.spec.backend.as_str().to_string()
+            fmt::backend_short(&q.spec)
         };
-        let exp = if q.spec.control {
-            format!("{}*", q.spec.experiment.as_str())
-        } else {
-            q.spec.experiment.as_str().to_string()
-        };
+        let exp = fmt::experiment(&q.spec);
         let mut note = vec![];
         if let Some((p, n)) = q
             .sweep
@@ -268,10 +278,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         };
         let be = if wide {
             fmt::backend(&r.spec)
-        } else if r.spec.backend == Backend::Sim {
-            "SIM".into()
         } else {
-            r.spec.backend.as_str().to_string()
+            fmt::backend_short(&r.spec)
         };
         let status = Span::styled(
             format!("{} {}", status_glyph(r.status), r.status.as_str()),
@@ -284,11 +292,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         } else {
             t.dim
         };
-        let exp = if r.spec.control {
-            format!("{}*", r.spec.experiment.as_str())
-        } else {
-            r.spec.experiment.as_str().to_string()
-        };
+        let exp = fmt::experiment(&r.spec);
         let mut cells = vec![
             Cell::from(Span::styled(mark, t.running)),
             Cell::from(Span::styled(id, id_style)),

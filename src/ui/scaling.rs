@@ -56,7 +56,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 
 fn curve_height(c: &Curve) -> u16 {
     let predictions = c.points.iter().filter(|p| p.prediction.is_some()).count() as u16;
-    2 + c.points.len().max(1) as u16 + predictions + u16::from(c.live.is_some())
+    let caveats = c.points.iter().filter(|p| p.caveat.is_some()).count() as u16;
+    2 + c.points.len().max(1) as u16 + predictions + caveats + u16::from(c.live.is_some())
 }
 
 /// The line under a k>1 point: the cost model's samples/s with its error against the measured
@@ -206,6 +207,8 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
             ));
             if eff_w > 0 {
                 let (txt, style) = match p.efficiency {
+                    // A figure with a caveat is marked where it is read; the next line says why.
+                    Some(e) if p.caveat.is_some() => (format!("{:>4.0}%⚠ ", e * 100.0), t.bad),
                     Some(e) if p.k == 1 => (format!("{:>4.0}% ", e * 100.0), t.dim),
                     Some(e) => (
                         format!("{:>4.0}% ", e * 100.0),
@@ -237,6 +240,17 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
             }
             put_line(buf, r, y, &Line::from(spans));
             y += 1;
+            if let Some(why) = &p.caveat
+                && y < r.height
+            {
+                put_line(
+                    buf,
+                    r,
+                    y,
+                    &Line::from(Span::styled(fmt::trunc(&format!("  ⚠ {why}"), w), t.warn)),
+                );
+                y += 1;
+            }
             if let Some(pred) = &p.prediction
                 && y < r.height
             {

@@ -379,10 +379,20 @@ pub fn gantt(
         y += 1;
     }
     if legend && per_bucket && right_w > 0 && y < r.height {
-        let key = if inferred {
-            "k NCCL kernel time · ~ done − start (start inferred) · q queued: start − ready"
-        } else {
-            "k NCCL kernel time (measured) · q queued: start − ready"
+        // Only NCCL reports a kernel's own time; gloo, CPU and the hand-rolled loop's copies
+        // have none, and their legend does not claim it.
+        let kernel = b.buckets.iter().any(|s| s.kernel_ms.is_some());
+        let nccl = run.spec.backend == crate::protocol::Backend::Nccl
+            && run.spec.experiment != crate::run::Experiment::Handrolled;
+        let key = match (kernel, inferred) {
+            (true, true) if nccl => {
+                "k NCCL kernel time · ~ done − start (start inferred) · q queued: start − ready"
+            }
+            (true, false) if nccl => "k NCCL kernel time (measured) · q queued: start − ready",
+            (true, _) => "k kernel time (measured) · ~ done − start · q queued: start − ready",
+            (false, _) => {
+                "~ all-reduce time: done − start (start inferred) · q queued: start − ready"
+            }
         };
         put_line(
             buf,
@@ -413,8 +423,9 @@ fn bucket_figure(
         (None, None) => ('~', s.comm_ms(), None),
     };
     let queue = bs.map_or((s.start_ms - s.ready_ms).max(0.0), |b| b.queue_ms.median);
+    // Units on both times (a bare "k6.14 q0.00" reads as anything).
     let mut out = format!(
-        "{} {mark}{} q{}",
+        "{} {mark}{}ms q{}ms",
         crate::util::fmt_bytes(s.bytes),
         fmt::ms_num(ms),
         fmt::ms_num(queue)

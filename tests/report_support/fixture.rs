@@ -24,12 +24,13 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         k,
         backend: backend.into(),
         profile: (backend == "sim").then(|| "book-pcie".to_string()),
-        model: "tiny".into(),
-        per_rank_batch: 256,
-        global_batch: 256 * k,
-        epochs: 2,
-        samples: 60_000,
-        data_path: "device".into(),
+        model: Some("tiny".into()),
+        per_rank_batch: Some(256),
+        global_batch: Some(256 * u64::from(k)),
+        epochs: Some(2),
+        samples: Some(60_000),
+        data_path: Some("device".into()),
+        caveats: Vec::new(),
         settings: "defaults".into(),
         torch: None,
         status: "completed".into(),
@@ -59,6 +60,7 @@ fn point(k: u32, id: &str, sps: f64, min: f64, max: f64, predicted: Option<f64>)
         efficiency: Some(sps / base / k as f64),
         baseline_run_id: Some("r1".into()),
         predicted_samples_per_s: predicted,
+        caveat: None,
     }
 }
 

@@ -30,6 +30,7 @@ from . import book, protocol
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
 from .faults import Fault
+from .fr_env import add_legacy_names
 from .timing import (
     BucketRecord,
     BucketTimer,
@@ -159,6 +160,10 @@ class Session:
         self.model_size: tuple[int | None, int | None] = (None, None)
         self.layout: list[int] = []
         self.optimizer_name = ""
+        # What the script showed of itself, for the result: ddptop claims no setting it did not see.
+        self.epochs_seen: set[int] = set()  # DistributedSampler.set_epoch values
+        self.pg_seen = False  # a process group was initialized at some step (or at the end)
+        self.ddp_seen = False  # a DistributedDataParallel module was built
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -176,6 +181,7 @@ class Session:
         except Exception as e:  # noqa: BLE001
             off_reason = f"cannot install torch hooks: {type(e).__name__}: {e}"
         os.environ[ATTACHED_PID_ENV] = str(self.pid)
+        add_legacy_names(torch.__version__)  # before the script makes its process group
         try:
             self.client = connect("off" if off_reason else "full")
         except BaseException:
@@ -243,6 +249,7 @@ class Session:
 
     def before_ddp(self, ddp: DDP) -> None:
         self.records[ddp] = DdpRecord()
+        self.ddp_seen = True
         self.client.phase = "ddp_init"
 
     def ddp_init_done(self) -> None:
@@ -258,6 +265,7 @@ class Session:
                           "measures the first one only")
             return
         rec.watched = True
+        self.ddp_seen = True
         self.watched = weakref.ref(ddp)
         if rec.user_hook is None:
             rec.user_hook = hooks.existing_comm_hook(ddp)  # explicit mode: set before watch()
@@ -405,6 +413,8 @@ class Session:
 
     def finish_step(self, samples: int | None) -> None:
         self.step_no += 1
+        if not self.pg_seen:
+            self.pg_seen = process_group_initialized()
         self.client.step = self.step_no
         wr = self.watched_record()
         if wr is not None and wr[1].timer is not None:
@@ -541,6 +551,7 @@ class Session:
     # ------------------------------------------------------------------ epochs and the end
 
     def on_set_epoch(self, epoch: int) -> None:
+        self.epochs_seen.add(int(epoch))
         if epoch == self.epoch:
             return
         self.flush(force=True)
@@ -607,7 +618,17 @@ class Session:
         if self.optimizer_name in protocol.OPTIMIZERS:
             fields["optimizer"] = self.optimizer_name
         fields.update(book.observed())  # what the script set; attach changes neither
+        fields["process_group"] = self.pg_seen or process_group_initialized()
+        fields["ddp_module"] = self.ddp_seen
+        if self.epochs_seen:
+            fields["epochs_seen"] = len(self.epochs_seen)
         self.client.send("result", **fields)
+
+
+def process_group_initialized() -> bool:
+    """The default process group exists (a script may destroy it before exit: asked per step)."""
+    dist = torch.distributed
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 def error_line(exc: BaseException) -> str:

@@ -308,6 +308,9 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "strategy": opt(one_of(*STRATEGIES)),
         "matmul_precision": opt(one_of(*MATMUL_PRECISIONS)),
         "cudnn_benchmark": opt(boolean),
+        "process_group": opt(boolean),
+        "ddp_module": opt(boolean),
+        "epochs_seen": opt_uint,
     },
     "plan": {
         "epochs": opt_uint,

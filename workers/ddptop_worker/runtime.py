@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .client import Client, torch_versions
 from .faults import Fault
+from .fr_env import add_legacy_names
 
 PR_SET_PDEATHSIG = 1
 
@@ -130,6 +131,7 @@ class Runtime:
         if self.kernel_timing and self.backend == "nccl":
             # Read by ProcessGroupNCCL's constructor (ProcessGroupNCCL.hpp, TORCH_NCCL_ENABLE_TIMING).
             os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+        add_legacy_names(torch.__version__)  # read when the process group is made
         if "MASTER_ADDR" not in os.environ and self.world_size == 1:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
             os.environ["MASTER_PORT"] = str(_free_port())

@@ -110,6 +110,9 @@ def test_example_unmodified_full_instrumentation(server: FakeDdptop) -> None:
         assert res["experiment"] == "attach" and res["timed_epochs"] == 1
         assert res["samples_per_s"] == pytest.approx(e[1]["samples_per_s"])
         assert res["optimizer"] == "sgd" and res["params"] == 669706
+        # what ddptop saw of the script, for its record (it claims no setting it did not see)
+        assert res["process_group"] is True and res["ddp_module"] is True
+        assert res["epochs_seen"] == 2
         assert res["grad_bytes"] == 4 * res["params"] == sum(res["bucket_bytes"])
         assert len(res["bucket_bytes"]) == 2  # 1 MiB first bucket + the rest
         b = buckets[r]
@@ -249,3 +252,36 @@ def test_failure_inside_turns_instrumentation_off(server: FakeDdptop) -> None:
     assert server.messages("step") == []
     assert server.messages("heartbeat")  # still alive and watched
     assert server.messages(rank=0)[-1]["type"] == "bye"
+
+
+NO_DDP_SCRIPT = """
+import torch
+model = torch.nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(5):
+    x = torch.randn(64, 8)
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done")
+"""
+
+
+def test_no_process_group_no_ddp_is_reported_as_independent(server: FakeDdptop, tmp_path: Any) -> None:
+    script = tmp_path / "no_ddp.py"
+    script.write_text(NO_DDP_SCRIPT)
+    base = [TORCHRUN] if os.path.exists(TORCHRUN) else [sys.executable, "-m", "torch.distributed.run"]
+    e = server.env(PYTHONPATH=ATTACH_PATH, DDPTOP_BACKEND="gloo")
+    p = run(base + ["--standalone", "--nproc-per-node=2", str(script)], e)
+    server.wait_for(lambda: all(c.closed for c in server.conns), timeout=5)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert server.bad == [], server.bad
+    for r in (0, 1):
+        (res,) = by_rank(server, "result")[r]
+        # the steps were seen; a process group, a DDP module, epochs and samples were not
+        assert res["process_group"] is False and res["ddp_module"] is False
+        assert "epochs_seen" not in res
+        assert res["samples_per_s"] is None
+        assert [m["step"] for m in by_rank(server, "step")[r]] == [1, 2, 3, 4, 5]
+        assert all(m["samples"] == 0 for m in by_rank(server, "step")[r])
