@@ -676,6 +676,9 @@ def run(args: argparse.Namespace) -> int:
                 f"({args.batch} per device), {r.data.steps_per_epoch} steps/epoch, data "
                 f"{r.data.description} via the {args.data_path} path, optimizer {args.optimizer}",
             )
+            # XLA compiles before the first step (about 9 s for ResNet-18 on an H200): the
+            # watchdog shows it and allows the first-steps threshold (docs/reliability.md).
+            client.phase = "compile"
             r.compile()
             if args.check and args.k > 1:
                 r.run_k1_reference()
