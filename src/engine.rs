@@ -1167,45 +1167,25 @@ impl Engine {
             return;
         }
         l.hung_at = Some(now);
-        if keep_running {
-            let why = verdict.to_string();
-            let report = self
-                .state
-                .run(run)
-                .map(|v| watchdog::hang_report(v, now, &verdict))
-                .unwrap_or_default();
-            self.pending.push(EventRow::note(run, &report.join(" | ")));
-            if let Some(v) = self.state.run_mut(run) {
-                v.hang_report.extend(report);
-                v.watch_note = Some(format!("stalled, reported, not stopped: {why}"));
-            }
-            self.state.push_message(
-                Level::Error,
-                Some(run),
-                format!(
-                    "{run} looks hung: {why}; collecting evidence and leaving your job running (x stops it; attach --stop-on-hang stops it next time)"
-                ),
-            );
-            self.collect_hang_evidence(run);
-            return;
-        }
         let why = verdict.to_string();
-        // A rank that reported its own failure and left its peers blocked in a collective made
-        // the run fail; the hang is the consequence, not the cause.
-        let failed_rank = self.state.run(run).and_then(|v| {
-            v.ranks
-                .values()
-                .find_map(|r| r.error.as_ref().map(|e| (r.rank, e.clone())))
-        });
-        l.ending = Some(match &failed_rank {
-            Some((rank, err)) => (
-                RunStatus::Failed,
-                Some(format!(
-                    "rank {rank} failed: {err}; the other ranks then hung ({why})"
-                )),
-            ),
-            None => (RunStatus::Hung, Some(why.clone())),
-        });
+        if !keep_running {
+            // A rank that reported its own failure and left its peers blocked in a collective
+            // made the run fail; the hang is the consequence, not the cause.
+            let failed_rank = self.state.run(run).and_then(|v| {
+                v.ranks
+                    .values()
+                    .find_map(|r| r.error.as_ref().map(|e| (r.rank, e.clone())))
+            });
+            l.ending = Some(match &failed_rank {
+                Some((rank, err)) => (
+                    RunStatus::Failed,
+                    Some(format!(
+                        "rank {rank} failed: {err}; the other ranks then hung ({why})"
+                    )),
+                ),
+                None => (RunStatus::Hung, Some(why.clone())),
+            });
+        }
         let report = self
             .state
             .run(run)
@@ -1213,16 +1193,25 @@ impl Engine {
             .unwrap_or_default();
         self.pending.push(EventRow::note(run, &report.join(" | ")));
         if let Some(v) = self.state.run_mut(run) {
-            v.hang_report = report.clone();
+            // An attached job may stall, resume and stall again: each report is kept.
+            v.hang_report.extend(report);
+            if keep_running {
+                v.watch_note = Some(format!("stalled, reported, not stopped: {why}"));
+            }
         }
-        self.state.push_message(
-            Level::Error,
-            Some(run),
-            format!("{run} HUNG: {why}; collecting evidence, then stopping it"),
-        );
+        let text = if keep_running {
+            format!(
+                "{run} looks hung: {why}; collecting evidence and leaving your job running (x stops it; attach --stop-on-hang stops it next time)"
+            )
+        } else {
+            format!("{run} HUNG: {why}; collecting evidence, then stopping it")
+        };
+        self.state.push_message(Level::Error, Some(run), text);
         self.collect_hang_evidence(run);
-        // The dump gets its moment before the tree goes.
-        self.spawn_stop(run, EVIDENCE_WAIT + Duration::from_millis(300));
+        if !keep_running {
+            // The dump gets its moment before the tree goes.
+            self.spawn_stop(run, EVIDENCE_WAIT + Duration::from_millis(300));
+        }
     }
 
     /// Ask for a flight-recorder dump and the ranks' stacks two ways (the worker's own thread,

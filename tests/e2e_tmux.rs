@@ -533,3 +533,35 @@ fn a_mouse_click_selects_a_run_in_a_terminal() {
     t.assert_no_leftovers(Duration::from_secs(20));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_first_frame_comes_before_the_backend_is_known() {
+    let Some(mut t) = Tmux::new("splash") else {
+        return;
+    };
+    let dir = tempdir();
+    // A Python that takes 10 s to answer (one importing torch with CUDA takes a few).
+    let slow = dir.join("slow-python");
+    std::fs::write(&slow, "#!/bin/sh\nsleep 10\nexec python3 \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    t.start("sh");
+    t.keys(&[
+        &format!(
+            "{BIN} --python {} --data-dir {} --config {}; echo EXIT=$?",
+            slow.display(),
+            dir.join("data").display(),
+            dir.join("config.toml").display()
+        ),
+        "Enter",
+    ]);
+    // The splash while Python is still asleep, then the dashboard.
+    let s = t.wait_for("the first frame", 8, None, |s| {
+        s.contains("detecting the backend")
+    });
+    assert!(!s.contains("Runs"), "{s}");
+    t.wait_for("the dashboard", 60, None, |s| s.contains("Runs"));
+    t.keys(&["q"]);
+    t.wait_for("ddptop to exit", 30, None, |s| s.contains("EXIT=0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -230,17 +230,35 @@ pub fn main(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<i32> {
     }
     let rt = crate::util::runtime()?;
     rt.block_on(async {
+        let Some(s) = &a.script else {
+            // The first frame at once: detecting the backend imports torch in a Python process
+            // (seconds with CUDA), and a blank terminal meanwhile looks broken.
+            let mut terminal = ratatui::try_init()?;
+            let note = match a.backend {
+                crate::cli::BackendArg::Sim => "starting the simulated backend…",
+                _ => "detecting the backend: asking Python for torch and CUDA…",
+            };
+            let _ = terminal.draw(|f| crate::ui::splash::draw(f, note));
+            let app = match setup(g, a).await {
+                Ok(app) => app,
+                Err(e) => {
+                    let _ = ratatui::try_restore();
+                    return Err(e);
+                }
+            };
+            return interactive(app, terminal).await;
+        };
         let app = setup(g, a).await?;
-        match &a.script {
-            Some(s) => script::run(app, s, a.screen_dump.as_deref()).await,
-            None => interactive(app).await,
-        }
+        script::run(app, s, a.screen_dump.as_deref()).await
     })
 }
 
 /// The interactive dashboard: init the terminal, loop, then stop runs and restore.
-pub async fn interactive(mut app: App) -> anyhow::Result<i32> {
-    let mut terminal = ratatui::try_init()?;
+/// The dashboard on `terminal` (already in raw mode on the alternate screen) until `q`.
+pub async fn interactive(
+    mut app: App,
+    mut terminal: ratatui::DefaultTerminal,
+) -> anyhow::Result<i32> {
     if app.mouse {
         let _ = crossterm::execute!(std::io::stdout(), crossterm::event::EnableMouseCapture);
     }

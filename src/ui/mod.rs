@@ -19,6 +19,7 @@ pub mod probe;
 pub mod receipt;
 pub mod runs;
 pub mod scaling;
+pub mod splash;
 pub mod theme;
 pub mod timeline;
 
