@@ -69,6 +69,11 @@ pub fn scaling_caveat(sc: &Scaling, runs: &[RunView]) -> Option<String> {
 /// ranks independently, and nothing more is claimed of it.
 pub fn attach_note(r: &RunView) -> String {
     let steps = r.ranks.values().map(|x| x.step).max().unwrap_or(0);
+    if steps == 0 && r.observed.independent() {
+        // A script that ended before its first step (a bad argument, an import error) trained
+        // nothing, independently or not.
+        return "no optimizer step ran: the script ended before training (no process group or DDP module seen)".into();
+    }
     if r.observed.independent() {
         return format!(
             "no process group and no DDP module seen: the ranks trained independently ({steps} optimizer steps each, no samples or buckets measured)"
@@ -327,5 +332,29 @@ mod tests {
         };
         // 2 ms hidden of 4 ms total.
         assert_eq!(overlap_pct(&b), Some(50.0));
+    }
+}
+
+#[cfg(test)]
+mod attach_note_tests {
+    use super::attach_note;
+    use crate::protocol::Backend;
+    use crate::run::{Experiment, RunSpec, RunView};
+
+    #[test]
+    fn a_script_that_never_stepped_is_not_said_to_have_trained() {
+        let spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
+        let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
+        r.observed.process_group = Some(false);
+        r.observed.ddp_module = Some(false);
+        assert!(
+            attach_note(&r).starts_with("no optimizer step ran"),
+            "{}",
+            attach_note(&r)
+        );
+        for rank in r.ranks.values_mut() {
+            rank.step = 50;
+        }
+        assert!(attach_note(&r).contains("trained independently (50 optimizer steps each"));
     }
 }
