@@ -54,7 +54,7 @@ stop_attached_on_hang = false  # `ddptop attach`: stop your job on a hang (else 
 
 [stragglers]
 threshold = 0.9        # a rank whose busy time is below this fraction of the fastest rank's pace
-window = 20            # over this many recent steps (and both halves of them) is named (4..=256)
+window = 30            # over this many recent steps (and both halves of them) is named (4..=256)
 
 [nodes]
 # Multi-node runs (`--nodes HOST1,HOST2`, docs/multinode.md). How ddptop runs a command on

@@ -675,8 +675,15 @@ impl Engine {
                 };
                 let was_starting = view.status == RunStatus::Starting;
                 apply_worker(view, &msg, now);
-                // Only a step or its buckets message changes a rank's phase history.
-                if matches!(msg.as_ref(), WorkerMsg::Step(_) | WorkerMsg::Buckets(_)) {
+                // Only a step or its buckets message changes a rank's phase history. Assessed
+                // a few times a second, not per message: a fast sim sends thousands a second,
+                // and a window of tens of steps moves little in 200 ms.
+                if matches!(msg.as_ref(), WorkerMsg::Step(_) | WorkerMsg::Buckets(_))
+                    && view.stragglers_assessed.is_none_or(|t| {
+                        now.duration_since(t) >= crate::app::straggler::ASSESS_EVERY
+                    })
+                {
+                    view.stragglers_assessed = Some(now);
                     let since = view
                         .started
                         .map_or(0.0, |t| now.duration_since(t).as_secs_f64());

@@ -252,6 +252,8 @@ pub struct RunView {
     pub observed: Observed,
     /// Ranks named as stragglers during the run, in the order named (`app::straggler`).
     pub stragglers: Vec<Straggler>,
+    /// When the straggler score was last assessed (at most a few times a second).
+    pub stragglers_assessed: Option<Instant>,
 }
 
 /// Something that happened to a run, or was true of it, that its figures must carry.
@@ -443,6 +445,7 @@ impl RunView {
             caveats: Vec::new(),
             observed: Observed::default(),
             stragglers: Vec::new(),
+            stragglers_assessed: None,
         }
     }
 
