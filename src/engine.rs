@@ -693,6 +693,7 @@ impl Engine {
                     for (line, rec) in named.iter().zip(records) {
                         view.push_tail(format!("ddptop: {line}"));
                         self.pending.push(EventRow::straggler(&run, &rec));
+                        self.pending.push(EventRow::note(&run, line));
                     }
                     for line in named {
                         self.state.push_message(Level::Warn, Some(&run), line);

@@ -945,6 +945,42 @@ mod tests {
     }
 
     #[test]
+    fn a_named_straggler_is_stored_with_the_run_and_its_log_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = spec();
+        insert(&store, "r", &s, dir.path());
+        let named = crate::run::view::Straggler {
+            rank: 1,
+            score: 0.66,
+            phase: "data wait".into(),
+            evidence: "rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median".into(),
+            since: 1.6,
+            step: 27,
+            active: true,
+        };
+        store
+            .add_events(&[
+                EventRow::straggler("r", &named),
+                EventRow::note("r", &format!("straggler: {}", named.evidence)),
+            ])
+            .unwrap();
+        let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        store.finalize(&run, None).unwrap();
+        let loaded = store.load_runs(5).unwrap();
+        assert_eq!(loaded[0].stragglers, vec![named]);
+        assert!(
+            loaded[0]
+                .log_tail
+                .iter()
+                .any(|l| l == "ddptop: straggler: rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median"),
+            "{:?}",
+            loaded[0].log_tail
+        );
+    }
+
+    #[test]
     fn an_attached_runs_script_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("runs.db")).unwrap();

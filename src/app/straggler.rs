@@ -244,10 +244,8 @@ pub fn update(run: &mut RunView, cfg: &StragglerConfig, now_s: f64) -> Vec<Strin
             .rev()
             .find(|x| x.rank == s.rank && x.active);
         match (current, s.is_straggler(cfg.threshold)) {
-            (Some(x), true) => {
-                x.score = s.score;
-                x.step = x.step.max(s.step);
-            }
+            // Still slow: its latest score; `since` and `step` stay when it was named.
+            (Some(x), true) => x.score = s.score,
             // Recovered: its window median is back at the pace of the others.
             (Some(x), false) if s.score >= cfg.threshold => x.active = false,
             (Some(_), false) => {}
