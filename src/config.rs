@@ -52,6 +52,10 @@ first_steps_s = 120.0  # time each rank's first two steps may take (cudnn.benchm
                        # torch.compile, XLA, lazy NCCL set-up) unless communication hangs
 stop_attached_on_hang = false  # `ddptop attach`: stop your job on a hang (else report and keep it)
 
+[stragglers]
+threshold = 0.9        # a rank whose busy time is below this fraction of the fastest rank's pace
+window = 30            # over this many recent steps (and both halves of them) is named (4..=256)
+
 [nodes]
 # Multi-node runs (`--nodes HOST1,HOST2`, docs/multinode.md). How ddptop runs a command on
 # another node: {host} is the node's name from --nodes, {cmd} one shell command line (ssh hands
@@ -306,6 +310,7 @@ pub struct Config {
     pub refresh: Refresh,
     pub timeline: TimelineCfg,
     pub watchdog: Watchdog,
+    pub stragglers: crate::app::straggler::StragglerConfig,
     pub python: Option<PathBuf>,
     pub torchrun: Option<PathBuf>,
     pub presets: BTreeMap<String, Preset>,
@@ -326,6 +331,7 @@ impl Default for Config {
             refresh: Refresh::default(),
             timeline: TimelineCfg::default(),
             watchdog: Watchdog::default(),
+            stragglers: Default::default(),
             python: None,
             torchrun: None,
             presets: NcclSettings::builtin_presets(),
@@ -373,6 +379,8 @@ struct RawConfig {
     #[serde(default)]
     watchdog: RawWatchdog,
     #[serde(default)]
+    stragglers: RawStragglers,
+    #[serde(default)]
     keys: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     nodes: RawNodes,
@@ -401,6 +409,13 @@ struct RawWatchdog {
     startup_s: Option<Spanned<f64>>,
     first_steps_s: Option<Spanned<f64>>,
     stop_attached_on_hang: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStragglers {
+    threshold: Option<Spanned<f64>>,
+    window: Option<Spanned<usize>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -534,6 +549,27 @@ impl Config {
         if let Some(b) = raw.watchdog.stop_attached_on_hang {
             cfg.watchdog.stop_attached_on_hang = b;
         }
+        if let Some(v) = raw.stragglers.threshold {
+            let x = *v.get_ref();
+            // 1.0 or more would name the fastest rank's equals: every run has a straggler.
+            if !(x > 0.0 && x < 1.0) {
+                return Err(err(
+                    v.span(),
+                    format!("[stragglers] threshold = {x} must be between 0 and 1"),
+                ));
+            }
+            cfg.stragglers.threshold = x;
+        }
+        if let Some(v) = raw.stragglers.window {
+            let max = crate::run::view::PHASE_HISTORY;
+            if !(4..=max).contains(v.get_ref()) {
+                return Err(err(
+                    v.span(),
+                    format!("[stragglers] window = {} is outside 4..={max}", v.get_ref()),
+                ));
+            }
+            cfg.stragglers.window = v.into_inner();
+        }
         if let Some(t) = raw.nodes.remote {
             let words = crate::supervisor::launch::split_template(t.get_ref())
                 .map_err(|m| err(t.span(), m))?;
@@ -641,6 +677,25 @@ mod tests {
     fn default_file_parses_to_the_defaults() {
         let cfg = Config::parse(DEFAULT_CONFIG, Path::new("config.toml")).unwrap();
         assert_eq!(cfg, Config::default());
+    }
+
+    #[test]
+    fn stragglers_table_sets_threshold_and_window_and_checks_them() {
+        let cfg = Config::parse(
+            "[stragglers]\nthreshold = 0.8\nwindow = 40\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!((cfg.stragglers.threshold, cfg.stragglers.window), (0.8, 40));
+        for bad in [
+            "threshold = 1.0",
+            "threshold = 0.0",
+            "window = 2",
+            "window = 1000",
+        ] {
+            let text = format!("[stragglers]\n{bad}\n");
+            assert!(Config::parse(&text, Path::new("c.toml")).is_err(), "{bad}");
+        }
     }
 
     #[test]

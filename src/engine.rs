@@ -42,6 +42,8 @@ pub struct EngineOptions {
     /// Stop an attached job (the user's own) that the watchdog calls hung. Off: the hang is
     /// reported with its evidence and the job keeps running; ddptop's own runs always stop.
     pub stop_attached_on_hang: bool,
+    /// `[stragglers]`: when a rank is named as holding the others back.
+    pub stragglers: crate::app::straggler::StragglerConfig,
 }
 
 impl EngineOptions {
@@ -55,6 +57,7 @@ impl EngineOptions {
             stop_grace: [Duration::from_secs(3), Duration::from_secs(5)],
             history: 200,
             shared_gpus: false,
+            stragglers: Default::default(),
             nodes: None,
             stop_attached_on_hang: false,
         }
@@ -672,6 +675,33 @@ impl Engine {
                 };
                 let was_starting = view.status == RunStatus::Starting;
                 apply_worker(view, &msg, now);
+                // Only a step or its buckets message changes a rank's phase history. Assessed
+                // a few times a second, not per message: a fast sim sends thousands a second,
+                // and a window of tens of steps moves little in 200 ms.
+                if matches!(msg.as_ref(), WorkerMsg::Step(_) | WorkerMsg::Buckets(_))
+                    && view.stragglers_assessed.is_none_or(|t| {
+                        now.duration_since(t) >= crate::app::straggler::ASSESS_EVERY
+                    })
+                {
+                    view.stragglers_assessed = Some(now);
+                    let since = view
+                        .started
+                        .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+                    let before = view.stragglers.len();
+                    let named = crate::app::straggler::update(view, &self.opts.stragglers, since);
+                    let records: Vec<_> = view.stragglers[before..].to_vec();
+                    for (line, rec) in named.iter().zip(records) {
+                        view.push_tail(format!("ddptop: {line}"));
+                        self.pending.push(EventRow::straggler(&run, &rec));
+                        self.pending.push(EventRow::note(&run, line));
+                    }
+                    for line in named {
+                        self.state.push_message(Level::Warn, Some(&run), line);
+                    }
+                }
+                let Some(view) = self.state.run_mut(&run) else {
+                    return true;
+                };
                 let all_bye = view.ranks.values().all(|r| r.said_bye);
                 if let Some(l) = self.launches.get_mut(&run) {
                     if let WorkerMsg::Result(r) = msg.as_ref() {

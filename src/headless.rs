@@ -485,6 +485,8 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "bad_lines": r.bad_lines(),
         "rejected_connections": r.rejected,
         "hang_report": r.hang_report,
+        // Ranks named as holding the others back (app::straggler), in the order named.
+        "stragglers": r.stragglers,
         "torch_settings": r.spec.torch.as_str(),
         "torch_seen": r.torch_seen.map(|(m, c)| json!({"matmul_precision": m.as_str(), "cudnn_benchmark": c})),
     });

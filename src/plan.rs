@@ -85,6 +85,7 @@ pub fn setup(
     opts.watchdog.startup_s = config.watchdog.startup_s;
     opts.watchdog.first_steps_s = config.watchdog.first_steps_s;
     opts.stop_attached_on_hang = config.watchdog.stop_attached_on_hang;
+    opts.stragglers = config.stragglers;
     Ok(Setup {
         config,
         resolved,

@@ -124,6 +124,17 @@ impl EventRow {
         })
     }
 
+    /// A rank named as a straggler, as it was when named (`load_details` reads it back).
+    pub fn straggler(run_id: &str, s: &crate::run::view::Straggler) -> EventRow {
+        EventRow {
+            run_id: run_id.to_string(),
+            unix: crate::util::unix_now(),
+            rank: Some(s.rank),
+            kind: "straggler".into(),
+            body: serde_json::to_string(s).unwrap_or_default(),
+        }
+    }
+
     /// One of ddptop's own messages about a run (hang verdict, rejection, …).
     pub fn note(run_id: &str, text: &str) -> EventRow {
         EventRow {
@@ -462,7 +473,7 @@ impl Store {
         // and the last log lines: enough to redraw, cheap with hundreds of stored runs.
         let mut stmt = self.conn.prepare_cached(
             "SELECT type, body FROM events WHERE run_id=?1 AND (
-                 type IN ('probe','bench','hlo','check','result')
+                 type IN ('probe','bench','hlo','check','result','straggler')
                  OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type IN ('buckets','comm')
                             GROUP BY rank, type)
                  OR (type='memory' AND ?2)
@@ -479,6 +490,12 @@ impl Store {
         for row in rows {
             let (kind, body) = row?;
             match kind.as_str() {
+                // The log line that named it is a `ddptop` note of its own.
+                "straggler" => {
+                    if let Ok(s) = serde_json::from_str::<crate::run::view::Straggler>(&body) {
+                        run.stragglers.push(s);
+                    }
+                }
                 "ddptop" => {
                     let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                     if let Some(m) = v["msg"].as_str() {
@@ -925,6 +942,42 @@ mod tests {
         assert_eq!(l.probe.len(), 4);
         assert_eq!(l.ranks[&0].buckets.as_ref().unwrap().step, 50);
         assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 50);
+    }
+
+    #[test]
+    fn a_named_straggler_is_stored_with_the_run_and_its_log_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = spec();
+        insert(&store, "r", &s, dir.path());
+        let named = crate::run::view::Straggler {
+            rank: 1,
+            score: 0.66,
+            phase: "data wait".into(),
+            evidence: "rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median".into(),
+            since: 1.6,
+            step: 27,
+            active: true,
+        };
+        store
+            .add_events(&[
+                EventRow::straggler("r", &named),
+                EventRow::note("r", &format!("straggler: {}", named.evidence)),
+            ])
+            .unwrap();
+        let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        store.finalize(&run, None).unwrap();
+        let loaded = store.load_runs(5).unwrap();
+        assert_eq!(loaded[0].stragglers, vec![named]);
+        assert!(
+            loaded[0]
+                .log_tail
+                .iter()
+                .any(|l| l == "ddptop: straggler: rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median"),
+            "{:?}",
+            loaded[0].log_tail
+        );
     }
 
     #[test]

@@ -189,3 +189,51 @@ fn gloo_slow_first_step_completes_without_a_hang_verdict() {
     assert_eq!(r["status"], "completed", "{r:#}");
     assert!(r["hang_report"].as_array().unwrap().is_empty(), "{r:#}");
 }
+
+#[test]
+fn gloo_slow_rank_is_named_and_a_healthy_run_names_nobody() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // Real DDP on the CPU: rank 1 waits half its own step time for each batch; rank 0 waits
+    // for it at the collectives (the forward's buffer broadcast and the all-reduce).
+    let run = |inject: Option<&str>| {
+        let mut c = ddptop(d.path());
+        // This tree's workers, whichever target directory the binary was built in.
+        c.env("DDPTOP_PYTHON", &py)
+            .env(
+                "DDPTOP_WORKERS_DIR",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
+            )
+            .args([
+                "run",
+                "weak",
+                "--k",
+                "2",
+                "--samples",
+                "3072",
+                "--batch",
+                "32",
+            ])
+            .args(["--backend", "gloo", "--model", "tiny", "--json"]);
+        if let Some(f) = inject {
+            c.args(["--inject", f]);
+        }
+        let out = c.output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(out.status.success(), "{doc:#}");
+        assert_no_survivors(&doc);
+        doc["runs"][0].clone()
+    };
+    let slow = run(Some("slow:1:1.5"));
+    assert_eq!(slow["status"], "completed", "{slow:#}");
+    let s = slow["stragglers"].as_array().unwrap();
+    assert_eq!(s.len(), 1, "{s:#?}");
+    assert_eq!(
+        (&s[0]["rank"], &s[0]["phase"]),
+        (&1.into(), &"data wait".into()),
+        "{s:#?}"
+    );
+    let healthy = run(None);
+    assert_eq!(healthy["stragglers"], serde_json::json!([]), "{healthy:#}");
+}

@@ -369,3 +369,59 @@ fn a_rank_that_raises_and_blocks_its_peers_fails_the_run_with_its_error() {
     assert!(r["samples_per_s"].is_null());
     assert_no_survivors(&doc);
 }
+
+#[test]
+fn a_slow_rank_is_named_with_its_phase_within_five_seconds() {
+    // In real time (--sim-speed 1): the slowed run still makes >= 10 steps/s, the pace the
+    // issue sets for naming a 1.5x rank within 5 s of its start.
+    let d = tempfile::tempdir().unwrap();
+    let (out, doc) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "4",
+            "--backend",
+            "sim",
+            "--sim-speed",
+            "1",
+            "--inject",
+            "slow:1:1.5",
+        ],
+    );
+    assert!(out.status.success(), "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    let step_ms = r["step_ms_median"].as_f64().unwrap();
+    assert!(step_ms < 100.0, "slower than 10 steps/s: {step_ms} ms");
+    let s = r["stragglers"].as_array().unwrap();
+    assert_eq!(s.len(), 1, "{s:#?}");
+    assert_eq!(s[0]["rank"], 1, "{s:#?}");
+    assert_eq!(s[0]["phase"], "data wait", "{s:#?}");
+    let score = s[0]["score"].as_f64().unwrap();
+    assert!((0.6..0.75).contains(&score), "1.5x slower: score {score}");
+    let since = s[0]["since"].as_f64().unwrap();
+    assert!(since < 5.0, "named {since} s after launch");
+    let ev = s[0]["evidence"].as_str().unwrap();
+    assert!(
+        ev.starts_with("rank 1 at 0.") && ev.contains("the others wait"),
+        "{ev}"
+    );
+    assert_no_survivors(&doc);
+}
+
+#[test]
+fn a_healthy_sim_run_of_ten_minutes_names_nobody() {
+    // About 11,000 steps of 47 ms modelled (9 minutes of the profile's time) on 4 noisy ranks:
+    // hundreds of windows, none of them may name a rank.
+    let d = tempfile::tempdir().unwrap();
+    let (out, doc) = sim_json(
+        d.path(),
+        &["weak", "--k", "4", "--samples", "6000000", "--epochs", "2"],
+    );
+    assert!(out.status.success(), "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["stragglers"], serde_json::json!([]), "{r:#}");
+    assert_no_survivors(&doc);
+}

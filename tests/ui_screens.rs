@@ -73,6 +73,40 @@ fn laptop_no_gpu_sim_run_120x40_full() {
 }
 
 #[test]
+fn a_straggler_is_marked_on_its_rank_row_and_named_in_the_log() {
+    let mut st = fixtures::laptop_sim_running();
+    let evidence = "rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median; the \
+                    others wait 23.4 ms for it in the all-reduce, it waits 0.2 ms";
+    let run = &mut st.runs[0];
+    run.stragglers.push(ddptop::run::view::Straggler {
+        rank: 1,
+        score: 0.66,
+        phase: "data wait".into(),
+        evidence: evidence.into(),
+        since: 1.6,
+        step: 27,
+        active: true,
+    });
+    run.push_tail(format!("ddptop: straggler: {evidence}"));
+    let t = draw(&st, 120, 40);
+    let s = text(&t);
+    let row = s
+        .lines()
+        .find(|l| l.contains(" r1 "))
+        .expect("rank 1's row");
+    // The pane is narrow at 120 columns: the mark replaces the rank's phase, its cause may be
+    // cut (the Log line below has it whole).
+    assert!(row.contains("◆ straggler 0.66"), "{s}");
+    let row0 = s
+        .lines()
+        .find(|l| l.contains(" r0 "))
+        .expect("rank 0's row");
+    assert!(!row0.contains("straggler"), "{s}");
+    assert!(s.contains("ddptop: straggler: rank 1 at 0.66"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
 fn eight_gpus_240x70() {
     let st = fixtures::gpubox_8();
     let t = draw(&st, 240, 70);

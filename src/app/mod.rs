@@ -12,6 +12,7 @@ pub mod predict;
 pub mod progress;
 pub mod reduce;
 pub mod state;
+pub mod straggler;
 pub mod summary;
 pub mod view;
 

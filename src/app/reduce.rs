@@ -104,6 +104,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             rank.last_step = Some(s.clone());
+            crate::app::straggler::record_step(rank, s);
             if run.spec.experiment == Experiment::Attach {
                 // The script's batch as its steps showed it (ddptop sets none of its settings).
                 *run.observed.step_samples.entry(s.samples).or_default() += 1;
@@ -111,6 +112,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
         }
         WorkerMsg::Buckets(b) => {
+            crate::app::straggler::record_buckets(rank, b);
             rank.buckets = Some(b.clone());
             rank.recent_buckets.push_back(b.clone());
             while rank.recent_buckets.len() > crate::run::MAX_BUCKET_HISTORY {

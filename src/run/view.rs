@@ -59,6 +59,43 @@ pub struct RankView {
     pub cpu: VecDeque<(Instant, f64)>,
     /// The rank's collectives when last looked at, and when that report arrived.
     pub coll: Option<(Instant, crate::protocol::CollState)>,
+    /// The phases of recent steps, oldest first (at most `PHASE_HISTORY`), for the straggler
+    /// score: a step's comm wait arrives in the buckets message that follows it.
+    pub recent_phases: VecDeque<PhaseSample>,
+}
+
+/// Steps of phase figures kept per rank: more than any straggler window reads.
+pub const PHASE_HISTORY: usize = 256;
+
+/// One step of one rank, split by where its time went (ms).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct PhaseSample {
+    pub step: u64,
+    pub data_ms: f64,
+    pub fwd_ms: f64,
+    /// Backward as the step message timed it: DDP's wait for the other ranks is inside it.
+    pub bwd_ms: f64,
+    pub opt_ms: f64,
+    /// Backward time after the last bucket was ready (the buckets message's `exposed_ms`):
+    /// the all-reduce tail plus the wait for slower ranks. `None`: no buckets for this step.
+    pub comm_ms: Option<f64>,
+}
+
+/// A rank named as a straggler: its score, the phase its time goes to, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Straggler {
+    pub rank: u32,
+    /// The fastest rank's median busy time over the window divided by this rank's (the latest).
+    pub score: f64,
+    /// The phase its extra time goes to: data wait, forward, backward, optimizer.
+    pub phase: String,
+    pub evidence: String,
+    /// Seconds from the run's start when it was first named.
+    pub since: f64,
+    /// The step it was named at.
+    pub step: u64,
+    /// Still below the threshold at the latest assessment.
+    pub active: bool,
 }
 
 /// Heartbeats whose CPU time a rank keeps: enough to judge busy vs idle over a few seconds.
@@ -213,6 +250,10 @@ pub struct RunView {
     /// An attached script's settings as ddptop saw them (its spec's model, batch, epochs and
     /// samples are not the script's: ddptop sets none of them).
     pub observed: Observed,
+    /// Ranks named as stragglers during the run, in the order named (`app::straggler`).
+    pub stragglers: Vec<Straggler>,
+    /// When the straggler score was last assessed (at most a few times a second).
+    pub stragglers_assessed: Option<Instant>,
 }
 
 /// Something that happened to a run, or was true of it, that its figures must carry.
@@ -403,6 +444,8 @@ impl RunView {
             env: BTreeMap::new(),
             caveats: Vec::new(),
             observed: Observed::default(),
+            stragglers: Vec::new(),
+            stragglers_assessed: None,
         }
     }
 

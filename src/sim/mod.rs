@@ -34,7 +34,7 @@ pub struct SimArgs {
     #[arg(long = "env", value_name = "KEY=VAL")]
     pub env: Vec<String>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
-    /// garbage[:LINES], slowstart:SECONDS.
+    /// garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR.
     #[arg(long)]
     pub inject: Option<String>,
     /// Wall-clock speed-up: 10 runs ten times faster than the modelled machine (figures unchanged).
@@ -47,7 +47,7 @@ pub struct SimArgs {
     pub seed: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
     /// The last rank exits with code 3 at STEP.
     Crash(u64),
@@ -70,6 +70,10 @@ pub enum Fault {
     /// Every rank's first step first burns SECONDS of CPU (wall time, whatever the speed-up), as
     /// cudnn.benchmark's autotuning or a compile does: slow, busy, healthy.
     SlowStart(u64),
+    /// From the first step on, RANK sleeps (FACTOR - 1) x its own step time in every step's
+    /// data wait (a slow input pipeline): a straggler. The other ranks wait for it in the
+    /// all-reduce, inside their backward, as DDP makes them.
+    Slow { rank: u32, factor: f64 },
 }
 
 impl Fault {
@@ -92,10 +96,25 @@ impl Fault {
             "slowstart" => arg.parse::<u64>().map(Fault::SlowStart).map_err(|_| {
                 format!("fault `{s}`: expected slowstart:SECONDS with SECONDS a whole number")
             }),
+            "slow" => {
+                let bad = || {
+                    format!(
+                        "fault `{s}`: expected slow:RANK:FACTOR, FACTOR above 1 (1.5: 1.5x slower)"
+                    )
+                };
+                let (rank, factor) = arg.split_once(':').ok_or_else(bad)?;
+                let rank = rank.parse::<u32>().map_err(|_| bad())?;
+                let factor = factor.parse::<f64>().map_err(|_| bad())?;
+                // Up to 100x: a bigger factor is a hang, which has its own fault.
+                if !(factor > 1.0 && factor <= 100.0) {
+                    return Err(bad());
+                }
+                Ok(Fault::Slow { rank, factor })
+            }
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(4)),
             "garbage" => Ok(Fault::Garbage(step()?)),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES] or slowstart:SECONDS"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS or slow:RANK:FACTOR"
             )),
         }
     }
@@ -136,6 +155,23 @@ mod tests {
         assert_eq!(Fault::parse("frozen:4"), Ok(Fault::Frozen(4)));
         assert_eq!(Fault::parse("slowstart:25"), Ok(Fault::SlowStart(25)));
         assert!(Fault::parse("slowstart").is_err());
+        assert_eq!(
+            Fault::parse("slow:1:1.5"),
+            Ok(Fault::Slow {
+                rank: 1,
+                factor: 1.5
+            })
+        );
+        for bad in [
+            "slow",
+            "slow:1",
+            "slow:x:1.5",
+            "slow:1:1",
+            "slow:1:0.5",
+            "slow:1:nan",
+        ] {
+            assert!(Fault::parse(bad).is_err(), "{bad}");
+        }
         assert!(Fault::parse("teardown").is_err());
         assert!(Fault::parse("frozen:x").is_err());
         assert!(Fault::parse("hang").is_err());

@@ -24,6 +24,8 @@ struct Sim<'a> {
     client: Client,
     fault: Option<Fault>,
     step: u64,
+    /// This step's wait for a slow rank (`slow` fault), for its buckets message.
+    waited_ms: f64,
 }
 
 pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
@@ -54,6 +56,7 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
             .transpose()
             .map_err(anyhow::Error::msg)?,
         step: 0,
+        waited_ms: 0.0,
     };
     if let Some(Fault::Garbage(n)) = sim.fault
         && rank == 0
@@ -125,6 +128,15 @@ impl Sim<'_> {
                     ),
                 );
                 burn_cpu(Duration::from_secs(secs));
+            }
+            Some(Fault::Slow { rank, factor }) if self.step == 0 && rank == self.rank => {
+                self.log(
+                    LogLevel::Warn,
+                    format!(
+                        "injected fault slow:{rank}:{factor}: every step waits {:.2}x its own time for data",
+                        factor - 1.0
+                    ),
+                );
             }
             Some(Fault::Crash(s)) if self.step >= s && last_rank => {
                 self.log(
@@ -213,12 +225,29 @@ impl Sim<'_> {
         m: &costmodel::ModelStep,
         batch: u32,
     ) -> f64 {
-        let (fwd, bwd, opt, data) = (
+        let (fwd, mut bwd, opt, mut data) = (
             self.jitter(m.fwd_ms),
             self.jitter(m.bwd_ms),
             self.jitter(m.opt_ms),
             self.jitter(m.data_ms),
         );
+        self.waited_ms = 0.0;
+        if let Some(Fault::Slow { rank, factor }) = self.fault
+            && rank < self.k
+            && sync
+        {
+            if rank == self.rank {
+                data += (factor - 1.0) * (fwd + bwd + opt + data);
+            } else {
+                // Each rank is a process of its own here, with no real all-reduce to block in:
+                // the others model the wait DDP imposes on them, the slow rank's extra time
+                // (from the model's step, as they cannot see its noise), inside backward.
+                let wait =
+                    self.jitter((factor - 1.0) * (m.fwd_ms + m.bwd_ms + m.opt_ms + m.data_ms));
+                bwd += wait;
+                self.waited_ms = wait;
+            }
+        }
         let step_ms = fwd + bwd + opt + data;
         self.sleep_ms(step_ms);
         self.step += 1;
@@ -257,8 +286,9 @@ impl Sim<'_> {
                 index: i as u32,
                 bytes: s.bytes,
                 ready_ms: s.ready_ms * scale,
-                start_ms: s.start_ms * scale,
-                done_ms: s.done_ms * scale,
+                // A slow rank's late buckets hold every all-reduce back by its delay.
+                start_ms: s.start_ms * scale + self.waited_ms,
+                done_ms: s.done_ms * scale + self.waited_ms,
                 kernel_ms: None,
             })
             .collect();
@@ -268,7 +298,7 @@ impl Sim<'_> {
             t: self.client.t(),
             rebuilt: true,
             bwd_compute_ms: tl.bwd_compute_ms * scale,
-            exposed_ms: tl.exposed_ms * scale,
+            exposed_ms: tl.exposed_ms * scale + self.waited_ms,
             buckets,
             start_inferred: None,
         }));

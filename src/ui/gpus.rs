@@ -519,6 +519,18 @@ fn rank_line<'a>(ctx: &Ctx, run: &RunView, r: &RankView, wide: bool) -> Line<'a>
         spans.push(Span::styled(lpad(&mem, 11), t.text));
     }
     spans.push(Span::raw(" "));
-    spans.push(Span::styled(state, st_style));
+    // The rank that holds the run back, marked on its own row in place of its phase (a live
+    // rank's state column is narrow): the Log line has the evidence.
+    match model::straggler_mark(run, r.rank) {
+        Some((mark, true)) if r.connected && !r.said_bye => {
+            spans.push(Span::styled(mark, t.warn));
+        }
+        Some((mark, _)) => {
+            spans.push(Span::styled(state, st_style));
+            spans.push(Span::raw(" "));
+            spans.push(Span::styled(mark, t.dim));
+        }
+        None => spans.push(Span::styled(state, st_style)),
+    }
     Line::from(spans)
 }

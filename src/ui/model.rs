@@ -406,3 +406,14 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
         })
         .collect()
 }
+
+/// A rank's straggler mark for the Ranks pane: `◆ straggler 0.66 · data wait` while named,
+/// `was straggler` once it recovered (or when the run ended); whether it is still named.
+pub fn straggler_mark(run: &RunView, rank: u32) -> Option<(String, bool)> {
+    let s = run.stragglers.iter().rev().find(|s| s.rank == rank)?;
+    if s.active && !run.status.is_final() {
+        Some((format!("◆ straggler {:.2} · {}", s.score, s.phase), true))
+    } else {
+        Some((format!("was straggler ({:.2} {})", s.score, s.phase), false))
+    }
+}

@@ -14,6 +14,10 @@ Applied on every rank, before its first step (here the number is SECONDS, not a 
   slowstart the first step first burns SECONDS of CPU, as cudnn.benchmark's autotuning or a
             compile does: a healthy run whose first step is slow, which must not be called hung.
 
+Applied on one rank, every step (`slow:RANK:FACTOR`, FACTOR above 1):
+  slow      RANK waits (FACTOR - 1) x its own step time inside each step's data wait, as a rank
+            with a slow input pipeline: a straggler the others wait for at the all-reduce.
+
 Applied on every rank, at the end of the run (STEP is ignored; write `teardown:0`):
   teardown  send `result` and `bye` as usual, then block instead of destroy_process_group(), as
             a rank whose NCCL teardown hangs: ddptop has every bye but the launcher never exits.
@@ -24,12 +28,14 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from collections.abc import Callable
+from collections import deque
 from dataclasses import dataclass
 
 from .client import Client
 
 STEP_KINDS = ("crash", "raise", "hang", "silent", "frozen")
-KINDS = (*STEP_KINDS, "slowstart", "teardown")
+KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow")
 
 
 class FaultSpecError(ValueError):
@@ -39,7 +45,8 @@ class FaultSpecError(ValueError):
 @dataclass(frozen=True)
 class Fault:
     kind: str
-    step: int
+    step: int  # slow: the rank
+    factor: float = 1.0  # slow only
 
     @staticmethod
     def parse(spec: str) -> Fault | None:
@@ -47,6 +54,18 @@ class Fault:
         if not spec:
             return None
         kind, _, step = spec.partition(":")
+        if kind == "slow":
+            rank, _, factor = step.partition(":")
+            try:
+                f = float(factor)
+            except ValueError:
+                f = float("nan")
+            # Up to 100x, as ddptop's own parser (src/sim/mod.rs): more is a hang.
+            if not rank.isdigit() or not 1.0 < f <= 100.0:
+                raise FaultSpecError(
+                    f"DDPTOP_INJECT={spec!r}: expected slow:RANK:FACTOR with FACTOR above 1"
+                )
+            return Fault("slow", int(rank), f)
         if kind not in KINDS or not step.isdigit():
             raise FaultSpecError(
                 f"DDPTOP_INJECT={spec!r}: expected one of {', '.join(KINDS)} as KIND:STEP"
@@ -65,6 +84,12 @@ class Fault:
         if self.kind == "slowstart":
             return step == 0
         return self.kind in STEP_KINDS and rank == world_size - 1 and step >= self.step
+
+    def slowdown(self, rank: int) -> SlowRank | None:
+        """The `slow` fault's pacer on its rank, else None."""
+        if self.kind == "slow" and rank == self.step:
+            return SlowRank(self.factor)
+        return None
 
     def fire(self, client: Client) -> None:
         """Apply a step fault; `slowstart` returns after its work, `raise` by raising, the
@@ -88,6 +113,36 @@ class Fault:
         if self.at_teardown:
             client.silence()
             block_forever()
+
+
+class SlowRank:
+    """Makes this rank FACTOR times slower than its own pace: before each step's batch is
+    taken, it sleeps (FACTOR - 1) x its own recent step time (the median of the last few loop
+    iterations without the sleeps), so the slowdown follows the rank's real speed."""
+
+    def __init__(self, factor: float, sync: Callable[[], None] | None = None) -> None:
+        self.factor = factor
+        # On CUDA the host runs ahead of the GPU: a sleep would hide in the launch queue.
+        # Waiting for the device first makes the loop's wall time the step's real time.
+        self.sync = sync
+        self.own: deque[float] = deque(maxlen=5)
+        self.last: float | None = None
+        self.slept = 0.0
+
+    def wait(self) -> float:
+        """Called once per step inside its data wait; returns the seconds slept."""
+        if self.sync is not None:
+            self.sync()
+        now = time.perf_counter()
+        if self.last is not None:
+            self.own.append(max(0.0, now - self.last - self.slept))
+        self.slept = 0.0
+        if self.own:
+            own = sorted(self.own)[len(self.own) // 2]
+            self.slept = (self.factor - 1.0) * own
+            time.sleep(self.slept)
+        self.last = now
+        return self.slept
 
 
 def burn_cpu(seconds: float) -> None:

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from . import book, models
 from .client import Client, write_line
 from .data import Data, DataConfig, add_data_args
-from .faults import Fault
+from .faults import Fault, SlowRank
 from .probe import (
     DEFAULT_SAMPLE_RATE,
     NO_SAMPLING,
@@ -209,10 +209,24 @@ class Trainer:
     layout: list[int] | None = None
     last_loss: torch.Tensor | None = None
     unreported_samples: int = 0  # samples since the last step message
+    _slow: SlowRank | None = None
 
     @property
     def fault(self) -> Fault | None:
         return self.rt.fault
+
+    @property
+    def slow(self) -> SlowRank | None:
+        """The `slow` fault's pacer, kept across epochs so it knows this rank's pace."""
+        if self._slow is None and self.fault is not None:
+            self._slow = self.fault.slowdown(self.rt.rank)
+            if self._slow is not None:
+                self._slow.sync = self.rt.synchronize
+                f = self.fault
+                self.client.log(
+                    "warn", f"injected fault slow:{f.step}:{f.factor}: this rank is the straggler"
+                )
+        return self._slow
 
     # ------------------------------------------------------------------ steps
 
@@ -397,6 +411,7 @@ class Trainer:
         batch = self.per_rank_batch
         fault = self.fault
         rank, k = self.rt.rank, self.rt.world_size
+        slow = self.slow
         steps = self.data.steps_per_epoch
         batches = self.data.epoch(epoch)
         last: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -418,6 +433,8 @@ class Trainer:
                 fault.fire(self.client)
             t0 = time.perf_counter()
             x, y = next(batches)
+            if slow is not None:
+                slow.wait()  # counted as data wait: a rank with a slow input pipeline
             t1 = time.perf_counter()
             st.data_wait_ms += (t1 - t0) * 1000.0
             self.global_step += 1

@@ -12,7 +12,7 @@ from conftest import WORKERS
 from fakeserver import FakeDdptop
 from test_train_gloo import launcher
 
-from ddptop_worker.faults import Fault
+from ddptop_worker.faults import Fault, SlowRank
 
 
 def test_unset_means_no_fault(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +29,10 @@ def test_parses_and_targets_the_last_rank(monkeypatch: pytest.MonkeyPatch) -> No
     assert not f.due(9, 0, 2)
 
 
-@pytest.mark.parametrize("bad", ["explode:3", "hang", "hang:x", "raise:-1"])
+@pytest.mark.parametrize(
+    "bad",
+    ["explode:3", "hang", "hang:x", "raise:-1", "slow:1", "slow:1:1", "slow:x:1.5", "slow:1:nan"],
+)
 def test_bad_specs_are_refused(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
     monkeypatch.setenv("DDPTOP_INJECT", bad)
     with pytest.raises(ValueError, match="DDPTOP_INJECT"):
@@ -42,6 +45,28 @@ def test_teardown_and_new_kinds_parse() -> None:
     assert not Fault("teardown", 0).due(5, 1, 2)  # never fires as a step fault
     assert Fault.parse("frozen:4") == Fault("frozen", 4) and Fault("frozen", 4).due(4, 1, 2)
     assert Fault.parse("") is None
+
+
+def test_slow_targets_its_rank_only() -> None:
+    f = Fault.parse("slow:1:1.5")
+    assert f == Fault("slow", 1, 1.5)
+    assert f.slowdown(1) is not None and f.slowdown(0) is None
+    # Not a step fault: it never fires, it paces every step of its rank.
+    assert not any(f.due(s, r, 2) for s in range(20) for r in range(2))
+
+
+def test_slow_rank_sleeps_factor_minus_one_of_its_own_step() -> None:
+    pacer = SlowRank(1.5)
+    work = 0.02
+    starts = []
+    for _ in range(8):
+        starts.append(time.perf_counter())
+        pacer.wait()
+        time.sleep(work)  # the rank's own step
+    # After the first iteration (no pace known yet), each one takes about 1.5x its own work.
+    gaps = [b - a for a, b in zip(starts[2:], starts[3:], strict=False)]
+    med = sorted(gaps)[len(gaps) // 2]
+    assert 1.35 * work < med < 1.9 * work, gaps
 
 
 # ---------------------------------------------------------------- real 2-rank gloo runs

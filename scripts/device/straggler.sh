@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 26 on two GPUs: stragglers named on CUDA/NCCL (k=1 cannot show one).
+#   healthy  `run weak --k 2`: must name nobody
+#   slow     `run weak --k 2 --inject slow:1:1.5`: rank 1 named, phase "data wait", early
+#   shared   a second process (a matmul loop) competing for GPU 1, started here and stopped here
+#            by its pid, then `--shared-gpus run weak --k 2`: rank 1 named (forward/backward)
+# ONLY (default "healthy slow shared") picks parts. Needs .carry/ddptop (or target/release/ddptop).
+# Raw --json of every run in $OUT/raw, nvidia-smi clocks/power/temperature sampled during each run
+# in $OUT/raw/NAME.smi.csv (the evidence a GPU join would quote), a summary in $OUT/straggler.log.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
+export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-data-straggler}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/raw"
+B=${DDPTOP_BIN:-.carry/ddptop}; [ -x "$B" ] || B=target/release/ddptop
+SAMPLES=${SAMPLES:-200000}
+log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/straggler.log"; }
+summary() {  # the run's status, steps/s and stragglers, one line each
+  python3 - "$1" <<'PY' 2>&1 | tee -a "$OUT/straggler.log"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+print(f"   status {r['status']} step_ms_median {r.get('step_ms_median')} reason {r.get('reason')}")
+for s in r.get("stragglers", []):
+    print(f"   straggler rank {s['rank']} score {s['score']:.2f} phase {s['phase']} "
+          f"named at {s['since']:.1f} s (step {s['step']}): {s['evidence']}")
+if not r.get("stragglers"):
+    print("   stragglers: none")
+PY
+}
+run() {  # run NAME GLOBAL_FLAGS -- ARGS...
+  local name=$1; shift; local g=(); while [ "$1" != "--" ]; do g+=("$1"); shift; done; shift
+  local f="$OUT/raw/$name" t0; t0=$(date +%s)
+  nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,power.limit,temperature.gpu,utilization.gpu \
+    --format=csv -lms 500 > "$f.smi.csv" 2>/dev/null &
+  local smi=$!
+  log "$name: ddptop ${g[*]} run $* --json"
+  timeout -k 5 300 "$B" "${g[@]}" run "$@" --json > "$f.json" 2> "$f.stderr"
+  local rc=$?
+  kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+  log "$name rc=$rc wall=$(( $(date +%s) - t0 )) s"
+  summary "$f.json"
+}
+ONLY=${ONLY:-healthy slow shared}
+case " $ONLY " in *" healthy "*) run healthy -- weak --k 2 --backend nccl --samples "$SAMPLES";; esac
+case " $ONLY " in *" slow "*) run slow -- weak --k 2 --backend nccl --samples "$SAMPLES" \
+  --inject slow:1:1.5;; esac
+case " $ONLY " in *" shared "*)
+  # The competitor: back-to-back 8k matmuls on GPU 1 until stopped (its pid, below).
+  CUDA_VISIBLE_DEVICES=1 "$DDPTOP_PYTHON" -c '
+import torch
+a = torch.randn(8192, 8192, device="cuda")
+while True:
+    a = (a @ a).clamp_(-1, 1)
+' > "$OUT/raw/competitor.log" 2>&1 &
+  comp=$!
+  sleep 10  # its CUDA context and first kernels
+  run shared --shared-gpus -- weak --k 2 --backend nccl --samples "$SAMPLES"
+  kill "$comp"; wait "$comp" 2>/dev/null;;
+esac
+log "GPU compute processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"

@@ -1,0 +1,577 @@
+//! Stragglers: which rank holds a data-parallel run back, and where its time goes.
+//!
+//! A synchronous DDP step ends at the same moment on every rank, so step times alone cannot
+//! tell the slow rank: the fast ranks spend the difference waiting in the all-reduce (inside
+//! their backward), the slow rank hardly waits at all. The score therefore compares each rank's
+//! *busy* time — its step minus the comm wait after its last gradient bucket was ready — over a
+//! sliding window of recent steps: the fastest rank's median busy time divided by this rank's
+//! (1.0: as fast as the fastest). A rank below the threshold in the window and in both of its
+//! halves (slow throughout, not one burst a median happened to catch), with at least `STEADY`
+//! of its steps below it one by one (a steady slowdown, not a noisy rank whose median sits a
+//! little lower, as CPU contention makes on a shared host), is a straggler; its cause
+//! is the phase whose median exceeds the other ranks' most, and the others' longer comm wait
+//! is quoted as corroboration. Pure: `assess` reads rank views, `update` records verdicts.
+
+use crate::run::view::{PhaseSample, RankView, RunView, Straggler};
+use std::collections::BTreeMap;
+
+/// `[stragglers]` in the config file.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StragglerConfig {
+    /// A rank whose score stays below this over the window is a straggler.
+    pub threshold: f64,
+    /// Steps in the sliding window (per rank, the latest usable ones).
+    pub window: usize,
+}
+
+impl Default for StragglerConfig {
+    fn default() -> Self {
+        // 30 steps: at 10 steps/s the window fills in 3 s, inside the 5 s the issue allows;
+        // at 0.9 a 1.5x rank (score 0.67) is far below, and 20 steps were too few on a CPU
+        // host shared with other work (whole steps 30% long or short; see the tests).
+        StragglerConfig {
+            threshold: 0.9,
+            window: 30,
+        }
+    }
+}
+
+/// How often the engine assesses a live run: the window moves by a few steps in between.
+pub const ASSESS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// The first steps of a run: compile, autotune, bucket rebuild. Their times say nothing of a
+/// rank's pace, and one slow first step must not weigh in a window.
+pub const SKIP_STEPS: u64 = 3;
+
+/// The share of a window's steps that must each be below the threshold (against the fastest
+/// rank's median). A 1.5x rank has all of them there even at 20% step noise; a healthy rank
+/// on an oversubscribed CPU, 15% behind on median with 30% noise, has about half.
+pub const STEADY: f64 = 0.8;
+
+/// The phases a rank can spend its own time in, in the order of a step.
+pub const PHASES: [&str; 4] = ["data wait", "forward", "backward", "optimizer"];
+
+/// One rank's figures over the window (medians, ms).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankScore {
+    pub rank: u32,
+    /// Fastest median busy time / this rank's.
+    pub score: f64,
+    /// The same over the window's older and newer halves.
+    pub halves: [f64; 2],
+    /// The share of its steps whose own busy time is below the threshold.
+    pub steady: f64,
+    pub busy_ms: f64,
+    /// Median of each of `PHASES` (backward without its comm wait).
+    pub phases: [f64; 4],
+    /// Median comm wait, where buckets messages gave one.
+    pub comm_ms: Option<f64>,
+    /// The step the window ends at.
+    pub step: u64,
+}
+
+impl RankScore {
+    pub fn is_straggler(&self, threshold: f64) -> bool {
+        self.score < threshold
+            && self.halves.iter().all(|h| *h < threshold)
+            && self.steady >= STEADY
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    crate::util::median(&xs).unwrap_or(0.0)
+}
+
+fn phases_of(s: &PhaseSample) -> [f64; 4] {
+    let comm = s.comm_ms.unwrap_or(0.0);
+    [s.data_ms, s.fwd_ms, (s.bwd_ms - comm).max(0.0), s.opt_ms]
+}
+
+fn busy(s: &PhaseSample) -> f64 {
+    phases_of(s).iter().sum()
+}
+
+/// The samples of a rank that can be scored, oldest first, up to step `last`. Once a rank has
+/// sent one buckets message, its steps without one are not ready (the comm wait of its newest
+/// step is still on the way) — counting them as no wait would make it look slow.
+fn usable(rank: &RankView, last: u64) -> Vec<PhaseSample> {
+    let with_comm = rank.recent_phases.iter().any(|s| s.comm_ms.is_some());
+    rank.recent_phases
+        .iter()
+        .filter(|s| s.step > SKIP_STEPS && s.step <= last)
+        // JAX's fused step reports only its total: nothing to split, nothing to score.
+        .filter(|s| s.fwd_ms + s.bwd_ms + s.opt_ms > 0.0)
+        .filter(|s| !with_comm || s.comm_ms.is_some())
+        .copied()
+        .collect()
+}
+
+/// DDP broadcasts module buffers (BatchNorm statistics) at the start of every forward: a rank
+/// that arrives early waits there for the late one, inside its forward time, where no buckets
+/// message measures it. All ranks compute the same forward, so the part of a rank's forward
+/// above the step's quickest one is taken as that wait — but at most as much as the latest
+/// rank's data wait exceeded its own (how much later the other could have arrived), so that a
+/// rank whose forward is slow from its own compute keeps it. Moved from forward to the comm
+/// wait (bwd is raised as much, so that backward without its comm wait stays the same).
+fn forward_waits(samples: &mut [(u32, Vec<PhaseSample>)]) {
+    let mut by_step: BTreeMap<u64, Vec<(usize, usize)>> = BTreeMap::new();
+    for (r, (_, v)) in samples.iter().enumerate() {
+        for (i, s) in v.iter().enumerate() {
+            by_step.entry(s.step).or_default().push((r, i));
+        }
+    }
+    let n = samples.len();
+    for at in by_step.values().filter(|at| at.len() == n) {
+        let min_fwd = at
+            .iter()
+            .map(|&(r, i)| samples[r].1[i].fwd_ms)
+            .fold(f64::INFINITY, f64::min);
+        let max_data = at
+            .iter()
+            .map(|&(r, i)| samples[r].1[i].data_ms)
+            .fold(0.0, f64::max);
+        for &(r, i) in at {
+            let s = &mut samples[r].1[i];
+            let wait = (s.fwd_ms - min_fwd).min(max_data - s.data_ms).max(0.0);
+            s.fwd_ms -= wait;
+            s.bwd_ms += wait;
+            s.comm_ms = Some(s.comm_ms.unwrap_or(0.0) + wait);
+        }
+    }
+}
+
+/// Score every rank, once each has a full window (`None` before, or with fewer than 2 ranks).
+pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<Vec<RankScore>> {
+    let window = cfg.window.max(4);
+    if ranks.len() < 2 {
+        return None;
+    }
+    // The same steps on every rank: the newest step all of them have reported.
+    let last = ranks
+        .values()
+        .map(|r| usable(r, u64::MAX).last().map_or(0, |s| s.step))
+        .min()?;
+    let mut samples: Vec<(u32, Vec<PhaseSample>)> = ranks
+        .values()
+        .map(|r| {
+            let mut v = usable(r, last);
+            v.drain(..v.len().saturating_sub(window));
+            (r.rank, v)
+        })
+        .collect();
+    if samples.iter().any(|(_, v)| v.len() < window) {
+        return None;
+    }
+    forward_waits(&mut samples);
+    let half = window / 2;
+    let med_busy = |v: &[PhaseSample]| median(v.iter().map(busy).collect());
+    let whole: Vec<f64> = samples.iter().map(|(_, v)| med_busy(v)).collect();
+    let older: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[..half])).collect();
+    let newer: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[half..])).collect();
+    let fastest = |xs: &[f64]| xs.iter().copied().fold(f64::INFINITY, f64::min);
+    let (f_whole, f_older, f_newer) = (fastest(&whole), fastest(&older), fastest(&newer));
+    let ratio = |fast: f64, this: f64| if this > 0.0 { fast / this } else { 1.0 };
+    let scores = samples
+        .iter()
+        .enumerate()
+        .map(|(i, (rank, v))| {
+            let phases =
+                std::array::from_fn(|p| median(v.iter().map(|s| phases_of(s)[p]).collect()));
+            let comms: Vec<f64> = v.iter().filter_map(|s| s.comm_ms).collect();
+            RankScore {
+                rank: *rank,
+                score: ratio(f_whole, whole[i]),
+                halves: [ratio(f_older, older[i]), ratio(f_newer, newer[i])],
+                steady: v
+                    .iter()
+                    .filter(|s| ratio(f_whole, busy(s)) < cfg.threshold)
+                    .count() as f64
+                    / v.len() as f64,
+                busy_ms: whole[i],
+                phases,
+                comm_ms: (!comms.is_empty()).then(|| median(comms)),
+                step: v.last().map_or(0, |s| s.step),
+            }
+        })
+        .collect();
+    Some(scores)
+}
+
+/// The phase a straggler's time goes to, and the evidence for it in words.
+pub fn explain(this: &RankScore, all: &[RankScore]) -> (String, String) {
+    let others: Vec<&RankScore> = all.iter().filter(|s| s.rank != this.rank).collect();
+    let others_phase = |p: usize| median(others.iter().map(|s| s.phases[p]).collect());
+    let cause = (0..PHASES.len())
+        .max_by(|&a, &b| {
+            (this.phases[a] - others_phase(a)).total_cmp(&(this.phases[b] - others_phase(b)))
+        })
+        .unwrap_or(0);
+    let mut evidence = format!(
+        "rank {} at {:.2} of the fastest: {} {:.1} ms vs {:.1} ms median",
+        this.rank,
+        this.score,
+        PHASES[cause],
+        this.phases[cause],
+        others_phase(cause)
+    );
+    // The DDP signature: everybody else waits for it at the collectives, it hardly waits.
+    let others_comm: Vec<f64> = others.iter().filter_map(|s| s.comm_ms).collect();
+    if let Some(own) = this.comm_ms
+        && !others_comm.is_empty()
+    {
+        let theirs = median(others_comm);
+        if theirs > own {
+            evidence.push_str(&format!(
+                "; the others wait {theirs:.1} ms for it at the collectives, it waits {own:.1} ms"
+            ));
+        }
+    }
+    (PHASES[cause].to_string(), evidence)
+}
+
+/// Fold the latest assessment into the run's record: returns the log line of each rank named
+/// now for the first time (or again, after it had recovered).
+pub fn update(run: &mut RunView, cfg: &StragglerConfig, now_s: f64) -> Vec<String> {
+    let Some(scores) = assess(&run.ranks, cfg) else {
+        return Vec::new();
+    };
+    let mut named = Vec::new();
+    for s in &scores {
+        let current = run
+            .stragglers
+            .iter_mut()
+            .rev()
+            .find(|x| x.rank == s.rank && x.active);
+        match (current, s.is_straggler(cfg.threshold)) {
+            // Still slow: its latest score; `since` and `step` stay when it was named.
+            (Some(x), true) => x.score = s.score,
+            // Recovered: its window median is back at the pace of the others.
+            (Some(x), false) if s.score >= cfg.threshold => x.active = false,
+            (Some(_), false) => {}
+            (None, true) => {
+                let (phase, evidence) = explain(s, &scores);
+                named.push(format!("straggler: {evidence}"));
+                run.stragglers.push(Straggler {
+                    rank: s.rank,
+                    score: s.score,
+                    phase,
+                    evidence,
+                    since: now_s,
+                    step: s.step,
+                    active: true,
+                });
+            }
+            (None, false) => {}
+        }
+    }
+    named
+}
+
+/// The fold of one step or buckets message into a rank's phase history.
+pub fn record_step(rank: &mut RankView, s: &crate::protocol::Step) {
+    rank.recent_phases.push_back(PhaseSample {
+        step: s.step,
+        data_ms: s.data_ms,
+        fwd_ms: s.fwd_ms,
+        bwd_ms: s.bwd_ms,
+        opt_ms: s.opt_ms,
+        comm_ms: None,
+    });
+    while rank.recent_phases.len() > crate::run::view::PHASE_HISTORY {
+        rank.recent_phases.pop_front();
+    }
+}
+
+/// A buckets message carries the comm wait of the step of the same number.
+pub fn record_buckets(rank: &mut RankView, b: &crate::protocol::Buckets) {
+    if let Some(s) = rank
+        .recent_phases
+        .iter_mut()
+        .rev()
+        .find(|s| s.step == b.step)
+    {
+        s.comm_ms = Some(b.exposed_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    /// `steps` steps of one rank: `data` and compute (fwd 10, bwd 20 + comm, opt 5) ms, each
+    /// scaled by 1 + noise·u (u uniform in -1..1), with `comm` ms of wait in backward.
+    fn rank(id: u32, steps: u64, data: f64, comm: f64, noise: f64, rng: &mut StdRng) -> RankView {
+        let mut r = RankView {
+            rank: id,
+            ..Default::default()
+        };
+        for step in 1..=steps {
+            let mut j = |x: f64| x * (1.0 + noise * rng.random_range(-1.0..1.0));
+            let c = j(comm);
+            r.recent_phases.push_back(PhaseSample {
+                step,
+                data_ms: j(data),
+                fwd_ms: j(10.0),
+                bwd_ms: j(20.0) + c,
+                opt_ms: j(5.0),
+                comm_ms: Some(c),
+            });
+        }
+        r
+    }
+
+    fn run_of(ranks: Vec<RankView>) -> RunView {
+        let spec = crate::run::RunSpec::new(
+            crate::run::Experiment::Weak,
+            ranks.len() as u32,
+            crate::protocol::Backend::Sim,
+        );
+        let mut run = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
+        run.ranks = ranks.into_iter().map(|r| (r.rank, r)).collect();
+        run
+    }
+
+    #[test]
+    fn names_the_slow_rank_and_its_data_wait() {
+        let mut rng = StdRng::seed_from_u64(1);
+        // Rank 1 waits 18 ms for data (a 1.5x step); the others wait ~18 ms for it in comm.
+        let ranks = vec![
+            rank(0, 40, 1.0, 18.0, 0.05, &mut rng),
+            rank(1, 40, 19.0, 0.5, 0.05, &mut rng),
+            rank(2, 40, 1.0, 18.0, 0.05, &mut rng),
+            rank(3, 40, 1.0, 18.0, 0.05, &mut rng),
+        ];
+        let mut run = run_of(ranks);
+        let lines = update(&mut run, &StragglerConfig::default(), 2.5);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let s = &run.stragglers[0];
+        assert_eq!((s.rank, s.phase.as_str(), s.active), (1, "data wait", true));
+        assert!((0.6..0.75).contains(&s.score), "{}", s.score);
+        assert!(s.evidence.starts_with("rank 1 at 0.6"), "{}", s.evidence);
+        assert!(s.evidence.contains("data wait 19."), "{}", s.evidence);
+        assert!(s.evidence.contains("vs 1.0 ms median"), "{}", s.evidence);
+        assert!(s.evidence.contains("the others wait 1"), "{}", s.evidence);
+        assert!(s.evidence.ends_with("it waits 0.5 ms"), "{}", s.evidence);
+        assert_eq!(s.since, 2.5);
+        // Named once: the next assessment updates the record and says nothing new.
+        assert!(update(&mut run, &StragglerConfig::default(), 3.0).is_empty());
+        assert_eq!(run.stragglers.len(), 1);
+    }
+
+    #[test]
+    fn a_slower_backward_is_blamed_on_backward_not_on_comm() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let mut slow = rank(1, 40, 1.0, 0.3, 0.02, &mut rng);
+        for s in &mut slow.recent_phases {
+            s.bwd_ms += 15.0;
+        }
+        let ranks = vec![rank(0, 40, 1.0, 15.0, 0.02, &mut rng), slow];
+        let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
+        assert!(scores[1].is_straggler(0.9), "{scores:?}");
+        assert!(!scores[0].is_straggler(0.9));
+        // Equal step times on both ranks: only the comm split tells which one is slow.
+        assert_eq!(explain(&scores[1], &scores).0, "backward");
+    }
+
+    #[test]
+    fn healthy_noisy_ranks_are_not_named() {
+        // 15% uniform noise on every phase of 8 ranks, over many windows and seeds.
+        for seed in 0..50 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let ranks = (0..8)
+                .map(|r| rank(r, 60, 2.0, 3.0, 0.15, &mut rng))
+                .collect();
+            let mut run = run_of(ranks);
+            let full = run.ranks.clone();
+            for end in 25..=60 {
+                for (id, r) in run.ranks.iter_mut() {
+                    r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
+                }
+                let named = update(&mut run, &StragglerConfig::default(), end as f64);
+                assert!(named.is_empty(), "seed {seed} step {end}: {named:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_rank_a_little_behind_with_wide_noise_is_rarely_named() {
+        // CPU contention on a shared host: whole steps run up to 30% long or short (all their
+        // phases together), and rank 1 is 5% behind on median: its window median can dip below
+        // 0.9 while most of its steps are at the others' pace. Over 1000 windows the steady
+        // share keeps the names to a handful; the median alone would name dozens.
+        let cfg = StragglerConfig::default();
+        let (mut dipped, mut named) = (0, 0);
+        for seed in 0..1000 {
+            let mut rng = StdRng::seed_from_u64(100 + seed);
+            let mut ranks = vec![
+                rank(0, 40, 1.0, 4.0, 0.0, &mut rng),
+                rank(1, 40, 1.0, 0.5, 0.0, &mut rng),
+            ];
+            for (r, shift) in [(0, 1.0), (1, 1.05)] {
+                for s in &mut ranks[r].recent_phases {
+                    let f = shift * (1.0 + 0.3 * rng.random_range(-1.0..1.0));
+                    let comm = s.comm_ms.unwrap_or(0.0);
+                    s.fwd_ms *= f;
+                    s.bwd_ms = (s.bwd_ms - comm) * f + comm;
+                    s.opt_ms *= f;
+                }
+            }
+            let scores = assess(&run_of(ranks).ranks, &cfg).unwrap();
+            dipped += usize::from(scores[1].score < cfg.threshold);
+            named += usize::from(scores[1].is_straggler(cfg.threshold));
+        }
+        assert!(
+            dipped >= 20,
+            "only {dipped} of 1000 windows dipped below 0.9"
+        );
+        assert!(named <= 2, "{named} of 1000 windows named a healthy rank");
+    }
+
+    #[test]
+    fn a_wait_in_forward_for_a_late_rank_is_not_counted_as_work() {
+        // gloo with BatchNorm: rank 0 waits for rank 1's slow data in the buffer broadcast at
+        // the start of its forward, where no buckets message measures it.
+        let mut rng = StdRng::seed_from_u64(6);
+        let mut waiting = rank(0, 40, 0.1, 2.0, 0.05, &mut rng);
+        for s in &mut waiting.recent_phases {
+            s.fwd_ms += 20.0;
+        }
+        let ranks = vec![waiting, rank(1, 40, 20.0, 2.0, 0.05, &mut rng)];
+        let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
+        assert!(
+            scores[1].is_straggler(0.9) && !scores[0].is_straggler(0.9),
+            "{scores:?}"
+        );
+        assert_eq!(explain(&scores[1], &scores).0, "data wait");
+        // Its wait is quoted as the others' comm wait, its forward is back to its compute.
+        assert!(
+            scores[0].comm_ms.unwrap() > 18.0 && scores[0].phases[1] < 12.0,
+            "{scores:?}"
+        );
+
+        // A forward slow from compute, with no late data to wait for, stays that rank's work.
+        let mut slow_fwd = rank(1, 40, 0.1, 0.5, 0.02, &mut rng);
+        for s in &mut slow_fwd.recent_phases {
+            s.fwd_ms += 20.0;
+        }
+        let ranks = vec![rank(0, 40, 0.1, 20.0, 0.02, &mut rng), slow_fwd];
+        let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
+        assert!(scores[1].is_straggler(0.9), "{scores:?}");
+        assert_eq!(explain(&scores[1], &scores).0, "forward");
+    }
+
+    #[test]
+    fn a_burst_in_half_the_window_is_not_a_straggler() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let n = StragglerConfig::default().window as u64 + SKIP_STEPS;
+        let mut bursty = rank(1, n, 1.0, 0.5, 0.02, &mut rng);
+        // Slow in the older half and one step beyond: the window's median falls below the
+        // threshold, the newer half is at pace.
+        for s in bursty
+            .recent_phases
+            .iter_mut()
+            .skip(SKIP_STEPS as usize)
+            .take(16)
+        {
+            s.data_ms += 30.0;
+        }
+        let ranks = vec![rank(0, n, 1.0, 0.5, 0.02, &mut rng), bursty];
+        let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
+        assert!(
+            scores[1].score < 0.9 && scores[1].halves[0] < 0.9,
+            "{scores:?}"
+        );
+        assert!(!scores[1].is_straggler(0.9), "{scores:?}");
+    }
+
+    #[test]
+    fn nothing_before_a_full_window_nor_at_one_rank_nor_before_comm_arrives() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let cfg = StragglerConfig::default();
+        let short = vec![
+            rank(0, 10, 1.0, 10.0, 0.0, &mut rng),
+            rank(1, 10, 11.0, 0.0, 0.0, &mut rng),
+        ];
+        assert!(assess(&run_of(short).ranks, &cfg).is_none());
+        let one = vec![rank(0, 40, 1.0, 0.0, 0.0, &mut rng)];
+        assert!(assess(&run_of(one).ranks, &cfg).is_none());
+        // Rank 0's newest steps have no comm figure yet: they wait, not count as no wait.
+        let mut r0 = rank(0, 40, 1.0, 10.0, 0.0, &mut rng);
+        for s in r0.recent_phases.iter_mut().rev().take(5) {
+            s.comm_ms = None;
+        }
+        let r1 = rank(1, 40, 1.0, 10.0, 0.0, &mut rng);
+        let scores = assess(&run_of(vec![r0, r1]).ranks, &cfg).unwrap();
+        assert!(
+            scores.iter().all(|s| (s.score - 1.0).abs() < 1e-9),
+            "{scores:?}"
+        );
+        assert_eq!(scores[0].step, 35);
+    }
+
+    #[test]
+    fn recovery_ends_the_record_and_a_relapse_names_it_again() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let cfg = StragglerConfig::default();
+        let mut run = run_of(vec![
+            rank(0, 40, 1.0, 15.0, 0.02, &mut rng),
+            rank(1, 40, 16.0, 0.5, 0.02, &mut rng),
+        ]);
+        assert_eq!(update(&mut run, &cfg, 1.0).len(), 1);
+        let healthy = run_of(vec![
+            rank(0, 60, 1.0, 0.5, 0.02, &mut rng),
+            rank(1, 60, 1.0, 0.5, 0.02, &mut rng),
+        ]);
+        run.ranks = healthy.ranks;
+        assert!(update(&mut run, &cfg, 2.0).is_empty());
+        assert!(!run.stragglers[0].active);
+        let slow = run_of(vec![
+            rank(0, 40, 1.0, 15.0, 0.02, &mut rng),
+            rank(1, 40, 16.0, 0.5, 0.02, &mut rng),
+        ]);
+        run.ranks = slow.ranks;
+        assert_eq!(update(&mut run, &cfg, 3.0).len(), 1);
+        assert_eq!(run.stragglers.len(), 2);
+        assert_eq!(run.stragglers[1].since, 3.0);
+    }
+
+    #[test]
+    fn buckets_fill_the_comm_wait_of_their_own_step() {
+        let mut r = RankView::default();
+        let step = |n: u64| crate::protocol::Step {
+            rank: 0,
+            step: n,
+            epoch: 0,
+            t: 0.0,
+            warmup: false,
+            sync: true,
+            samples: 1,
+            fwd_ms: 1.0,
+            bwd_ms: 2.0,
+            opt_ms: 1.0,
+            data_ms: 0.0,
+            step_ms: 4.0,
+            timing: crate::protocol::Timing::Model,
+            loss: None,
+            fused: None,
+            every: None,
+        };
+        record_step(&mut r, &step(7));
+        record_step(&mut r, &step(8));
+        let b = crate::protocol::Buckets {
+            rank: 0,
+            step: 7,
+            t: 0.0,
+            rebuilt: true,
+            bwd_compute_ms: 1.5,
+            exposed_ms: 0.5,
+            buckets: vec![],
+            start_inferred: None,
+        };
+        record_buckets(&mut r, &b);
+        let comms: Vec<_> = r.recent_phases.iter().map(|s| s.comm_ms).collect();
+        assert_eq!(comms, [Some(0.5), None]);
+    }
+}
