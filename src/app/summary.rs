@@ -68,7 +68,14 @@ pub fn scaling_caveat(sc: &Scaling, runs: &[RunView]) -> Option<String> {
 /// a script with neither a process group nor a DDP module is said to be one that trained its
 /// ranks independently, and nothing more is claimed of it.
 pub fn attach_note(r: &RunView) -> String {
-    let steps = r.ranks.values().map(|x| x.step).max().unwrap_or(0);
+    // A stored run's ranks carry no step counter; what was observed of them does.
+    let steps = r
+        .ranks
+        .values()
+        .map(|x| x.step)
+        .max()
+        .unwrap_or(0)
+        .max(r.observed.steps);
     if steps == 0 && r.observed.independent() {
         // A script that ended before its first step (a bad argument, an import error) trained
         // nothing, independently or not.
