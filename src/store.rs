@@ -512,13 +512,7 @@ impl Store {
                             .map_err(|_| ())
                     }) {
                     Ok(WorkerMsg::Probe(p)) => run.probe.push(p as Probe),
-                    Ok(WorkerMsg::Result(r)) => {
-                        if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
-                            && (run.torch_seen.is_none() || r.rank == 0)
-                        {
-                            run.torch_seen = Some((m, c));
-                        }
-                    }
+                    Ok(WorkerMsg::Result(r)) => run.note_torch_seen(&r),
                     Ok(WorkerMsg::Bench(b)) => run.bench.push(b as Bench),
                     Ok(WorkerMsg::Buckets(b)) => {
                         if let Some(rv) = run.ranks.get_mut(&b.rank) {

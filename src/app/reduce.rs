@@ -180,11 +180,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             if run.bucket_bytes.is_empty() {
                 run.bucket_bytes = r.bucket_bytes.clone();
             }
-            if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
-                && (run.torch_seen.is_none() || r.rank == 0)
-            {
-                run.torch_seen = Some((m, c));
-            }
+            run.note_torch_seen(r);
             let o = &mut run.observed;
             // A run used a process group / a DDP module when any rank did.
             let any = |a: Option<bool>, b: Option<bool>| match (a, b) {

@@ -167,9 +167,7 @@ impl CurveKey {
         if self.experiment == Experiment::Handrolled {
             parts.push(self.hand.label());
         }
-        if self.torch == TorchSettings::Off
-            && TorchSettings::for_launch(TorchSettings::Book, self.experiment, self.backend)
-                == TorchSettings::Book
+        if self.torch == TorchSettings::Off && TorchSettings::applies(self.experiment, self.backend)
         {
             parts.push("PyTorch defaults".into());
         }

@@ -159,15 +159,20 @@ impl TorchSettings {
             TorchSettings::Script => "the script's own settings",
         }
     }
+    /// Whether ddptop applies the settings to `experiment` on `backend`: its own PyTorch
+    /// workers do; the simulator, JAX, the all-reduce bench and the tch loop have nothing to set.
+    pub fn applies(experiment: Experiment, backend: Backend) -> bool {
+        backend != Backend::Sim
+            && matches!(
+                experiment,
+                Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Fsdp
+            )
+    }
     /// The setting a launch of `experiment` on `backend` gets when the user asked for `asked`.
     pub fn for_launch(asked: TorchSettings, experiment: Experiment, backend: Backend) -> Self {
         match experiment {
             Experiment::Attach => TorchSettings::Script,
-            Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Fsdp
-                if backend != Backend::Sim =>
-            {
-                asked
-            }
+            _ if Self::applies(experiment, backend) => asked,
             _ => TorchSettings::Off,
         }
     }

@@ -364,15 +364,21 @@ pub const STEP_CLOCK: usize = 32;
 impl RunView {
     /// The run's PyTorch settings as screens, JSON and reports say them: what ddptop applied
     /// and what the worker saw in effect; `None` where they mean nothing (no PyTorch model).
+    /// Keep the PyTorch settings a `result` reports (rank 0's win; any rank's until then).
+    /// The live reducer and the store's reload both record them here.
+    pub fn note_torch_seen(&mut self, r: &crate::protocol::ResultMsg) {
+        if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
+            && (self.torch_seen.is_none() || r.rank == 0)
+        {
+            self.torch_seen = Some((m, c));
+        }
+    }
+
     pub fn torch_label(&self) -> Option<String> {
         use super::spec::TorchSettings;
         let asked = match self.spec.torch {
             TorchSettings::Off
-                if TorchSettings::for_launch(
-                    TorchSettings::Book,
-                    self.spec.experiment,
-                    self.spec.backend,
-                ) == TorchSettings::Off =>
+                if !TorchSettings::applies(self.spec.experiment, self.spec.backend) =>
             {
                 None
             }

@@ -130,14 +130,6 @@ pub enum Verdict {
     },
 }
 
-impl Verdict {
-    /// A verdict on which even an attached job is stopped by default: nothing is left to wait
-    /// for (the ranks are gone or never came).
-    pub fn is_stuck(&self) -> bool {
-        matches!(self, Verdict::Stuck { .. })
-    }
-}
-
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -750,7 +742,7 @@ mod tests {
             v.to_string().starts_with("stalled outside communication"),
             "{v}"
         );
-        assert!(v.is_stuck());
+        assert!(matches!(v, Verdict::Stuck { .. }));
     }
 
     #[test]

@@ -18,6 +18,7 @@ its steps after the warm-up steps are the timed ones.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,6 @@ WARMUP_STEPS = 3
 
 def time_every_from_env() -> int:
     """`DDPTOP_TIME_EVERY` (ddptop sets 10 on GPUs), else 1: every step timed."""
-    import os
-
     raw = os.environ.get("DDPTOP_TIME_EVERY", "").strip()
     return int(raw) if raw.isdigit() and int(raw) >= 1 else 1
 
