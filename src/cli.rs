@@ -468,7 +468,8 @@ pub struct AttachArgs {
     #[arg(long, value_enum)]
     pub nvls: Option<Switch>,
     /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
-    /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank.
+    /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank;
+    /// slow:RANK:FACTOR makes one rank FACTOR times slower (a straggler).
     #[arg(long, value_parser = parse_fault)]
     pub inject: Option<String>,
     /// Print one JSON document instead of a table.

@@ -670,7 +670,10 @@ impl Engine {
                 if let Some(row) = EventRow::from_msg(&run, &msg) {
                     self.pending.push(row);
                 }
-                let Some(view) = self.state.run_mut(&run) else {
+                // The runs and the GPU rows are borrowed apart: a straggler's evidence quotes
+                // its GPU's row.
+                let gpus = &self.state.gpus;
+                let Some(view) = self.state.runs.iter_mut().find(|v| v.id == run) else {
                     return true;
                 };
                 let was_starting = view.status == RunStatus::Starting;
@@ -688,7 +691,8 @@ impl Engine {
                         .started
                         .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
                     let before = view.stragglers.len();
-                    let named = crate::app::straggler::update(view, &self.opts.stragglers, since);
+                    let named =
+                        crate::app::straggler::update(view, &self.opts.stragglers, since, gpus);
                     let records: Vec<_> = view.stragglers[before..].to_vec();
                     for (line, rec) in named.iter().zip(records) {
                         view.push_tail(format!("ddptop: {line}"));

@@ -283,6 +283,39 @@ fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_tim
 }
 
 #[test]
+fn a_slow_rank_of_an_attached_script_is_named_and_a_healthy_one_is_not() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = example("train_ddp.py");
+    // 4096 samples, batch 32, k=2, 2 epochs: 128 optimizer steps per rank, several windows.
+    let run = |flags: &[&str]| {
+        let (ok, doc) = attach(
+            d.path(),
+            &py,
+            &[&["--k", "2"], flags].concat(),
+            &[&script, "--samples", "4096", "--hidden", "256"],
+        );
+        assert!(ok, "{doc:#}");
+        let r = doc["runs"][0].clone();
+        assert_eq!(r["status"], "completed", "{r:#}");
+        r
+    };
+    // Through the bootstrap: the script is not changed; rank 1 sleeps half its step time
+    // after each optimizer step, inside the next step's data wait.
+    let slow = run(&["--inject", "slow:1:1.5"]);
+    let s = slow["stragglers"].as_array().unwrap();
+    assert_eq!(s.len(), 1, "{s:#?}");
+    assert_eq!(
+        (&s[0]["rank"], &s[0]["phase"]),
+        (&1.into(), &"data wait".into()),
+        "{s:#?}"
+    );
+    assert!(s[0]["score"].as_f64().unwrap() < 0.9, "{s:#?}");
+    let healthy = run(&[]);
+    assert_eq!(healthy["stragglers"], serde_json::json!([]), "{healthy:#}");
+}
+
+#[test]
 fn bad_attach_input_is_one_clear_line() {
     let d = tempfile::tempdir().unwrap();
     for (args, want) in [

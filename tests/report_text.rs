@@ -124,3 +124,36 @@ fn html_is_escaped_and_embeds_the_plots() {
     assert!(!html.contains("<?xml"));
     assert!(html.contains("<td class=\"r\">1800</td>"));
 }
+
+#[test]
+fn a_named_straggler_is_in_the_markdown_notes_and_the_json() {
+    let mut r = fixture::measured();
+    r.runs[1].stragglers.push(ddptop::run::view::Straggler {
+        rank: 1,
+        score: 0.66,
+        phase: "data wait".into(),
+        evidence: "rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median".into(),
+        since: 4.25,
+        step: 41,
+        active: false,
+    });
+    let id = r.runs[1].id.clone();
+    let md = render(&r, Format::Markdown, &[]);
+    let line = md
+        .lines()
+        .find(|l| l.contains("straggler at 4.2 s (step 41): rank 1 at 0.66 of the fastest"))
+        .unwrap_or_else(|| panic!("{md}"));
+    assert!(line.contains(&id), "{line}");
+    let doc: serde_json::Value = serde_json::from_str(&render(&r, Format::Json, &[])).unwrap();
+    let run = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["run_id"] == id.as_str())
+        .unwrap();
+    assert_eq!(run["stragglers"][0]["rank"], 1);
+    assert_eq!(run["stragglers"][0]["phase"], "data wait");
+    assert_eq!(run["stragglers"][0]["since"], 4.25);
+    // A run without one says so with an empty list, not a missing field.
+    assert_eq!(doc["runs"][0]["stragglers"], serde_json::json!([]));
+}

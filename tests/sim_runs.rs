@@ -408,6 +408,34 @@ fn a_slow_rank_is_named_with_its_phase_within_five_seconds() {
         "{ev}"
     );
     assert_no_survivors(&doc);
+    // Stored with the run: `runs --json`, `show` and the report say the same.
+    let id = r["run_id"].as_str().unwrap();
+    let runs = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    assert_eq!(runs["runs"][0]["stragglers"][0]["evidence"], ev, "{runs:#}");
+    let show = ddptop(d.path()).args(["show", id]).output().unwrap();
+    let show = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        show.lines()
+            .any(|l| l.starts_with("straggler") && l.ends_with(ev)),
+        "{show}"
+    );
+    let md = d.path().join("report.md");
+    let rep = ddptop(d.path())
+        .args(["report", "--format", "md", "-o"])
+        .arg(&md)
+        .output()
+        .unwrap();
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
+    let md = std::fs::read_to_string(md).unwrap();
+    assert!(
+        md.contains(&format!("(step {}): {ev}", s[0]["step"])),
+        "{md}"
+    );
 }
 
 #[test]

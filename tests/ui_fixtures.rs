@@ -259,6 +259,8 @@ pub fn gpus(n: usize, pids: &[(usize, u32)]) -> Vec<GpuView> {
                     mem_used: Some((20 + i as u64 * 9) << 30),
                     mem_total: Some(143_771 << 20),
                     power_w: Some(120.0 + util as f64 * 5.0),
+                    power_limit_w: Some(700.0),
+                    sm_clock_mhz: Some(1_980),
                     temp_c: Some(35 + util / 3),
                     link_rx_kbs: Some(u64::from(util) * 1_200_000),
                     link_tx_kbs: Some(u64::from(util) * 1_190_000),

@@ -12,6 +12,7 @@
 //! is the phase whose median exceeds the other ranks' most, and the others' longer comm wait
 //! is quoted as corroboration. Pure: `assess` reads rank views, `update` records verdicts.
 
+use crate::gpu::{GpuSample, GpuView};
 use crate::run::view::{PhaseSample, RankView, RunView, Straggler};
 use std::collections::BTreeMap;
 
@@ -230,9 +231,106 @@ pub fn explain(this: &RankScore, all: &[RankScore]) -> (String, String) {
     (PHASES[cause].to_string(), evidence)
 }
 
+/// A clock this far below its peers' median is a slower GPU (boost clocks move a few per cent
+/// with temperature and load on healthy GPUs).
+const CLOCK_LOWER: f64 = 0.95;
+/// Power within this share of the enforced limit: the GPU is at its cap (and throttles).
+const AT_CAP: f64 = 0.95;
+
+/// What this node's GPU rows say about the straggler's GPU, against the GPUs of the run's other
+/// ranks: a lower SM clock, a power cap reached, other processes on it (a job sharing the GPU),
+/// or, when none of these, that it looks like the others (so the cause is not the GPU's).
+/// `None` when the rank's process is on no GPU this node samples (CPU runs, remote ranks).
+pub fn gpu_evidence(run: &RunView, rank: u32, gpus: &[GpuView]) -> Option<String> {
+    let on_gpu = |pid: Option<u32>| {
+        let pid = pid?;
+        gpus.iter()
+            .map(|g| &g.latest)
+            .find(|g| g.pids.contains(&pid))
+    };
+    let r = run.ranks.get(&rank).filter(|r| !r.remote)?;
+    let own = on_gpu(r.pid)?;
+    let ours: Vec<u32> = run.ranks.values().filter_map(|r| r.pid).collect();
+    let peers: Vec<&GpuSample> = run
+        .ranks
+        .values()
+        .filter(|p| p.rank != rank && !p.remote)
+        .filter_map(|p| on_gpu(p.pid))
+        .filter(|g| g.index != own.index)
+        .collect();
+    let peer_median = |f: &dyn Fn(&GpuSample) -> Option<f64>| {
+        let xs: Vec<f64> = peers.iter().filter_map(|g| f(g)).collect();
+        (!xs.is_empty()).then(|| median(xs))
+    };
+    let mut found = Vec::new();
+    let others = own.pids.iter().filter(|p| !ours.contains(p)).count();
+    if others > 0 {
+        let s = if others == 1 { "" } else { "es" };
+        found.push(format!(
+            "its GPU {} runs {others} other process{s}",
+            own.index
+        ));
+    }
+    let clock = own.sm_clock_mhz.map(f64::from);
+    let peer_clock = peer_median(&|g| g.sm_clock_mhz.map(f64::from));
+    if let (Some(c), Some(m)) = (clock, peer_clock)
+        && c < CLOCK_LOWER * m
+    {
+        found.push(format!(
+            "its GPU {} is clocked lower: {} MHz vs {} MHz",
+            own.index,
+            thousands(c),
+            thousands(m)
+        ));
+    }
+    if let (Some(p), Some(cap)) = (own.power_w, own.power_limit_w)
+        && p >= AT_CAP * cap
+    {
+        found.push(format!("at its power cap ({p:.0} W of {cap:.0} W)"));
+    }
+    if !found.is_empty() {
+        return Some(found.join("; "));
+    }
+    let mut facts = Vec::new();
+    if let Some(c) = clock {
+        facts.push(format!("SM {} MHz", thousands(c)));
+    }
+    if let (Some(p), Some(cap)) = (own.power_w, own.power_limit_w) {
+        facts.push(format!("{p:.0} W of {cap:.0} W"));
+    }
+    if let Some(t) = own.temp_c {
+        facts.push(format!("{t} °C"));
+    }
+    let like = if peers.is_empty() {
+        "no other GPU of the run to compare"
+    } else {
+        "like the others'"
+    };
+    Some(format!(
+        "its GPU {} {like} ({})",
+        own.index,
+        facts.join(", ")
+    ))
+}
+
+fn thousands(x: f64) -> String {
+    let n = x.round() as u64;
+    if n >= 1000 {
+        format!("{},{:03}", n / 1000, n % 1000)
+    } else {
+        n.to_string()
+    }
+}
+
 /// Fold the latest assessment into the run's record: returns the log line of each rank named
-/// now for the first time (or again, after it had recovered).
-pub fn update(run: &mut RunView, cfg: &StragglerConfig, now_s: f64) -> Vec<String> {
+/// now for the first time (or again, after it had recovered). `gpus`: this node's GPU rows, for
+/// the evidence (`gpu_evidence`).
+pub fn update(
+    run: &mut RunView,
+    cfg: &StragglerConfig,
+    now_s: f64,
+    gpus: &[GpuView],
+) -> Vec<String> {
     let Some(scores) = assess(&run.ranks, cfg) else {
         return Vec::new();
     };
@@ -250,7 +348,10 @@ pub fn update(run: &mut RunView, cfg: &StragglerConfig, now_s: f64) -> Vec<Strin
             (Some(x), false) if s.score >= cfg.threshold => x.active = false,
             (Some(_), false) => {}
             (None, true) => {
-                let (phase, evidence) = explain(s, &scores);
+                let (phase, mut evidence) = explain(s, &scores);
+                if let Some(g) = gpu_evidence(run, s.rank, gpus) {
+                    evidence.push_str(&format!("; {g}"));
+                }
                 named.push(format!("straggler: {evidence}"));
                 run.stragglers.push(Straggler {
                     rank: s.rank,
@@ -344,7 +445,7 @@ mod tests {
             rank(3, 40, 1.0, 18.0, 0.05, &mut rng),
         ];
         let mut run = run_of(ranks);
-        let lines = update(&mut run, &StragglerConfig::default(), 2.5);
+        let lines = update(&mut run, &StragglerConfig::default(), 2.5, &[]);
         assert_eq!(lines.len(), 1, "{lines:?}");
         let s = &run.stragglers[0];
         assert_eq!((s.rank, s.phase.as_str(), s.active), (1, "data wait", true));
@@ -356,7 +457,7 @@ mod tests {
         assert!(s.evidence.ends_with("it waits 0.5 ms"), "{}", s.evidence);
         assert_eq!(s.since, 2.5);
         // Named once: the next assessment updates the record and says nothing new.
-        assert!(update(&mut run, &StragglerConfig::default(), 3.0).is_empty());
+        assert!(update(&mut run, &StragglerConfig::default(), 3.0, &[]).is_empty());
         assert_eq!(run.stragglers.len(), 1);
     }
 
@@ -389,7 +490,7 @@ mod tests {
                 for (id, r) in run.ranks.iter_mut() {
                     r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
                 }
-                let named = update(&mut run, &StragglerConfig::default(), end as f64);
+                let named = update(&mut run, &StragglerConfig::default(), end as f64, &[]);
                 assert!(named.is_empty(), "seed {seed} step {end}: {named:?}");
             }
         }
@@ -519,20 +620,20 @@ mod tests {
             rank(0, 40, 1.0, 15.0, 0.02, &mut rng),
             rank(1, 40, 16.0, 0.5, 0.02, &mut rng),
         ]);
-        assert_eq!(update(&mut run, &cfg, 1.0).len(), 1);
+        assert_eq!(update(&mut run, &cfg, 1.0, &[]).len(), 1);
         let healthy = run_of(vec![
             rank(0, 60, 1.0, 0.5, 0.02, &mut rng),
             rank(1, 60, 1.0, 0.5, 0.02, &mut rng),
         ]);
         run.ranks = healthy.ranks;
-        assert!(update(&mut run, &cfg, 2.0).is_empty());
+        assert!(update(&mut run, &cfg, 2.0, &[]).is_empty());
         assert!(!run.stragglers[0].active);
         let slow = run_of(vec![
             rank(0, 40, 1.0, 15.0, 0.02, &mut rng),
             rank(1, 40, 16.0, 0.5, 0.02, &mut rng),
         ]);
         run.ranks = slow.ranks;
-        assert_eq!(update(&mut run, &cfg, 3.0).len(), 1);
+        assert_eq!(update(&mut run, &cfg, 3.0, &[]).len(), 1);
         assert_eq!(run.stragglers.len(), 2);
         assert_eq!(run.stragglers[1].since, 3.0);
     }
@@ -573,5 +674,90 @@ mod tests {
         record_buckets(&mut r, &b);
         let comms: Vec<_> = r.recent_phases.iter().map(|s| s.comm_ms).collect();
         assert_eq!(comms, [Some(0.5), None]);
+    }
+
+    /// GPU rows for ranks 0..n on GPUs 0..n (pid 100 + rank), each at `clock` MHz, 400 W of
+    /// 700 W, 60 °C.
+    fn gpus_for(n: u32) -> Vec<GpuView> {
+        (0..n)
+            .map(|i| GpuView {
+                latest: GpuSample {
+                    index: i,
+                    sm_clock_mhz: Some(1_980),
+                    power_w: Some(400.0),
+                    power_limit_w: Some(700.0),
+                    temp_c: Some(60),
+                    pids: vec![100 + i],
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn run_on_gpus(n: u32) -> RunView {
+        let mut run = run_of(
+            (0..n)
+                .map(|r| RankView {
+                    rank: r,
+                    pid: Some(100 + r),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        run.ranks.values_mut().for_each(|r| r.connected = true);
+        run
+    }
+
+    #[test]
+    fn gpu_evidence_names_a_lower_clock_a_power_cap_and_a_sharing_process() {
+        let run = run_on_gpus(4);
+        let mut gpus = gpus_for(4);
+        assert_eq!(
+            gpu_evidence(&run, 1, &gpus).as_deref(),
+            Some("its GPU 1 like the others' (SM 1,980 MHz, 400 W of 700 W, 60 °C)")
+        );
+        gpus[1].latest.sm_clock_mhz = Some(1_410);
+        gpus[1].latest.power_w = Some(699.0);
+        assert_eq!(
+            gpu_evidence(&run, 1, &gpus).as_deref(),
+            Some(
+                "its GPU 1 is clocked lower: 1,410 MHz vs 1,980 MHz; at its power cap (699 W of 700 W)"
+            )
+        );
+        // A second job on rank 3's GPU (as `--shared-gpus` allows): named, with its count.
+        gpus[3].latest.pids.push(4242);
+        assert_eq!(
+            gpu_evidence(&run, 3, &gpus).as_deref(),
+            Some("its GPU 3 runs 1 other process")
+        );
+        // A rank whose process is on no sampled GPU (a CPU run, another node): nothing to say.
+        assert_eq!(gpu_evidence(&run, 1, &[]), None);
+        let mut remote = run.clone();
+        remote.ranks.get_mut(&1).unwrap().remote = true;
+        assert_eq!(gpu_evidence(&remote, 1, &gpus), None);
+    }
+
+    #[test]
+    fn a_named_straggler_carries_its_gpu_in_the_evidence() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut run = run_on_gpus(2);
+        let phases = [
+            rank(0, 40, 1.0, 15.0, 0.02, &mut rng),
+            rank(1, 40, 16.0, 0.3, 0.02, &mut rng),
+        ];
+        for p in phases {
+            run.ranks.get_mut(&p.rank).unwrap().recent_phases = p.recent_phases;
+        }
+        let mut gpus = gpus_for(2);
+        gpus[1].latest.sm_clock_mhz = Some(1_500);
+        let lines = update(&mut run, &StragglerConfig::default(), 1.0, &gpus);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].ends_with("; its GPU 1 is clocked lower: 1,500 MHz vs 1,980 MHz"),
+            "{}",
+            lines[0]
+        );
+        assert_eq!(run.stragglers[0].evidence, lines[0]["straggler: ".len()..]);
     }
 }

@@ -70,6 +70,8 @@ impl GpuSource for FakeGpus {
                     mem_used: Some(self.mem_total / 100 * u64::from(util)),
                     mem_total: Some(self.mem_total),
                     power_w: (!self.unsupported).then_some(100.0 + f64::from(util) * 5.0),
+                    power_limit_w: (!self.unsupported).then_some(700.0),
+                    sm_clock_mhz: (!self.unsupported).then_some(1_980),
                     temp_c: (!self.unsupported).then_some(40 + util / 4),
                     link_rx_kbs: (!self.unsupported).then_some(u64::from(util) * 1_000_000),
                     link_tx_kbs: (!self.unsupported).then_some(u64::from(util) * 990_000),

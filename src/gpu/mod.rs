@@ -25,6 +25,10 @@ pub struct GpuSample {
     pub mem_used: Option<u64>,
     pub mem_total: Option<u64>,
     pub power_w: Option<f64>,
+    /// The enforced power limit (W): a GPU at its cap is throttled.
+    pub power_limit_w: Option<f64>,
+    /// The SM clock now (MHz): a GPU slower than its peers shows here first.
+    pub sm_clock_mhz: Option<u32>,
     pub temp_c: Option<u32>,
     /// NVLink (summed over active links) or PCIe throughput, KB/s.
     pub link_rx_kbs: Option<u64>,

@@ -7,7 +7,7 @@
 
 use super::{GpuError, GpuInfo, GpuSample, GpuSource};
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::{PcieUtilCounter, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{Clock, PcieUtilCounter, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::sys_exports::field_id::{
     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
@@ -35,6 +35,8 @@ pub enum Call {
     Utilization,
     Memory,
     Power,
+    PowerLimit,
+    SmClock,
     Temperature,
     ComputeProcesses,
     NvlinkCounters,
@@ -49,6 +51,8 @@ impl Call {
             Call::Utilization => "utilization",
             Call::Memory => "memory info",
             Call::Power => "power",
+            Call::PowerLimit => "enforced power limit",
+            Call::SmClock => "SM clock",
             Call::Temperature => "temperature",
             Call::ComputeProcesses => "compute processes",
             Call::NvlinkCounters => "NVLink field values (all links)",
@@ -269,6 +273,13 @@ impl GpuSource for NvmlSource {
                     .time(i, Call::Power, || d.power_usage())
                     .and_then(Result::ok)
                     .map(|mw| mw as f64 / 1000.0),
+                power_limit_w: calls
+                    .time(i, Call::PowerLimit, || d.enforced_power_limit())
+                    .and_then(Result::ok)
+                    .map(|mw| mw as f64 / 1000.0),
+                sm_clock_mhz: calls
+                    .time(i, Call::SmClock, || d.clock_info(Clock::SM))
+                    .and_then(Result::ok),
                 temp_c: calls
                     .time(i, Call::Temperature, || {
                         d.temperature(TemperatureSensor::Gpu)

@@ -74,6 +74,7 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         command: rec.map(|r| r.command.clone()).unwrap_or_default(),
         versions: run.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
+        stragglers: run.stragglers.clone(),
     }
 }
 

@@ -585,6 +585,12 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(t) = &info.transport {
         rows.push(("transport", t.clone()));
     }
+    for s in &run.stragglers {
+        rows.push((
+            "straggler",
+            format!("at {:.1} s (step {}): {}", s.since, s.step, s.evidence),
+        ));
+    }
     for x in run.ranks.values() {
         rows.push((
             "rank",

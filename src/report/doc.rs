@@ -390,6 +390,12 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             for c in &run.caveats {
                 parts.push(format!("WARNING {c}"));
             }
+            for s in &run.stragglers {
+                parts.push(format!(
+                    "straggler at {:.1} s (step {}): {}",
+                    s.since, s.step, s.evidence
+                ));
+            }
             if let Some(t) = &run.transport {
                 parts.push(format!("transport {t}"));
             }

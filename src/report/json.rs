@@ -89,6 +89,7 @@ pub fn run(r: &RunInfo) -> Value {
         "versions": r.versions,
         "output_log": r.output_log,
         "caveats": r.caveats,
+        "stragglers": r.stragglers,
     })
 }
 

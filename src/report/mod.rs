@@ -241,6 +241,8 @@ pub struct RunInfo {
     pub versions: BTreeMap<String, String>,
     /// Path of the run's output.log, for failed runs above all.
     pub output_log: Option<String>,
+    /// Ranks named as holding the others back, in the order named (`app::straggler`).
+    pub stragglers: Vec<crate::run::view::Straggler>,
 }
 
 /// A setting for a table: its value, or `unknown`.

@@ -29,7 +29,7 @@ from . import attach_hooks as hooks
 from . import book, protocol
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
-from .faults import Fault
+from .faults import Fault, SlowRank
 from .fr_env import add_legacy_names
 from .timing import (
     BucketRecord,
@@ -155,6 +155,7 @@ class Session:
         self.explicit_steps = False
         self.fault: Fault | None = None
         self.fault_error: str | None = None
+        self.slow: SlowRank | None = None  # DDPTOP_INJECT=slow:RANK:FACTOR on this rank
         self.once: set[str] = set()
         self.finished = False
         self.model_size: tuple[int | None, int | None] = (None, None)
@@ -175,6 +176,10 @@ class Session:
             self.fault = Fault.from_env()
         except ValueError as e:
             self.fault_error = str(e)
+        if self.fault is not None:
+            self.slow = self.fault.slowdown(self.rank)
+            if self.slow is not None:
+                self.slow.sync = cuda_sync_if_used
         try:
             self.handles = hooks.install(self)
             self.hooks_on = True
@@ -547,6 +552,10 @@ class Session:
         if f is not None and f.due(self.step_no, self.rank, self.world_size):
             self.fault = None
             f.fire(self.client)
+        if self.slow is not None:
+            # After the optimizer step: the sleep lands in the next step's data wait, as in
+            # ddptop's own workers, and the other ranks wait for it at the collectives.
+            self.slow.wait()
 
     # ------------------------------------------------------------------ epochs and the end
 
@@ -623,6 +632,13 @@ class Session:
         if self.epochs_seen:
             fields["epochs_seen"] = len(self.epochs_seen)
         self.client.send("result", **fields)
+
+
+def cuda_sync_if_used() -> None:
+    """The slow fault's wait starts when the GPU is done: on CUDA the host runs ahead, and a
+    sleep would hide in the launch queue. A CPU script never touches CUDA here."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def process_group_initialized() -> bool:
