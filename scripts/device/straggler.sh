@@ -3,10 +3,11 @@
 #   healthy  `run weak --k 2`: must name nobody
 #   slow     `run weak --k 2 --inject slow:1:1.5`: rank 1 named, phase "data wait", early
 #   shared   a second process (a matmul loop) competing for GPU 1, started here and stopped here
-#            by its pid, then `--shared-gpus run weak --k 2`: rank 1 named (forward/backward)
+#            by its pid, then `--shared-gpus run weak --k 2`: rank 1 named (forward/backward),
+#            its evidence ending "its GPU 1 runs 1 other process" (the GPU clause)
 # ONLY (default "healthy slow shared") picks parts. Needs .carry/ddptop (or target/release/ddptop).
 # Raw --json of every run in $OUT/raw, nvidia-smi clocks/power/temperature sampled during each run
-# in $OUT/raw/NAME.smi.csv (the evidence a GPU join would quote), a summary in $OUT/straggler.log.
+# in $OUT/raw/NAME.smi.csv (to check the evidence's GPU clause), a summary in $OUT/straggler.log.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
