@@ -91,6 +91,9 @@ pub enum Cmd {
     /// Run your own DDP training script under ddptop, unchanged: `ddptop attach --k 2 -- train.py
     /// ARGS` (torchrun per k, steps/samples/buckets through torch's hooks; docs/attach.md).
     Attach(AttachArgs),
+    /// Measure DDP's bucket size and the NCCL settings on this machine and model, and
+    /// recommend one only when it beats the default outside the noise (docs/methods.md).
+    Tune(crate::tune::TuneArgs),
     /// List stored runs with their figures (speedup, efficiency, probe Δ, busbw).
     Runs(crate::report::cmd::RunsArgs),
     /// Write a report of a sweep, a scaling curve or runs: Markdown, HTML, JSON or CSV, with plots.
@@ -522,28 +525,28 @@ pub fn exit_code(e: &anyhow::Error) -> i32 {
     }
 }
 
-fn count_u32(s: &str) -> Result<u32, String> {
+pub(crate) fn count_u32(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err("must be a positive whole number (1 or more)".into()),
     }
 }
 
-fn count_u64(s: &str) -> Result<u64, String> {
+pub(crate) fn count_u64(s: &str) -> Result<u64, String> {
     match s.parse::<u64>() {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err("must be a positive whole number (1 or more)".into()),
     }
 }
 
-fn speed(s: &str) -> Result<f64, String> {
+pub(crate) fn speed(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x.is_finite() && x > 0.0 && x <= 1000.0 => Ok(x),
         _ => Err("must be a number > 0 and ≤ 1000 (1 = real time, 5 = five times faster)".into()),
     }
 }
 
-fn fraction(s: &str) -> Result<f64, String> {
+pub(crate) fn fraction(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
         _ => Err("must be a number from 0 to 1 (0.02 = 2% noise)".into()),
@@ -557,7 +560,7 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-fn profile(s: &str) -> Result<String, String> {
+pub(crate) fn profile(s: &str) -> Result<String, String> {
     match crate::costmodel::Profile::get(s) {
         Some(_) => Ok(s.to_string()),
         None => Err(format!(
@@ -567,7 +570,7 @@ fn profile(s: &str) -> Result<String, String> {
     }
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| format!("`{s}` is not KEY=VAL (e.g. NCCL_P2P_DISABLE=1)"))?;

@@ -3,6 +3,7 @@
 //! `t_comm(bucket) = α + 2(k−1)/k · bytes / busbw(bytes)`; buckets serialize on one stream in
 //! all-reduce order, each starting at `max(ready_i, done_{i−1})`. See docs/methods.md.
 
+pub mod buckets;
 pub mod predict;
 
 use crate::run::{DEFAULT_PROFILE, NcclMode};
@@ -273,11 +274,21 @@ impl Profile {
 
     /// Noise-free model of one synced training step at world size k.
     pub fn step(&self, per_rank_batch: u32, k: u32, mode: NcclMode) -> ModelStep {
+        self.step_with(per_rank_batch, k, mode, &RESNET18_BUCKETS)
+    }
+
+    /// `step` with another bucket layout ((bytes, ready fraction of backward), in all-reduce
+    /// order): `buckets::rebucket` of the book's at another `bucket_cap_mb`.
+    pub fn step_with(
+        &self,
+        per_rank_batch: u32,
+        k: u32,
+        mode: NcclMode,
+        layout: &[(u64, f64)],
+    ) -> ModelStep {
         let (fwd, bwd, opt, data) = self.compute_ms(per_rank_batch);
         let curve = self.curve(mode);
-        let tl = predict_timeline(&RESNET18_BUCKETS, bwd, |b| {
-            self.bucket_comm_ms(b, k, &curve)
-        });
+        let tl = predict_timeline(layout, bwd, |b| self.bucket_comm_ms(b, k, &curve));
         let overhead = if k > 1 { self.ddp_overhead_ms } else { 0.0 };
         let bwd_total = bwd + tl.exposed_ms + overhead;
         ModelStep {

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
 /// The sim's cost model is ResNet-18's: a curve labelled with another model would be a lie.
-const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
+pub(crate) const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
 
 pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     let experiment = a.experiment.into();
@@ -153,7 +153,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
 }
 
 /// Presets, then `--env` on top, then `--nvls`.
-fn environment(
+pub(crate) fn environment(
     g: &GlobalArgs,
     template: &mut plan::Template,
     setup: &plan::Setup,

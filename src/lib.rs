@@ -26,5 +26,6 @@ pub mod sim;
 pub mod store;
 pub mod supervisor;
 pub mod tui;
+pub mod tune;
 pub mod ui;
 pub mod util;

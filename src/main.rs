@@ -15,6 +15,9 @@ fn main() {
             .and_then(|rt| rt.block_on(ddptop::headless::run(&cli.global, a))),
         Some(Cmd::Attach(a)) => ddptop::util::runtime()
             .and_then(|rt| rt.block_on(ddptop::headless::attach(&cli.global, a))),
+        Some(Cmd::Tune(a)) => {
+            ddptop::util::runtime().and_then(|rt| rt.block_on(ddptop::tune::tune(&cli.global, a)))
+        }
         Some(Cmd::Runs(a)) => ddptop::report::cmd::runs(&cli.global, &a),
         Some(Cmd::Report(a)) => ddptop::report::cmd::report(&cli.global, &a),
         Some(Cmd::Show(a)) => ddptop::report::cmd::show(&cli.global, &a),

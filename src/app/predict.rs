@@ -294,7 +294,7 @@ pub fn reducer_control(spec: &RunSpec, runs: &[RunView]) -> Option<(String, f64)
 }
 
 /// The k=1 buckets (median ready times) of a run, in all-reduce order, and backward's end.
-fn ready_times(base: &RunView) -> Result<(Vec<ReadyBucket>, f64), Na> {
+pub fn ready_times(base: &RunView) -> Result<(Vec<ReadyBucket>, f64), Na> {
     let st = rank_stats(base)
         .ok_or_else(|| format!("k=1 run {} reported no bucket timeline", base.id))?;
     let mut spans = st.median.buckets.clone();

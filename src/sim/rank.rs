@@ -19,6 +19,8 @@ struct Sim<'a> {
     k: u32,
     profile: Profile,
     mode: NcclMode,
+    /// Gradient buckets (bytes, ready fraction of backward), in all-reduce order.
+    layout: Vec<(u64, f64)>,
     noise: f64,
     rng: StdRng,
     client: Client,
@@ -36,7 +38,22 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), Some(v.to_string())))
         .collect();
-    let mode = NcclSettings::with(&env).mode();
+    let settings = NcclSettings::with(&env);
+    let mode = settings.mode();
+    // `ddptop tune`'s bucket size (DDPTOP_DDP_BUCKET_CAP_MB): the book's buckets re-cut.
+    let layout = match settings.get(costmodel::buckets::CAP_ENV) {
+        Some(v) => {
+            let mb: f64 = v
+                .parse()
+                .ok()
+                .filter(|mb: &f64| *mb > 0.0 && mb.is_finite())
+                .ok_or_else(|| {
+                    anyhow::anyhow!("{}={v}: expected MiB above 0", costmodel::buckets::CAP_ENV)
+                })?;
+            costmodel::buckets::rebucket(&RESNET18_BUCKETS, costmodel::buckets::cap_bytes(mb))
+        }
+        None => RESNET18_BUCKETS.to_vec(),
+    };
     let client = Client::connect(rank, args.world_size)?;
     let mut sim = Sim {
         args,
@@ -45,6 +62,7 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
         noise: args.noise.unwrap_or(profile.noise),
         profile,
         mode,
+        layout,
         rng: StdRng::seed_from_u64(
             args.seed ^ (u64::from(rank) << 32) ^ u64::from(std::process::id()),
         ),
@@ -307,7 +325,9 @@ impl Sim<'_> {
     fn train(&mut self) -> i32 {
         let batch = self.per_rank_batch();
         let steps_per_epoch = (self.args.samples / u64::from(self.k) / u64::from(batch)).max(1);
-        let model = self.profile.step(batch, self.k, self.mode);
+        let model = self
+            .profile
+            .step_with(batch, self.k, self.mode, &self.layout);
         self.set_phase(Phase::Train);
         self.log(
             LogLevel::Info,
@@ -315,7 +335,7 @@ impl Sim<'_> {
                 "SIMULATED {} (cost model, profile {}): {} buckets, {} gradient bytes",
                 self.args.experiment,
                 self.profile.name,
-                RESNET18_BUCKETS.len(),
+                self.layout.len(),
                 costmodel::RESNET18_GRAD_BYTES
             ),
         );
@@ -371,7 +391,9 @@ impl Sim<'_> {
     /// One synced and one no_sync block of forward+backward steps (no optimizer step).
     fn probe_pair(&mut self, block: &mut u32, batch: u32) {
         const STEPS: u32 = PROBE_STEPS;
-        let synced = self.profile.step(batch, self.k, self.mode);
+        let synced = self
+            .profile
+            .step_with(batch, self.k, self.mode, &self.layout);
         // DDP's reducer runs even at k=1 (the control): its overhead shows up as "comm".
         let reducer = self.profile.ddp_overhead_ms;
         let synced_ms = synced.fwd_ms + synced.bwd_ms + if self.k == 1 { reducer } else { 0.0 };
@@ -492,7 +514,7 @@ impl Sim<'_> {
             timed_epochs: timed.len() as u32,
             params: Some(costmodel::RESNET18_PARAMS),
             grad_bytes: Some(costmodel::RESNET18_GRAD_BYTES),
-            bucket_bytes: RESNET18_BUCKETS.iter().map(|b| b.0).collect(),
+            bucket_bytes: self.layout.iter().map(|b| b.0).collect(),
             optimizer: None,
             strategy: None,
             matmul_precision: None,

@@ -26,7 +26,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import attach_hooks as hooks
-from . import book, protocol
+from . import book, ddp_knobs, protocol
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
 from .faults import Fault, SlowRank
@@ -256,6 +256,22 @@ class Session:
         self.records[ddp] = DdpRecord()
         self.ddp_seen = True
         self.client.phase = "ddp_init"
+
+    def apply_ddp_knobs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """The environment's DDP settings (DDPTOP_DDP_*) into the script's DDP constructor call,
+        by keyword; said once, and refused in words where the script passes them by position."""
+        try:
+            knobs = ddp_knobs.from_env()
+        except ddp_knobs.KnobError as e:
+            self.log_once("ddp_knobs", "warn", f"DDP settings ignored: {e}")
+            return
+        if not knobs:
+            return
+        why = ddp_knobs.override(args, kwargs, knobs)
+        if why is not None:
+            self.log_once("ddp_knobs", "warn", f"DDP settings not applied: {why}")
+        else:
+            self.log_once("ddp_knobs", "info", f"DDP settings from the environment: {ddp_knobs.describe(knobs)}")
 
     def ddp_init_done(self) -> None:
         self.client.phase = "train"

@@ -159,6 +159,7 @@ def _patch_classes() -> None:
             orig_init(self, *args, **kwargs)
             return
         s.guard(s.before_ddp, self)
+        s.guard(s.apply_ddp_knobs, args, kwargs)  # `ddptop tune` / presets: DDP's arguments
         try:
             orig_init(self, *args, **kwargs)
         finally:

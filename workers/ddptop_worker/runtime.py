@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from . import ddp_knobs
 from .client import Client, torch_versions
 from .faults import Fault
 from .fr_env import add_legacy_names
@@ -197,6 +198,12 @@ class Runtime:
         """DDP's constructor in its own phase, `ddp_init` (its broadcast can deadlock on NCCL).
         The caller sets the next phase."""
         self.client.phase = "ddp_init"
+        # `ddptop tune` candidates and saved presets: the environment's DDP settings win.
+        knobs = ddp_knobs.from_env()
+        if knobs:
+            kwargs.update(knobs)
+            if self.rank == 0:
+                self.client.log("info", f"DDP settings from the environment: {ddp_knobs.describe(knobs)}")
         return DDP(net, device_ids=[self.local_rank] if self.device.type == "cuda" else None, **kwargs)
 
     def agree(self) -> tuple[bool, bool]:

@@ -1,0 +1,102 @@
+//! Keep a tuning's winner: a named preset appended to the config file, with where it came from
+//! in comments, usable as `--preset NAME`, with `e` in the dashboard and in reports' settings.
+
+use crate::config::Config;
+use std::path::Path;
+
+/// What the comment above the preset says.
+pub struct Provenance<'a> {
+    pub date: &'a str,
+    pub machine: &'a str,
+    pub model: &'a str,
+    pub what: &'a str,
+}
+
+/// The TOML of one preset, comments first.
+pub fn text(name: &str, env: &[(String, String)], p: &Provenance) -> String {
+    let mut s = format!(
+        "\n# `ddptop tune` on {}, {}: {}\n# model {}. Use: ddptop run --preset {name} …, or `e` in the dashboard.\n[presets.{name}]\n",
+        p.date, p.machine, p.what, p.model
+    );
+    for (k, v) in env {
+        s.push_str(&format!("{k} = \"{v}\"\n"));
+    }
+    s
+}
+
+/// A preset name not yet in `config`: `base`, else `base-2`, `base-3`, …
+pub fn free_name(config: &Config, base: &str) -> String {
+    (1..)
+        .map(|i| {
+            if i == 1 {
+                base.to_string()
+            } else {
+                format!("{base}-{i}")
+            }
+        })
+        .find(|n| config.preset(n).is_none())
+        .unwrap_or_else(|| base.to_string())
+}
+
+/// Append `preset` to the config file at `path` (created when missing) and check that the
+/// result still loads and holds `name`; on any failure the file is left as it was.
+pub fn append(path: &Path, name: &str, preset: &str) -> Result<(), String> {
+    let before = match std::fs::read_to_string(path) {
+        Ok(t) => Some(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let mut after = before.clone().unwrap_or_default();
+    if !after.is_empty() && !after.ends_with('\n') {
+        after.push('\n');
+    }
+    after.push_str(preset);
+    let parsed = Config::parse(&after, path).map_err(|e| e.to_string())?;
+    if parsed.preset(name).is_none() {
+        return Err(format!("the preset {name} did not read back"));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    // Written beside and renamed over: a crash mid-write leaves the old file whole.
+    let tmp = path.with_extension("toml.tuning");
+    std::fs::write(&tmp, &after).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preset_is_appended_reads_back_and_keeps_what_was_there() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("config.toml");
+        std::fs::write(&path, "[presets.mine]\nNCCL_ALGO = \"Ring\"").unwrap();
+        let env = vec![("DDPTOP_DDP_BUCKET_CAP_MB".to_string(), "5".to_string())];
+        let p = Provenance {
+            date: "2026-12-01",
+            machine: "host (2× NVIDIA H200)",
+            model: "resnet18, batch 256/rank",
+            what: "bucket_cap_mb=5, +3.1% samples/s over the default at k=2",
+        };
+        let t = text("tuned-weak-k2", &env, &p);
+        append(&path, "tuned-weak-k2", &t).unwrap();
+        let cfg = Config::load(Some(&path)).unwrap();
+        assert_eq!(
+            cfg.preset("tuned-weak-k2")
+                .and_then(|p| p.get("DDPTOP_DDP_BUCKET_CAP_MB").cloned().flatten())
+                .as_deref(),
+            Some("5")
+        );
+        assert!(cfg.preset("mine").is_some());
+        assert_eq!(free_name(&cfg, "tuned-weak-k2"), "tuned-weak-k2-2");
+        assert_eq!(free_name(&cfg, "other"), "other");
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(written.contains("# `ddptop tune` on 2026-12-01, host (2× NVIDIA H200)"));
+        // A name that would break the file is refused and the file stays as it was.
+        assert!(append(&path, "bad name", &text("bad name", &env, &p)).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    }
+}

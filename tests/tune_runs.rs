@@ -1,0 +1,264 @@
+//! `ddptop tune` through the real binary: on the simulator, where the cost model knows the
+//! optimum, and end to end over gloo with real PyTorch DDP (a short budget of runs).
+
+mod common;
+use common::*;
+use ddptop::costmodel::buckets::{cap_bytes, rebucket};
+use ddptop::costmodel::{Profile, RESNET18_BUCKETS, RESNET18_GRAD_BYTES};
+use ddptop::run::NcclMode;
+use ddptop::tune::space::caps_mb;
+use serde_json::Value;
+
+fn tune(data: &std::path::Path, args: &[&str]) -> (bool, Value) {
+    let out = ddptop(data)
+        .args(["tune", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.success(), doc)
+}
+
+fn candidate<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no candidate {name}: {doc:#}"))
+}
+
+#[test]
+fn on_a_slow_link_the_simulator_optimum_is_found_recommended_and_kept_as_a_preset() {
+    let d = tempfile::tempdir().unwrap();
+    let (ok, doc) = tune(
+        d.path(),
+        &[
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--k",
+            "2",
+            "--samples",
+            "20000",
+            "--sim-speed",
+            "20",
+        ],
+    );
+    assert!(ok, "{doc:#}");
+    assert_eq!(doc["simulated"], true);
+    assert_eq!(doc["repeats"], 3);
+    // The optimum the simulator's own model has among the sizes tried (its noise is 1%).
+    let p = Profile::get("book-pcie").unwrap();
+    let step = |cap: f64| {
+        p.step_with(
+            256,
+            2,
+            NcclMode::DEFAULT,
+            &rebucket(&RESNET18_BUCKETS, cap_bytes(cap)),
+        )
+        .step_ms
+    };
+    let best = caps_mb(Some(RESNET18_GRAD_BYTES))
+        .into_iter()
+        .min_by(|a, b| step(*a).total_cmp(&step(*b)))
+        .unwrap();
+    let default_ms = p.step(256, 2, NcclMode::DEFAULT).step_ms;
+    assert!(
+        step(best) < default_ms * 0.97,
+        "the landscape must not be flat here"
+    );
+    let rec = &doc["recommendation"];
+    let name = rec["candidate"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{doc:#}"));
+    assert!(
+        name.starts_with(&format!("bucket_cap_mb={best}")),
+        "{name} is not the optimum {best}: {doc:#}"
+    );
+    let gain = rec["gain_pct"].as_f64().unwrap();
+    let expected = (default_ms / step(best) - 1.0) * 100.0;
+    assert!(
+        (gain - expected).abs() < 1.5,
+        "gain {gain} vs model {expected}"
+    );
+    // Every finalist was measured interleaved, three times, with a prediction beside it.
+    let c = candidate(&doc, name);
+    assert_eq!(c["measured"]["repeats"], 3);
+    assert!(c["predicted_samples_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(candidate(&doc, "default")["measured"]["repeats"], 3);
+    // Kept: a preset in the config that `ddptop run --preset` applies.
+    let preset = rec["preset"].as_str().unwrap();
+    let cfg = std::fs::read_to_string(d.path().join("config.toml")).unwrap();
+    assert!(cfg.contains(&format!("[presets.{preset}]")), "{cfg}");
+    assert!(
+        cfg.contains(&format!("DDPTOP_DDP_BUCKET_CAP_MB = \"{best}\"")),
+        "{cfg}"
+    );
+    let (out, run) = run_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--samples",
+            "20000",
+            "--sim-speed",
+            "20",
+            "--preset",
+            preset,
+        ],
+    );
+    assert!(out.status.success(), "{run:#}");
+    let toggles = run["toggles"].as_array().unwrap();
+    assert!(
+        toggles.contains(&format!("DDPTOP_DDP_BUCKET_CAP_MB={best}").into()),
+        "{run:#}"
+    );
+}
+
+#[test]
+fn on_a_fast_link_nothing_is_recommended() {
+    let d = tempfile::tempdir().unwrap();
+    let (ok, doc) = tune(
+        d.path(),
+        &[
+            "--backend",
+            "sim",
+            "--k",
+            "2",
+            "--samples",
+            "20000",
+            "--sim-speed",
+            "20",
+        ],
+    );
+    assert!(ok, "{doc:#}");
+    assert_eq!(doc["recommendation"], Value::Null, "{doc:#}");
+    let v = doc["verdict"].as_str().unwrap();
+    assert!(
+        v.starts_with("the default is as good as anything tried"),
+        "{v}"
+    );
+    assert!(
+        !d.path().join("config.toml").exists()
+            || !std::fs::read_to_string(d.path().join("config.toml"))
+                .unwrap()
+                .contains("tuned-")
+    );
+}
+
+#[test]
+fn bad_tune_input_is_one_clear_line() {
+    let d = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (&["tune", "--k", "1"][..], "--k"),
+        (&["tune", "--budget", "10d"][..], "10m"),
+        (
+            &["tune", "--backend", "sim", "--model", "tiny"][..],
+            "ResNet-18",
+        ),
+    ] {
+        let out = ddptop(d.path()).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_short_tune_over_gloo_runs_real_ddp_with_other_bucket_sizes() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env(
+            "DDPTOP_WORKERS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
+        )
+        .args([
+            "tune",
+            "--json",
+            "--backend",
+            "gloo",
+            "--k",
+            "2",
+            "--model",
+            "tiny",
+            "--samples",
+            "2048",
+            "--batch",
+            "32",
+            "--bucket-caps",
+            "0.05",
+            "--finalists",
+            "1",
+            "--repeats",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{doc:#}");
+    // gloo has no NCCL knobs; one repeat is too few to recommend anything, and it says so.
+    let cands = doc["candidates"].as_array().unwrap();
+    assert!(cands.iter().all(|c| {
+        c["settings"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .all(|k| k.starts_with("DDPTOP_DDP_"))
+    }));
+    assert_eq!(doc["recommendation"], Value::Null);
+    assert!(
+        doc["verdict"].as_str().unwrap().contains("3 are needed"),
+        "{doc:#}"
+    );
+    // Every bucket size was predicted from the k=1 run and an all-reduce sweep over gloo.
+    for c in cands.iter().filter(|c| c["modelled"] == true) {
+        assert!(
+            c["prediction_source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("allreduce run")),
+            "{c:#}"
+        );
+    }
+    // The measured bucket size reached DDP: its run cut the gradients differently.
+    let buckets_of = |id: &str| {
+        let out = ddptop(d.path())
+            .args(["show", id, "--json"])
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["timelines"][0]["buckets"].as_array().map(|b| b.len())
+    };
+    let default_run = candidate(&doc, "default")["measured"]["run_ids"][0]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let sized = cands
+        .iter()
+        .find(|c| c["finalist"] == true && c["name"].as_str().unwrap().starts_with("bucket_cap"))
+        .unwrap_or_else(|| panic!("no bucket size measured: {doc:#}"));
+    let sized_run = sized["measured"]["run_ids"][0].as_str().unwrap();
+    assert_ne!(
+        buckets_of(&default_run),
+        buckets_of(sized_run),
+        "{} ran with DDP's default buckets",
+        sized["name"]
+    );
+}
