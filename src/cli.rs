@@ -6,8 +6,11 @@
 //! failed), 2 bad input (flags, names, a broken config: a one-line message says what to fix),
 //! 130 interrupted. Numeric flags are checked here, at parse time.
 
+use crate::detect::BackendChoice;
+use crate::plan::Globals;
 use crate::run::{DataPath, Experiment, JaxSharding, ModelName, OptimizerName, TorchStrategy};
 use crate::run::{HandDispatch, HandReduce};
+use crate::util::BadInput;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -52,14 +55,27 @@ pub struct GlobalArgs {
     pub shared_gpus: bool,
 }
 
+impl GlobalArgs {
+    /// The flags as the plain values `plan::setup` takes.
+    pub fn globals(&self) -> Globals {
+        Globals {
+            data_dir: self.data_dir.clone(),
+            config: self.config.clone(),
+            python: self.python.clone(),
+            workers_dir: self.workers_dir.clone(),
+            shared_gpus: self.shared_gpus,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct TuiArgs {
     /// Colour theme (dark, light, high-contrast, or a file name in the config dir).
     #[arg(long)]
     pub theme: Option<String>,
     /// Backend for launches from the dashboard.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Machine profile of the simulated backend [default: h200-nvlink].
     #[arg(long, value_parser = profile)]
     pub profile: Option<String>,
@@ -92,20 +108,20 @@ pub enum Cmd {
     /// ARGS` (torchrun per k, steps/samples/buckets through torch's hooks; docs/attach.md).
     Attach(AttachArgs),
     /// List stored runs with their figures (speedup, efficiency, probe Δ, busbw).
-    Runs(crate::report::cmd::RunsArgs),
+    Runs(RunsArgs),
     /// Write a report of a sweep, a scaling curve or runs: Markdown, HTML, JSON or CSV, with plots.
-    Report(crate::report::cmd::ReportArgs),
+    Report(ReportArgs),
     /// Everything stored about one run.
-    Show(crate::report::cmd::ShowArgs),
+    Show(ShowArgs),
     /// Two runs side by side: settings, figures, versions.
-    Diff(crate::report::cmd::DiffArgs),
+    Diff(DiffArgs),
     /// Shell completions: `ddptop completions bash > ~/.local/share/bash-completion/completions/ddptop`.
-    Completions(crate::report::cmd::CompletionsArgs),
+    Completions(CompletionsArgs),
     /// The man page (roff): `ddptop man | man -l -`.
-    Man(crate::report::cmd::ManArgs),
+    Man(ManArgs),
     /// Where a dashboard second goes: NVML start, each NVML call, one frame (a table).
     #[command(hide = true)]
-    BenchGpu(crate::gpu::bench::BenchGpuArgs),
+    BenchGpu(BenchGpuArgs),
     /// Worker processes started by ddptop itself.
     #[command(hide = true)]
     Worker {
@@ -114,18 +130,129 @@ pub enum Cmd {
     },
 }
 
+// The store-reading commands' arguments (`query` runs them).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Markdown; with -o, the plots are written beside it as SVG (or PNG) and linked.
+    Md,
+    /// One self-contained HTML page with the plots inline.
+    Html,
+    /// One JSON document (schema in docs/report.md).
+    Json,
+    /// One row per run with its figures.
+    Csv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImageArg {
+    Svg,
+    Png,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Runs to report: a full id or its end (`023011-9e4a`, `9e4a`). Default: the last sweep.
+    #[arg(value_name = "RUN")]
+    pub runs: Vec<String>,
+    /// The most recent sweep (or run, when it was not part of one).
+    #[arg(long, conflicts_with_all = ["runs", "sweep", "curve"])]
+    pub last: bool,
+    /// Every run of one sweep (its id, or the id of any of its runs).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["runs", "curve"])]
+    pub sweep: Option<String>,
+    /// The scaling curve RUN belongs to: the latest completed run per k with the same settings.
+    #[arg(long, value_name = "RUN", conflicts_with = "runs")]
+    pub curve: Option<String>,
+    #[arg(long, value_enum, default_value_t = FormatArg::Md)]
+    pub format: FormatArg,
+    /// Write the report to FILE (Markdown: its plots beside it) instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Image format of a Markdown report's plots.
+    #[arg(long, value_enum, default_value_t = ImageArg::Svg)]
+    pub images: ImageArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// The run: a full id or its end (`023011-9e4a`, `9e4a`).
+    pub run: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendFilter {
+    Sim,
+    Gloo,
+    Nccl,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunsArgs {
+    /// Only runs of this experiment.
+    #[arg(long, value_enum)]
+    pub experiment: Option<ExperimentArg>,
+    /// Only runs on this backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendFilter>,
+    /// Only runs started since: a date (2026-11-30), an RFC 3339 time, or an age (90m, 6h, 7d).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<f64>,
+    /// At most this many runs, newest first.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// One JSON document.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// CSV, one row per run with its figures.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    pub run_a: String,
+    pub run_b: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ManArgs {
+    /// Write ddptop.1 and one page per subcommand into DIR instead of printing ddptop.1.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// `ddptop bench-gpu` (run by `bench::main`).
+#[derive(Debug, clap::Args)]
+pub struct BenchGpuArgs {
+    /// Samples to take.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub samples: u32,
+    /// Pause between samples, ms (NVML's utilization window is its own).
+    #[arg(long, default_value_t = 100)]
+    pub period_ms: u64,
+    /// Frames to draw for the frame-time figure.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub frames: u32,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum WorkerCmd {
     /// The simulated worker (cost model + noise).
     Sim(crate::sim::SimArgs),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Auto,
-    Sim,
-    Gloo,
-    Nccl,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -295,8 +422,8 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub k: Vec<u32>,
     /// auto: nccl when torch sees CUDA, gloo when torch imports, else the SIMULATED worker.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Machine profile of the simulated backend: h200-nvlink or book-pcie.
     #[arg(long, value_parser = profile)]
     pub profile: Option<String>,
@@ -456,8 +583,8 @@ pub struct AttachArgs {
     pub k: Vec<u32>,
     /// nccl: one GPU per rank; gloo: the CPU (GPUs hidden, so a script that picks its backend by
     /// torch.cuda.is_available() picks gloo); auto: nccl when torch sees CUDA, else gloo.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Environment setting for the launch, e.g. NCCL_P2P_DISABLE=1 (repeatable).
     #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -499,18 +626,6 @@ pub struct AttachArgs {
     )]
     pub command: Vec<String>,
 }
-
-/// Input ddptop refuses: a one-line message saying what to do; exit code 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for BadInput {}
 
 /// The exit code of an error: 2 when the input was at fault, else 1.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
@@ -578,4 +693,73 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
 
 fn parse_fault(s: &str) -> Result<String, String> {
     crate::sim::Fault::parse(s).map(|_| s.to_string())
+}
+
+/// `--since`: an age (`90m`, `6h`, `7d`), a date (`2026-11-30`, UTC) or an RFC 3339 UTC time.
+pub fn parse_since(s: &str) -> Result<f64, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a time: use an age (90m, 6h, 7d), a date (2026-11-30) or 2026-11-30T08:00:00Z"
+        )
+    };
+    let now = crate::util::unix_now();
+    if let Some(unit) = s.chars().last().filter(|c| "smhd".contains(*c))
+        && let Ok(n) = s[..s.len() - 1].parse::<f64>()
+    {
+        if !(n.is_finite() && n >= 0.0) {
+            return Err(bad());
+        }
+        let secs = match unit {
+            's' => 1.0,
+            'm' => 60.0,
+            'h' => 3600.0,
+            _ => 86_400.0,
+        };
+        return Ok(now - n * secs);
+    }
+    let (date, time) = match s.split_once('T') {
+        Some((d, t)) => (d, Some(t.trim_end_matches('Z'))),
+        None => (s, None),
+    };
+    let mut it = date.split('-');
+    let (Some(y), Some(m), Some(d), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    let (y, m, d) = (
+        y.parse::<i64>().map_err(|_| bad())?,
+        m.parse::<u32>().map_err(|_| bad())?,
+        d.parse::<u32>().map_err(|_| bad())?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let mut secs = crate::util::days_from_civil(y, m, d) * 86_400;
+    if let Some(t) = time {
+        let parts: Vec<&str> = t.split(':').collect();
+        if parts.len() < 2 || parts.len() > 3 {
+            return Err(bad());
+        }
+        let num = |p: &str, max: u32| p.parse::<u32>().ok().filter(|v| *v <= max).ok_or_else(bad);
+        secs += num(parts[0], 23)? as i64 * 3600 + num(parts[1], 59)? as i64 * 60;
+        if let Some(sec) = parts.get(2) {
+            secs += num(sec.split('.').next().unwrap_or(sec), 60)? as i64;
+        }
+    }
+    Ok(secs as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_accepts_dates_times_and_ages() {
+        assert_eq!(parse_since("2026-11-30"), Ok(1_795_996_800.0));
+        assert_eq!(parse_since("2026-11-30T01:15:00Z"), Ok(1_796_001_300.0));
+        let age = parse_since("2h").unwrap();
+        assert!((crate::util::unix_now() - age - 7200.0).abs() < 5.0);
+        for bad in ["yesterday", "2026-13-01", "2026-11-30T25:00", "-2h", "h"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -4,11 +4,13 @@ use crate::app::deficits;
 use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
 use crate::app::{Level, State};
-use crate::cli::{AttachArgs, BackendArg, BadInput, GlobalArgs, RunArgs, Switch};
+use crate::cli::{AttachArgs, GlobalArgs, RunArgs, Switch};
+use crate::detect::BackendChoice;
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::run::HandRolled;
 use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunStatus, RunView};
+use crate::util::BadInput;
 use serde_json::{Value, json};
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -25,7 +27,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     // is refused as the dashboard refuses it (file:line, exit 2): a run must not silently use
     // other settings than the ones the user wrote down.
     let setup = plan::setup(
-        g,
+        &g.globals(),
         a.backend,
         a.profile.as_deref(),
         &a.preset,
@@ -105,7 +107,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
 
 /// `ddptop attach [--k …] -- SCRIPT.py ARGS`: the user's own script, one launch per k.
 pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
-    if a.backend == BackendArg::Sim {
+    if a.backend == BackendChoice::Sim {
         return Err(BadInput(
             "attach runs your script with real PyTorch: use --backend gloo (CPU) or nccl (GPUs)"
                 .into(),
@@ -119,7 +121,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
     let target =
         AttachTarget::new(std::path::Path::new(script), args.to_vec(), &cwd).map_err(BadInput)?;
-    let setup = plan::setup(g, a.backend, None, &a.preset, BrokenConfig::Fail)?;
+    let setup = plan::setup(&g.globals(), a.backend, None, &a.preset, BrokenConfig::Fail)?;
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
@@ -165,7 +167,7 @@ fn environment(
         let p = setup
             .config
             .preset(name)
-            .ok_or_else(|| plan::unknown_preset(g, &setup.config, name))?;
+            .ok_or_else(|| plan::unknown_preset(&g.globals(), &setup.config, name))?;
         template.apply_env(p);
     }
     let env: EnvOverlay = env
@@ -558,7 +560,7 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
             v["timeline_median"] = Value::Array(medians);
         }
     }
-    if let Some(p) = prediction_json(r, context) {
+    if let Some(p) = crate::report::json::prediction(r, context) {
         v["prediction"] = p;
     }
     if let Some(p) = probe_ratio_json(r, context) {
@@ -583,40 +585,6 @@ fn timeline_median_json(st: &predict::TimelineStats) -> Value {
             "queue_ms": spread_json(&b.queue_ms),
             "comm_ms": spread_json(&b.comm_ms),
         })).collect::<Vec<_>>(),
-    })
-}
-
-/// Predicted against measured for a completed k>1 run (`{"na": why}` when it cannot be).
-pub fn prediction_json(r: &RunView, runs: &[RunView]) -> Option<Value> {
-    if r.spec.k < 2
-        || r.status != RunStatus::Completed
-        || !matches!(r.spec.experiment, Experiment::Weak | Experiment::Strong)
-    {
-        return None;
-    }
-    Some(match predict::predict_run(r, runs) {
-        Ok(p) => json!({
-            "simulated": r.is_simulated(),
-            "baseline_run_id": p.baseline,
-            "busbw_source": p.busbw.label,
-            "busbw_run_id": p.busbw.run_id,
-            "control_run_id": p.control.as_ref().map(|c| c.0.clone()),
-            "control_reducer_ms": p.control.as_ref().map(|c| c.1),
-            "reducer_added": p.reducer_added,
-            "reducer_note": p.reducer_note,
-            "samples_per_s": {"predicted": p.predicted_sps, "measured": p.measured_sps, "error_pct": p.sps_error_pct},
-            "step_ms_predicted": p.predicted_step_ms,
-            "exposed_ms": {
-                "predicted": p.predicted_exposed_ms,
-                "measured": p.measured_exposed_ms,
-                "error_pct": p.measured_exposed_ms.and_then(|m| crate::costmodel::predict::error_pct(p.predicted_exposed_ms, m)),
-            },
-            "buckets": p.buckets.iter().map(|b| json!({
-                "index": b.index, "bytes": b.bytes, "predicted_ms": b.predicted_ms,
-                "measured_ms": b.measured_ms, "measured_inferred": b.inferred, "error_pct": b.error_pct,
-            })).collect::<Vec<_>>(),
-        }),
-        Err(why) => json!({"na": why}),
     })
 }
 
@@ -948,7 +916,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         if let Some(t) = r.transport() {
             notes.push(format!("via {t}"));
         }
-        if let Some(n) = crate::supervisor::nccl_log::ignored_note(&r.nccl_read) {
+        if let Some(n) = crate::run::nccl::ignored_note(&r.nccl_read) {
             notes.push(format!("WARNING {n}"));
         }
         if let Some(shared) = &r.gpus_shared {

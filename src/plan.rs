@@ -4,10 +4,9 @@
 //! its k=1 control, and the one-measurement-at-a-time queue.
 
 use crate::app::{HostInfo, State};
-use crate::cli::{BackendArg, BadInput, GlobalArgs};
 use crate::config::Config;
 use crate::costmodel::Profile;
-use crate::detect::Resolved;
+use crate::detect::{BackendChoice, Resolved};
 use crate::engine::{Engine, EngineOptions};
 use crate::protocol::Backend;
 pub use crate::run::fits;
@@ -16,7 +15,20 @@ use crate::run::{
     JaxSharding, ModelName, NcclSettings, OptimizerName, RunSpec, TorchStrategy,
 };
 use crate::run::{HandRolled, TorchSettings};
+use crate::util::BadInput;
 use std::collections::VecDeque;
+use std::path::PathBuf;
+
+/// The global flags every front end takes (`cli::GlobalArgs` fills them): where the data and
+/// the config are, which Python and workers to launch, whether busy GPUs may be shared.
+#[derive(Debug, Clone, Default)]
+pub struct Globals {
+    pub data_dir: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub workers_dir: Option<PathBuf>,
+    pub shared_gpus: bool,
+}
 
 /// What the front ends share once set up.
 pub struct Setup {
@@ -38,8 +50,8 @@ pub enum BrokenConfig {
 
 /// Load the config, pick the backend, check the profile, fill the engine's options.
 pub fn setup(
-    g: &GlobalArgs,
-    backend: BackendArg,
+    g: &Globals,
+    backend: BackendChoice,
     profile: Option<&str>,
     presets: &[String],
     broken: BrokenConfig,
@@ -118,7 +130,7 @@ impl Setup {
 }
 
 /// `--preset NAME` that the config does not have: the error, with the known names.
-pub fn unknown_preset(g: &GlobalArgs, config: &Config, name: &str) -> BadInput {
+pub fn unknown_preset(g: &Globals, config: &Config, name: &str) -> BadInput {
     let known: Vec<&str> = config.presets.keys().map(|k| k.as_str()).collect();
     BadInput(format!(
         "unknown preset `{name}`; known: {} (add one under [presets] in {})",

@@ -219,7 +219,7 @@ fn prediction_error_is_one_figure_on_screen_in_json_and_in_reports() {
     assert!(screen.contains(&shown), "{shown} not on screen:\n{screen}");
 
     // `ddptop run --json`.
-    let head = ddptop::headless::prediction_json(k2, &runs).unwrap();
+    let head = ddptop::report::json::prediction(k2, &runs).unwrap();
     let e = head["samples_per_s"]["error_pct"].as_f64().unwrap();
     assert!((e - want).abs() < 1e-9, "{head}");
 

@@ -36,7 +36,7 @@ pub fn settings_label(run: &RunView) -> String {
     let s = run.spec.nccl.short();
     let mut label = if s == "default" { "defaults".into() } else { s };
     // The setting as it took effect: a toggle NCCL never read did nothing.
-    if let Some(n) = crate::supervisor::nccl_log::ignored_note(&run.nccl_read) {
+    if let Some(n) = crate::run::nccl::ignored_note(&run.nccl_read) {
         label.push_str(&format!(" ({n})"));
     }
     if run.gpus_shared.is_some() {

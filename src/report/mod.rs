@@ -6,7 +6,6 @@
 //! ratios) are computed once, in this module, never re-derived per format.
 
 pub mod build;
-pub mod cmd;
 pub mod csv;
 pub mod doc;
 pub mod html;

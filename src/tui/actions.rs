@@ -466,7 +466,7 @@ fn write_report(engine: &mut Engine, view: &View) {
         state.push_message(Level::Info, None, "no report: no run selected");
         return;
     };
-    match crate::report::cmd::write_curve_report(&store, &dir, &id) {
+    match crate::query::write_curve_report(&store, &dir, &id) {
         Ok(path) => state.push_message(
             Level::Info,
             Some(&id),
