@@ -8,6 +8,8 @@
 
 use crate::detect::BackendChoice;
 use crate::plan::Globals;
+use crate::protocol::Backend;
+use crate::report::Format;
 use crate::run::{DataPath, Experiment, JaxSharding, ModelName, OptimizerName, TorchStrategy};
 use crate::run::{HandDispatch, HandReduce};
 use crate::util::BadInput;
@@ -133,18 +135,6 @@ pub enum Cmd {
 // The store-reading commands' arguments (`query` runs them).
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
-    /// Markdown; with -o, the plots are written beside it as SVG (or PNG) and linked.
-    Md,
-    /// One self-contained HTML page with the plots inline.
-    Html,
-    /// One JSON document (schema in docs/report.md).
-    Json,
-    /// One row per run with its figures.
-    Csv,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ImageArg {
     Svg,
     Png,
@@ -164,8 +154,8 @@ pub struct ReportArgs {
     /// The scaling curve RUN belongs to: the latest completed run per k with the same settings.
     #[arg(long, value_name = "RUN", conflicts_with = "runs")]
     pub curve: Option<String>,
-    #[arg(long, value_enum, default_value_t = FormatArg::Md)]
-    pub format: FormatArg,
+    #[arg(long, value_enum, default_value_t = Format::Markdown)]
+    pub format: Format,
     /// Write the report to FILE (Markdown: its plots beside it) instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -183,21 +173,14 @@ pub struct ShowArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendFilter {
-    Sim,
-    Gloo,
-    Nccl,
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct RunsArgs {
     /// Only runs of this experiment.
     #[arg(long, value_enum)]
-    pub experiment: Option<ExperimentArg>,
+    pub experiment: Option<Experiment>,
     /// Only runs on this backend.
     #[arg(long, value_enum)]
-    pub backend: Option<BackendFilter>,
+    pub backend: Option<Backend>,
     /// Only runs started since: a date (2026-11-30), an RFC 3339 time, or an age (90m, 6h, 7d).
     #[arg(long, value_name = "WHEN", value_parser = parse_since)]
     pub since: Option<f64>,
@@ -255,169 +238,10 @@ pub enum WorkerCmd {
     Sim(crate::sim::SimArgs),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExperimentArg {
-    /// Per-rank batch fixed (default 256), k ranks.
-    Weak,
-    /// Global batch fixed (default 512) split k ways.
-    Strong,
-    /// The no_sync probe (interleaved synced/no_sync blocks, plus a k=1 control).
-    Probe,
-    /// All-reduce bandwidth sweep by size.
-    Allreduce,
-    /// One JAX process over k devices: the jitted step, its HLO receipt (collectives XLA wrote)
-    /// and a k=1 equality check; needs jax, flax and optax.
-    Jax,
-    /// PyTorch FSDP2 (or DDP, --strategy) with Adam: memory per rank (exact shard bytes, the
-    /// 16P/k prediction, the CUDA peak) and each block's all-gathers and reduce-scatters.
-    Fsdp,
-    /// The hand-rolled loop in Rust on tch: one process drives k replicas and all-reduces their
-    /// gradients by tensor copies after the backward (--dispatch, --reduce; --deficits runs all
-    /// three variants beside DDP). Needs the ddptop-handrolled binary.
-    Handrolled,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DispatchArg {
-    /// One thread issues every replica's work in turn (the book's single Python thread).
-    Single,
-    /// One OS thread per replica.
-    Threads,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReduceArg {
-    /// Gather to device 0, sum, send back (the book's hub).
-    Star,
-    /// Chunked reduce-scatter then all-gather around a ring of device-to-device copies.
-    Ring,
-}
-
-impl From<DispatchArg> for HandDispatch {
-    fn from(a: DispatchArg) -> Self {
-        match a {
-            DispatchArg::Single => HandDispatch::Single,
-            DispatchArg::Threads => HandDispatch::Threads,
-        }
-    }
-}
-
-impl From<ReduceArg> for HandReduce {
-    fn from(a: ReduceArg) -> Self {
-        match a {
-            ReduceArg::Star => HandReduce::Star,
-            ReduceArg::Ring => HandReduce::Ring,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    /// fully_shard on each residual block, then the root: state sharded over the k ranks.
-    Fsdp,
-    /// DistributedDataParallel: every rank holds the whole state.
-    Ddp,
-}
-
-impl From<StrategyArg> for TorchStrategy {
-    fn from(a: StrategyArg) -> Self {
-        match a {
-            StrategyArg::Fsdp => TorchStrategy::Fsdp,
-            StrategyArg::Ddp => TorchStrategy::Ddp,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OptimizerArg {
-    /// The book's plain SGD: no optimizer state.
-    Sgd,
-    /// Adam: two fp32 moments per parameter (16P bytes of state in all).
-    Adam,
-}
-
-impl From<OptimizerArg> for OptimizerName {
-    fn from(a: OptimizerArg) -> Self {
-        match a {
-            OptimizerArg::Sgd => OptimizerName::Sgd,
-            OptimizerArg::Adam => OptimizerName::Adam,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShardingArg {
-    /// Parameters and optimizer state replicated on every device.
-    Data,
-    /// Parameters and optimizer state split along the mesh (FSDP-style).
-    Fsdp,
-}
-
-impl From<ShardingArg> for JaxSharding {
-    fn from(a: ShardingArg) -> Self {
-        match a {
-            ShardingArg::Data => JaxSharding::Data,
-            ShardingArg::Fsdp => JaxSharding::Fsdp,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DataPathArg {
-    /// Batches sliced from tensors already on the device (no input pipeline).
-    Device,
-    /// The book's DataLoader (DistributedSampler, worker processes): shows when input limits scaling.
-    Loader,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModelArg {
-    Resnet18,
-    Tiny,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
-impl From<ExperimentArg> for Experiment {
-    fn from(a: ExperimentArg) -> Self {
-        match a {
-            ExperimentArg::Weak => Experiment::Weak,
-            ExperimentArg::Strong => Experiment::Strong,
-            ExperimentArg::Probe => Experiment::Probe,
-            ExperimentArg::Allreduce => Experiment::Allreduce,
-            ExperimentArg::Jax => Experiment::Jax,
-            ExperimentArg::Fsdp => Experiment::Fsdp,
-            ExperimentArg::Handrolled => Experiment::Handrolled,
-        }
-    }
-}
-
-impl From<ModelArg> for ModelName {
-    fn from(a: ModelArg) -> Self {
-        match a {
-            ModelArg::Resnet18 => ModelName::Resnet18,
-            ModelArg::Tiny => ModelName::Tiny,
-        }
-    }
-}
-
-impl From<DataPathArg> for DataPath {
-    fn from(a: DataPathArg) -> Self {
-        match a {
-            DataPathArg::Device => DataPath::Device,
-            DataPathArg::Loader => DataPath::Loader,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[arg(value_enum)]
-    pub experiment: ExperimentArg,
+    pub experiment: Experiment,
     /// World sizes to run, one launch each, in order.
     #[arg(long, value_delimiter = ',', default_value = "1,2", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub k: Vec<u32>,
@@ -446,25 +270,25 @@ pub struct RunArgs {
     pub samples: Option<u64>,
     /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
     #[arg(long, value_enum)]
-    pub model: Option<ModelArg>,
+    pub model: Option<ModelName>,
     /// Where training batches come from.
-    #[arg(long, value_enum, default_value_t = DataPathArg::Device)]
-    pub data_path: DataPathArg,
+    #[arg(long, value_enum, default_value_t = DataPath::Device)]
+    pub data_path: DataPath,
     /// jax: how parameters are laid out on the mesh (the batch is always split).
-    #[arg(long, value_enum, default_value_t = ShardingArg::Data)]
-    pub sharding: ShardingArg,
+    #[arg(long, value_enum, default_value_t = JaxSharding::Data)]
+    pub sharding: JaxSharding,
     /// fsdp: run only this strategy [default: FSDP then DDP at each k, as the dashboard does].
     #[arg(long, value_enum)]
-    pub strategy: Option<StrategyArg>,
+    pub strategy: Option<TorchStrategy>,
     /// Optimizer of PyTorch runs [default: adam for fsdp, sgd (the book's) elsewhere].
     #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerArg>,
+    pub optimizer: Option<OptimizerName>,
     /// handrolled: who issues the replicas' work.
-    #[arg(long, value_enum, default_value_t = DispatchArg::Single)]
-    pub dispatch: DispatchArg,
+    #[arg(long, value_enum, default_value_t = HandDispatch::Single)]
+    pub dispatch: HandDispatch,
     /// handrolled: how the gradients are all-reduced.
-    #[arg(long, value_enum, default_value_t = ReduceArg::Star)]
-    pub reduce: ReduceArg,
+    #[arg(long, value_enum, default_value_t = HandReduce::Star)]
+    pub reduce: HandReduce,
     /// handrolled: at each k run DDP (weak) and the hand-rolled loop as single+star,
     /// threads+star and threads+ring, interleaved, then print the deficits table.
     #[arg(long)]
@@ -475,8 +299,8 @@ pub struct RunArgs {
     pub dataset_dir: Option<PathBuf>,
     /// NVLink multicast (NCCL_NVLS_ENABLE): ddptop turns it off by default (it changes busbw on
     /// NVSwitch machines); `on` leaves the choice to NCCL.
-    #[arg(long, value_enum)]
-    pub nvls: Option<Switch>,
+    #[arg(long, value_name = "NVLS", value_parser = on_off())]
+    pub nvls: Option<bool>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
     /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only).
     #[arg(long, value_parser = parse_fault)]
@@ -592,8 +416,8 @@ pub struct AttachArgs {
     #[arg(long, value_name = "NAME")]
     pub preset: Vec<String>,
     /// NVLink multicast (NCCL_NVLS_ENABLE): off by default; `on` leaves it to NCCL.
-    #[arg(long, value_enum)]
-    pub nvls: Option<Switch>,
+    #[arg(long, value_name = "NVLS", value_parser = on_off())]
+    pub nvls: Option<bool>,
     /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
     /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank.
     #[arg(long, value_parser = parse_fault)]
@@ -625,6 +449,12 @@ pub struct AttachArgs {
         value_name = "SCRIPT.py [ARGS]"
     )]
     pub command: Vec<String>,
+}
+
+/// `on` or `off` (true for on).
+fn on_off() -> impl clap::builder::TypedValueParser<Value = bool> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["on", "off"]).map(|s| s == "on")
 }
 
 /// The exit code of an error: 2 when the input was at fault, else 1.

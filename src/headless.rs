@@ -4,7 +4,7 @@ use crate::app::deficits;
 use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
 use crate::app::{Level, State};
-use crate::cli::{AttachArgs, GlobalArgs, RunArgs, Switch};
+use crate::cli::{AttachArgs, GlobalArgs, RunArgs};
 use crate::detect::BackendChoice;
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
@@ -22,7 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
 
 pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
-    let experiment = a.experiment.into();
+    let experiment = a.experiment;
     // The config supplies python/torchrun paths, watchdog thresholds and presets. A broken file
     // is refused as the dashboard refuses it (file:line, exit 2): a run must not silently use
     // other settings than the ones the user wrote down.
@@ -37,7 +37,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
     if let Some(m) = a.model {
-        template.model = m.into();
+        template.model = m;
     }
     if template.backend == crate::protocol::Backend::Sim
         && template.model != crate::run::ModelName::Resnet18
@@ -49,20 +49,20 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     if let Some(n) = a.samples {
         template.samples = n;
     }
-    template.data_path = a.data_path.into();
-    template.sharding = a.sharding.into();
+    template.data_path = a.data_path;
+    template.sharding = a.sharding;
     // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::launches).
     if let Some(strategy) = a.strategy {
-        template.strategy = strategy.into();
+        template.strategy = strategy;
         template.fsdp_pairs = false;
     }
     if a.optimizer.is_some() && experiment != Experiment::Fsdp {
         anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
     }
-    template.optimizer = a.optimizer.map(Into::into);
+    template.optimizer = a.optimizer;
     template.hand = HandRolled {
-        dispatch: a.dispatch.into(),
-        reduce: a.reduce.into(),
+        dispatch: a.dispatch,
+        reduce: a.reduce,
     };
     if experiment != Experiment::Handrolled
         && (a.deficits || template.hand != HandRolled::default())
@@ -161,7 +161,7 @@ fn environment(
     setup: &plan::Setup,
     presets: &[String],
     env: &[(String, String)],
-    nvls: Option<Switch>,
+    nvls: Option<bool>,
 ) -> anyhow::Result<()> {
     for name in presets {
         let p = setup
@@ -177,7 +177,7 @@ fn environment(
     template.apply_env(&env);
     // `--nvls on` lets NCCL use NVLink multicast (ddptop turns it off by default).
     if let Some(nvls) = nvls
-        && template.nccl.is_on(NcclVar::NvlsEnable) == (nvls == Switch::On)
+        && template.nccl.is_on(NcclVar::NvlsEnable) == nvls
     {
         template.nccl.toggle(NcclVar::NvlsEnable);
     }

@@ -3,8 +3,7 @@
 //! `--since`) is a [`BadInput`] error, which `main` turns into exit 2.
 
 use crate::cli::{
-    BackendFilter, Cli, CompletionsArgs, DiffArgs, FormatArg, GlobalArgs, ImageArg, ManArgs,
-    ReportArgs, RunsArgs, ShowArgs,
+    Cli, CompletionsArgs, DiffArgs, GlobalArgs, ImageArg, ManArgs, ReportArgs, RunsArgs, ShowArgs,
 };
 use crate::report::build::{self, Source};
 use crate::report::doc::PlotSlot;
@@ -21,17 +20,6 @@ use std::path::{Path, PathBuf};
 
 /// Stored runs read per command: far more than a person compares, few enough to load at once.
 const HISTORY: usize = 5000;
-
-impl From<FormatArg> for Format {
-    fn from(f: FormatArg) -> Self {
-        match f {
-            FormatArg::Md => Format::Markdown,
-            FormatArg::Html => Format::Html,
-            FormatArg::Json => Format::Json,
-            FormatArg::Csv => Format::Csv,
-        }
-    }
-}
 
 /// The store's runs, newest first, with their launch records.
 struct Loaded {
@@ -280,7 +268,7 @@ pub fn report(g: &GlobalArgs, a: &ReportArgs) -> anyhow::Result<i32> {
     }
     let (title, selected) = select(a, &l.runs)?;
     let r = build_report(title, selected, &l);
-    let format: Format = a.format.into();
+    let format = a.format;
     match &a.output {
         Some(out) => {
             let written = write_report(&r, format, out, a.images)?;
@@ -547,20 +535,8 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
     let selected: Vec<&RunView> = l
         .runs
         .iter()
-        .filter(|r| {
-            a.experiment
-                .is_none_or(|e| r.spec.experiment == crate::run::Experiment::from(e))
-        })
-        .filter(|r| {
-            a.backend.is_none_or(|b| {
-                r.spec.backend.as_str()
-                    == match b {
-                        BackendFilter::Sim => "sim",
-                        BackendFilter::Gloo => "gloo",
-                        BackendFilter::Nccl => "nccl",
-                    }
-            })
-        })
+        .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment == e))
+        .filter(|r| a.backend.is_none_or(|b| r.spec.backend == b))
         .filter(|r| a.since.is_none_or(|t| r.started_unix >= t))
         .take(a.limit as usize)
         .collect();

@@ -2,6 +2,38 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// One way to name an enum's values: `ALL`, `as_str`, `FromStr` (exactly these names; the error
+/// lists them) and `Display` (the name) from one table, so that the store, the protocol, the
+/// command line and the screens spell a value the same way. Serde and clap derive their own
+/// names from the variants; `tests` in `run` check that they agree.
+macro_rules! names {
+    ($t:ident { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl $t {
+            pub const ALL: [$t; [$($s),+].len()] = [$($t::$v),+];
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($t::$v => $s,)+
+                }
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok($t::$v),)+
+                    _ => Err(format!("`{s}` is not one of: {}", [$($s),+].join(", "))),
+                }
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use names;
+
 /// Input ddptop refuses: a one-line message saying what to do; exit code 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadInput(pub String);

@@ -31,26 +31,21 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// Output formats of `ddptop report`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Output formats of `ddptop report` (`--format md|html|json|csv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// Markdown; with -o, the plots are written beside it as SVG (or PNG) and linked.
+    #[value(name = "md")]
     Markdown,
+    /// One self-contained HTML page with the plots inline.
     Html,
+    /// One JSON document (schema in docs/report.md).
     Json,
+    /// One row per run with its figures.
     Csv,
 }
 
 impl Format {
-    pub fn parse(s: &str) -> Option<Format> {
-        Some(match s {
-            "md" | "markdown" => Format::Markdown,
-            "html" => Format::Html,
-            "json" => Format::Json,
-            "csv" => Format::Csv,
-            _ => return None,
-        })
-    }
-
     pub fn extension(self) -> &'static str {
         match self {
             Format::Markdown => "md",
