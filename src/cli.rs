@@ -11,7 +11,7 @@ use crate::plan::Globals;
 use crate::protocol::Backend;
 use crate::report::Format;
 use crate::run::{DataPath, Experiment, JaxSharding, ModelName, OptimizerName, TorchStrategy};
-use crate::run::{HandDispatch, HandReduce};
+use crate::run::{Fault, HandDispatch, HandReduce};
 use crate::util::BadInput;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -303,8 +303,8 @@ pub struct RunArgs {
     pub nvls: Option<bool>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
     /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only).
-    #[arg(long, value_parser = parse_fault)]
-    pub inject: Option<String>,
+    #[arg(long)]
+    pub inject: Option<Fault>,
     /// Run PyTorch's defaults instead of the chapter's two settings (float32 matmul precision
     /// "high", cudnn.benchmark on), which ddptop's PyTorch experiments apply by default.
     #[arg(long)]
@@ -420,8 +420,8 @@ pub struct AttachArgs {
     pub nvls: Option<bool>,
     /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
     /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank.
-    #[arg(long, value_parser = parse_fault)]
-    pub inject: Option<String>,
+    #[arg(long)]
+    pub inject: Option<Fault>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -519,10 +519,6 @@ fn parse_env(s: &str) -> Result<(String, String), String> {
         return Err(format!("`{k}` is not a valid environment variable name"));
     }
     Ok((k.to_string(), v.to_string()))
-}
-
-fn parse_fault(s: &str) -> Result<String, String> {
-    crate::sim::Fault::parse(s).map(|_| s.to_string())
 }
 
 /// `--since`: an age (`90m`, `6h`, `7d`), a date (`2026-11-30`, UTC) or an RFC 3339 UTC time.

@@ -69,7 +69,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     {
         anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
     }
-    template.inject = a.inject.clone();
+    template.inject = a.inject;
     if a.no_book_settings {
         template.torch = crate::run::TorchSettings::Off;
     }
@@ -126,7 +126,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
     template.attach = Some(target);
-    template.inject = a.inject.clone();
+    template.inject = a.inject;
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     let ks = if a.k.is_empty() {
         // Every GPU by default (one launch of the user's job, not a sweep); two ranks on CPUs.

@@ -199,7 +199,7 @@ pub struct Template {
     pub nccl: NcclSettings,
     pub data_path: DataPath,
     pub data_source: DataSource,
-    pub inject: Option<String>,
+    pub inject: Option<crate::run::Fault>,
     /// The JAX experiment's parameter layout.
     pub sharding: JaxSharding,
     /// The fsdp experiment's strategy when it runs alone (`fsdp_pairs` off).
@@ -258,7 +258,7 @@ impl Template {
             epochs: self.epochs.max(1),
             samples: self.samples,
             nccl: self.nccl.clone(),
-            inject: self.inject.clone(),
+            inject: self.inject,
             control: false,
             data_path: self.data_path,
             data_source: self.data_source.clone(),

@@ -344,19 +344,21 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
-    let mut rows: Vec<(&str, String)> =
-        vec![("run", info.id.clone()), ("status", info.status.clone())];
+    let mut rows: Vec<(&str, String)> = vec![
+        ("run", info.id.clone()),
+        ("status", info.status.to_string()),
+    ];
     if let Some(why) = &info.reason {
         rows.push(("reason", why.clone()));
     }
     rows.extend([
-        ("experiment", info.experiment.clone()),
+        ("experiment", info.experiment.to_string()),
         ("k", info.k.to_string()),
         (
             "backend",
             match &info.profile {
                 Some(p) if info.simulated() => format!("SIMULATED (profile {p})"),
-                _ => info.backend.clone(),
+                _ => info.backend.to_string(),
             },
         ),
         ("model", crate::report::known(&info.model)),
@@ -602,7 +604,7 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
             if info.simulated() {
                 "SIM"
             } else {
-                &info.backend
+                info.backend.as_str()
             },
             info.status,
             opt_f(f.point.map(|p| p.samples_per_s), crate::report::fmt_rate),
@@ -636,7 +638,11 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
     let (ia, ib) = (&r.runs[0], &r.runs[1]);
     let (fa, fb) = (r.figures(&ia.id), r.figures(&ib.id));
     let text: Vec<(&str, String, String)> = vec![
-        ("experiment", ia.experiment.clone(), ib.experiment.clone()),
+        (
+            "experiment",
+            ia.experiment.to_string(),
+            ib.experiment.to_string(),
+        ),
         ("k", ia.k.to_string(), ib.k.to_string()),
         ("backend", ia.backend_label(), ib.backend_label()),
         (
@@ -670,7 +676,7 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
             crate::report::known(&ib.data_path),
         ),
         ("settings", ia.settings.clone(), ib.settings.clone()),
-        ("status", ia.status.clone(), ib.status.clone()),
+        ("status", ia.status.to_string(), ib.status.to_string()),
         (
             "transport",
             ia.transport.clone().unwrap_or_default(),

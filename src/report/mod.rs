@@ -13,6 +13,8 @@ pub mod json;
 pub mod markdown;
 pub mod plot;
 
+use crate::protocol::Backend;
+use crate::run::{Experiment, RunStatus};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -203,10 +205,9 @@ pub struct Environment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
     pub id: String,
-    pub experiment: String,
+    pub experiment: Experiment,
     pub k: u32,
-    /// `sim`, `gloo` or `nccl`.
-    pub backend: String,
+    pub backend: Backend,
     pub profile: Option<String>,
     /// The run's settings; `None`: not known (an attached script's own, where ddptop did not
     /// see them: never ddptop's defaults).
@@ -222,7 +223,7 @@ pub struct RunInfo {
     pub settings: String,
     /// The book's PyTorch settings, applied and seen (`None` without a PyTorch model).
     pub torch: Option<String>,
-    pub status: String,
+    pub status: RunStatus,
     pub reason: Option<String>,
     pub started: Timestamp,
     pub ended: Option<Timestamp>,
@@ -245,7 +246,7 @@ pub fn known<T: std::fmt::Display>(v: &Option<T>) -> String {
 
 impl RunInfo {
     pub fn simulated(&self) -> bool {
-        self.backend == "sim"
+        self.backend == Backend::Sim
     }
 
     /// `SIMULATED` for the simulated worker, else the backend as stored.
@@ -253,7 +254,7 @@ impl RunInfo {
         if self.simulated() {
             "SIMULATED".into()
         } else {
-            self.backend.clone()
+            self.backend.to_string()
         }
     }
 }

@@ -2,6 +2,7 @@
 //! reproduced is in `RunSpec`.
 
 use super::curve::CurveKey;
+use super::fault::Fault;
 use super::handrolled::HandRolled;
 use super::nccl::NcclSettings;
 use crate::protocol::Backend;
@@ -427,7 +428,7 @@ pub struct RunSpec {
     pub samples: u64,
     /// NCCL (and other) environment settings of the launch.
     pub nccl: NcclSettings,
-    pub inject: Option<String>,
+    pub inject: Option<Fault>,
     /// A k=1 control run launched alongside a probe.
     pub control: bool,
     #[serde(default)]
