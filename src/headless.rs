@@ -51,7 +51,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     }
     template.data_path = a.data_path;
     template.sharding = a.sharding;
-    // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::launches).
+    // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
     if let Some(strategy) = a.strategy {
         template.strategy = strategy;
         template.fsdp_pairs = false;
@@ -69,6 +69,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     {
         anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
     }
+    template.deficits = a.deficits;
     template.inject = a.inject;
     if a.no_book_settings {
         template.torch = crate::run::TorchSettings::Off;
@@ -91,7 +92,6 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     let drive = Drive {
         ks: a.k.clone(),
         json: a.json,
-        deficits: a.deficits,
         sim_speed: a.sim_speed,
         sim_noise: a.sim_noise,
         hang_floor: a.hang_floor,
@@ -140,7 +140,6 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let drive = Drive {
         ks,
         json: a.json,
-        deficits: false,
         sim_speed: 1.0,
         sim_noise: None,
         hang_floor: a.hang_floor,
@@ -247,8 +246,6 @@ fn terminal_columns() -> Option<usize> {
 struct Drive {
     ks: Vec<u32>,
     json: bool,
-    /// handrolled --deficits: DDP and the three hand-rolled variants at each k.
-    deficits: bool,
     sim_speed: f64,
     sim_noise: Option<f64>,
     hang_floor: Option<f64>,
@@ -277,22 +274,18 @@ async fn execute(
         // node, k ≤ nodes × this machine's).
         state.max_k = state.max_k.saturating_mul(n.hosts.len() as u32);
     }
-    let planned = if a.deficits {
-        plan::deficits_sweep(&template, &a.ks, state.max_k)
-    } else {
-        plan::launches(&template, experiment, &a.ks, state.max_k)
-    }
-    // Only a k that does not fit is fixed by a smaller --k.
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}{}",
-            if e.contains(" GPUs") {
-                "; use a smaller --k"
-            } else {
-                ""
-            }
-        )
-    })?;
+    let planned = plan::request(&template, experiment, &a.ks, state.max_k)
+        // Only a k that does not fit is fixed by a smaller --k.
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}{}",
+                if e.contains(" GPUs") {
+                    "; use a smaller --k"
+                } else {
+                    ""
+                }
+            )
+        })?;
     if !planned.notes.is_empty() {
         anyhow::bail!("{}; use a smaller --k", planned.notes.join("; "));
     }

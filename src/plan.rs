@@ -213,6 +213,9 @@ pub struct Template {
     pub attach: Option<AttachTarget>,
     /// The hand-rolled experiment's dispatch and reduce.
     pub hand: HandRolled,
+    /// handrolled: at each k DDP and the three hand-rolled variants (the Deficits pane; the
+    /// dashboard's sweep, `ddptop run handrolled --deficits`) instead of `hand` alone.
+    pub deficits: bool,
     /// The book's TF32/cudnn.benchmark settings for PyTorch experiments (`--no-book-settings`).
     pub torch: TorchSettings,
 }
@@ -239,6 +242,7 @@ impl Template {
             sharding: JaxSharding::Data,
             strategy: TorchStrategy::Fsdp,
             fsdp_pairs: true,
+            deficits: false,
             optimizer: None,
             attach: None,
             hand: HandRolled::default(),
@@ -365,18 +369,20 @@ pub fn sweep(
 }
 
 /// What `ks` of `experiment` launch: the one plan of the dashboard (`tui/actions.rs`) and of
-/// `ddptop run` (`headless.rs`), so that both show the same comparisons. fsdp is paired with DDP
-/// at each k unless the template asks for one strategy; everything else is `sweep`.
-pub fn launches(
+/// `ddptop run` (`headless.rs`), so that both make the same comparisons. The pairing rules live
+/// here and nowhere else: fsdp is paired with DDP at each k unless the template asks for one
+/// strategy (`fsdp_pairs`); handrolled with `deficits` runs DDP and the three variants at each
+/// k; a probe gets its k=1 control (`sweep`); everything else is one launch per k.
+pub fn request(
     t: &Template,
     experiment: Experiment,
     ks: &[u32],
     max_k: u32,
 ) -> Result<Planned, String> {
-    if experiment == Experiment::Fsdp && t.fsdp_pairs {
-        fsdp_pairs(t, ks, max_k)
-    } else {
-        sweep(t, experiment, ks, max_k)
+    match experiment {
+        Experiment::Fsdp if t.fsdp_pairs => fsdp_pairs(t, ks, max_k),
+        Experiment::Handrolled if t.deficits => deficits_sweep(t, ks, max_k),
+        _ => sweep(t, experiment, ks, max_k),
     }
 }
 
@@ -564,13 +570,13 @@ mod tests {
     }
 
     #[test]
-    fn launches_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
+    fn requests_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
         let mut t = Template::new(Backend::Gloo, None);
         let strategies = |p: &Planned| -> Vec<(u32, TorchStrategy)> {
             p.specs.iter().map(|s| (s.k, s.strategy)).collect()
         };
         // The default template (the dashboard's and `ddptop run fsdp`'s): the pairs.
-        let p = launches(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
             strategies(&fsdp_pairs(&t, &[1, 2], 0).unwrap())
@@ -579,14 +585,14 @@ mod tests {
         // `--strategy ddp`: that strategy alone.
         t.fsdp_pairs = false;
         t.strategy = TorchStrategy::Ddp;
-        let p = launches(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
             [(1, TorchStrategy::Ddp), (2, TorchStrategy::Ddp)]
         );
         // Other experiments are their sweep (a probe still gets its control).
         let t = Template::new(Backend::Sim, None);
-        let p = launches(&t, Experiment::Probe, &[2], 0).unwrap();
+        let p = request(&t, Experiment::Probe, &[2], 0).unwrap();
         assert_eq!(
             p.specs,
             sweep(&t, Experiment::Probe, &[2], 0).unwrap().specs

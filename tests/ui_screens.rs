@@ -379,7 +379,7 @@ fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
 }
 
 /// `ddptop run fsdp --json` carries the Memory pane's DDP-beside-FSDP rows for each rank (both
-/// front ends launch the pair: plan::launches).
+/// front ends launch the pair: plan::request).
 #[test]
 fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
     let st = fixtures::fsdp_state(Backend::Nccl);

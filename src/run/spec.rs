@@ -95,6 +95,52 @@ impl Experiment {
     pub fn needs_two_ranks(self) -> bool {
         matches!(self, Experiment::Probe | Experiment::Allreduce)
     }
+    /// The dashboard's `s` order: weak → strong → fsdp → jax → handrolled (→ attach, when the
+    /// dashboard was started with a script) → weak. Probe and allreduce have keys of their own.
+    pub fn next_in_cycle(self, with_attach: bool) -> Experiment {
+        match self {
+            Experiment::Weak => Experiment::Strong,
+            Experiment::Strong => Experiment::Fsdp,
+            Experiment::Fsdp => Experiment::Jax,
+            Experiment::Jax => Experiment::Handrolled,
+            Experiment::Handrolled if with_attach => Experiment::Attach,
+            _ => Experiment::Weak,
+        }
+    }
+    /// What the dashboard says when `s` picks this family (`attach`: the script it runs).
+    pub fn switch_message(self, attach: Option<&AttachTarget>) -> String {
+        match (self, attach) {
+            (Experiment::Attach, Some(a)) => {
+                format!("next launch: attach {} (1/2/4 run it at that k)", a.label())
+            }
+            (Experiment::Handrolled, _) => {
+                "next launch: handrolled single+star (one Rust process, k replicas, gradients \
+                 all-reduced by tensor copies); a runs DDP and all three variants \
+                 at k = 1, 2, 4 for the Deficits pane"
+                    .into()
+            }
+            (Experiment::Jax, _) => {
+                "next launch: jax (one process over k devices, batch 256 per device): \
+                 the Receipt pane shows the collectives XLA wrote"
+                    .into()
+            }
+            (Experiment::Fsdp, _) => {
+                "next launch: fsdp (batch 256 per rank, Adam): FSDP then DDP at each k, \
+                 memory per rank in the Memory pane"
+                    .into()
+            }
+            (e, _) => format!(
+                "next launch: {} scaling (batch {}{})",
+                e.as_str(),
+                e.default_batch(),
+                if e == Experiment::Strong {
+                    " global"
+                } else {
+                    " per rank"
+                }
+            ),
+        }
+    }
     /// Worker processes (protocol connections) a run at k has: one JAX process drives all k
     /// devices, every other experiment has one rank per device.
     pub fn processes(self, k: u32) -> u32 {
@@ -580,6 +626,25 @@ mod tests {
             assert!(name.parse::<T>().ok() == Some(*v), "{name} round-trips");
         }
         assert!("no-such-name".parse::<T>().is_err());
+    }
+
+    #[test]
+    fn s_cycles_through_the_families_and_attach_only_with_a_script() {
+        let order = |with_attach| {
+            let mut seen = vec![Experiment::Weak];
+            let mut e = Experiment::Weak.next_in_cycle(with_attach);
+            while e != Experiment::Weak {
+                seen.push(e);
+                e = e.next_in_cycle(with_attach);
+            }
+            seen.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(" ")
+        };
+        assert_eq!(order(false), "weak strong fsdp jax handrolled");
+        assert_eq!(order(true), "weak strong fsdp jax handrolled attach");
+        assert_eq!(
+            Experiment::Strong.switch_message(None),
+            "next launch: strong scaling (batch 512 global)"
+        );
     }
 
     #[test]
