@@ -1,32 +1,16 @@
 //! Whole screens drawn from hand-built states into ratatui's TestBackend, kept as insta snapshots
 //! (tests/snapshots/). `INSTA_UPDATE=always cargo test --test ui_screens` accepts changes.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::Pane;
 use ddptop::keys::{Key, KeyMap};
 use ddptop::protocol::Backend;
-use ddptop::ui::{self, Theme};
-use fixtures::Screen;
+use ddptop::ui::Theme;
+use fixtures::{Screen, draw, draw_with};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-
-fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
-    draw_with(st, w, h, &Theme::dark(), &KeyMap::default())
-}
-
-fn draw_with(st: &Screen, w: u16, h: u16, theme: &Theme, keys: &KeyMap) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme,
-        keys,
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
-    t
-}
 
 fn text(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();

@@ -637,7 +637,10 @@ mod tests {
                 seen.push(e);
                 e = e.next_in_cycle(with_attach);
             }
-            seen.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(" ")
+            seen.iter()
+                .map(|e| e.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
         };
         assert_eq!(order(false), "weak strong fsdp jax handrolled");
         assert_eq!(order(true), "weak strong fsdp jax handrolled attach");
