@@ -6,8 +6,13 @@
 //! failed), 2 bad input (flags, names, a broken config: a one-line message says what to fix),
 //! 130 interrupted. Numeric flags are checked here, at parse time.
 
+use crate::detect::BackendChoice;
+use crate::plan::Globals;
+use crate::protocol::Backend;
+use crate::report::Format;
 use crate::run::{DataPath, Experiment, JaxSharding, ModelName, OptimizerName, TorchStrategy};
-use crate::run::{HandDispatch, HandReduce};
+use crate::run::{Fault, HandDispatch, HandReduce};
+use crate::util::BadInput;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -52,14 +57,27 @@ pub struct GlobalArgs {
     pub shared_gpus: bool,
 }
 
+impl GlobalArgs {
+    /// The flags as the plain values `plan::setup` takes.
+    pub fn globals(&self) -> Globals {
+        Globals {
+            data_dir: self.data_dir.clone(),
+            config: self.config.clone(),
+            python: self.python.clone(),
+            workers_dir: self.workers_dir.clone(),
+            shared_gpus: self.shared_gpus,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct TuiArgs {
     /// Colour theme (dark, light, high-contrast, or a file name in the config dir).
     #[arg(long)]
     pub theme: Option<String>,
     /// Backend for launches from the dashboard.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Machine profile of the simulated backend [default: h200-nvlink].
     #[arg(long, value_parser = profile)]
     pub profile: Option<String>,
@@ -95,20 +113,20 @@ pub enum Cmd {
     /// recommend one only when it beats the default outside the noise (docs/methods.md).
     Tune(crate::tune::TuneArgs),
     /// List stored runs with their figures (speedup, efficiency, probe Δ, busbw).
-    Runs(crate::report::cmd::RunsArgs),
+    Runs(RunsArgs),
     /// Write a report of a sweep, a scaling curve or runs: Markdown, HTML, JSON or CSV, with plots.
-    Report(crate::report::cmd::ReportArgs),
+    Report(ReportArgs),
     /// Everything stored about one run.
-    Show(crate::report::cmd::ShowArgs),
+    Show(ShowArgs),
     /// Two runs side by side: settings, figures, versions.
-    Diff(crate::report::cmd::DiffArgs),
+    Diff(DiffArgs),
     /// Shell completions: `ddptop completions bash > ~/.local/share/bash-completion/completions/ddptop`.
-    Completions(crate::report::cmd::CompletionsArgs),
+    Completions(CompletionsArgs),
     /// The man page (roff): `ddptop man | man -l -`.
-    Man(crate::report::cmd::ManArgs),
+    Man(ManArgs),
     /// Where a dashboard second goes: NVML start, each NVML call, one frame (a table).
     #[command(hide = true)]
-    BenchGpu(crate::gpu::bench::BenchGpuArgs),
+    BenchGpu(BenchGpuArgs),
     /// Worker processes started by ddptop itself.
     #[command(hide = true)]
     Worker {
@@ -117,189 +135,122 @@ pub enum Cmd {
     },
 }
 
+// The store-reading commands' arguments (`query` runs them).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImageArg {
+    Svg,
+    Png,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Runs to report: a full id or its end (`023011-9e4a`, `9e4a`). Default: the last sweep.
+    #[arg(value_name = "RUN")]
+    pub runs: Vec<String>,
+    /// The most recent sweep (or run, when it was not part of one).
+    #[arg(long, conflicts_with_all = ["runs", "sweep", "curve"])]
+    pub last: bool,
+    /// Every run of one sweep (its id, or the id of any of its runs).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["runs", "curve"])]
+    pub sweep: Option<String>,
+    /// The scaling curve RUN belongs to: the latest completed run per k with the same settings.
+    #[arg(long, value_name = "RUN", conflicts_with = "runs")]
+    pub curve: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Markdown)]
+    pub format: Format,
+    /// Write the report to FILE (Markdown: its plots beside it) instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Image format of a Markdown report's plots.
+    #[arg(long, value_enum, default_value_t = ImageArg::Svg)]
+    pub images: ImageArg,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ShowArgs {
+    /// The run: a full id or its end (`023011-9e4a`, `9e4a`).
+    pub run: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunsArgs {
+    /// Only runs of this experiment.
+    #[arg(long, value_enum)]
+    pub experiment: Option<Experiment>,
+    /// Only runs on this backend.
+    #[arg(long, value_enum)]
+    pub backend: Option<Backend>,
+    /// Only runs started since: a date (2026-11-30), an RFC 3339 time, or an age (90m, 6h, 7d).
+    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
+    pub since: Option<f64>,
+    /// At most this many runs, newest first.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// One JSON document.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// CSV, one row per run with its figures.
+    #[arg(long)]
+    pub csv: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DiffArgs {
+    pub run_a: String,
+    pub run_b: String,
+    /// One JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompletionsArgs {
+    /// The shell to write completions for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ManArgs {
+    /// Write ddptop.1 and one page per subcommand into DIR instead of printing ddptop.1.
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+}
+
+/// `ddptop bench-gpu` (run by `bench::main`).
+#[derive(Debug, clap::Args)]
+pub struct BenchGpuArgs {
+    /// Samples to take.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub samples: u32,
+    /// Pause between samples, ms (NVML's utilization window is its own).
+    #[arg(long, default_value_t = 100)]
+    pub period_ms: u64,
+    /// Frames to draw for the frame-time figure.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub frames: u32,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum WorkerCmd {
     /// The simulated worker (cost model + noise).
     Sim(crate::sim::SimArgs),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendArg {
-    Auto,
-    Sim,
-    Gloo,
-    Nccl,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExperimentArg {
-    /// Per-rank batch fixed (default 256), k ranks.
-    Weak,
-    /// Global batch fixed (default 512) split k ways.
-    Strong,
-    /// The no_sync probe (interleaved synced/no_sync blocks, plus a k=1 control).
-    Probe,
-    /// All-reduce bandwidth sweep by size.
-    Allreduce,
-    /// One JAX process over k devices: the jitted step, its HLO receipt (collectives XLA wrote)
-    /// and a k=1 equality check; needs jax, flax and optax.
-    Jax,
-    /// PyTorch FSDP2 (or DDP, --strategy) with Adam: memory per rank (exact shard bytes, the
-    /// 16P/k prediction, the CUDA peak) and each block's all-gathers and reduce-scatters.
-    Fsdp,
-    /// The hand-rolled loop in Rust on tch: one process drives k replicas and all-reduces their
-    /// gradients by tensor copies after the backward (--dispatch, --reduce; --deficits runs all
-    /// three variants beside DDP). Needs the ddptop-handrolled binary.
-    Handrolled,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DispatchArg {
-    /// One thread issues every replica's work in turn (the book's single Python thread).
-    Single,
-    /// One OS thread per replica.
-    Threads,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReduceArg {
-    /// Gather to device 0, sum, send back (the book's hub).
-    Star,
-    /// Chunked reduce-scatter then all-gather around a ring of device-to-device copies.
-    Ring,
-}
-
-impl From<DispatchArg> for HandDispatch {
-    fn from(a: DispatchArg) -> Self {
-        match a {
-            DispatchArg::Single => HandDispatch::Single,
-            DispatchArg::Threads => HandDispatch::Threads,
-        }
-    }
-}
-
-impl From<ReduceArg> for HandReduce {
-    fn from(a: ReduceArg) -> Self {
-        match a {
-            ReduceArg::Star => HandReduce::Star,
-            ReduceArg::Ring => HandReduce::Ring,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StrategyArg {
-    /// fully_shard on each residual block, then the root: state sharded over the k ranks.
-    Fsdp,
-    /// DistributedDataParallel: every rank holds the whole state.
-    Ddp,
-}
-
-impl From<StrategyArg> for TorchStrategy {
-    fn from(a: StrategyArg) -> Self {
-        match a {
-            StrategyArg::Fsdp => TorchStrategy::Fsdp,
-            StrategyArg::Ddp => TorchStrategy::Ddp,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum OptimizerArg {
-    /// The book's plain SGD: no optimizer state.
-    Sgd,
-    /// Adam: two fp32 moments per parameter (16P bytes of state in all).
-    Adam,
-}
-
-impl From<OptimizerArg> for OptimizerName {
-    fn from(a: OptimizerArg) -> Self {
-        match a {
-            OptimizerArg::Sgd => OptimizerName::Sgd,
-            OptimizerArg::Adam => OptimizerName::Adam,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ShardingArg {
-    /// Parameters and optimizer state replicated on every device.
-    Data,
-    /// Parameters and optimizer state split along the mesh (FSDP-style).
-    Fsdp,
-}
-
-impl From<ShardingArg> for JaxSharding {
-    fn from(a: ShardingArg) -> Self {
-        match a {
-            ShardingArg::Data => JaxSharding::Data,
-            ShardingArg::Fsdp => JaxSharding::Fsdp,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum DataPathArg {
-    /// Batches sliced from tensors already on the device (no input pipeline).
-    Device,
-    /// The book's DataLoader (DistributedSampler, worker processes): shows when input limits scaling.
-    Loader,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModelArg {
-    Resnet18,
-    Tiny,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Switch {
-    On,
-    Off,
-}
-
-impl From<ExperimentArg> for Experiment {
-    fn from(a: ExperimentArg) -> Self {
-        match a {
-            ExperimentArg::Weak => Experiment::Weak,
-            ExperimentArg::Strong => Experiment::Strong,
-            ExperimentArg::Probe => Experiment::Probe,
-            ExperimentArg::Allreduce => Experiment::Allreduce,
-            ExperimentArg::Jax => Experiment::Jax,
-            ExperimentArg::Fsdp => Experiment::Fsdp,
-            ExperimentArg::Handrolled => Experiment::Handrolled,
-        }
-    }
-}
-
-impl From<ModelArg> for ModelName {
-    fn from(a: ModelArg) -> Self {
-        match a {
-            ModelArg::Resnet18 => ModelName::Resnet18,
-            ModelArg::Tiny => ModelName::Tiny,
-        }
-    }
-}
-
-impl From<DataPathArg> for DataPath {
-    fn from(a: DataPathArg) -> Self {
-        match a {
-            DataPathArg::Device => DataPath::Device,
-            DataPathArg::Loader => DataPath::Loader,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
     #[arg(value_enum)]
-    pub experiment: ExperimentArg,
+    pub experiment: Experiment,
     /// World sizes to run, one launch each, in order.
     #[arg(long, value_delimiter = ',', default_value = "1,2", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub k: Vec<u32>,
     /// auto: nccl when torch sees CUDA, gloo when torch imports, else the SIMULATED worker.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Machine profile of the simulated backend: h200-nvlink or book-pcie.
     #[arg(long, value_parser = profile)]
     pub profile: Option<String>,
@@ -322,25 +273,25 @@ pub struct RunArgs {
     pub samples: Option<u64>,
     /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
     #[arg(long, value_enum)]
-    pub model: Option<ModelArg>,
+    pub model: Option<ModelName>,
     /// Where training batches come from.
-    #[arg(long, value_enum, default_value_t = DataPathArg::Device)]
-    pub data_path: DataPathArg,
+    #[arg(long, value_enum, default_value_t = DataPath::Device)]
+    pub data_path: DataPath,
     /// jax: how parameters are laid out on the mesh (the batch is always split).
-    #[arg(long, value_enum, default_value_t = ShardingArg::Data)]
-    pub sharding: ShardingArg,
+    #[arg(long, value_enum, default_value_t = JaxSharding::Data)]
+    pub sharding: JaxSharding,
     /// fsdp: run only this strategy [default: FSDP then DDP at each k, as the dashboard does].
     #[arg(long, value_enum)]
-    pub strategy: Option<StrategyArg>,
+    pub strategy: Option<TorchStrategy>,
     /// Optimizer of PyTorch runs [default: adam for fsdp, sgd (the book's) elsewhere].
     #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerArg>,
+    pub optimizer: Option<OptimizerName>,
     /// handrolled: who issues the replicas' work.
-    #[arg(long, value_enum, default_value_t = DispatchArg::Single)]
-    pub dispatch: DispatchArg,
+    #[arg(long, value_enum, default_value_t = HandDispatch::Single)]
+    pub dispatch: HandDispatch,
     /// handrolled: how the gradients are all-reduced.
-    #[arg(long, value_enum, default_value_t = ReduceArg::Star)]
-    pub reduce: ReduceArg,
+    #[arg(long, value_enum, default_value_t = HandReduce::Star)]
+    pub reduce: HandReduce,
     /// handrolled: at each k run DDP (weak) and the hand-rolled loop as single+star,
     /// threads+star and threads+ring, interleaved, then print the deficits table.
     #[arg(long)]
@@ -351,12 +302,12 @@ pub struct RunArgs {
     pub dataset_dir: Option<PathBuf>,
     /// NVLink multicast (NCCL_NVLS_ENABLE): ddptop turns it off by default (it changes busbw on
     /// NVSwitch machines); `on` leaves the choice to NCCL.
-    #[arg(long, value_enum)]
-    pub nvls: Option<Switch>,
+    #[arg(long, value_name = "NVLS", value_parser = on_off())]
+    pub nvls: Option<bool>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
     /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only).
-    #[arg(long, value_parser = parse_fault)]
-    pub inject: Option<String>,
+    #[arg(long)]
+    pub inject: Option<Fault>,
     /// Run PyTorch's defaults instead of the chapter's two settings (float32 matmul precision
     /// "high", cudnn.benchmark on), which ddptop's PyTorch experiments apply by default.
     #[arg(long)]
@@ -459,8 +410,8 @@ pub struct AttachArgs {
     pub k: Vec<u32>,
     /// nccl: one GPU per rank; gloo: the CPU (GPUs hidden, so a script that picks its backend by
     /// torch.cuda.is_available() picks gloo); auto: nccl when torch sees CUDA, else gloo.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Environment setting for the launch, e.g. NCCL_P2P_DISABLE=1 (repeatable).
     #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -468,13 +419,13 @@ pub struct AttachArgs {
     #[arg(long, value_name = "NAME")]
     pub preset: Vec<String>,
     /// NVLink multicast (NCCL_NVLS_ENABLE): off by default; `on` leaves it to NCCL.
-    #[arg(long, value_enum)]
-    pub nvls: Option<Switch>,
+    #[arg(long, value_name = "NVLS", value_parser = on_off())]
+    pub nvls: Option<bool>,
     /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
     /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank;
     /// slow:RANK:FACTOR makes one rank FACTOR times slower (a straggler).
-    #[arg(long, value_parser = parse_fault)]
-    pub inject: Option<String>,
+    #[arg(long)]
+    pub inject: Option<Fault>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -504,17 +455,11 @@ pub struct AttachArgs {
     pub command: Vec<String>,
 }
 
-/// Input ddptop refuses: a one-line message saying what to do; exit code 2.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BadInput(pub String);
-
-impl std::fmt::Display for BadInput {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// `on` or `off` (true for on).
+fn on_off() -> impl clap::builder::TypedValueParser<Value = bool> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["on", "off"]).map(|s| s == "on")
 }
-
-impl std::error::Error for BadInput {}
 
 /// The exit code of an error: 2 when the input was at fault, else 1.
 pub fn exit_code(e: &anyhow::Error) -> i32 {
@@ -580,6 +525,71 @@ pub(crate) fn parse_env(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
-fn parse_fault(s: &str) -> Result<String, String> {
-    crate::sim::Fault::parse(s).map(|_| s.to_string())
+/// `--since`: an age (`90m`, `6h`, `7d`), a date (`2026-11-30`, UTC) or an RFC 3339 UTC time.
+pub fn parse_since(s: &str) -> Result<f64, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a time: use an age (90m, 6h, 7d), a date (2026-11-30) or 2026-11-30T08:00:00Z"
+        )
+    };
+    let now = crate::util::unix_now();
+    if let Some(unit) = s.chars().last().filter(|c| "smhd".contains(*c))
+        && let Ok(n) = s[..s.len() - 1].parse::<f64>()
+    {
+        if !(n.is_finite() && n >= 0.0) {
+            return Err(bad());
+        }
+        let secs = match unit {
+            's' => 1.0,
+            'm' => 60.0,
+            'h' => 3600.0,
+            _ => 86_400.0,
+        };
+        return Ok(now - n * secs);
+    }
+    let (date, time) = match s.split_once('T') {
+        Some((d, t)) => (d, Some(t.trim_end_matches('Z'))),
+        None => (s, None),
+    };
+    let mut it = date.split('-');
+    let (Some(y), Some(m), Some(d), None) = (it.next(), it.next(), it.next(), it.next()) else {
+        return Err(bad());
+    };
+    let (y, m, d) = (
+        y.parse::<i64>().map_err(|_| bad())?,
+        m.parse::<u32>().map_err(|_| bad())?,
+        d.parse::<u32>().map_err(|_| bad())?,
+    );
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return Err(bad());
+    }
+    let mut secs = crate::util::days_from_civil(y, m, d) * 86_400;
+    if let Some(t) = time {
+        let parts: Vec<&str> = t.split(':').collect();
+        if parts.len() < 2 || parts.len() > 3 {
+            return Err(bad());
+        }
+        let num = |p: &str, max: u32| p.parse::<u32>().ok().filter(|v| *v <= max).ok_or_else(bad);
+        secs += num(parts[0], 23)? as i64 * 3600 + num(parts[1], 59)? as i64 * 60;
+        if let Some(sec) = parts.get(2) {
+            secs += num(sec.split('.').next().unwrap_or(sec), 60)? as i64;
+        }
+    }
+    Ok(secs as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_accepts_dates_times_and_ages() {
+        assert_eq!(parse_since("2026-11-30"), Ok(1_795_996_800.0));
+        assert_eq!(parse_since("2026-11-30T01:15:00Z"), Ok(1_796_001_300.0));
+        let age = parse_since("2h").unwrap();
+        assert!((crate::util::unix_now() - age - 7200.0).abs() < 5.0);
+        for bad in ["yesterday", "2026-13-01", "2026-11-30T25:00", "-2h", "h"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
 }

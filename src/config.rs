@@ -359,6 +359,40 @@ pub fn theme_exists(name: &str, dir: Option<&Path>) -> bool {
     BUILTIN_THEMES.contains(&name) || dir.is_some_and(|d| d.join(format!("{name}.toml")).is_file())
 }
 
+/// A user theme file as read from the config dir's `themes/` (parsed by `ui::ThemeSet::load`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserTheme {
+    pub path: PathBuf,
+    pub text: String,
+}
+
+/// Every `*.toml` in `dir`, by file name; none without a dir (or when it cannot be listed).
+pub fn user_themes(dir: Option<&Path>) -> Result<Vec<UserTheme>, ConfigError> {
+    let Some(dir) = dir else {
+        return Ok(Vec::new());
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).map_err(|e| ConfigError {
+                path: path.clone(),
+                line: None,
+                col: None,
+                msg: format!("cannot read theme: {e}"),
+            })?;
+            Ok(UserTheme { path, text })
+        })
+        .collect()
+}
+
 /// True when `NO_COLOR` is set to a non-empty value (https://no-color.org).
 pub fn no_color_env() -> bool {
     std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())

@@ -1,10 +1,18 @@
 //! Which backend to use: `auto` picks nccl when torch sees CUDA, gloo when torch imports, sim
 //! otherwise, and says which it picked and why.
 
-use crate::cli::BackendArg;
 use crate::protocol::Backend;
 use crate::supervisor::launch::{PythonEnv, find_python, probe_torch};
 use std::path::Path;
+
+/// The backend asked for (`--backend`): one of the three, or `auto` to pick by what torch sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    Auto,
+    Sim,
+    Gloo,
+    Nccl,
+}
 
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -18,12 +26,12 @@ pub struct Resolved {
 }
 
 pub fn resolve(
-    arg: BackendArg,
+    arg: BackendChoice,
     python: Option<&Path>,
     workers: Option<&Path>,
     torchrun: Option<&Path>,
 ) -> anyhow::Result<Resolved> {
-    if arg == BackendArg::Sim {
+    if arg == BackendChoice::Sim {
         return Ok(Resolved {
             backend: Backend::Sim,
             python: None,
@@ -35,7 +43,7 @@ pub fn resolve(
     let torch = find_python(python, workers, torchrun)
         .and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
     match (arg, torch) {
-        (BackendArg::Auto, Err(why)) => Ok(Resolved {
+        (BackendChoice::Auto, Err(why)) => Ok(Resolved {
             backend: Backend::Sim,
             python: None,
             torch: None,
@@ -45,21 +53,21 @@ pub fn resolve(
         (_, Err(why)) => anyhow::bail!("backend {arg:?} is not available: {why}"),
         (arg, Ok((py, (version, gpus)))) => {
             let backend = match arg {
-                BackendArg::Nccl if gpus == 0 => {
+                BackendChoice::Nccl if gpus == 0 => {
                     anyhow::bail!(
                         "backend nccl needs CUDA, but torch {version} sees no GPU; use --backend gloo"
                     )
                 }
-                BackendArg::Nccl => Backend::Nccl,
-                BackendArg::Gloo => Backend::Gloo,
+                BackendChoice::Nccl => Backend::Nccl,
+                BackendChoice::Gloo => Backend::Gloo,
                 _ if gpus > 0 => Backend::Nccl,
                 _ => Backend::Gloo,
             };
             let note = match (arg, backend) {
-                (BackendArg::Auto, Backend::Nccl) => {
+                (BackendChoice::Auto, Backend::Nccl) => {
                     format!("backend auto → nccl: torch {version} sees {gpus} GPU(s)")
                 }
-                (BackendArg::Auto, _) => {
+                (BackendChoice::Auto, _) => {
                     format!("backend auto → gloo (CPU): torch {version} sees no GPU")
                 }
                 _ => format!(

@@ -4,11 +4,13 @@ use crate::app::deficits;
 use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
 use crate::app::{Level, State};
-use crate::cli::{AttachArgs, BackendArg, BadInput, GlobalArgs, RunArgs, Switch};
+use crate::cli::{AttachArgs, GlobalArgs, RunArgs};
+use crate::detect::BackendChoice;
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::run::HandRolled;
 use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunStatus, RunView};
+use crate::util::BadInput;
 use serde_json::{Value, json};
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -20,12 +22,12 @@ use tokio::signal::unix::{SignalKind, signal};
 pub(crate) const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
 
 pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
-    let experiment = a.experiment.into();
+    let experiment = a.experiment;
     // The config supplies python/torchrun paths, watchdog thresholds and presets. A broken file
     // is refused as the dashboard refuses it (file:line, exit 2): a run must not silently use
     // other settings than the ones the user wrote down.
     let setup = plan::setup(
-        g,
+        &g.globals(),
         a.backend,
         a.profile.as_deref(),
         &a.preset,
@@ -35,7 +37,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
     if let Some(m) = a.model {
-        template.model = m.into();
+        template.model = m;
     }
     if template.backend == crate::protocol::Backend::Sim
         && template.model != crate::run::ModelName::Resnet18
@@ -47,27 +49,28 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     if let Some(n) = a.samples {
         template.samples = n;
     }
-    template.data_path = a.data_path.into();
-    template.sharding = a.sharding.into();
-    // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::launches).
+    template.data_path = a.data_path;
+    template.sharding = a.sharding;
+    // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
     if let Some(strategy) = a.strategy {
-        template.strategy = strategy.into();
+        template.strategy = strategy;
         template.fsdp_pairs = false;
     }
     if a.optimizer.is_some() && experiment != Experiment::Fsdp {
         anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
     }
-    template.optimizer = a.optimizer.map(Into::into);
+    template.optimizer = a.optimizer;
     template.hand = HandRolled {
-        dispatch: a.dispatch.into(),
-        reduce: a.reduce.into(),
+        dispatch: a.dispatch,
+        reduce: a.reduce,
     };
     if experiment != Experiment::Handrolled
         && (a.deficits || template.hand != HandRolled::default())
     {
         anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
     }
-    template.inject = a.inject.clone();
+    template.deficits = a.deficits;
+    template.inject = a.inject;
     if a.no_book_settings {
         template.torch = crate::run::TorchSettings::Off;
     }
@@ -89,7 +92,6 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     let drive = Drive {
         ks: a.k.clone(),
         json: a.json,
-        deficits: a.deficits,
         sim_speed: a.sim_speed,
         sim_noise: a.sim_noise,
         hang_floor: a.hang_floor,
@@ -105,7 +107,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
 
 /// `ddptop attach [--k …] -- SCRIPT.py ARGS`: the user's own script, one launch per k.
 pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
-    if a.backend == BackendArg::Sim {
+    if a.backend == BackendChoice::Sim {
         return Err(BadInput(
             "attach runs your script with real PyTorch: use --backend gloo (CPU) or nccl (GPUs)"
                 .into(),
@@ -119,12 +121,12 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let cwd = std::env::current_dir()?;
     let target =
         AttachTarget::new(std::path::Path::new(script), args.to_vec(), &cwd).map_err(BadInput)?;
-    let setup = plan::setup(g, a.backend, None, &a.preset, BrokenConfig::Fail)?;
+    let setup = plan::setup(&g.globals(), a.backend, None, &a.preset, BrokenConfig::Fail)?;
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
     template.attach = Some(target);
-    template.inject = a.inject.clone();
+    template.inject = a.inject;
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     let ks = if a.k.is_empty() {
         // Every GPU by default (one launch of the user's job, not a sweep); two ranks on CPUs.
@@ -138,7 +140,6 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let drive = Drive {
         ks,
         json: a.json,
-        deficits: false,
         sim_speed: 1.0,
         sim_noise: None,
         hang_floor: a.hang_floor,
@@ -159,13 +160,13 @@ pub(crate) fn environment(
     setup: &plan::Setup,
     presets: &[String],
     env: &[(String, String)],
-    nvls: Option<Switch>,
+    nvls: Option<bool>,
 ) -> anyhow::Result<()> {
     for name in presets {
         let p = setup
             .config
             .preset(name)
-            .ok_or_else(|| plan::unknown_preset(g, &setup.config, name))?;
+            .ok_or_else(|| plan::unknown_preset(&g.globals(), &setup.config, name))?;
         template.apply_env(p);
     }
     let env: EnvOverlay = env
@@ -175,7 +176,7 @@ pub(crate) fn environment(
     template.apply_env(&env);
     // `--nvls on` lets NCCL use NVLink multicast (ddptop turns it off by default).
     if let Some(nvls) = nvls
-        && template.nccl.is_on(NcclVar::NvlsEnable) == (nvls == Switch::On)
+        && template.nccl.is_on(NcclVar::NvlsEnable) == nvls
     {
         template.nccl.toggle(NcclVar::NvlsEnable);
     }
@@ -245,8 +246,6 @@ fn terminal_columns() -> Option<usize> {
 struct Drive {
     ks: Vec<u32>,
     json: bool,
-    /// handrolled --deficits: DDP and the three hand-rolled variants at each k.
-    deficits: bool,
     sim_speed: f64,
     sim_noise: Option<f64>,
     hang_floor: Option<f64>,
@@ -275,22 +274,18 @@ async fn execute(
         // node, k ≤ nodes × this machine's).
         state.max_k = state.max_k.saturating_mul(n.hosts.len() as u32);
     }
-    let planned = if a.deficits {
-        plan::deficits_sweep(&template, &a.ks, state.max_k)
-    } else {
-        plan::launches(&template, experiment, &a.ks, state.max_k)
-    }
-    // Only a k that does not fit is fixed by a smaller --k.
-    .map_err(|e| {
-        anyhow::anyhow!(
-            "{e}{}",
-            if e.contains(" GPUs") {
-                "; use a smaller --k"
-            } else {
-                ""
-            }
-        )
-    })?;
+    let planned = plan::request(&template, experiment, &a.ks, state.max_k)
+        // Only a k that does not fit is fixed by a smaller --k.
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}{}",
+                if e.contains(" GPUs") {
+                    "; use a smaller --k"
+                } else {
+                    ""
+                }
+            )
+        })?;
     if !planned.notes.is_empty() {
         anyhow::bail!("{}; use a smaller --k", planned.notes.join("; "));
     }
@@ -558,7 +553,7 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
             v["timeline_median"] = Value::Array(medians);
         }
     }
-    if let Some(p) = prediction_json(r, context) {
+    if let Some(p) = crate::report::json::prediction(r, context) {
         v["prediction"] = p;
     }
     if let Some(p) = probe_ratio_json(r, context) {
@@ -583,40 +578,6 @@ fn timeline_median_json(st: &predict::TimelineStats) -> Value {
             "queue_ms": spread_json(&b.queue_ms),
             "comm_ms": spread_json(&b.comm_ms),
         })).collect::<Vec<_>>(),
-    })
-}
-
-/// Predicted against measured for a completed k>1 run (`{"na": why}` when it cannot be).
-pub fn prediction_json(r: &RunView, runs: &[RunView]) -> Option<Value> {
-    if r.spec.k < 2
-        || r.status != RunStatus::Completed
-        || !matches!(r.spec.experiment, Experiment::Weak | Experiment::Strong)
-    {
-        return None;
-    }
-    Some(match predict::predict_run(r, runs) {
-        Ok(p) => json!({
-            "simulated": r.is_simulated(),
-            "baseline_run_id": p.baseline,
-            "busbw_source": p.busbw.label,
-            "busbw_run_id": p.busbw.run_id,
-            "control_run_id": p.control.as_ref().map(|c| c.0.clone()),
-            "control_reducer_ms": p.control.as_ref().map(|c| c.1),
-            "reducer_added": p.reducer_added,
-            "reducer_note": p.reducer_note,
-            "samples_per_s": {"predicted": p.predicted_sps, "measured": p.measured_sps, "error_pct": p.sps_error_pct},
-            "step_ms_predicted": p.predicted_step_ms,
-            "exposed_ms": {
-                "predicted": p.predicted_exposed_ms,
-                "measured": p.measured_exposed_ms,
-                "error_pct": p.measured_exposed_ms.and_then(|m| crate::costmodel::predict::error_pct(p.predicted_exposed_ms, m)),
-            },
-            "buckets": p.buckets.iter().map(|b| json!({
-                "index": b.index, "bytes": b.bytes, "predicted_ms": b.predicted_ms,
-                "measured_ms": b.measured_ms, "measured_inferred": b.inferred, "error_pct": b.error_pct,
-            })).collect::<Vec<_>>(),
-        }),
-        Err(why) => json!({"na": why}),
     })
 }
 
@@ -948,7 +909,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         if let Some(t) = r.transport() {
             notes.push(format!("via {t}"));
         }
-        if let Some(n) = crate::supervisor::nccl_log::ignored_note(&r.nccl_read) {
+        if let Some(n) = crate::run::nccl::ignored_note(&r.nccl_read) {
             notes.push(format!("WARNING {n}"));
         }
         if let Some(shared) = &r.gpus_shared {

@@ -7,6 +7,7 @@
 //! to launch) → `ui` (pure drawing) and the front ends `tui` (dashboard) and `headless`.
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod costmodel;
@@ -19,6 +20,7 @@ pub mod loadgen;
 pub mod paths;
 pub mod plan;
 pub mod protocol;
+pub mod query;
 pub mod report;
 pub mod run;
 pub mod selfcost;

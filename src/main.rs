@@ -18,13 +18,13 @@ fn main() {
         Some(Cmd::Tune(a)) => {
             ddptop::util::runtime().and_then(|rt| rt.block_on(ddptop::tune::tune(&cli.global, a)))
         }
-        Some(Cmd::Runs(a)) => ddptop::report::cmd::runs(&cli.global, &a),
-        Some(Cmd::Report(a)) => ddptop::report::cmd::report(&cli.global, &a),
-        Some(Cmd::Show(a)) => ddptop::report::cmd::show(&cli.global, &a),
-        Some(Cmd::Diff(a)) => ddptop::report::cmd::diff(&cli.global, &a),
-        Some(Cmd::Completions(a)) => ddptop::report::cmd::completions(&a),
-        Some(Cmd::Man(a)) => ddptop::report::cmd::man(&a),
-        Some(Cmd::BenchGpu(a)) => ddptop::gpu::bench::main(&a),
+        Some(Cmd::Runs(a)) => ddptop::query::runs(&cli.global, &a),
+        Some(Cmd::Report(a)) => ddptop::query::report(&cli.global, &a),
+        Some(Cmd::Show(a)) => ddptop::query::show(&cli.global, &a),
+        Some(Cmd::Diff(a)) => ddptop::query::diff(&cli.global, &a),
+        Some(Cmd::Completions(a)) => ddptop::query::completions(&a),
+        Some(Cmd::Man(a)) => ddptop::query::man(&a),
+        Some(Cmd::BenchGpu(a)) => ddptop::bench::main(&a),
         None => ddptop::tui::main(&cli.global, &cli.tui),
     };
     let code = match result {

@@ -4,10 +4,9 @@
 //! its k=1 control, and the one-measurement-at-a-time queue.
 
 use crate::app::{HostInfo, State};
-use crate::cli::{BackendArg, BadInput, GlobalArgs};
 use crate::config::Config;
 use crate::costmodel::Profile;
-use crate::detect::Resolved;
+use crate::detect::{BackendChoice, Resolved};
 use crate::engine::{Engine, EngineOptions};
 use crate::protocol::Backend;
 pub use crate::run::fits;
@@ -16,7 +15,20 @@ use crate::run::{
     JaxSharding, ModelName, NcclSettings, OptimizerName, RunSpec, TorchStrategy,
 };
 use crate::run::{HandRolled, TorchSettings};
+use crate::util::BadInput;
 use std::collections::VecDeque;
+use std::path::PathBuf;
+
+/// The global flags every front end takes (`cli::GlobalArgs` fills them): where the data and
+/// the config are, which Python and workers to launch, whether busy GPUs may be shared.
+#[derive(Debug, Clone, Default)]
+pub struct Globals {
+    pub data_dir: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    pub python: Option<PathBuf>,
+    pub workers_dir: Option<PathBuf>,
+    pub shared_gpus: bool,
+}
 
 /// What the front ends share once set up.
 pub struct Setup {
@@ -38,8 +50,8 @@ pub enum BrokenConfig {
 
 /// Load the config, pick the backend, check the profile, fill the engine's options.
 pub fn setup(
-    g: &GlobalArgs,
-    backend: BackendArg,
+    g: &Globals,
+    backend: BackendChoice,
     profile: Option<&str>,
     presets: &[String],
     broken: BrokenConfig,
@@ -118,7 +130,7 @@ impl Setup {
 }
 
 /// `--preset NAME` that the config does not have: the error, with the known names.
-pub fn unknown_preset(g: &GlobalArgs, config: &Config, name: &str) -> BadInput {
+pub fn unknown_preset(g: &Globals, config: &Config, name: &str) -> BadInput {
     let known: Vec<&str> = config.presets.keys().map(|k| k.as_str()).collect();
     BadInput(format!(
         "unknown preset `{name}`; known: {} (add one under [presets] in {})",
@@ -187,7 +199,7 @@ pub struct Template {
     pub nccl: NcclSettings,
     pub data_path: DataPath,
     pub data_source: DataSource,
-    pub inject: Option<String>,
+    pub inject: Option<crate::run::Fault>,
     /// The JAX experiment's parameter layout.
     pub sharding: JaxSharding,
     /// The fsdp experiment's strategy when it runs alone (`fsdp_pairs` off).
@@ -201,6 +213,9 @@ pub struct Template {
     pub attach: Option<AttachTarget>,
     /// The hand-rolled experiment's dispatch and reduce.
     pub hand: HandRolled,
+    /// handrolled: at each k DDP and the three hand-rolled variants (the Deficits pane; the
+    /// dashboard's sweep, `ddptop run handrolled --deficits`) instead of `hand` alone.
+    pub deficits: bool,
     /// The book's TF32/cudnn.benchmark settings for PyTorch experiments (`--no-book-settings`).
     pub torch: TorchSettings,
 }
@@ -227,6 +242,7 @@ impl Template {
             sharding: JaxSharding::Data,
             strategy: TorchStrategy::Fsdp,
             fsdp_pairs: true,
+            deficits: false,
             optimizer: None,
             attach: None,
             hand: HandRolled::default(),
@@ -246,7 +262,7 @@ impl Template {
             epochs: self.epochs.max(1),
             samples: self.samples,
             nccl: self.nccl.clone(),
-            inject: self.inject.clone(),
+            inject: self.inject,
             control: false,
             data_path: self.data_path,
             data_source: self.data_source.clone(),
@@ -353,18 +369,20 @@ pub fn sweep(
 }
 
 /// What `ks` of `experiment` launch: the one plan of the dashboard (`tui/actions.rs`) and of
-/// `ddptop run` (`headless.rs`), so that both show the same comparisons. fsdp is paired with DDP
-/// at each k unless the template asks for one strategy; everything else is `sweep`.
-pub fn launches(
+/// `ddptop run` (`headless.rs`), so that both make the same comparisons. The pairing rules live
+/// here and nowhere else: fsdp is paired with DDP at each k unless the template asks for one
+/// strategy (`fsdp_pairs`); handrolled with `deficits` runs DDP and the three variants at each
+/// k; a probe gets its k=1 control (`sweep`); everything else is one launch per k.
+pub fn request(
     t: &Template,
     experiment: Experiment,
     ks: &[u32],
     max_k: u32,
 ) -> Result<Planned, String> {
-    if experiment == Experiment::Fsdp && t.fsdp_pairs {
-        fsdp_pairs(t, ks, max_k)
-    } else {
-        sweep(t, experiment, ks, max_k)
+    match experiment {
+        Experiment::Fsdp if t.fsdp_pairs => fsdp_pairs(t, ks, max_k),
+        Experiment::Handrolled if t.deficits => deficits_sweep(t, ks, max_k),
+        _ => sweep(t, experiment, ks, max_k),
     }
 }
 
@@ -552,13 +570,13 @@ mod tests {
     }
 
     #[test]
-    fn launches_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
+    fn requests_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
         let mut t = Template::new(Backend::Gloo, None);
         let strategies = |p: &Planned| -> Vec<(u32, TorchStrategy)> {
             p.specs.iter().map(|s| (s.k, s.strategy)).collect()
         };
         // The default template (the dashboard's and `ddptop run fsdp`'s): the pairs.
-        let p = launches(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
             strategies(&fsdp_pairs(&t, &[1, 2], 0).unwrap())
@@ -567,14 +585,14 @@ mod tests {
         // `--strategy ddp`: that strategy alone.
         t.fsdp_pairs = false;
         t.strategy = TorchStrategy::Ddp;
-        let p = launches(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
             [(1, TorchStrategy::Ddp), (2, TorchStrategy::Ddp)]
         );
         // Other experiments are their sweep (a probe still gets its control).
         let t = Template::new(Backend::Sim, None);
-        let p = launches(&t, Experiment::Probe, &[2], 0).unwrap();
+        let p = request(&t, Experiment::Probe, &[2], 0).unwrap();
         assert_eq!(
             p.specs,
             sweep(&t, Experiment::Probe, &[2], 0).unwrap().specs

@@ -293,7 +293,7 @@ impl Store {
                 s.epochs,
                 s.samples as i64,
                 serde_json::to_string(s.nccl.as_map())?,
-                s.inject,
+                s.inject.map(|f| f.to_string()),
                 s.control,
                 r.sweep,
                 r.command.shell(),
@@ -652,29 +652,27 @@ fn json_col<T: serde::de::DeserializeOwned + Default>(
 
 fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     let spec = RunSpec {
-        experiment: known(r, "experiment", Experiment::parse)?,
+        experiment: known(r, "experiment", |s| s.parse::<Experiment>().ok())?,
         k: r.get("k")?,
-        backend: known(r, "backend", |s| match s {
-            "nccl" => Some(Backend::Nccl),
-            "gloo" => Some(Backend::Gloo),
-            "sim" => Some(Backend::Sim),
-            _ => None,
-        })?,
+        backend: known(r, "backend", |s| s.parse::<Backend>().ok())?,
         profile: r.get("profile")?,
-        model: known(r, "model", ModelName::parse)?,
+        model: known(r, "model", |s| s.parse::<ModelName>().ok())?,
         batch: r.get("batch")?,
         epochs: r.get("epochs")?,
         samples: r.get::<_, i64>("samples")? as u64,
         nccl: NcclSettings::from_stored(json_col(r, "toggles_json")?),
-        inject: r.get("inject")?,
+        inject: match r.get::<_, Option<String>>("inject")? {
+            Some(_) => Some(known(r, "inject", |s| s.parse().ok())?),
+            None => None,
+        },
         control: r.get("control")?,
-        data_path: known(r, "data_path", DataPath::parse)?,
+        data_path: known(r, "data_path", |s| s.parse::<DataPath>().ok())?,
         data_source: known(r, "data_source", DataSource::from_stored)?,
-        sharding: known(r, "sharding", JaxSharding::parse)?,
-        strategy: known(r, "strategy", TorchStrategy::parse)?,
-        optimizer: known(r, "optimizer", OptimizerName::parse)?,
+        sharding: known(r, "sharding", |s| s.parse::<JaxSharding>().ok())?,
+        strategy: known(r, "strategy", |s| s.parse::<TorchStrategy>().ok())?,
+        optimizer: known(r, "optimizer", |s| s.parse::<OptimizerName>().ok())?,
         hand: known(r, "hand", HandRolled::parse)?,
-        torch: known(r, "torch_settings", TorchSettings::parse)?,
+        torch: known(r, "torch_settings", |s| s.parse::<TorchSettings>().ok())?,
         attach: match r.get::<_, Option<String>>("attach_json")? {
             None => None,
             Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
@@ -694,7 +692,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     run.started = None;
     run.live = false;
     run.sweep = r.get("sweep")?;
-    run.status = known(r, "status", RunStatus::parse)?;
+    run.status = known(r, "status", |s| s.parse::<RunStatus>().ok())?;
     run.reason = r.get("reason")?;
     run.ended_unix = r.get("ended_unix")?;
     let sps: Option<f64> = r.get::<_, Option<f64>>("samples_per_s")?.and_then(rate);

@@ -2,6 +2,50 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// One way to name an enum's values: `ALL`, `as_str`, `FromStr` (exactly these names; the error
+/// lists them) and `Display` (the name) from one table, so that the store, the protocol, the
+/// command line and the screens spell a value the same way. Serde and clap derive their own
+/// names from the variants; `tests` in `run` check that they agree.
+macro_rules! names {
+    ($t:ident { $($v:ident => $s:literal),+ $(,)? }) => {
+        impl $t {
+            pub const ALL: [$t; [$($s),+].len()] = [$($t::$v),+];
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($t::$v => $s,)+
+                }
+            }
+        }
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($s => Ok($t::$v),)+
+                    _ => Err(format!("`{s}` is not one of: {}", [$($s),+].join(", "))),
+                }
+            }
+        }
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use names;
+
+/// Input ddptop refuses: a one-line message saying what to do; exit code 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadInput(pub String);
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadInput {}
+
 pub fn unix_now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -95,12 +139,31 @@ pub fn utc_parts(secs: i64) -> (i64, u32, u32, u32, u32, u32) {
     )
 }
 
+/// Days since 1970-01-01 of a civil date (the inverse of `util::utc_parts`).
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 #[cfg(test)]
 mod time_tests {
     #[test]
     fn utc_parts_known_date() {
         // 2026-11-30 01:15:00 UTC
         assert_eq!(super::utc_parts(1_796_001_300), (2026, 11, 30, 1, 15, 0));
+    }
+
+    #[test]
+    fn civil_days_invert_utc_parts() {
+        for secs in [0i64, 951_782_400, 1_796_001_300, 4_102_444_800] {
+            let (y, m, d, ..) = super::utc_parts(secs);
+            assert_eq!(super::days_from_civil(y, m, d), secs.div_euclid(86_400));
+        }
     }
 }
 

@@ -1,8 +1,8 @@
 //! Report plots: the SVGs carry their series, labels and SIMULATED titles; the PNGs decode to
 //! the advertised size with more than a blank canvas on them.
 
-#[path = "report_support/fixture.rs"]
-mod fixture;
+mod common;
+use common::report as fixture;
 
 use ddptop::report::plot::{BENCH_SIZE, Plot, SCALING_SIZE};
 

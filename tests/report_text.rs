@@ -1,8 +1,8 @@
 //! The report's text formats: snapshots of Markdown, HTML, JSON and CSV from fixed inputs, and
 //! the properties a reader relies on (SIMULATED labels, schema fields, parseable CSV).
 
-#[path = "report_support/fixture.rs"]
-mod fixture;
+mod common;
+use common::report as fixture;
 
 use ddptop::report::markdown::Image;
 use ddptop::report::{Format, doc::PlotSlot, render};

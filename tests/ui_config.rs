@@ -158,7 +158,12 @@ fn user_themes_load_from_the_config_dir() {
     let p = write(d.path(), "config.toml", "theme = \"mine\"\n");
     let c = Config::load(Some(&p)).unwrap();
     assert_eq!(c.theme, "mine");
-    let mut set = ThemeSet::load(&c.theme, c.themes_dir().as_deref(), false).unwrap();
+    let mut set = ThemeSet::load(
+        &c.theme,
+        &ddptop::config::user_themes(c.themes_dir().as_deref()).unwrap(),
+        false,
+    )
+    .unwrap();
     assert_eq!(set.current().name, "mine");
     assert!(set.names().contains(&"high-contrast"));
     let first = set.current().name.clone();
@@ -173,13 +178,18 @@ fn user_themes_load_from_the_config_dir() {
     assert_eq!(seen.len(), 5, "4 built in + 1 user: {seen:?}");
     // A broken user theme is a config error naming its file and line.
     write(d.path(), "themes/bad.toml", "\nbar = { fg = \"purpel\" }\n");
-    let e = ThemeSet::load("dark", c.themes_dir().as_deref(), false).unwrap_err();
+    let e = ThemeSet::load(
+        "dark",
+        &ddptop::config::user_themes(c.themes_dir().as_deref()).unwrap(),
+        false,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("bad.toml:2:"), "{e}");
 }
 
 #[test]
 fn no_color_means_monochrome_only() {
-    let mut set = ThemeSet::load("dark", None, true).unwrap();
+    let mut set = ThemeSet::load("dark", &[], true).unwrap();
     assert_eq!(set.current().name, "monochrome");
     assert_eq!(set.cycle().name, "monochrome", "t cannot bring colour back");
     let t = set.current();

@@ -1,14 +1,12 @@
 //! The Deficits pane and the hand-rolled curve on the Scaling pane, drawn from a hand-built state
 //! (DDP and the three hand-rolled variants at k = 1, 2 on two GPUs), kept as an insta snapshot.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::Pane;
-use ddptop::keys::KeyMap;
 use ddptop::protocol::Backend;
 use ddptop::run::{Experiment, HandRolled};
-use ddptop::ui::{self, Theme};
 use fixtures::{Screen, completed, host_gpubox, id, spec};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -59,15 +57,7 @@ fn text(t: &Terminal<TestBackend>) -> String {
 #[test]
 fn deficits_pane_sets_each_variant_beside_ddp() {
     let st = deficits_state();
-    let mut t = Terminal::new(TestBackend::new(120, 40)).unwrap();
-    let (theme, keys) = (Theme::dark(), KeyMap::default());
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme: &theme,
-        keys: &keys,
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    let t = fixtures::draw(&st, 120, 40);
     let s = text(&t);
     assert!(s.contains("Deficits"), "{s}");
     // k=2: 8,600 / 10,959 = 78% for the book's loop, 94% with both fixes.

@@ -1,29 +1,18 @@
 //! GPU sources: fakes with an erroring GPU and NotSupported fields render as "n/a" rows, never a
 //! crash; NVML absent gives one note; the sampler thread feeds `State` through `apply_update`.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::{Pane, gpus};
 use ddptop::gpu::fake::FakeGpus;
 use ddptop::gpu::sampler::Sampler;
 use ddptop::gpu::{self, GpuError, GpuSource, Update};
-use ddptop::keys::KeyMap;
-use ddptop::ui::{self, Theme};
 use fixtures::Screen;
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 use std::time::Duration;
 
 fn screen(st: &Screen, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme: &Theme::dark(),
-        keys: &KeyMap::default(),
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    let t = fixtures::draw(st, w, h);
     let buf = t.backend().buffer().clone();
     (0..h)
         .map(|y| (0..w).map(|x| buf[(x, y)].symbol()).collect::<String>())

@@ -3,14 +3,12 @@
 //! snapshots. The receipt's figures are those a `ddptop run jax --k 2 --backend gloo --model tiny`
 //! run reported on this project's CPU machine (jax 0.10.2).
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::{HostInfo, Pane};
-use ddptop::keys::KeyMap;
 use ddptop::protocol::{Backend, Check, Hlo, HloOpStats, HloOps, Memory, Sharding};
 use ddptop::run::{Experiment, HostBackend, ModelName, RunSpec, RunStatus};
-use ddptop::ui::{self, Theme};
 use fixtures::Screen;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -168,14 +166,7 @@ fn jax_screen() -> Screen {
 }
 
 fn draw(st: &Screen, w: u16, h: u16) -> (Terminal<TestBackend>, String) {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme: &Theme::dark(),
-        keys: &KeyMap::default(),
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    let t = fixtures::draw(st, w, h);
     let buf = t.backend().buffer().clone();
     let mut s = String::new();
     for y in 0..buf.area.height {

@@ -1,14 +1,12 @@
 //! The Ranks pane with 256 ranks: more ranks than lines, so a summary over every rank (count,
 //! lost, min/median/max of step and step time), then lost ranks, then the slowest first.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::Pane;
-use ddptop::keys::KeyMap;
 use ddptop::protocol::Backend;
 use ddptop::run::{Experiment, RunStatus};
-use ddptop::ui::{self, Theme};
 use fixtures::*;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -44,18 +42,6 @@ fn ranks_256() -> Screen {
     st.view.focused = Some(id(9));
     st.view.pane = Pane::Gpus;
     st
-}
-
-fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme: &Theme::dark(),
-        keys: &KeyMap::default(),
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
-    t
 }
 
 fn text(t: &Terminal<TestBackend>) -> String {

@@ -1,32 +1,16 @@
 //! Whole screens drawn from hand-built states into ratatui's TestBackend, kept as insta snapshots
 //! (tests/snapshots/). `INSTA_UPDATE=always cargo test --test ui_screens` accepts changes.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::Pane;
 use ddptop::keys::{Key, KeyMap};
 use ddptop::protocol::Backend;
-use ddptop::ui::{self, Theme};
-use fixtures::Screen;
+use ddptop::ui::Theme;
+use fixtures::{Screen, draw, draw_with};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-
-fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
-    draw_with(st, w, h, &Theme::dark(), &KeyMap::default())
-}
-
-fn draw_with(st: &Screen, w: u16, h: u16, theme: &Theme, keys: &KeyMap) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme,
-        keys,
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
-    t
-}
 
 fn text(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();
@@ -379,7 +363,7 @@ fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
 }
 
 /// `ddptop run fsdp --json` carries the Memory pane's DDP-beside-FSDP rows for each rank (both
-/// front ends launch the pair: plan::launches).
+/// front ends launch the pair: plan::request).
 #[test]
 fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
     let st = fixtures::fsdp_state(Backend::Nccl);

@@ -3,30 +3,15 @@
 //! one step), the Scaling pane's prediction under each k>1 point, the Probe pane's control order,
 //! live label and (difference − control) / model ratio.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::{Experiment, Freeze, Pane};
-use ddptop::keys::KeyMap;
 use ddptop::protocol::{Backend, BucketSpan, Buckets};
 use ddptop::run::RunView;
-use ddptop::ui::{self, Theme};
 use fixtures::*;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-
-fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let (theme, keys) = (Theme::dark(), KeyMap::default());
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme: &theme,
-        keys: &keys,
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
-    t
-}
 
 fn text(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();
@@ -219,7 +204,7 @@ fn prediction_error_is_one_figure_on_screen_in_json_and_in_reports() {
     assert!(screen.contains(&shown), "{shown} not on screen:\n{screen}");
 
     // `ddptop run --json`.
-    let head = ddptop::headless::prediction_json(k2, &runs).unwrap();
+    let head = ddptop::report::json::prediction(k2, &runs).unwrap();
     let e = head["samples_per_s"]["error_pct"].as_f64().unwrap();
     assert!((e - want).abs() < 1e-9, "{head}");
 

@@ -2,8 +2,8 @@
 //! progress and ETA, the visible queue, the Log's scrolling, wrapping and zoom, the run details,
 //! backend-aware labels, the header at 80 columns, run ids at 200, NO_COLOR glyphs.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::{Action, Freeze, FrozenStep, Level, Pane, Queued, RunStatus};
 use ddptop::keys::KeyMap;
@@ -13,23 +13,6 @@ use ddptop::ui::{self, Theme};
 use fixtures::*;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
-
-fn draw_theme(st: &Screen, w: u16, h: u16, theme: &Theme) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let keys = KeyMap::default();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme,
-        keys: &keys,
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
-    t
-}
-
-fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
-    draw_theme(st, w, h, &Theme::dark())
-}
 
 fn text(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();
@@ -312,7 +295,13 @@ fn run_ids_are_never_squeezed_at_200_columns() {
 #[test]
 fn no_color_timeline_bars_have_glyphs_of_their_own_in_the_legend() {
     let st = gpubox_8();
-    let s = text(&draw_theme(&st, 240, 70, &Theme::monochrome()));
+    let s = text(&draw_with(
+        &st,
+        240,
+        70,
+        &Theme::monochrome(),
+        &KeyMap::default(),
+    ));
     let legend = s
         .lines()
         .find(|l| l.contains("backward") && l.contains("optimizer"))

@@ -1,29 +1,18 @@
 //! The watchdog's live word in the Ranks pane: a run in its first steps says it is warming up
 //! (and with what allowance), a slow step it waits out says so, instead of a silent kill.
 
-#[path = "ui_fixtures.rs"]
-mod fixtures;
+mod common;
+use common::ui as fixtures;
 
 use ddptop::app::Pane;
-use ddptop::keys::KeyMap;
 use ddptop::protocol::{Backend, Phase};
 use ddptop::run::{Experiment, RunStatus};
 use ddptop::supervisor::watchdog::{self, WatchdogConfig};
-use ddptop::ui::{self, Theme};
 use fixtures::*;
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
 use std::time::{Duration, Instant};
 
 fn text(st: &Screen, w: u16, h: u16) -> String {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    let ctx = ui::Ctx {
-        state: &st.state,
-        view: &st.view,
-        theme: &Theme::dark(),
-        keys: &KeyMap::default(),
-    };
-    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    let t = fixtures::draw(st, w, h);
     let buf = t.backend().buffer();
     (0..buf.area.height)
         .map(|y| {

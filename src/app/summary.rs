@@ -250,7 +250,7 @@ mod tests {
         let injected = done(
             "inj",
             RunSpec {
-                inject: Some("hang:5".into()),
+                inject: Some("hang:5".parse().unwrap()),
                 ..one.clone()
             },
             60.0,

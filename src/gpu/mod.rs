@@ -5,7 +5,6 @@
 //! Every field is optional: NVML answers `NotSupported` per metric and per device, and one GPU
 //! that cannot be read at all becomes a row with an error, never a failed tick.
 
-pub mod bench;
 pub mod fake;
 pub mod nvml;
 pub mod procs;

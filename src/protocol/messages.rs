@@ -4,23 +4,19 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Which collective backend a worker runs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    Nccl,
-    Gloo,
     Sim,
+    Gloo,
+    Nccl,
 }
 
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Nccl => "nccl",
-            Backend::Gloo => "gloo",
-            Backend::Sim => "sim",
-        }
-    }
-}
+crate::util::names!(Backend {
+    Sim => "sim",
+    Gloo => "gloo",
+    Nccl => "nccl",
+});
 
 /// The collective library a worker's ranks talk through (`hello.backend`). A superset of the
 /// launch [`Backend`]: JAX on CPU runs XLA's in-process collectives, which ddptop never launches.

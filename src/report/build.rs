@@ -36,7 +36,7 @@ pub fn settings_label(run: &RunView) -> String {
     let s = run.spec.nccl.short();
     let mut label = if s == "default" { "defaults".into() } else { s };
     // The setting as it took effect: a toggle NCCL never read did nothing.
-    if let Some(n) = crate::supervisor::nccl_log::ignored_note(&run.nccl_read) {
+    if let Some(n) = crate::run::nccl::ignored_note(&run.nccl_read) {
         label.push_str(&format!(" ({n})"));
     }
     if run.gpus_shared.is_some() {
@@ -51,9 +51,9 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
     let run_dir = rec.map(|r| r.run_dir.clone());
     RunInfo {
         id: run.id.clone(),
-        experiment: s.experiment.as_str().into(),
+        experiment: s.experiment,
         k: s.k,
-        backend: s.backend.as_str().into(),
+        backend: s.backend,
         profile: s.profile.clone(),
         model: set.model,
         per_rank_batch: set.per_rank_batch,
@@ -64,7 +64,7 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         caveats: run.caveats.iter().map(|c| c.text.clone()).collect(),
         settings: settings_label(run),
         torch: run.torch_label(),
-        status: run.status.as_str().into(),
+        status: run.status,
         reason: run.reason.clone(),
         started: Timestamp(run.started_unix),
         ended: run.ended_unix.map(Timestamp),

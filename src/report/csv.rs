@@ -66,9 +66,9 @@ pub fn render(r: &Report) -> String {
         let p = f.point;
         let cells = [
             field(&run.id),
-            field(&run.experiment),
+            field(run.experiment.as_str()),
             run.k.to_string(),
-            field(&run.backend),
+            field(run.backend.as_str()),
             run.simulated().to_string(),
             field(run.profile.as_deref().unwrap_or("")),
             // Unknown settings (an attached script's) are empty cells.
@@ -79,7 +79,7 @@ pub fn render(r: &Report) -> String {
             num_u(run.samples),
             field(run.data_path.as_deref().unwrap_or("")),
             field(&run.settings),
-            field(&run.status),
+            field(run.status.as_str()),
             run.started.to_string(),
             run.ended.map(|t| t.to_string()).unwrap_or_default(),
             num(p.map(|p| p.samples_per_s)),

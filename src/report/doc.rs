@@ -359,7 +359,7 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             };
             vec![
                 run.id.clone(),
-                run.experiment.clone(),
+                run.experiment.to_string(),
                 run.k.to_string(),
                 backend,
                 super::known(&run.model),
@@ -369,7 +369,7 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
                 super::known(&run.samples),
                 super::known(&run.data_path),
                 run.settings.clone(),
-                run.status.clone(),
+                run.status.to_string(),
                 run.started.to_string(),
                 opt(run.ended, |t| t.to_string()),
             ]
@@ -402,7 +402,7 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             if let Some(reason) = &run.reason {
                 parts.push(format!("{}: {}", run.status, reason.replace('\n', " ")));
             }
-            if run.status != "completed"
+            if run.status != crate::run::RunStatus::Completed
                 && let Some(log) = &run.output_log
             {
                 parts.push(format!("output log {log}"));

@@ -4,6 +4,8 @@
 use super::{
     BenchRow, Curve, Environment, ProbeRow, Report, RunInfo, SCHEMA_VERSION, Timeline, Timestamp,
 };
+use crate::app::predict;
+use crate::run::{Experiment, RunStatus, RunView};
 use serde_json::{Value, json};
 
 /// The fields every ddptop JSON document starts with.
@@ -168,5 +170,39 @@ fn bench_row(b: &BenchRow) -> Value {
         "time_us": b.time_us,
         "algbw_gbs": b.algbw_gbs,
         "busbw_gbs": b.busbw_gbs,
+    })
+}
+
+/// Predicted against measured for a completed k>1 run (`{"na": why}` when it cannot be).
+pub fn prediction(r: &RunView, runs: &[RunView]) -> Option<Value> {
+    if r.spec.k < 2
+        || r.status != RunStatus::Completed
+        || !matches!(r.spec.experiment, Experiment::Weak | Experiment::Strong)
+    {
+        return None;
+    }
+    Some(match predict::predict_run(r, runs) {
+        Ok(p) => json!({
+            "simulated": r.is_simulated(),
+            "baseline_run_id": p.baseline,
+            "busbw_source": p.busbw.label,
+            "busbw_run_id": p.busbw.run_id,
+            "control_run_id": p.control.as_ref().map(|c| c.0.clone()),
+            "control_reducer_ms": p.control.as_ref().map(|c| c.1),
+            "reducer_added": p.reducer_added,
+            "reducer_note": p.reducer_note,
+            "samples_per_s": {"predicted": p.predicted_sps, "measured": p.measured_sps, "error_pct": p.sps_error_pct},
+            "step_ms_predicted": p.predicted_step_ms,
+            "exposed_ms": {
+                "predicted": p.predicted_exposed_ms,
+                "measured": p.measured_exposed_ms,
+                "error_pct": p.measured_exposed_ms.and_then(|m| crate::costmodel::predict::error_pct(p.predicted_exposed_ms, m)),
+            },
+            "buckets": p.buckets.iter().map(|b| json!({
+                "index": b.index, "bytes": b.bytes, "predicted_ms": b.predicted_ms,
+                "measured_ms": b.measured_ms, "measured_inferred": b.inferred, "error_pct": b.error_pct,
+            })).collect::<Vec<_>>(),
+        }),
+        Err(why) => json!({"na": why}),
     })
 }

@@ -6,7 +6,6 @@
 //! ratios) are computed once, in this module, never re-derived per format.
 
 pub mod build;
-pub mod cmd;
 pub mod csv;
 pub mod doc;
 pub mod html;
@@ -14,6 +13,8 @@ pub mod json;
 pub mod markdown;
 pub mod plot;
 
+use crate::protocol::Backend;
+use crate::run::{Experiment, RunStatus};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -32,26 +33,21 @@ impl fmt::Display for Timestamp {
     }
 }
 
-/// Output formats of `ddptop report`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Output formats of `ddptop report` (`--format md|html|json|csv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// Markdown; with -o, the plots are written beside it as SVG (or PNG) and linked.
+    #[value(name = "md")]
     Markdown,
+    /// One self-contained HTML page with the plots inline.
     Html,
+    /// One JSON document (schema in docs/report.md).
     Json,
+    /// One row per run with its figures.
     Csv,
 }
 
 impl Format {
-    pub fn parse(s: &str) -> Option<Format> {
-        Some(match s {
-            "md" | "markdown" => Format::Markdown,
-            "html" => Format::Html,
-            "json" => Format::Json,
-            "csv" => Format::Csv,
-            _ => return None,
-        })
-    }
-
     pub fn extension(self) -> &'static str {
         match self {
             Format::Markdown => "md",
@@ -209,10 +205,9 @@ pub struct Environment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
     pub id: String,
-    pub experiment: String,
+    pub experiment: Experiment,
     pub k: u32,
-    /// `sim`, `gloo` or `nccl`.
-    pub backend: String,
+    pub backend: Backend,
     pub profile: Option<String>,
     /// The run's settings; `None`: not known (an attached script's own, where ddptop did not
     /// see them: never ddptop's defaults).
@@ -228,7 +223,7 @@ pub struct RunInfo {
     pub settings: String,
     /// The book's PyTorch settings, applied and seen (`None` without a PyTorch model).
     pub torch: Option<String>,
-    pub status: String,
+    pub status: RunStatus,
     pub reason: Option<String>,
     pub started: Timestamp,
     pub ended: Option<Timestamp>,
@@ -253,7 +248,7 @@ pub fn known<T: std::fmt::Display>(v: &Option<T>) -> String {
 
 impl RunInfo {
     pub fn simulated(&self) -> bool {
-        self.backend == "sim"
+        self.backend == Backend::Sim
     }
 
     /// `SIMULATED` for the simulated worker, else the backend as stored.
@@ -261,7 +256,7 @@ impl RunInfo {
         if self.simulated() {
             "SIMULATED".into()
         } else {
-            self.backend.clone()
+            self.backend.to_string()
         }
     }
 }

@@ -273,7 +273,7 @@ mod tests {
         // k, the fault and the control flag are not part of the curve.
         let same = RunSpec {
             k: 2,
-            inject: Some("hang:3".into()),
+            inject: Some("hang:3".parse().unwrap()),
             ..base.clone()
         };
         assert_eq!(same.curve_key(), k);

@@ -6,24 +6,36 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// Who issues each replica's forward, backward and optimizer step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum HandDispatch {
     /// One thread, every replica in turn (the book's single Python thread).
     #[default]
+    #[value(
+        help = "One thread issues every replica's work in turn (the book's single Python thread)"
+    )]
     Single,
     /// One OS thread per replica.
+    #[value(help = "One OS thread per replica")]
     Threads,
 }
 
 /// How the gradients are summed across replicas.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum HandReduce {
     /// Everything to device 0, summed there, sent back (the book's hub).
     #[default]
+    #[value(help = "Gather to device 0, sum, send back (the book's hub)")]
     Star,
     /// Chunked reduce-scatter then all-gather around a ring of device-to-device copies.
+    #[value(
+        help = "Chunked reduce-scatter then all-gather around a ring of device-to-device copies"
+    )]
     Ring,
 }
 
@@ -34,33 +46,15 @@ pub struct HandRolled {
     pub reduce: HandReduce,
 }
 
-impl HandDispatch {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HandDispatch::Single => "single",
-            HandDispatch::Threads => "threads",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [HandDispatch::Single, HandDispatch::Threads]
-            .into_iter()
-            .find(|x| x.as_str() == s)
-    }
-}
+crate::util::names!(HandDispatch {
+    Single => "single",
+    Threads => "threads",
+});
 
-impl HandReduce {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            HandReduce::Star => "star",
-            HandReduce::Ring => "ring",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [HandReduce::Star, HandReduce::Ring]
-            .into_iter()
-            .find(|x| x.as_str() == s)
-    }
-}
+crate::util::names!(HandReduce {
+    Star => "star",
+    Ring => "ring",
+});
 
 impl HandRolled {
     /// The deficits view's columns, from the book's loop to the one with both fixes.
@@ -86,8 +80,8 @@ impl HandRolled {
     pub fn parse(s: &str) -> Option<Self> {
         let (d, r) = s.split_once('+')?;
         Some(HandRolled {
-            dispatch: HandDispatch::parse(d)?,
-            reduce: HandReduce::parse(r)?,
+            dispatch: d.parse().ok()?,
+            reduce: r.parse().ok()?,
         })
     }
 }

@@ -4,12 +4,14 @@
 
 pub mod checks;
 pub mod curve;
+pub mod fault;
 pub mod handrolled;
 pub mod nccl;
 pub mod spec;
 pub mod view;
 
 pub use curve::{Batch, CurveKey, Setting, Warmup};
+pub use fault::Fault;
 pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};
 pub use spec::{

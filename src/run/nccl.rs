@@ -293,6 +293,18 @@ impl NcclSettings {
     }
 }
 
+/// What the run's NCCL log showed of its toggles (`RunView::nccl_read`, filled by
+/// `supervisor::nccl_log::toggles_read`), for a screen or report:
+/// `NCCL_SHM_USE_CUDA_MEMCPY=1 ignored by NCCL` for each toggle NCCL did not read.
+pub fn ignored_note(read: &BTreeMap<String, bool>) -> Option<String> {
+    let ignored: Vec<&str> = read
+        .iter()
+        .filter(|(_, taken)| !**taken)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    (!ignored.is_empty()).then(|| format!("NCCL ignored {}", ignored.join(", ")))
+}
+
 fn badge(name: &str, v: Option<&str>) -> String {
     match v {
         Some(v) => format!("{name}={v}"),

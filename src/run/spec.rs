@@ -2,6 +2,7 @@
 //! reproduced is in `RunSpec`.
 
 use super::curve::CurveKey;
+use super::fault::Fault;
 use super::handrolled::HandRolled;
 use super::nccl::NcclSettings;
 use crate::protocol::Backend;
@@ -13,54 +14,65 @@ use std::path::PathBuf;
 pub const DEFAULT_PROFILE: &str = "h200-nvlink";
 
 /// A run's kind. Adding a family (FSDP, JAX, …) starts here: see docs/architecture.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Hash,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Experiment {
+    #[value(help = "Per-rank batch fixed (default 256), k ranks")]
     Weak,
+    #[value(help = "Global batch fixed (default 512) split k ways")]
     Strong,
+    #[value(help = "The no_sync probe (interleaved synced/no_sync blocks, plus a k=1 control)")]
     Probe,
+    #[value(help = "All-reduce bandwidth sweep by size")]
     Allreduce,
     /// One JAX process drives all k devices: a jitted step over a Mesh (weak scaling, batch per
     /// device), with the HLO receipt of the collectives XLA wrote.
+    #[value(
+        help = "One JAX process over k devices: the jitted step, its HLO receipt (collectives XLA wrote) and a k=1 equality check; needs jax, flax and optax"
+    )]
     Jax,
     /// PyTorch FSDP2 (or DDP, `TorchStrategy`) on the weak experiment's model and batch: memory
     /// per rank and the per-block all-gathers and reduce-scatters.
+    #[value(
+        help = "PyTorch FSDP2 (or DDP, --strategy) with Adam: memory per rank (exact shard bytes, the 16P/k prediction, the CUDA peak) and each block's all-gathers and reduce-scatters"
+    )]
     Fsdp,
     /// A user's own DDP script under torchrun (`ddptop attach`), measured through torch's hooks
     /// by the bootstrap in workers/ddptop_bootstrap (docs/attach.md).
+    #[value(skip)]
     Attach,
     /// The hand-rolled loop in Rust on tch (workers/handrolled): one process, k replicas, the
     /// gradient all-reduce by tensor copies after the whole backward; weak scaling like DDP's.
+    #[value(
+        help = "The hand-rolled loop in Rust on tch: one process drives k replicas and all-reduces their gradients by tensor copies after the backward (--dispatch, --reduce; --deficits runs all three variants beside DDP). Needs the ddptop-handrolled binary"
+    )]
     Handrolled,
 }
 
-impl Experiment {
-    pub const ALL: [Experiment; 8] = [
-        Experiment::Weak,
-        Experiment::Strong,
-        Experiment::Probe,
-        Experiment::Allreduce,
-        Experiment::Jax,
-        Experiment::Fsdp,
-        Experiment::Attach,
-        Experiment::Handrolled,
-    ];
+crate::util::names!(Experiment {
+    Weak => "weak",
+    Strong => "strong",
+    Probe => "probe",
+    Allreduce => "allreduce",
+    Jax => "jax",
+    Fsdp => "fsdp",
+    Attach => "attach",
+    Handrolled => "handrolled",
+});
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Experiment::Weak => "weak",
-            Experiment::Strong => "strong",
-            Experiment::Probe => "probe",
-            Experiment::Allreduce => "allreduce",
-            Experiment::Jax => "jax",
-            Experiment::Fsdp => "fsdp",
-            Experiment::Attach => "attach",
-            Experiment::Handrolled => "handrolled",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Experiment::ALL.into_iter().find(|e| e.as_str() == s)
-    }
+impl Experiment {
     /// Default batch: per-rank for weak and probe, global for strong.
     pub fn default_batch(self) -> u32 {
         match self {
@@ -83,6 +95,52 @@ impl Experiment {
     pub fn needs_two_ranks(self) -> bool {
         matches!(self, Experiment::Probe | Experiment::Allreduce)
     }
+    /// The dashboard's `s` order: weak → strong → fsdp → jax → handrolled (→ attach, when the
+    /// dashboard was started with a script) → weak. Probe and allreduce have keys of their own.
+    pub fn next_in_cycle(self, with_attach: bool) -> Experiment {
+        match self {
+            Experiment::Weak => Experiment::Strong,
+            Experiment::Strong => Experiment::Fsdp,
+            Experiment::Fsdp => Experiment::Jax,
+            Experiment::Jax => Experiment::Handrolled,
+            Experiment::Handrolled if with_attach => Experiment::Attach,
+            _ => Experiment::Weak,
+        }
+    }
+    /// What the dashboard says when `s` picks this family (`attach`: the script it runs).
+    pub fn switch_message(self, attach: Option<&AttachTarget>) -> String {
+        match (self, attach) {
+            (Experiment::Attach, Some(a)) => {
+                format!("next launch: attach {} (1/2/4 run it at that k)", a.label())
+            }
+            (Experiment::Handrolled, _) => {
+                "next launch: handrolled single+star (one Rust process, k replicas, gradients \
+                 all-reduced by tensor copies); a runs DDP and all three variants \
+                 at k = 1, 2, 4 for the Deficits pane"
+                    .into()
+            }
+            (Experiment::Jax, _) => {
+                "next launch: jax (one process over k devices, batch 256 per device): \
+                 the Receipt pane shows the collectives XLA wrote"
+                    .into()
+            }
+            (Experiment::Fsdp, _) => {
+                "next launch: fsdp (batch 256 per rank, Adam): FSDP then DDP at each k, \
+                 memory per rank in the Memory pane"
+                    .into()
+            }
+            (e, _) => format!(
+                "next launch: {} scaling (batch {}{})",
+                e.as_str(),
+                e.default_batch(),
+                if e == Experiment::Strong {
+                    " global"
+                } else {
+                    " per rank"
+                }
+            ),
+        }
+    }
     /// Worker processes (protocol connections) a run at k has: one JAX process drives all k
     /// devices, every other experiment has one rank per device.
     pub fn processes(self, k: u32) -> u32 {
@@ -92,29 +150,24 @@ impl Experiment {
 
 /// How the JAX experiment lays out parameters and optimizer state on its mesh (the batch is
 /// always split along the mesh axis): the PartitionSpec changes, the training step does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum JaxSharding {
     /// Replicated on every device (data parallelism).
     #[default]
+    #[value(help = "Parameters and optimizer state replicated on every device")]
     Data,
     /// Split along the mesh axis (FSDP-style): XLA gathers them where they are used.
+    #[value(help = "Parameters and optimizer state split along the mesh (FSDP-style)")]
     Fsdp,
 }
 
-impl JaxSharding {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            JaxSharding::Data => "data",
-            JaxSharding::Fsdp => "fsdp",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [JaxSharding::Data, JaxSharding::Fsdp]
-            .into_iter()
-            .find(|x| x.as_str() == s)
-    }
-}
+crate::util::names!(JaxSharding {
+    Data => "data",
+    Fsdp => "fsdp",
+});
 
 /// The chapter's two PyTorch settings: float32 matmul precision "high" (TF32 on tensor cores)
 /// and `torch.backends.cudnn.benchmark = True`. They change the figure (about 1% on one H200), so
@@ -132,23 +185,13 @@ pub enum TorchSettings {
     Script,
 }
 
+crate::util::names!(TorchSettings {
+    Book => "book",
+    Off => "off",
+    Script => "script",
+});
+
 impl TorchSettings {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TorchSettings::Book => "book",
-            TorchSettings::Off => "off",
-            TorchSettings::Script => "script",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            TorchSettings::Book,
-            TorchSettings::Off,
-            TorchSettings::Script,
-        ]
-        .into_iter()
-        .find(|x| x.as_str() == s)
-    }
     /// What a screen or report says of it.
     pub fn label(self) -> &'static str {
         match self {
@@ -179,52 +222,47 @@ impl TorchSettings {
 }
 
 /// How the `fsdp` experiment holds the training state: sharded over the k ranks, or replicated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TorchStrategy {
     /// `fully_shard` on each residual block, then the root: 16P/k bytes of state per rank.
     #[default]
+    #[value(
+        help = "fully_shard on each residual block, then the root: state sharded over the k ranks"
+    )]
     Fsdp,
     /// DistributedDataParallel: every rank holds all 16P bytes.
+    #[value(help = "DistributedDataParallel: every rank holds the whole state")]
     Ddp,
 }
 
-impl TorchStrategy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TorchStrategy::Fsdp => "fsdp",
-            TorchStrategy::Ddp => "ddp",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [TorchStrategy::Fsdp, TorchStrategy::Ddp]
-            .into_iter()
-            .find(|x| x.as_str() == s)
-    }
-}
+crate::util::names!(TorchStrategy {
+    Fsdp => "fsdp",
+    Ddp => "ddp",
+});
 
 /// The optimizer of a PyTorch run: the book's plain SGD (no state), or Adam (8 bytes of state
 /// per parameter, which makes the 16P of the memory rule real).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OptimizerName {
     #[default]
+    #[value(help = "The book's plain SGD: no optimizer state")]
     Sgd,
+    #[value(help = "Adam: two fp32 moments per parameter (16P bytes of state in all)")]
     Adam,
 }
 
+crate::util::names!(OptimizerName {
+    Sgd => "sgd",
+    Adam => "adam",
+});
+
 impl OptimizerName {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OptimizerName::Sgd => "sgd",
-            OptimizerName::Adam => "adam",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [OptimizerName::Sgd, OptimizerName::Adam]
-            .into_iter()
-            .find(|x| x.as_str() == s)
-    }
     /// The fsdp experiment measures memory, so its default carries state; the rest use the book's.
     pub fn default_for(experiment: Experiment) -> Self {
         if experiment == Experiment::Fsdp {
@@ -235,12 +273,17 @@ impl OptimizerName {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelName {
     Resnet18,
     Tiny,
 }
+
+crate::util::names!(ModelName {
+    Resnet18 => "resnet18",
+    Tiny => "tiny",
+});
 
 impl ModelName {
     /// The book's ResNet-18 on GPUs and in simulation; the tiny CNN for gloo on CPUs, where a
@@ -251,18 +294,6 @@ impl ModelName {
         } else {
             ModelName::Resnet18
         }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModelName::Resnet18 => "resnet18",
-            ModelName::Tiny => "tiny",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [ModelName::Resnet18, ModelName::Tiny]
-            .into_iter()
-            .find(|m| m.as_str() == s)
     }
 }
 
@@ -277,29 +308,16 @@ pub enum RunStatus {
     Stopped,
 }
 
+crate::util::names!(RunStatus {
+    Starting => "starting",
+    Running => "running",
+    Completed => "completed",
+    Failed => "failed",
+    Hung => "hung",
+    Stopped => "stopped",
+});
+
 impl RunStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Starting => "starting",
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Hung => "hung",
-            RunStatus::Stopped => "stopped",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            RunStatus::Starting,
-            RunStatus::Running,
-            RunStatus::Completed,
-            RunStatus::Failed,
-            RunStatus::Hung,
-            RunStatus::Stopped,
-        ]
-        .into_iter()
-        .find(|x| x.as_str() == s)
-    }
     pub fn is_final(self) -> bool {
         !matches!(self, RunStatus::Starting | RunStatus::Running)
     }
@@ -314,28 +332,28 @@ impl RunStatus {
 }
 
 /// Where training batches come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, Default, clap::ValueEnum,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum DataPath {
     /// Tensors resident on the device, sliced per step: no input pipeline cost.
     #[default]
+    #[value(help = "Batches sliced from tensors already on the device (no input pipeline)")]
     Device,
     /// The book's DataLoader with a DistributedSampler and worker processes.
+    #[value(
+        help = "The book's DataLoader (DistributedSampler, worker processes): shows when input limits scaling"
+    )]
     Loader,
 }
 
+crate::util::names!(DataPath {
+    Device => "device",
+    Loader => "loader",
+});
+
 impl DataPath {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DataPath::Device => "device",
-            DataPath::Loader => "loader",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [DataPath::Device, DataPath::Loader]
-            .into_iter()
-            .find(|d| d.as_str() == s)
-    }
     pub fn toggled(self) -> Self {
         match self {
             DataPath::Device => DataPath::Loader,
@@ -456,7 +474,7 @@ pub struct RunSpec {
     pub samples: u64,
     /// NCCL (and other) environment settings of the launch.
     pub nccl: NcclSettings,
-    pub inject: Option<String>,
+    pub inject: Option<Fault>,
     /// A k=1 control run launched alongside a probe.
     pub control: bool,
     #[serde(default)]
@@ -582,5 +600,78 @@ impl fmt::Display for HostBackend {
             HostBackend::Gloo => f.write_str("gloo (CPU)"),
             HostBackend::Nccl => f.write_str("NCCL"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::{HandDispatch, HandReduce};
+    use clap::ValueEnum;
+
+    /// The names table (`util::names!`), serde's snake_case names and clap's value names are
+    /// three derivations of one spelling: they must agree, or the store, the protocol and the
+    /// command line would spell a value differently.
+    fn agree<T>(all: &[T])
+    where
+        T: Copy + Serialize + ValueEnum + std::fmt::Display + std::str::FromStr + PartialEq,
+        T: std::fmt::Debug,
+    {
+        for v in all {
+            let name = v.to_string();
+            assert_eq!(serde_json::to_value(v).unwrap(), name.as_str(), "{v:?}");
+            if let Some(p) = v.to_possible_value() {
+                assert_eq!(p.get_name(), name, "{v:?}");
+            }
+            assert!(name.parse::<T>().ok() == Some(*v), "{name} round-trips");
+        }
+        assert!("no-such-name".parse::<T>().is_err());
+    }
+
+    #[test]
+    fn s_cycles_through_the_families_and_attach_only_with_a_script() {
+        let order = |with_attach| {
+            let mut seen = vec![Experiment::Weak];
+            let mut e = Experiment::Weak.next_in_cycle(with_attach);
+            while e != Experiment::Weak {
+                seen.push(e);
+                e = e.next_in_cycle(with_attach);
+            }
+            seen.iter()
+                .map(|e| e.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(order(false), "weak strong fsdp jax handrolled");
+        assert_eq!(order(true), "weak strong fsdp jax handrolled attach");
+        assert_eq!(
+            Experiment::Strong.switch_message(None),
+            "next launch: strong scaling (batch 512 global)"
+        );
+    }
+
+    #[test]
+    fn names_serde_and_clap_agree() {
+        agree(&Experiment::ALL);
+        agree(&JaxSharding::ALL);
+        agree(&TorchStrategy::ALL);
+        agree(&OptimizerName::ALL);
+        agree(&ModelName::ALL);
+        agree(&DataPath::ALL);
+        agree(&HandDispatch::ALL);
+        agree(&HandReduce::ALL);
+        agree(&Backend::ALL);
+        for s in RunStatus::ALL {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for t in TorchSettings::ALL {
+            assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
+        }
+        // `attach` is stored and shown, but not a `ddptop run` experiment.
+        assert!(Experiment::Attach.to_possible_value().is_none());
+        assert_eq!(
+            "sideways".parse::<Experiment>().unwrap_err(),
+            "`sideways` is not one of: weak, strong, probe, allreduce, jax, fsdp, attach, handrolled"
+        );
     }
 }

@@ -76,7 +76,7 @@ fn rank_args(a: &SimArgs, rank: u32) -> Vec<String> {
     }
     if let Some(f) = &a.inject {
         v.push("--inject".into());
-        v.push(f.clone());
+        v.push(f.to_string());
     }
     if let Some(n) = a.noise {
         v.push("--noise".into());

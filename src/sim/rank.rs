@@ -1,9 +1,10 @@
 //! One simulated rank: the cost model stepped in (scaled) real time, spoken as protocol v1.
 
+use super::SimArgs;
 use super::client::Client;
-use super::{Fault, SimArgs};
 use crate::costmodel::{self, Profile, RESNET18_BUCKETS};
 use crate::protocol::*;
+use crate::run::Fault;
 use crate::run::NcclMode;
 use crate::run::{EnvOverlay, NcclSettings};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -67,19 +68,14 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
             args.seed ^ (u64::from(rank) << 32) ^ u64::from(std::process::id()),
         ),
         client,
-        fault: args
-            .inject
-            .as_deref()
-            .map(Fault::parse)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
+        fault: args.inject,
         step: 0,
         waited_ms: 0.0,
     };
     if let Some(Fault::Garbage(n)) = sim.fault
         && rank == 0
     {
-        sim.send_garbage(n);
+        sim.send_garbage(n.unwrap_or(Fault::GARBAGE_LINES));
     }
     let code = match args.experiment.as_str() {
         "weak" | "strong" => sim.train(),

@@ -320,12 +320,12 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                     spec.backend.as_str()
                 )
             })?;
-            if let Some(f) = &spec.inject {
-                if f.starts_with("garbage") {
+            if let Some(f) = spec.inject {
+                if f.sim_only() {
                     anyhow::bail!("the garbage fault exists only on --backend sim");
                 }
                 // The Python workers read the fault from their environment (train loop).
-                set("DDPTOP_INJECT", f.clone());
+                set("DDPTOP_INJECT", f.to_string());
             }
             let d = ctx.run_dir.display();
             set("PYTHONPATH", py.workers_dir.display().to_string());
@@ -492,8 +492,8 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
             v.extend(flags([("--env", format!("{k}={val}"))]));
         }
     }
-    if let Some(f) = &spec.inject {
-        v.extend(flags([("--inject", f.clone())]));
+    if let Some(f) = spec.inject {
+        v.extend(flags([("--inject", f.to_string())]));
     }
     Ok(v)
 }
@@ -938,7 +938,7 @@ mod tests {
             args: vec!["--epochs".into(), "3".into()],
             cwd: "/home/u".into(),
         });
-        spec.inject = Some("hang:5".into());
+        spec.inject = Some("hang:5".parse().unwrap());
         let cmd = command_for(&spec, &ctx(Path::new("/data/runs/r1"), Some(&py))).unwrap();
         assert_eq!(
             cmd.argv.join(" "),
@@ -1060,7 +1060,7 @@ mod tests {
     fn sim_runs_pass_their_toggles_and_faults() {
         let mut spec = RunSpec::new(Experiment::Weak, 4, Backend::Sim);
         spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
-        spec.inject = Some("hang:5".into());
+        spec.inject = Some("hang:5".parse().unwrap());
         let argv = command_for(&spec, &ctx(Path::new("/d"), None))
             .unwrap()
             .argv

@@ -148,19 +148,10 @@ pub fn toggles_read(dir: &Path, set: &[(&str, &str)]) -> Option<BTreeMap<String,
     )
 }
 
-/// `NCCL_SHM_USE_CUDA_MEMCPY=1 ignored by NCCL` for each toggle NCCL did not read.
-pub fn ignored_note(read: &BTreeMap<String, bool>) -> Option<String> {
-    let ignored: Vec<&str> = read
-        .iter()
-        .filter(|(_, taken)| !**taken)
-        .map(|(k, _)| k.as_str())
-        .collect();
-    (!ignored.is_empty()).then(|| format!("NCCL ignored {}", ignored.join(", ")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::nccl::ignored_note;
 
     #[test]
     fn parses_transports() {

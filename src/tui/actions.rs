@@ -76,9 +76,12 @@ impl Controller {
         self.queue.push(specs, sweep);
     }
 
-    /// Plan `ks` of `experiment` and queue it, or say why not.
+    /// Plan `ks` of `experiment` and queue it, or say why not. A sweep of handrolled is the
+    /// deficits set (DDP and the three hand-rolled variants at each k).
     fn plan(&mut self, state: &mut State, experiment: Experiment, ks: &[u32], sweep: bool) {
-        let planned = plan::launches(&self.next(state), experiment, ks, state.max_k);
+        let mut template = self.next(state);
+        template.deficits = sweep && experiment == Experiment::Handrolled;
+        let planned = plan::request(&template, experiment, ks, state.max_k);
         match planned {
             Ok(p) => {
                 for n in &p.notes {
@@ -151,35 +154,16 @@ impl Controller {
                 let exp = state.next.experiment;
                 self.plan(state, exp, &[k], false);
             }
-            Action::Sweep if state.next.experiment == Experiment::Handrolled => {
-                // The deficits set: DDP and the three hand-rolled variants at each k.
-                match plan::deficits_sweep(&self.next(state), &[1, 2, 4], state.max_k) {
-                    Ok(p) => {
-                        for n in &p.notes {
-                            state.push_message(Level::Warn, None, format!("not launched: {n}"));
-                        }
-                        let id = Some(self.queue.sweep_id());
-                        self.enqueue(state, p.specs, id);
-                    }
-                    Err(why) => {
-                        state.push_message(Level::Warn, None, format!("not launched: {why}"))
-                    }
-                }
-            }
             Action::Sweep => {
                 let exp = state.next.experiment;
                 self.plan(state, exp, &[1, 2, 4], true);
             }
             Action::SwitchExperiment => {
-                state.next.experiment = match state.next.experiment {
-                    Experiment::Weak => Experiment::Strong,
-                    Experiment::Strong => Experiment::Fsdp,
-                    Experiment::Fsdp => Experiment::Jax,
-                    Experiment::Jax => Experiment::Handrolled,
-                    Experiment::Handrolled if self.template.attach.is_some() => Experiment::Attach,
-                    _ => Experiment::Weak,
-                };
-                let e = state.next.experiment;
+                let e = state
+                    .next
+                    .experiment
+                    .next_in_cycle(self.template.attach.is_some());
+                state.next.experiment = e;
                 // Said when it is chosen, not only when 1 fails: the worker must be built.
                 state.next.unavailable = (e == Experiment::Handrolled
                     && crate::supervisor::handrolled::find_binary().is_none())
@@ -187,61 +171,8 @@ impl Controller {
                 if let Some(why) = state.next.unavailable.clone() {
                     state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
                 }
-                if let Some(a) = self
-                    .template
-                    .attach
-                    .as_ref()
-                    .filter(|_| e == Experiment::Attach)
-                {
-                    state.push_message(
-                        Level::Info,
-                        None,
-                        format!("next launch: attach {} (1/2/4 run it at that k)", a.label()),
-                    );
-                    return Flow::Continue;
-                }
-                if e == Experiment::Handrolled {
-                    state.push_message(
-                        Level::Info,
-                        None,
-                        "next launch: handrolled single+star (one Rust process, k replicas, gradients \
-                         all-reduced by tensor copies); a runs DDP and all three variants \
-                         at k = 1, 2, 4 for the Deficits pane",
-                    );
-                    return Flow::Continue;
-                }
-                if e == Experiment::Jax {
-                    state.push_message(
-                        Level::Info,
-                        None,
-                        "next launch: jax (one process over k devices, batch 256 per device): \
-                         the Receipt pane shows the collectives XLA wrote",
-                    );
-                    return Flow::Continue;
-                }
-                if e == Experiment::Fsdp {
-                    state.push_message(
-                        Level::Info,
-                        None,
-                        "next launch: fsdp (batch 256 per rank, Adam): FSDP then DDP at each k, \
-                         memory per rank in the Memory pane",
-                    );
-                    return Flow::Continue;
-                }
-                state.push_message(
-                    Level::Info,
-                    None,
-                    format!(
-                        "next launch: {} scaling (batch {}{})",
-                        e.as_str(),
-                        e.default_batch(),
-                        if e == Experiment::Strong {
-                            " global"
-                        } else {
-                            " per rank"
-                        }
-                    ),
-                );
+                let msg = e.switch_message(self.template.attach.as_ref());
+                state.push_message(Level::Info, None, msg);
             }
             Action::ToggleDataPath => {
                 state.next.data_path = state.next.data_path.toggled();
@@ -466,7 +397,7 @@ fn write_report(engine: &mut Engine, view: &View) {
         state.push_message(Level::Info, None, "no report: no run selected");
         return;
     };
-    match crate::report::cmd::write_curve_report(&store, &dir, &id) {
+    match crate::query::write_curve_report(&store, &dir, &id) {
         Ok(path) => state.push_message(
             Level::Info,
             Some(&id),

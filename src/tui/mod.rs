@@ -134,7 +134,13 @@ impl App {
 
 /// Load config and themes, pick the backend, start the engine and the sampler.
 async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
-    let setup = plan::setup(g, a.backend, a.profile.as_deref(), &[], BrokenConfig::Fail)?;
+    let setup = plan::setup(
+        &g.globals(),
+        a.backend,
+        a.profile.as_deref(),
+        &[],
+        BrokenConfig::Fail,
+    )?;
     let config = &setup.config;
     let theme_name = a.theme.clone().unwrap_or_else(|| config.theme.clone());
     if !crate::config::theme_exists(&theme_name, config.themes_dir().as_deref()) {
@@ -143,17 +149,25 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
             crate::config::BUILTIN_THEMES.join(", ")
         );
     }
-    let themes = ThemeSet::load(&theme_name, config.themes_dir().as_deref(), no_color_env())
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let no_color = no_color_env();
+    // With NO_COLOR no user theme is shown, so none is read.
+    let user_themes = if no_color {
+        Vec::new()
+    } else {
+        crate::config::user_themes(config.themes_dir().as_deref())
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    };
+    let themes =
+        ThemeSet::load(&theme_name, &user_themes, no_color).map_err(|e| anyhow::anyhow!("{e}"))?;
     let state = setup.state(crate::paths::hostname());
     let mut template = setup.template();
     if let Some((script, args)) = a.attach.split_first() {
         let cwd = std::env::current_dir()?;
         let target =
             crate::run::AttachTarget::new(std::path::Path::new(script), args.to_vec(), &cwd)
-                .map_err(crate::cli::BadInput)?;
+                .map_err(crate::util::BadInput)?;
         if template.backend == crate::protocol::Backend::Sim {
-            return Err(crate::cli::BadInput(
+            return Err(crate::util::BadInput(
                 "--attach runs your script with real PyTorch: use --backend gloo (CPU) or nccl (GPUs)"
                     .into(),
             )
@@ -235,7 +249,7 @@ pub fn main(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<i32> {
             // (seconds with CUDA), and a blank terminal meanwhile looks broken.
             let mut terminal = ratatui::try_init()?;
             let note = match a.backend {
-                crate::cli::BackendArg::Sim => "starting the simulated backend…",
+                crate::detect::BackendChoice::Sim => "starting the simulated backend…",
                 _ => "detecting the backend: asking Python for torch and CUDA…",
             };
             let _ = terminal.draw(|f| crate::ui::splash::draw(f, note));

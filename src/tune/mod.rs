@@ -14,11 +14,14 @@ pub mod predict;
 pub mod preset;
 pub mod space;
 
-use crate::cli::{BackendArg, BadInput, GlobalArgs, ModelArg};
+use crate::cli::GlobalArgs;
+use crate::detect::BackendChoice;
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::protocol::Backend;
+use crate::run::ModelName;
 use crate::run::{Experiment, RunSpec, RunStatus};
+use crate::util::BadInput;
 use decide::{Measured, Verdict};
 use space::Candidate;
 use std::sync::Arc;
@@ -43,8 +46,8 @@ pub struct TuneArgs {
     #[arg(long, default_value = "10m", value_parser = budget)]
     pub budget: f64,
     /// auto: nccl when torch sees CUDA, gloo when torch imports, else the SIMULATED worker.
-    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
-    pub backend: BackendArg,
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
     /// Machine profile of the simulated backend: h200-nvlink or book-pcie.
     #[arg(long, value_parser = crate::cli::profile)]
     pub profile: Option<String>,
@@ -55,7 +58,7 @@ pub struct TuneArgs {
     #[arg(long, value_name = "NAME")]
     pub preset: Vec<String>,
     #[arg(long, value_enum)]
-    pub model: Option<ModelArg>,
+    pub model: Option<ModelName>,
     /// Batch: per rank for weak (default 256), global for strong (default 512).
     #[arg(long, value_parser = crate::cli::count_u32)]
     pub batch: Option<u32>,
@@ -215,7 +218,7 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
         TuneExperiment::Strong => Experiment::Strong,
     };
     let setup = plan::setup(
-        g,
+        &g.globals(),
         a.backend,
         a.profile.as_deref(),
         &a.preset,
@@ -227,7 +230,7 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     }
     let mut template = setup.template();
     if let Some(m) = a.model {
-        template.model = m.into();
+        template.model = m;
     }
     if template.backend == Backend::Sim && template.model != crate::run::ModelName::Resnet18 {
         return Err(BadInput(crate::headless::SIM_MODEL_ONLY.into()).into());

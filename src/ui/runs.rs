@@ -54,7 +54,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     if let Some(shared) = &run.gpus_shared {
         note.push(format!("⚠ {shared}"));
     }
-    if let Some(ignored) = crate::supervisor::nccl_log::ignored_note(&run.nccl_read) {
+    if let Some(ignored) = crate::run::nccl::ignored_note(&run.nccl_read) {
         note.push(format!("⚠ {ignored}"));
     }
     if let Some(tr) = run.transport() {

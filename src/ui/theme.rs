@@ -6,10 +6,10 @@
 //! use ratatui's `Color` names ("dark gray", "light-green", "#5fafff", or an index "208").
 
 use crate::app::RunStatus;
-use crate::config::ConfigError;
+use crate::config::{ConfigError, UserTheme};
 use ratatui::style::{Color, Modifier, Style};
 use serde::{Deserialize, Deserializer};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::str::FromStr;
 
 const BUILTIN: [(&str, &str); 4] = [
@@ -285,11 +285,12 @@ pub struct ThemeSet {
 }
 
 impl ThemeSet {
-    /// Built-in themes plus every `*.toml` in `user_dir`, starting at `initial`. With
-    /// `no_color`, only the monochrome theme (NO_COLOR is the user's standing request).
+    /// Built-in themes plus the user's theme files (`config::user_themes` reads them: ui does
+    /// no I/O), starting at `initial`. With `no_color`, only the monochrome theme (NO_COLOR is
+    /// the user's standing request).
     pub fn load(
         initial: &str,
-        user_dir: Option<&Path>,
+        user_themes: &[UserTheme],
         no_color: bool,
     ) -> Result<ThemeSet, ConfigError> {
         if no_color {
@@ -302,32 +303,17 @@ impl ThemeSet {
             .iter()
             .map(|(n, _)| Theme::builtin(n).expect("built in"))
             .collect();
-        if let Some(dir) = user_dir {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-                .collect();
-            files.sort();
-            for p in files {
-                let text = std::fs::read_to_string(&p).map_err(|e| ConfigError {
-                    path: p.clone(),
-                    line: None,
-                    col: None,
-                    msg: format!("cannot read theme: {e}"),
-                })?;
-                let mut t = Theme::from_toml(&text, &p)?;
-                // The file name is the theme's name in config.toml.
-                t.name = p
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or(t.name);
-                match themes.iter_mut().find(|x| x.name == t.name) {
-                    Some(slot) => *slot = t,
-                    None => themes.push(t),
-                }
+        for user in user_themes {
+            let mut t = Theme::from_toml(&user.text, &user.path)?;
+            // The file name is the theme's name in config.toml.
+            t.name = user
+                .path
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or(t.name);
+            match themes.iter_mut().find(|x| x.name == t.name) {
+                Some(slot) => *slot = t,
+                None => themes.push(t),
             }
         }
         let current = themes.iter().position(|t| t.name == initial).unwrap_or(0);
@@ -410,12 +396,12 @@ mod tests {
 
     #[test]
     fn theme_set_cycles_and_honours_no_color() {
-        let mut s = ThemeSet::load("light", None, false).unwrap();
+        let mut s = ThemeSet::load("light", &[], false).unwrap();
         assert_eq!(s.current().name, "light");
         assert_eq!(s.cycle().name, "high-contrast");
         assert_eq!(s.cycle().name, "monochrome");
         assert_eq!(s.cycle().name, "dark");
-        let mut m = ThemeSet::load("light", None, true).unwrap();
+        let mut m = ThemeSet::load("light", &[], true).unwrap();
         assert_eq!(m.current().name, "monochrome");
         assert_eq!(m.cycle().name, "monochrome");
     }

@@ -1,5 +1,9 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests (`mod common;`): running the binary (here), hand-built
+//! dashboard states and the one draw helper (`common::ui`), hand-built reports (`common::report`).
 #![allow(dead_code)]
+
+pub mod report;
+pub mod ui;
 
 use serde_json::Value;
 use std::process::{Command, Output};

@@ -1,136 +1,25 @@
 //! The commands that read the store: `ddptop report`, `show`, `runs`, `diff`, and the shell
-//! completions and man page. Each returns its exit code; bad input (an unknown run, a bad
+//! completions and man page (their arguments are `cli`'s). Each returns its exit code; bad input (an unknown run, a bad
 //! `--since`) is a [`BadInput`] error, which `main` turns into exit 2.
 
-use super::build::{self, Source};
-use super::doc::PlotSlot;
-use super::markdown::Image;
-use super::plot::Plot;
-use super::{Format, Report, Timestamp, json};
-use crate::cli::{BadInput, Cli, ExperimentArg, GlobalArgs};
+use crate::cli::{
+    Cli, CompletionsArgs, DiffArgs, GlobalArgs, ImageArg, ManArgs, ReportArgs, RunsArgs, ShowArgs,
+};
+use crate::report::build::{self, Source};
+use crate::report::doc::PlotSlot;
+use crate::report::markdown::Image;
+use crate::report::plot::Plot;
+use crate::report::{Format, Report, Timestamp, json};
 use crate::run::{RunStatus, RunView};
 use crate::store::{LaunchRecord, Store};
-use clap::{Args, CommandFactory, ValueEnum};
+use crate::util::BadInput;
+use clap::CommandFactory;
 use serde_json::json;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// Stored runs read per command: far more than a person compares, few enough to load at once.
 const HISTORY: usize = 5000;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
-    /// Markdown; with -o, the plots are written beside it as SVG (or PNG) and linked.
-    Md,
-    /// One self-contained HTML page with the plots inline.
-    Html,
-    /// One JSON document (schema in docs/report.md).
-    Json,
-    /// One row per run with its figures.
-    Csv,
-}
-
-impl From<FormatArg> for Format {
-    fn from(f: FormatArg) -> Self {
-        match f {
-            FormatArg::Md => Format::Markdown,
-            FormatArg::Html => Format::Html,
-            FormatArg::Json => Format::Json,
-            FormatArg::Csv => Format::Csv,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ImageArg {
-    Svg,
-    Png,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ReportArgs {
-    /// Runs to report: a full id or its end (`023011-9e4a`, `9e4a`). Default: the last sweep.
-    #[arg(value_name = "RUN")]
-    pub runs: Vec<String>,
-    /// The most recent sweep (or run, when it was not part of one).
-    #[arg(long, conflicts_with_all = ["runs", "sweep", "curve"])]
-    pub last: bool,
-    /// Every run of one sweep (its id, or the id of any of its runs).
-    #[arg(long, value_name = "ID", conflicts_with_all = ["runs", "curve"])]
-    pub sweep: Option<String>,
-    /// The scaling curve RUN belongs to: the latest completed run per k with the same settings.
-    #[arg(long, value_name = "RUN", conflicts_with = "runs")]
-    pub curve: Option<String>,
-    #[arg(long, value_enum, default_value_t = FormatArg::Md)]
-    pub format: FormatArg,
-    /// Write the report to FILE (Markdown: its plots beside it) instead of standard output.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Image format of a Markdown report's plots.
-    #[arg(long, value_enum, default_value_t = ImageArg::Svg)]
-    pub images: ImageArg,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ShowArgs {
-    /// The run: a full id or its end (`023011-9e4a`, `9e4a`).
-    pub run: String,
-    /// One JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendFilter {
-    Sim,
-    Gloo,
-    Nccl,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct RunsArgs {
-    /// Only runs of this experiment.
-    #[arg(long, value_enum)]
-    pub experiment: Option<ExperimentArg>,
-    /// Only runs on this backend.
-    #[arg(long, value_enum)]
-    pub backend: Option<BackendFilter>,
-    /// Only runs started since: a date (2026-11-30), an RFC 3339 time, or an age (90m, 6h, 7d).
-    #[arg(long, value_name = "WHEN", value_parser = parse_since)]
-    pub since: Option<f64>,
-    /// At most this many runs, newest first.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
-    pub limit: u32,
-    /// One JSON document.
-    #[arg(long, conflicts_with = "csv")]
-    pub json: bool,
-    /// CSV, one row per run with its figures.
-    #[arg(long)]
-    pub csv: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct DiffArgs {
-    pub run_a: String,
-    pub run_b: String,
-    /// One JSON document instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct CompletionsArgs {
-    /// The shell to write completions for.
-    #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
-}
-
-#[derive(Debug, Clone, Args)]
-pub struct ManArgs {
-    /// Write ddptop.1 and one page per subcommand into DIR instead of printing ddptop.1.
-    #[arg(long, value_name = "DIR")]
-    pub out_dir: Option<PathBuf>,
-}
 
 /// The store's runs, newest first, with their launch records.
 struct Loaded {
@@ -363,7 +252,7 @@ pub fn write_report(
     } else {
         Vec::new()
     };
-    let text = super::render(r, format, &imgs);
+    let text = crate::report::render(r, format, &imgs);
     std::fs::write(out, text)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.display()))?;
     let dir = out.parent().unwrap_or(Path::new(""));
@@ -379,14 +268,14 @@ pub fn report(g: &GlobalArgs, a: &ReportArgs) -> anyhow::Result<i32> {
     }
     let (title, selected) = select(a, &l.runs)?;
     let r = build_report(title, selected, &l);
-    let format: Format = a.format.into();
+    let format = a.format;
     match &a.output {
         Some(out) => {
             let written = write_report(&r, format, out, a.images)?;
             let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
             eprintln!("ddptop: wrote {}", names.join(", "));
         }
-        None => print!("{}", super::render(&r, format, &[])),
+        None => print!("{}", crate::report::render(&r, format, &[])),
     }
     Ok(0)
 }
@@ -455,28 +344,30 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
-    let mut rows: Vec<(&str, String)> =
-        vec![("run", info.id.clone()), ("status", info.status.clone())];
+    let mut rows: Vec<(&str, String)> = vec![
+        ("run", info.id.clone()),
+        ("status", info.status.to_string()),
+    ];
     if let Some(why) = &info.reason {
         rows.push(("reason", why.clone()));
     }
     rows.extend([
-        ("experiment", info.experiment.clone()),
+        ("experiment", info.experiment.to_string()),
         ("k", info.k.to_string()),
         (
             "backend",
             match &info.profile {
                 Some(p) if info.simulated() => format!("SIMULATED (profile {p})"),
-                _ => info.backend.clone(),
+                _ => info.backend.to_string(),
             },
         ),
-        ("model", super::known(&info.model)),
+        ("model", crate::report::known(&info.model)),
         (
             "batch",
             format!(
                 "{}/rank, {} global",
-                super::known(&info.per_rank_batch),
-                super::known(&info.global_batch)
+                crate::report::known(&info.per_rank_batch),
+                crate::report::known(&info.global_batch)
             ),
         ),
         (
@@ -519,9 +410,9 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             "samples/s",
             format!(
                 "{} (ranks {}–{})",
-                super::fmt_rate(agg.samples_per_s),
-                super::fmt_rate(agg.rank_min),
-                super::fmt_rate(agg.rank_max)
+                crate::report::fmt_rate(agg.samples_per_s),
+                crate::report::fmt_rate(agg.rank_min),
+                crate::report::fmt_rate(agg.rank_max)
             ),
         ));
     }
@@ -548,7 +439,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(p) = f.point.and_then(|p| p.predicted_samples_per_s) {
         rows.push((
             "predicted",
-            format!("{} samples/s (cost model)", super::fmt_rate(p)),
+            format!("{} samples/s (cost model)", crate::report::fmt_rate(p)),
         ));
     }
     if let Some(p) = r.probes.iter().find(|p| p.run_id == run.id) {
@@ -556,11 +447,11 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             "probe",
             format!(
                 "synced {} ms, no_sync {} ms, Δ {} ms{}",
-                super::fmt_ms(p.synced_ms.median),
-                super::fmt_ms(p.no_sync_ms.median),
-                super::fmt_ms(p.diff_ms()),
+                crate::report::fmt_ms(p.synced_ms.median),
+                crate::report::fmt_ms(p.no_sync_ms.median),
+                crate::report::fmt_ms(p.diff_ms()),
                 f.probe_net_ms
-                    .map(|n| format!(", Δ − control {} ms", super::fmt_ms(n)))
+                    .map(|n| format!(", Δ − control {} ms", crate::report::fmt_ms(n)))
                     .unwrap_or_default()
             ),
         ));
@@ -576,9 +467,9 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
                 t.rank,
                 t.step,
                 t.buckets.len(),
-                super::fmt_ms(t.bwd_compute_ms),
+                crate::report::fmt_ms(t.bwd_compute_ms),
                 opt_f(t.overlap_pct, |p| format!("{p:.0}%")),
-                super::fmt_ms(t.exposed_ms)
+                crate::report::fmt_ms(t.exposed_ms)
             ),
         ));
     }
@@ -601,7 +492,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
                 x.device.as_deref().unwrap_or("—"),
                 opt_f(x.result_sps, |s| format!(
                     "{} samples/s",
-                    super::fmt_rate(s)
+                    crate::report::fmt_rate(s)
                 ))
             ),
         ));
@@ -647,95 +538,19 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Days since 1970-01-01 of a civil date (the inverse of `util::utc_parts`).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// `--since`: an age (`90m`, `6h`, `7d`), a date (`2026-11-30`, UTC) or an RFC 3339 UTC time.
-pub fn parse_since(s: &str) -> Result<f64, String> {
-    let bad = || {
-        format!(
-            "`{s}` is not a time: use an age (90m, 6h, 7d), a date (2026-11-30) or 2026-11-30T08:00:00Z"
-        )
-    };
-    let now = crate::util::unix_now();
-    if let Some(unit) = s.chars().last().filter(|c| "smhd".contains(*c))
-        && let Ok(n) = s[..s.len() - 1].parse::<f64>()
-    {
-        if !(n.is_finite() && n >= 0.0) {
-            return Err(bad());
-        }
-        let secs = match unit {
-            's' => 1.0,
-            'm' => 60.0,
-            'h' => 3600.0,
-            _ => 86_400.0,
-        };
-        return Ok(now - n * secs);
-    }
-    let (date, time) = match s.split_once('T') {
-        Some((d, t)) => (d, Some(t.trim_end_matches('Z'))),
-        None => (s, None),
-    };
-    let mut it = date.split('-');
-    let (Some(y), Some(m), Some(d), None) = (it.next(), it.next(), it.next(), it.next()) else {
-        return Err(bad());
-    };
-    let (y, m, d) = (
-        y.parse::<i64>().map_err(|_| bad())?,
-        m.parse::<u32>().map_err(|_| bad())?,
-        d.parse::<u32>().map_err(|_| bad())?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return Err(bad());
-    }
-    let mut secs = days_from_civil(y, m, d) * 86_400;
-    if let Some(t) = time {
-        let parts: Vec<&str> = t.split(':').collect();
-        if parts.len() < 2 || parts.len() > 3 {
-            return Err(bad());
-        }
-        let num = |p: &str, max: u32| p.parse::<u32>().ok().filter(|v| *v <= max).ok_or_else(bad);
-        secs += num(parts[0], 23)? as i64 * 3600 + num(parts[1], 59)? as i64 * 60;
-        if let Some(sec) = parts.get(2) {
-            secs += num(sec.split('.').next().unwrap_or(sec), 60)? as i64;
-        }
-    }
-    Ok(secs as f64)
-}
-
 pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
     let l = load(g)?;
     let selected: Vec<&RunView> = l
         .runs
         .iter()
-        .filter(|r| {
-            a.experiment
-                .is_none_or(|e| r.spec.experiment == crate::run::Experiment::from(e))
-        })
-        .filter(|r| {
-            a.backend.is_none_or(|b| {
-                r.spec.backend.as_str()
-                    == match b {
-                        BackendFilter::Sim => "sim",
-                        BackendFilter::Gloo => "gloo",
-                        BackendFilter::Nccl => "nccl",
-                    }
-            })
-        })
+        .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment == e))
+        .filter(|r| a.backend.is_none_or(|b| r.spec.backend == b))
         .filter(|r| a.since.is_none_or(|t| r.started_unix >= t))
         .take(a.limit as usize)
         .collect();
     let r = build_report("ddptop runs".into(), selected, &l);
     if a.csv {
-        print!("{}", super::csv::render(&r));
+        print!("{}", crate::report::csv::render(&r));
         return Ok(0);
     }
     if a.json {
@@ -753,7 +568,7 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
                 j["probe_diff_ms"] = json!(f.probe_diff_ms);
                 j["busbw_peak_gbs"] = json!(f.busbw_peak_gbs);
                 if let Some(run) = l.runs.iter().find(|x| x.id == info.id) {
-                    j["prediction"] = json!(crate::headless::prediction_json(run, &l.runs));
+                    j["prediction"] = json!(crate::report::json::prediction(run, &l.runs));
                 }
                 j
             })
@@ -795,16 +610,19 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
             if info.simulated() {
                 "SIM"
             } else {
-                &info.backend
+                info.backend.as_str()
             },
             info.status,
-            opt_f(f.point.map(|p| p.samples_per_s), super::fmt_rate),
+            opt_f(f.point.map(|p| p.samples_per_s), crate::report::fmt_rate),
             opt_f(f.point.and_then(|p| p.speedup), |s| format!("{s:.2}×")),
             opt_f(f.point.and_then(|p| p.efficiency), |e| format!(
                 "{:.0}%",
                 e * 100.0
             )),
-            opt_f(f.probe_diff_ms, |d| format!("{} ms", super::fmt_ms(d))),
+            opt_f(f.probe_diff_ms, |d| format!(
+                "{} ms",
+                crate::report::fmt_ms(d)
+            )),
             opt_f(f.busbw_peak_gbs, |b| format!("{b:.2}")),
             info.settings
         );
@@ -826,7 +644,11 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
     let (ia, ib) = (&r.runs[0], &r.runs[1]);
     let (fa, fb) = (r.figures(&ia.id), r.figures(&ib.id));
     let text: Vec<(&str, String, String)> = vec![
-        ("experiment", ia.experiment.clone(), ib.experiment.clone()),
+        (
+            "experiment",
+            ia.experiment.to_string(),
+            ib.experiment.to_string(),
+        ),
         ("k", ia.k.to_string(), ib.k.to_string()),
         ("backend", ia.backend_label(), ib.backend_label()),
         (
@@ -834,25 +656,33 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
             ia.profile.clone().unwrap_or_default(),
             ib.profile.clone().unwrap_or_default(),
         ),
-        ("model", super::known(&ia.model), super::known(&ib.model)),
+        (
+            "model",
+            crate::report::known(&ia.model),
+            crate::report::known(&ib.model),
+        ),
         (
             "batch/rank",
-            super::known(&ia.per_rank_batch),
-            super::known(&ib.per_rank_batch),
+            crate::report::known(&ia.per_rank_batch),
+            crate::report::known(&ib.per_rank_batch),
         ),
-        ("epochs", super::known(&ia.epochs), super::known(&ib.epochs)),
+        (
+            "epochs",
+            crate::report::known(&ia.epochs),
+            crate::report::known(&ib.epochs),
+        ),
         (
             "samples",
-            super::known(&ia.samples),
-            super::known(&ib.samples),
+            crate::report::known(&ia.samples),
+            crate::report::known(&ib.samples),
         ),
         (
             "data",
-            super::known(&ia.data_path),
-            super::known(&ib.data_path),
+            crate::report::known(&ia.data_path),
+            crate::report::known(&ib.data_path),
         ),
         ("settings", ia.settings.clone(), ib.settings.clone()),
-        ("status", ia.status.clone(), ib.status.clone()),
+        ("status", ia.status.to_string(), ib.status.to_string()),
         (
             "transport",
             ia.transport.clone().unwrap_or_default(),
@@ -960,28 +790,4 @@ pub fn man(a: &ManArgs) -> anyhow::Result<i32> {
         }
     }
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn since_accepts_dates_times_and_ages() {
-        assert_eq!(parse_since("2026-11-30"), Ok(1_795_996_800.0));
-        assert_eq!(parse_since("2026-11-30T01:15:00Z"), Ok(1_796_001_300.0));
-        let age = parse_since("2h").unwrap();
-        assert!((crate::util::unix_now() - age - 7200.0).abs() < 5.0);
-        for bad in ["yesterday", "2026-13-01", "2026-11-30T25:00", "-2h", "h"] {
-            assert!(parse_since(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn civil_days_invert_utc_parts() {
-        for secs in [0i64, 951_782_400, 1_796_001_300, 4_102_444_800] {
-            let (y, m, d, ..) = crate::util::utc_parts(secs);
-            assert_eq!(days_from_civil(y, m, d), secs.div_euclid(86_400));
-        }
-    }
 }

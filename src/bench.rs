@@ -3,27 +3,15 @@
 //! from those samples at 160×50, and prints a table. Measures the real calls the sampler thread
 //! makes (`NvmlSource::sample`), not a copy of them.
 
-use super::nvml::NvmlSource;
-use super::{GpuSource, Update};
 use crate::app::{HostInfo, State, View};
+use crate::cli::BenchGpuArgs;
+use crate::gpu::nvml::NvmlSource;
+use crate::gpu::{GpuSource, Update};
 use crate::keys::KeyMap;
 use crate::ui::{self, Theme};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, clap::Args)]
-pub struct BenchGpuArgs {
-    /// Samples to take.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub samples: u32,
-    /// Pause between samples, ms (NVML's utilization window is its own).
-    #[arg(long, default_value_t = 100)]
-    pub period_ms: u64,
-    /// Frames to draw for the frame-time figure.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    pub frames: u32,
-}
 
 pub fn main(a: &BenchGpuArgs) -> anyhow::Result<i32> {
     let t0 = Instant::now();

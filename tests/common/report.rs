@@ -20,9 +20,9 @@ fn versions() -> BTreeMap<String, String> {
 pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> RunInfo {
     RunInfo {
         id: id.into(),
-        experiment: experiment.into(),
+        experiment: experiment.parse().unwrap(),
         k,
-        backend: backend.into(),
+        backend: backend.parse().unwrap(),
         profile: (backend == "sim").then(|| "book-pcie".to_string()),
         model: Some("tiny".into()),
         per_rank_batch: Some(256),
@@ -33,7 +33,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         caveats: Vec::new(),
         settings: "defaults".into(),
         torch: None,
-        status: "completed".into(),
+        status: ddptop::run::RunStatus::Completed,
         reason: None,
         started: Timestamp(T0 + offset),
         ended: Some(Timestamp(T0 + offset + 30.5)),
@@ -100,7 +100,7 @@ pub fn measured() -> Report {
     runs[5].transport = Some("P2P/CUMEM".into());
     runs[6].settings = "NCCL_SHM_USE_CUDA_MEMCPY=1".into();
     runs[6].transport = Some("SHM/CE".into());
-    runs[7].status = "failed".into();
+    runs[7].status = ddptop::run::RunStatus::Failed;
     runs[7].reason = Some("rank 1 exited with status 1 | RuntimeError: boom".into());
     runs[7].ended = Some(Timestamp(T0 + 290.0));
     let mut bench = bench_rows("b0", "defaults", "P2P/CUMEM", 2.2);
@@ -210,7 +210,7 @@ pub fn simulated() -> Report {
     r.title = "weak scaling, sim".into();
     r.runs.truncate(3);
     for run in &mut r.runs {
-        run.backend = "sim".into();
+        run.backend = ddptop::protocol::Backend::Sim;
         run.profile = Some("book-pcie".into());
     }
     r.curves[0].simulated = true;

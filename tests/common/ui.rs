@@ -1,15 +1,19 @@
-//! Hand-built `State`s for the screen tests (included by the other `ui_*` tests with
-//! `#[path = "ui_fixtures.rs"] mod fixtures;`). Everything is deterministic: no clock, no I/O.
+//! Hand-built `State`s for the screen tests (`mod common; use common::ui as fixtures;`) and the
+//! one way they draw a screen. Everything is deterministic: no clock, no I/O.
 #![allow(dead_code)]
 
 use ddptop::app::{HostInfo, Level, Message, State, View};
 use ddptop::gpu::{GpuSample, GpuView, ProcStat};
+use ddptop::keys::KeyMap;
 use ddptop::protocol::{
     Backend, Bench, BucketSpan, Buckets, Memory, Phase, Probe, ProbeMode, Step, Timing,
 };
 use ddptop::run::{
     Aggregate, Experiment, HostBackend, ModelName, NcclVar, RunSpec, RunStatus, RunView,
 };
+use ddptop::ui::{self, Theme};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
 use std::time::Instant;
 
 /// A screen to draw: the data and what the user is looking at. Reads and writes of the data go
@@ -27,6 +31,30 @@ impl Screen {
             view: View::default(),
         }
     }
+}
+
+/// The whole dashboard of `st` at `w`×`h`, dark theme, default keys.
+pub fn draw(st: &Screen, w: u16, h: u16) -> Terminal<TestBackend> {
+    draw_with(st, w, h, &Theme::dark(), &KeyMap::default())
+}
+
+/// The whole dashboard of `st` at `w`×`h` with this theme and key map.
+pub fn draw_with(
+    st: &Screen,
+    w: u16,
+    h: u16,
+    theme: &Theme,
+    keys: &KeyMap,
+) -> Terminal<TestBackend> {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    let ctx = ui::Ctx {
+        state: &st.state,
+        view: &st.view,
+        theme,
+        keys,
+    };
+    t.draw(|f| ui::draw(f, &ctx)).unwrap();
+    t
 }
 
 impl std::ops::Deref for Screen {

@@ -1,0 +1,198 @@
+//! A fault to inject into a run (`--inject`): what the simulated worker does, and what the
+//! Python workers and the attach bootstrap read from `DDPTOP_INJECT`. Written as text
+//! (`hang:5`, `slow:1:1.5`) on the command line, in the store and in the workers' argv; `Display`
+//! writes what `FromStr` reads.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::str::FromStr;
+
+/// One fault; STEP counts from 1 (a step is an optimizer step).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fault {
+    /// The last rank exits with code 3 at STEP.
+    Crash(u64),
+    /// The last rank raises an exception at STEP (real workers: a Python exception; sim: the
+    /// rank reports the error and stays blocked, its peers wait in the all-reduce, as on NCCL).
+    Raise(u64),
+    /// Every rank stops making progress at STEP; heartbeats continue.
+    Hang(u64),
+    /// The last rank stops at STEP and sends nothing more, heartbeats included.
+    Silent(u64),
+    /// Rank 0 sends N bad lines on its own connection (`garbage` alone: 4) and two intruder
+    /// connections.
+    Garbage(Option<u64>),
+    /// Every rank sends its result and bye, then blocks instead of exiting (a teardown hang, as
+    /// in NCCL's `destroy_process_group`): ddptop has every bye but the launcher never exits.
+    /// Written `teardown:0` (the step is ignored, as by the Python workers).
+    Teardown,
+    /// The last rank stops at STEP and nothing of it runs any more: no heartbeat, no reader,
+    /// no dead-man switch (Python: a C call holding the GIL). Only a signal ends it.
+    Frozen(u64),
+    /// Every rank's first step first burns SECONDS of CPU (wall time, whatever the speed-up), as
+    /// cudnn.benchmark's autotuning or a compile does: slow, busy, healthy.
+    SlowStart(u64),
+    /// From the first step on, RANK sleeps (FACTOR - 1) x its own step time in every step's
+    /// data wait (a slow input pipeline): a straggler. The other ranks wait for it in the
+    /// all-reduce, inside their backward, as DDP makes them.
+    Slow { rank: u32, factor: f64 },
+}
+
+impl FromStr for Fault {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Fault, String> {
+        let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+        let step = || {
+            arg.parse::<u64>()
+                .map_err(|_| format!("fault `{s}`: expected {kind}:STEP with STEP a number"))
+        };
+        match kind {
+            "crash" => Ok(Fault::Crash(step()?)),
+            "raise" => Ok(Fault::Raise(step()?)),
+            "hang" => Ok(Fault::Hang(step()?)),
+            "silent" => Ok(Fault::Silent(step()?)),
+            "frozen" => Ok(Fault::Frozen(step()?)),
+            "teardown" => {
+                step()?;
+                Ok(Fault::Teardown)
+            }
+            "slowstart" => arg.parse::<u64>().map(Fault::SlowStart).map_err(|_| {
+                format!("fault `{s}`: expected slowstart:SECONDS with SECONDS a whole number")
+            }),
+            "slow" => {
+                let bad = || {
+                    format!(
+                        "fault `{s}`: expected slow:RANK:FACTOR, FACTOR above 1 (1.5: 1.5x slower)"
+                    )
+                };
+                let (rank, factor) = arg.split_once(':').ok_or_else(bad)?;
+                let rank = rank.parse::<u32>().map_err(|_| bad())?;
+                let factor = factor.parse::<f64>().map_err(|_| bad())?;
+                // Up to 100x: a bigger factor is a hang, which has its own fault.
+                if !(factor > 1.0 && factor <= 100.0) {
+                    return Err(bad());
+                }
+                Ok(Fault::Slow { rank, factor })
+            }
+            "garbage" if arg.is_empty() => Ok(Fault::Garbage(None)),
+            "garbage" => Ok(Fault::Garbage(Some(step()?))),
+            _ => Err(format!(
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS or slow:RANK:FACTOR"
+            )),
+        }
+    }
+}
+
+impl Fault {
+    /// Lines of a garbage flood (`garbage` alone: 4).
+    pub const GARBAGE_LINES: u64 = 4;
+
+    /// Only the simulated worker can send garbage lines.
+    pub fn sim_only(self) -> bool {
+        matches!(self, Fault::Garbage(_))
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Fault::Crash(s) => write!(f, "crash:{s}"),
+            Fault::Raise(s) => write!(f, "raise:{s}"),
+            Fault::Hang(s) => write!(f, "hang:{s}"),
+            Fault::Silent(s) => write!(f, "silent:{s}"),
+            Fault::Garbage(None) => f.write_str("garbage"),
+            Fault::Garbage(Some(n)) => write!(f, "garbage:{n}"),
+            Fault::Teardown => f.write_str("teardown:0"),
+            Fault::Frozen(s) => write!(f, "frozen:{s}"),
+            Fault::SlowStart(s) => write!(f, "slowstart:{s}"),
+            Fault::Slow { rank, factor } => write!(f, "slow:{rank}:{factor}"),
+        }
+    }
+}
+
+impl Serialize for Fault {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Fault, String> {
+        s.parse()
+    }
+
+    #[test]
+    fn faults_parse() {
+        assert_eq!(parse("crash:5"), Ok(Fault::Crash(5)));
+        assert_eq!(parse("hang:12"), Ok(Fault::Hang(12)));
+        assert_eq!(parse("silent:3"), Ok(Fault::Silent(3)));
+        assert_eq!(parse("garbage"), Ok(Fault::Garbage(None)));
+        assert_eq!(parse("garbage:100000"), Ok(Fault::Garbage(Some(100_000))));
+        assert_eq!(parse("raise:7"), Ok(Fault::Raise(7)));
+        // The Python workers' DDPTOP_INJECT kinds, with the same spelling.
+        assert_eq!(parse("teardown:0"), Ok(Fault::Teardown));
+        assert_eq!(parse("frozen:4"), Ok(Fault::Frozen(4)));
+        assert_eq!(parse("slowstart:25"), Ok(Fault::SlowStart(25)));
+        assert!(parse("slowstart").is_err());
+        assert_eq!(
+            parse("slow:1:1.5"),
+            Ok(Fault::Slow {
+                rank: 1,
+                factor: 1.5
+            })
+        );
+        for bad in [
+            "slow",
+            "slow:1",
+            "slow:x:1.5",
+            "slow:1:1",
+            "slow:1:0.5",
+            "slow:1:nan",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(parse("teardown").is_err());
+        assert!(parse("frozen:x").is_err());
+        assert!(parse("hang").is_err());
+        assert!(parse("explode:1").is_err());
+    }
+
+    #[test]
+    fn every_fault_reads_back_what_it_writes() {
+        for text in [
+            "crash:3",
+            "raise:2",
+            "hang:5",
+            "silent:4",
+            "garbage",
+            "garbage:100000",
+            "teardown:0",
+            "frozen:3",
+            "slowstart:20",
+            "slow:1:1.5",
+            "slow:0:2",
+        ] {
+            let f: Fault = text.parse().unwrap();
+            assert_eq!(f.to_string(), text);
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(serde_json::from_str::<Fault>(&json).unwrap(), f);
+        }
+        for bad in ["explode:3", "hang", "hang:x", "slow:1:0.5", "slow:1"] {
+            assert!(bad.parse::<Fault>().is_err(), "{bad}");
+        }
+        assert!("garbage".parse::<Fault>().unwrap().sim_only());
+        assert!(!"hang:1".parse::<Fault>().unwrap().sim_only());
+    }
+}
