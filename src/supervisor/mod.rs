@@ -9,6 +9,7 @@ pub mod nccl_log;
 pub mod nodes;
 pub mod output;
 pub mod procs;
+pub mod profiler_conn;
 pub mod socket;
 pub mod tcp;
 pub mod watchdog;

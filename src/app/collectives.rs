@@ -1,0 +1,373 @@
+//! Folding the NCCL profiler plugin's messages into a run (`RunView::collectives`) and what is
+//! derived from them (docs/profiler.md): which rank is inside which collective when progress
+//! stops, DDP's bucket all-reduces matched to NCCL's collectives by order and size, the
+//! collectives XLA executed per step against the HLO receipt, and the collectives view's model.
+//! Pure apart from the `now` it is given.
+
+use crate::protocol::{NcclBatch, NcclColl, NcclHello};
+use crate::run::collectives::{CollTotals, CommView, RECENT_COLLS, STEP_MARKS, SizeClass};
+use crate::run::{Caveat, RunView};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// What a k=1 run says instead of a collectives view (NCCL short-circuits a one-rank
+/// communicator's collectives: it calls the plugin's `init` but fires no collective events).
+pub const NO_COLLECTIVES_K1: &str = "no collectives at k=1: NCCL's profiler plugin loaded, but NCCL runs a one-rank communicator's collectives without collective events";
+
+/// How old an in-flight collective must be before the view calls the ranks stuck in it
+/// (the watchdog's own threshold decides when a run is hung; this only names where).
+pub const STUCK_AFTER_S: f64 = 2.0;
+
+pub fn apply_hello(run: &mut RunView, h: &NcclHello, now: Instant) {
+    let r = run.collectives.ranks.entry(h.rank).or_default();
+    r.abi = h.abi.clone();
+    r.plugin = h.plugin.clone();
+    r.pid = h.pid;
+    r.last_msg = Some(now);
+    run.push_tail(format!(
+        "[rank {}] NCCL profiler plugin {} loaded by NCCL ({})",
+        h.rank, h.plugin, h.abi
+    ));
+    if run.spec.k == 1 {
+        run.add_caveat(Caveat::note(NO_COLLECTIVES_K1));
+    }
+}
+
+pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
+    let step = run.ranks.get(&b.rank).map_or(0, |r| r.step);
+    let r = run.collectives.ranks.entry(b.rank).or_default();
+    // Cumulative in the plugin: a lost message loses nothing.
+    r.dropped = r.dropped.max(b.dropped);
+    r.lost = r.lost.max(b.lost);
+    r.bad = r.bad.max(b.bad);
+    r.last_msg = Some(now);
+    let c = r.comms.entry(b.comm.clone()).or_default();
+    c.comm_rank = b.comm_rank;
+    c.nranks = b.nranks;
+    c.nnodes = b.nnodes;
+    for (f, s) in &b.last_done {
+        let e = c.last_done.entry(f.clone()).or_insert(*s);
+        *e = (*e).max(*s);
+    }
+    c.inflight = b.inflight.clone();
+    c.inflight_at = Some(now);
+    for (f, s) in &b.funcs {
+        let t = c.totals.entry(f.clone()).or_default();
+        t.count += s.count;
+        t.bytes += s.bytes;
+        t.kernel_us += s.kernel_us;
+    }
+    for coll in &b.colls {
+        *c.algos
+            .entry((coll.algo.clone(), coll.proto.clone()))
+            .or_default() += 1;
+        if let Some(k) = coll.kernel_us.filter(|k| *k > 0.0) {
+            let s = c
+                .sizes
+                .entry((coll.func.clone(), size_class(coll.bytes)))
+                .or_default();
+            s.n += 1;
+            s.bytes += coll.bytes;
+            s.kernel_us += k;
+        }
+        c.recent.push_back(coll.clone());
+        while c.recent.len() > RECENT_COLLS {
+            c.recent.pop_front();
+        }
+    }
+    if c.step_marks.back().is_none_or(|(s, _)| *s != step) {
+        c.step_marks.push_back((step, c.totals.clone()));
+        while c.step_marks.len() > STEP_MARKS {
+            c.step_marks.pop_front();
+        }
+    }
+    if b.last {
+        c.finished = true;
+        c.inflight.clear();
+    }
+}
+
+/// log2 of a size, the class it is shown in (1 MiB covers [1 MiB, 2 MiB)).
+pub fn size_class(bytes: u64) -> u32 {
+    63 - bytes.max(1).leading_zeros()
+}
+
+/// nccl-tests' bus bandwidth factor for `func` over `n` ranks, and the bytes its formula counts
+/// (NCCL's `count` for all_gather and reduce_scatter is one rank's part: × n for the total).
+pub fn busbw_factor(func: &str, n: u32) -> (f64, f64) {
+    let n = f64::from(n.max(1));
+    match func {
+        "all_reduce" => (2.0 * (n - 1.0) / n, 1.0),
+        "all_gather" | "reduce_scatter" => ((n - 1.0) / n, n),
+        "all_to_all" => ((n - 1.0) / n, 1.0),
+        _ => (1.0, 1.0),
+    }
+}
+
+/// Bus bandwidth (GB/s, 1e9 bytes) of a size class.
+pub fn busbw_gbs(func: &str, nranks: u32, s: &SizeClass) -> Option<f64> {
+    let (factor, mult) = busbw_factor(func, nranks);
+    (s.kernel_us > 0.0 && s.n > 0)
+        .then(|| s.bytes as f64 * mult / (s.kernel_us * 1e-6) / 1e9 * factor)
+}
+
+/// A communicator across the process ranks that reported it.
+fn comm_across<'a>(run: &'a RunView, comm: &str) -> BTreeMap<u32, &'a CommView> {
+    run.collectives
+        .ranks
+        .iter()
+        .filter_map(|(r, p)| p.comms.get(comm).map(|c| (*r, c)))
+        .collect()
+}
+
+fn age(c: &CommView, age_s: f64, now: Instant) -> f64 {
+    age_s
+        + c.inflight_at
+            .map_or(0.0, |t| now.saturating_duration_since(t).as_secs_f64())
+}
+
+fn ranks_text(ranks: &[u32]) -> String {
+    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    match ranks.len() {
+        1 => format!("rank {}", list[0]),
+        _ => format!("ranks {}", list.join(", ")),
+    }
+}
+
+/// Which rank is inside which collective: the oldest collective in flight (at least
+/// `min_age_s`) on any communicator, and where every rank of that communicator stands with
+/// respect to it. `None` while nothing is in flight that long.
+pub fn stuck(run: &RunView, now: Instant, min_age_s: f64) -> Option<String> {
+    // The oldest in-flight collective over all ranks and communicators.
+    let mut oldest: Option<(f64, String, String, u64)> = None;
+    for p in run.collectives.ranks.values() {
+        for (id, c) in &p.comms {
+            for f in &c.inflight {
+                let a = age(c, f.age_s, now);
+                if a >= min_age_s && oldest.as_ref().is_none_or(|o| a > o.0) {
+                    oldest = Some((a, id.clone(), f.func.clone(), f.seq));
+                }
+            }
+        }
+    }
+    let (_, comm, func, seq) = oldest?;
+    let across = comm_across(run, &comm);
+    let nranks = across.values().map(|c| c.nranks).max().unwrap_or(0);
+    let mut inside = Vec::new();
+    let mut kernels = Vec::new();
+    let mut max_age: f64 = 0.0;
+    let mut clauses = Vec::new();
+    let mut past = Vec::new();
+    for (r, c) in &across {
+        if let Some(f) = c.inflight.iter().find(|f| f.func == func && f.seq == seq) {
+            inside.push(*r);
+            kernels.push(f.kernel);
+            max_age = max_age.max(age(c, f.age_s, now));
+            continue;
+        }
+        let last = c.last_done.get(&func).copied();
+        if last.is_some_and(|l| l >= seq) {
+            past.push(*r);
+            continue;
+        }
+        let done = last.map_or("no".to_string(), |l| format!("#{l}"));
+        let elsewhere = c
+            .inflight
+            .iter()
+            .map(|f| (age(c, f.age_s, now), f))
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(a, f)| format!(", is inside {} #{} ({a:.1} s)", f.func, f.seq))
+            .unwrap_or_default();
+        clauses.push(format!(
+            "rank {r} last completed {done} {func}{elsewhere} and never entered #{seq}"
+        ));
+    }
+    // Ranks of the run that sent nothing on this communicator (plugin off, not loaded, or the
+    // process gone) cannot be placed.
+    let silent: Vec<u32> = run
+        .ranks
+        .keys()
+        .filter(|r| !across.contains_key(r))
+        .copied()
+        .filter(|_| across.len() < nranks as usize)
+        .collect();
+    if !silent.is_empty() {
+        clauses.push(format!("{}: no profiler data", ranks_text(&silent)));
+    }
+    if !past.is_empty() {
+        clauses.push(format!("{} already completed #{seq}", ranks_text(&past)));
+    }
+    let all_inside = clauses.is_empty() && inside.len() as u32 >= nranks.max(2);
+    let head = if all_inside {
+        let who = if inside.len() == 2 {
+            "both ranks".to_string()
+        } else {
+            format!("all {} ranks", inside.len())
+        };
+        if kernels.iter().all(|k| *k) {
+            format!(
+                "{who} inside {func} #{seq} for {max_age:.1} s, kernels started, none finished: a transport stall, not a missing rank"
+            )
+        } else {
+            let waiting: Vec<u32> = inside
+                .iter()
+                .zip(&kernels)
+                .filter(|(_, k)| !**k)
+                .map(|(r, _)| *r)
+                .collect();
+            format!(
+                "{who} inside {func} #{seq} for {max_age:.1} s; its kernel has not started on {}",
+                ranks_text(&waiting)
+            )
+        }
+    } else {
+        format!(
+            "{} inside {func} #{seq} for {max_age:.1} s",
+            ranks_text(&inside)
+        )
+    };
+    Some(
+        std::iter::once(head)
+            .chain(clauses)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+/// A DDP bucket's all-reduce as NCCL ran it. Times are ms from the first bucket's call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketColl {
+    pub index: u32,
+    pub bytes: u64,
+    pub seq: u64,
+    /// The host called NCCL (the bucket was ready and handed to NCCL).
+    pub ready_ms: f64,
+    /// The first channel of the kernel started, as NCCL's proxy thread saw it.
+    pub start_ms: Option<f64>,
+    pub done_ms: f64,
+    /// GPU time, earliest channel start to latest channel stop.
+    pub kernel_ms: Option<f64>,
+}
+
+/// The communicator of a rank with the most all-reduces: DDP's default process group.
+fn main_comm<'a>(run: &'a RunView, rank: u32) -> Option<&'a CommView> {
+    let p = run.collectives.ranks.get(&rank)?;
+    p.comms
+        .values()
+        .max_by_key(|c| c.totals.get("all_reduce").map_or(0, |t| t.count))
+}
+
+/// The latest step's bucket all-reduces of `rank`: the last run of consecutive all-reduces on
+/// its main communicator whose sizes are the buckets' sizes in the buckets' all-reduce order
+/// (its latest `buckets` message, else the run's `bucket_bytes`). `None` until one matches.
+pub fn match_buckets(run: &RunView, rank: u32) -> Option<Vec<BucketColl>> {
+    let (indices, sizes): (Vec<u32>, Vec<u64>) = match run.ranks.get(&rank)?.buckets.as_ref() {
+        Some(b) => b.buckets.iter().map(|s| (s.index, s.bytes)).unzip(),
+        None => run
+            .bucket_bytes
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (i as u32, *b))
+            .unzip(),
+    };
+    if sizes.is_empty() {
+        return None;
+    }
+    let c = main_comm(run, rank)?;
+    let ars: Vec<&NcclColl> = c.recent.iter().filter(|x| x.func == "all_reduce").collect();
+    let n = sizes.len();
+    let start = (0..=ars.len().checked_sub(n)?).rev().find(|&i| {
+        ars[i..i + n]
+            .iter()
+            .zip(&sizes)
+            .all(|(x, b)| x.bytes == *b)
+            && ars[i..i + n].windows(2).all(|w| w[1].seq == w[0].seq + 1)
+    })?;
+    let window = &ars[start..start + n];
+    let t0 = window[0].t_call;
+    let ms = |t: f64| (t - t0) * 1e3;
+    Some(
+        window
+            .iter()
+            .zip(indices)
+            .map(|(x, index)| BucketColl {
+                index,
+                bytes: x.bytes,
+                seq: x.seq,
+                ready_ms: ms(x.t_call),
+                start_ms: x.t_kernel.map(ms),
+                done_ms: ms(x.t_end),
+                kernel_ms: x.kernel_us.map(|k| k / 1e3),
+            })
+            .collect(),
+    )
+}
+
+/// One function's collectives per training step on one communicator, beside the HLO receipt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerStep {
+    pub func: String,
+    pub count: f64,
+    pub bytes: f64,
+    /// Steps the figures are averaged over.
+    pub steps: u64,
+    /// The receipt's count and bytes for this function, when it has one.
+    pub receipt: Option<(u64, u64)>,
+}
+
+impl PerStep {
+    /// Whether the executed count per step is the receipt's (rounded: the window's edges fall
+    /// between batches). `None` without a receipt.
+    pub fn matches(&self) -> Option<bool> {
+        self.receipt.map(|(n, _)| (self.count - n as f64).abs() < 0.5)
+    }
+}
+
+/// Collectives per training step on the first rank's busiest communicator: the change in its
+/// totals between the oldest and newest step marks, over the steps between them.
+pub fn per_step(run: &RunView) -> Vec<PerStep> {
+    let Some((_, p)) = run.collectives.ranks.iter().next() else {
+        return Vec::new();
+    };
+    let Some(c) = p
+        .comms
+        .values()
+        .max_by_key(|c| c.totals.values().map(|t| t.count).sum::<u64>())
+    else {
+        return Vec::new();
+    };
+    // Marks from step 1 on: collectives before the first step (parameter broadcast, sharding
+    // of the initial state) are not the step's.
+    let marks: Vec<&(u64, BTreeMap<String, CollTotals>)> =
+        c.step_marks.iter().filter(|(s, _)| *s >= 1).collect();
+    let (Some(a), Some(b)) = (marks.first(), marks.last()) else {
+        return Vec::new();
+    };
+    let steps = b.0.saturating_sub(a.0);
+    if steps == 0 {
+        return Vec::new();
+    }
+    let receipt = |f: &str| {
+        let ops = run.hlo.as_ref()?.ops.as_ref()?;
+        let s = match f {
+            "all_reduce" => ops.all_reduce,
+            "all_gather" => ops.all_gather,
+            "reduce_scatter" => ops.reduce_scatter,
+            _ => None,
+        }?;
+        Some((s.count, s.total_bytes))
+    };
+    b.1.iter()
+        .map(|(f, t)| {
+            let before = a.1.get(f).copied().unwrap_or_default();
+            PerStep {
+                func: f.clone(),
+                count: (t.count - before.count) as f64 / steps as f64,
+                bytes: (t.bytes - before.bytes) as f64 / steps as f64,
+                steps,
+                receipt: receipt(f),
+            }
+        })
+        .filter(|p| p.count > 0.0 || p.receipt.is_some())
+        .collect()
+}
