@@ -33,6 +33,23 @@ pub fn apply_hello(run: &mut RunView, h: &NcclHello, now: Instant) {
     }
 }
 
+/// A worker's `hello` names its NCCL: one line on the run when the plugin was set on the launch
+/// but that NCCL cannot load it.
+pub fn note_nccl_version(run: &mut RunView, h: &crate::protocol::Hello) {
+    let on = run
+        .env
+        .get(crate::supervisor::nccl_profiler::ENV)
+        .is_some_and(Option::is_some);
+    if let Some(line) = h
+        .nccl
+        .as_deref()
+        .filter(|_| on)
+        .and_then(crate::supervisor::nccl_profiler::too_old)
+    {
+        run.add_caveat(Caveat::note(line));
+    }
+}
+
 pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
     let step = run.ranks.get(&b.rank).map_or(0, |r| r.step);
     let r = run.collectives.ranks.entry(b.rank).or_default();
@@ -178,8 +195,13 @@ pub fn stuck(run: &RunView, now: Instant, min_age_s: f64) -> Option<String> {
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(a, f)| format!(", is inside {} #{} ({a:.1} s)", f.func, f.seq))
             .unwrap_or_default();
+        let done = if done == "no" {
+            format!("completed no {func}")
+        } else {
+            format!("last completed {done}")
+        };
         clauses.push(format!(
-            "rank {r} last completed {done} {func}{elsewhere} and never entered #{seq}"
+            "rank {r} {done}{elsewhere} and never entered #{seq}"
         ));
     }
     // Ranks of the run that sent nothing on this communicator (plugin off, not loaded, or the
@@ -277,10 +299,7 @@ pub fn match_buckets(run: &RunView, rank: u32) -> Option<Vec<BucketColl>> {
     let ars: Vec<&NcclColl> = c.recent.iter().filter(|x| x.func == "all_reduce").collect();
     let n = sizes.len();
     let start = (0..=ars.len().checked_sub(n)?).rev().find(|&i| {
-        ars[i..i + n]
-            .iter()
-            .zip(&sizes)
-            .all(|(x, b)| x.bytes == *b)
+        ars[i..i + n].iter().zip(&sizes).all(|(x, b)| x.bytes == *b)
             && ars[i..i + n].windows(2).all(|w| w[1].seq == w[0].seq + 1)
     })?;
     let window = &ars[start..start + n];
@@ -319,7 +338,8 @@ impl PerStep {
     /// Whether the executed count per step is the receipt's (rounded: the window's edges fall
     /// between batches). `None` without a receipt.
     pub fn matches(&self) -> Option<bool> {
-        self.receipt.map(|(n, _)| (self.count - n as f64).abs() < 0.5)
+        self.receipt
+            .map(|(n, _)| (self.count - n as f64).abs() < 0.5)
     }
 }
 
@@ -370,4 +390,362 @@ pub fn per_step(run: &RunView) -> Vec<PerStep> {
         })
         .filter(|p| p.count > 0.0 || p.receipt.is_some())
         .collect()
+}
+
+/// One process rank's line in the collectives view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankRow {
+    pub rank: u32,
+    /// `all_reduce #1233` per function, the latest completed.
+    pub last_done: String,
+    /// The oldest collective in flight: `all_reduce #1234 · 9.5 MB · 12.0 s · kernel started`.
+    pub inflight: Option<String>,
+    /// `dropped 12 · lost 3` when the plugin lost anything.
+    pub loss: Option<String>,
+}
+
+/// One function's line: totals over the run, NCCL's algorithm/protocol choices.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FuncRow {
+    pub func: String,
+    pub count: u64,
+    pub bytes: u64,
+    pub kernel_ms: f64,
+}
+
+/// Bus bandwidth of one function's collectives of one size class.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizeRow {
+    pub func: String,
+    /// Lower bound of the class, bytes (a power of two).
+    pub from_bytes: u64,
+    pub n: u64,
+    pub busbw_gbs: Option<f64>,
+}
+
+/// What the collectives view shows (pure; `ui::collectives` draws it).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CollectivesModel {
+    /// In place of everything else: why there is nothing (k=1, plugin not loaded yet).
+    pub note: Option<String>,
+    /// Which rank is inside which collective, when one has been in flight ≥ `STUCK_AFTER_S`.
+    pub verdict: Option<String>,
+    pub ranks: Vec<RankRow>,
+    pub funcs: Vec<FuncRow>,
+    /// `ring/simple 1480 · tree/ll 2`
+    pub algos: String,
+    pub sizes: Vec<SizeRow>,
+    /// The latest step's bucket all-reduces of the first rank, matched by order and size.
+    pub buckets: Vec<BucketColl>,
+    pub per_step: Vec<PerStep>,
+}
+
+/// Whether the run was launched with the plugin (its recorded environment says so).
+pub fn plugin_on(run: &RunView) -> bool {
+    run.env
+        .get(crate::supervisor::nccl_profiler::ENV)
+        .is_some_and(Option::is_some)
+}
+
+/// The view of a run, as of `now` (the UI passes the latest batch's arrival: pure). `None` when
+/// the run was launched without the plugin and nothing came from one.
+pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
+    let cs = &run.collectives;
+    if cs.is_empty() && !plugin_on(run) {
+        return None;
+    }
+    let mut m = CollectivesModel::default();
+    if run.spec.k == 1 {
+        m.note = Some(NO_COLLECTIVES_K1.to_string());
+        return Some(m);
+    }
+    if cs.is_empty() {
+        m.note = Some("NCCL profiler plugin set on the launch; no rank's plugin has connected yet (NCCL loads it at its first communicator)".into());
+        return Some(m);
+    }
+    m.verdict = stuck(run, now, STUCK_AFTER_S);
+    let mut funcs: BTreeMap<String, CollTotals> = BTreeMap::new();
+    let mut algos: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut sizes: BTreeMap<(String, u32), (SizeClass, u32)> = BTreeMap::new();
+    for (r, p) in &cs.ranks {
+        let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+        let mut oldest: Option<(f64, String)> = None;
+        for c in p.comms.values() {
+            for (f, s) in &c.last_done {
+                let e = last.entry(f).or_insert(*s);
+                *e = (*e).max(*s);
+            }
+            for f in &c.inflight {
+                let a = age(c, f.age_s, now);
+                if oldest.as_ref().is_none_or(|o| a > o.0) {
+                    let kernel = if f.kernel {
+                        "kernel started"
+                    } else {
+                        "kernel not started"
+                    };
+                    oldest = Some((
+                        a,
+                        format!(
+                            "{} #{} · {} · {a:.1} s · {kernel}",
+                            f.func,
+                            f.seq,
+                            crate::util::fmt_bytes(f.bytes)
+                        ),
+                    ));
+                }
+            }
+            // Rank 0's view for the run-wide sums (every rank ran the same collectives).
+            if Some(r) == cs.ranks.keys().next() {
+                for (f, t) in &c.totals {
+                    let e = funcs.entry(f.clone()).or_default();
+                    e.count += t.count;
+                    e.bytes += t.bytes;
+                    e.kernel_us += t.kernel_us;
+                }
+                for (k, n) in &c.algos {
+                    *algos.entry(k.clone()).or_default() += n;
+                }
+                for (k, s) in &c.sizes {
+                    let e = sizes
+                        .entry(k.clone())
+                        .or_insert((SizeClass::default(), c.nranks));
+                    e.0.n += s.n;
+                    e.0.bytes += s.bytes;
+                    e.0.kernel_us += s.kernel_us;
+                }
+            }
+        }
+        let last_done = if last.is_empty() {
+            "none completed".to_string()
+        } else {
+            last.iter()
+                .map(|(f, s)| format!("{f} #{s}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let loss =
+            (p.dropped + p.lost > 0).then(|| format!("dropped {} · lost {}", p.dropped, p.lost));
+        m.ranks.push(RankRow {
+            rank: *r,
+            last_done,
+            inflight: oldest.map(|o| o.1),
+            loss,
+        });
+    }
+    m.funcs = funcs
+        .into_iter()
+        .map(|(func, t)| FuncRow {
+            func,
+            count: t.count,
+            bytes: t.bytes,
+            kernel_ms: t.kernel_us / 1e3,
+        })
+        .collect();
+    m.algos = algos
+        .iter()
+        .map(|((a, p), n)| format!("{a}/{p} {n}"))
+        .collect::<Vec<_>>()
+        .join(" · ");
+    m.sizes = sizes
+        .into_iter()
+        .map(|((func, class), (s, n))| SizeRow {
+            busbw_gbs: busbw_gbs(&func, n, &s),
+            func,
+            from_bytes: 1u64 << class,
+            n: s.n,
+        })
+        .collect();
+    if let Some(r) = cs.ranks.keys().next() {
+        m.buckets = match_buckets(run, *r).unwrap_or_default();
+    }
+    m.per_step = per_step(run);
+    Some(m)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Driven by plugin messages (tests/fixtures/nccl/*.jsonl): hand-written in the plugin's
+    //! exact format (docs/protocol.md `nccl`) for situations a CPU machine cannot produce — a
+    //! hung rank, a transport stall, DDP's buckets — not captured from a GPU run.
+    use super::*;
+    use crate::app::reduce::apply_worker;
+    use crate::protocol::{Backend, parse_worker};
+    use crate::run::{Experiment, RunSpec};
+    use std::time::Duration;
+
+    fn run(exp: Experiment, k: u32) -> (RunView, Instant) {
+        let now = Instant::now();
+        let mut spec = RunSpec::new(exp, k, Backend::Nccl);
+        spec.k = k;
+        let mut r = RunView::new("r1".into(), spec, now, 0.0);
+        r.env.insert(
+            crate::supervisor::nccl_profiler::ENV.into(),
+            Some("/x/libnccl_profiler_ddptop.so".into()),
+        );
+        (r, now)
+    }
+
+    /// Apply every line of a fixture; `# +S` lines move the clock S seconds on.
+    fn feed(r: &mut RunView, mut now: Instant, text: &str) -> Instant {
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            if let Some(s) = line.strip_prefix("# +") {
+                now += Duration::from_secs_f64(s.trim().parse().unwrap());
+                continue;
+            }
+            let msg = parse_worker(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            apply_worker(r, &msg, now);
+        }
+        now
+    }
+
+    #[test]
+    fn the_rank_that_never_entered_is_named() {
+        let (mut r, t0) = run(Experiment::Weak, 4);
+        let now = feed(
+            &mut r,
+            t0,
+            include_str!("../../tests/fixtures/nccl/hang_k4.jsonl"),
+        );
+        assert_eq!(
+            stuck(&r, now, STUCK_AFTER_S).unwrap(),
+            "ranks 0, 2, 3 inside all_reduce #1234 for 12.0 s; rank 1 last completed #1233 and never entered #1234"
+        );
+        // Ages go on between batches.
+        let later = now + Duration::from_secs(3);
+        assert!(
+            stuck(&r, later, STUCK_AFTER_S)
+                .unwrap()
+                .contains("for 15.0 s")
+        );
+        let m = model(&r, now).unwrap();
+        assert_eq!(m.ranks[1].inflight, None);
+        assert_eq!(
+            m.ranks[0].inflight.as_deref(),
+            Some("all_reduce #1234 · 9.5 MB · 12.0 s · kernel started")
+        );
+        assert_eq!(m.ranks[1].loss.as_deref(), Some("dropped 12 · lost 3"));
+        // Nothing is stuck before anything has been in flight long enough.
+        assert_eq!(stuck(&r, now, 60.0), None);
+    }
+
+    #[test]
+    fn all_ranks_inside_with_kernels_started_is_a_transport_stall() {
+        let (mut r, t0) = run(Experiment::Weak, 2);
+        let now = feed(
+            &mut r,
+            t0,
+            include_str!("../../tests/fixtures/nccl/stall_k2.jsonl"),
+        );
+        assert_eq!(
+            stuck(&r, now, STUCK_AFTER_S).unwrap(),
+            "both ranks inside broadcast #0 for 5.0 s, kernels started, none finished: a transport stall, not a missing rank"
+        );
+    }
+
+    #[test]
+    fn bucket_all_reduces_are_matched_by_order_and_size() {
+        let (mut r, t0) = run(Experiment::Weak, 2);
+        let now = feed(
+            &mut r,
+            t0,
+            include_str!("../../tests/fixtures/nccl/buckets_k2.jsonl"),
+        );
+        let b = match_buckets(&r, 0).unwrap();
+        assert_eq!(
+            b.iter()
+                .map(|x| (x.index, x.bytes, x.seq))
+                .collect::<Vec<_>>(),
+            [(0, 9461800, 1231), (1, 26501120, 1232), (2, 8740352, 1233)]
+        );
+        assert_eq!(b[0].ready_ms, 0.0);
+        assert!((b[1].ready_ms - 11.372).abs() < 1e-6, "{}", b[1].ready_ms);
+        assert!((b[1].start_ms.unwrap() - 11.44).abs() < 1e-6);
+        assert_eq!(b[1].kernel_ms, Some(0.176512));
+        // The earlier step's all-reduces of other sizes did not match; a step whose sizes never
+        // occur matches nothing.
+        let mut other = r.clone();
+        other
+            .ranks
+            .get_mut(&0)
+            .unwrap()
+            .buckets
+            .as_mut()
+            .unwrap()
+            .buckets[0]
+            .bytes = 1;
+        assert_eq!(match_buckets(&other, 0), None);
+        let m = model(&r, now).unwrap();
+        assert_eq!(m.buckets.len(), 3);
+        assert_eq!(m.algos, "ring/simple 5");
+        let ar = m.sizes.iter().find(|s| s.from_bytes == 16 << 20).unwrap();
+        // 26501120 B in 176.512 µs at k=2: algbw = busbw = 150.1 GB/s.
+        assert!(
+            (ar.busbw_gbs.unwrap() - 150.137).abs() < 0.01,
+            "{:?}",
+            ar.busbw_gbs
+        );
+        assert_eq!(m.verdict, None);
+    }
+
+    #[test]
+    fn jax_collectives_per_step_against_the_receipt() {
+        let (mut r, t0) = run(Experiment::Jax, 2);
+        feed(
+            &mut r,
+            t0,
+            include_str!("../../tests/fixtures/nccl/jax_k2.jsonl"),
+        );
+        let p = per_step(&r);
+        let ar = p.iter().find(|p| p.func == "all_reduce").unwrap();
+        assert_eq!((ar.count, ar.bytes, ar.steps), (1.0, 44703272.0, 10));
+        assert_eq!(ar.receipt, Some((1, 44703272)));
+        assert_eq!(ar.matches(), Some(true));
+        // The parameter broadcast before step 1 is not a step's.
+        assert!(p.iter().all(|p| p.func != "broadcast"));
+    }
+
+    #[test]
+    fn a_k1_run_says_no_collectives_instead_of_failing() {
+        let (mut r, t0) = run(Experiment::Weak, 1);
+        let hello = r#"{"v":1,"type":"nccl_hello","token":"ab","run_id":"r1","rank":0,"world_size":1,"pid":7,"host":"h","plugin":"0.1.0","abi":"v5","t":1.0}"#;
+        feed(&mut r, t0, hello);
+        assert!(r.caveats.iter().any(|c| c.text == NO_COLLECTIVES_K1));
+        assert_eq!(
+            model(&r, t0).unwrap().note.as_deref(),
+            Some(NO_COLLECTIVES_K1)
+        );
+        assert_eq!(stuck(&r, t0, 0.0), None);
+    }
+
+    #[test]
+    fn an_nccl_too_old_for_the_plugin_is_one_line_on_the_run() {
+        let (mut r, t0) = run(Experiment::Weak, 2);
+        let hello = r#"{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cuda:0","backend":"nccl","worker":"train","torch":"2.5.0","nccl":"2.21.5","cuda":"12.4","t":1.0}"#;
+        feed(&mut r, t0, hello);
+        assert!(
+            r.caveats
+                .iter()
+                .any(|c| c.text.contains("NCCL 2.21.5 predates")),
+            "{:?}",
+            r.caveats
+        );
+    }
+
+    #[test]
+    fn busbw_follows_nccl_tests() {
+        let s = SizeClass {
+            n: 1,
+            bytes: 1_000_000_000,
+            kernel_us: 1e6,
+        };
+        assert_eq!(busbw_gbs("all_reduce", 4, &s), Some(1.5));
+        assert_eq!(
+            busbw_gbs("all_gather", 4, &s),
+            Some(3.0),
+            "one rank's part × 4 × 3/4"
+        );
+        assert_eq!(busbw_gbs("broadcast", 4, &s), Some(1.0));
+        assert_eq!(size_class(1 << 20), 20);
+        assert_eq!(size_class((2 << 20) - 1), 20);
+    }
 }

@@ -70,6 +70,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             run.versions.insert("host".into(), h.host.clone());
+            crate::app::collectives::note_nccl_version(run, h);
             if let Some(i) = h.instrument {
                 lower_instrument(run, i);
             }

@@ -156,7 +156,12 @@ impl NcclBatch {
             upto("age_s", i.age_s, SECONDS)?;
         }
         for c in &self.colls {
-            for (n, s) in [("func", &c.func), ("dtype", &c.dtype), ("algo", &c.algo), ("proto", &c.proto)] {
+            for (n, s) in [
+                ("func", &c.func),
+                ("dtype", &c.dtype),
+                ("algo", &c.algo),
+                ("proto", &c.proto),
+            ] {
                 short(n, s)?;
             }
             count("bytes", c.bytes, BYTES)?;

@@ -6,6 +6,7 @@ pub mod gpu_guard;
 pub mod handrolled;
 pub mod launch;
 pub mod nccl_log;
+pub mod nccl_profiler;
 pub mod nodes;
 pub mod output;
 pub mod procs;

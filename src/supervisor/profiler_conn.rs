@@ -5,7 +5,9 @@
 
 use super::SupEvent;
 use super::socket::{MAX_ERROR_REPLIES, REFUSED, Registry, Via, write_line};
-use crate::protocol::{ControlMsg, ErrorCode, LineReader, NcclHello, ReadOutcome, WorkerMsg, parse_worker};
+use crate::protocol::{
+    ControlMsg, ErrorCode, LineReader, NcclHello, ReadOutcome, WorkerMsg, parse_worker,
+};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 
@@ -26,7 +28,11 @@ pub(crate) async fn serve<R, W>(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit_profiler(&hello, tx) {
-        let answer = if code == ErrorCode::BadToken { REFUSED.to_string() } else { msg.clone() };
+        let answer = if code == ErrorCode::BadToken {
+            REFUSED.to_string()
+        } else {
+            msg.clone()
+        };
         let _ = write_line(&mut wr, &ControlMsg::Error { code, msg: answer }).await;
         let _ = events
             .send(SupEvent::Rejected {
@@ -38,12 +44,19 @@ pub(crate) async fn serve<R, W>(
     }
     lines.set_max(crate::protocol::MAX_LINE_BYTES);
     let (run, rank) = (hello.run_id.clone(), hello.rank);
-    let welcome = ControlMsg::Welcome { run_id: run.clone(), rank, heartbeat_s: 1.0 };
+    let welcome = ControlMsg::Welcome {
+        run_id: run.clone(),
+        rank,
+        heartbeat_s: 1.0,
+    };
     if write_line(&mut wr, &welcome).await.is_err() {
         return;
     }
     let _ = events
-        .send(SupEvent::Worker { run: run.clone(), msg: Box::new(WorkerMsg::NcclHello(hello)) })
+        .send(SupEvent::Worker {
+            run: run.clone(),
+            msg: Box::new(WorkerMsg::NcclHello(hello)),
+        })
         .await;
     let mut bad: u64 = 0;
     let mut last_error = String::new();
@@ -78,7 +91,12 @@ pub(crate) async fn serve<R, W>(
     }
     if bad > 0 {
         let _ = events
-            .send(SupEvent::BadLines { run, rank, count: bad, last_error })
+            .send(SupEvent::BadLines {
+                run,
+                rank,
+                count: bad,
+                last_error,
+            })
             .await;
     }
 }

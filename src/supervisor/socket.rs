@@ -137,7 +137,10 @@ impl Registry {
         if h.world_size != a.world_size {
             return Err((
                 ErrorCode::BadMessage,
-                format!("world_size {} but run {} has k={}", h.world_size, h.run_id, a.world_size),
+                format!(
+                    "world_size {} but run {} has k={}",
+                    h.world_size, h.run_id, a.world_size
+                ),
             ));
         }
         a.profilers.retain(|s| !s.is_closed());
@@ -492,7 +495,10 @@ async fn flush_bad(
     *pending = 0;
 }
 
-pub(crate) async fn write_line<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ControlMsg) -> std::io::Result<()> {
+pub(crate) async fn write_line<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    msg: &ControlMsg,
+) -> std::io::Result<()> {
     let mut line = msg.to_line();
     line.push('\n');
     // A peer that never reads must not stall this task forever.
