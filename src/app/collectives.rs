@@ -460,7 +460,12 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
         return Some(m);
     }
     if cs.is_empty() {
-        m.note = Some("NCCL profiler plugin set on the launch; no rank's plugin has connected yet (NCCL loads it at its first communicator)".into());
+        m.note = Some(if run.status.is_final() {
+            "NCCL profiler plugin set on the launch; its collectives are shown live and not stored"
+                .into()
+        } else {
+            "NCCL profiler plugin set on the launch; no rank's plugin has connected yet (NCCL loads it at its first communicator)".into()
+        });
         return Some(m);
     }
     m.verdict = stuck(run, now, STUCK_AFTER_S);
