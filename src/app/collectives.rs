@@ -58,7 +58,11 @@ pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
     r.lost = r.lost.max(b.lost);
     r.bad = r.bad.max(b.bad);
     r.last_msg = Some(now);
-    let c = r.comms.entry(b.comm.clone()).or_default();
+    let c = r
+        .comms
+        .entry(format!("{}/{}", b.comm, b.comm_rank))
+        .or_default();
+    c.comm = b.comm.clone();
     c.comm_rank = b.comm_rank;
     c.nranks = b.nranks;
     c.nnodes = b.nnodes;
@@ -128,12 +132,15 @@ pub fn busbw_gbs(func: &str, nranks: u32, s: &SizeClass) -> Option<f64> {
         .then(|| s.bytes as f64 * mult / (s.kernel_us * 1e-6) / 1e9 * factor)
 }
 
-/// A communicator across the process ranks that reported it.
+/// A communicator across everything that reported it, by rank in the communicator (the
+/// global rank for DDP's default group, the device for a one-process JAX run).
 fn comm_across<'a>(run: &'a RunView, comm: &str) -> BTreeMap<u32, &'a CommView> {
     run.collectives
         .ranks
-        .iter()
-        .filter_map(|(r, p)| p.comms.get(comm).map(|c| (*r, c)))
+        .values()
+        .flat_map(|p| p.comms.values())
+        .filter(|c| c.comm == comm)
+        .map(|c| (c.comm_rank, c))
         .collect()
 }
 
@@ -158,11 +165,11 @@ pub fn stuck(run: &RunView, now: Instant, min_age_s: f64) -> Option<String> {
     // The oldest in-flight collective over all ranks and communicators.
     let mut oldest: Option<(f64, String, String, u64)> = None;
     for p in run.collectives.ranks.values() {
-        for (id, c) in &p.comms {
+        for c in p.comms.values() {
             for f in &c.inflight {
                 let a = age(c, f.age_s, now);
                 if a >= min_age_s && oldest.as_ref().is_none_or(|o| a > o.0) {
-                    oldest = Some((a, id.clone(), f.func.clone(), f.seq));
+                    oldest = Some((a, c.comm.clone(), f.func.clone(), f.seq));
                 }
             }
         }
@@ -204,15 +211,9 @@ pub fn stuck(run: &RunView, now: Instant, min_age_s: f64) -> Option<String> {
             "rank {r} {done}{elsewhere} and never entered #{seq}"
         ));
     }
-    // Ranks of the run that sent nothing on this communicator (plugin off, not loaded, or the
-    // process gone) cannot be placed.
-    let silent: Vec<u32> = run
-        .ranks
-        .keys()
-        .filter(|r| !across.contains_key(r))
-        .copied()
-        .filter(|_| across.len() < nranks as usize)
-        .collect();
+    // Ranks of the communicator that sent nothing on it (plugin off, not loaded, or the process
+    // gone) cannot be placed.
+    let silent: Vec<u32> = (0..nranks).filter(|r| !across.contains_key(r)).collect();
     if !silent.is_empty() {
         clauses.push(format!("{}: no profiler data", ranks_text(&silent)));
     }
@@ -631,6 +632,39 @@ mod tests {
         assert_eq!(m.ranks[1].loss.as_deref(), Some("dropped 12 · lost 3"));
         // Nothing is stuck before anything has been in flight long enough.
         assert_eq!(stuck(&r, now, 60.0), None);
+    }
+
+    #[test]
+    fn a_rank_whose_plugin_sent_nothing_is_said_so() {
+        let (mut r, t0) = run(Experiment::Weak, 4);
+        let three: Vec<&str> = include_str!("../../tests/fixtures/nccl/hang_k4.jsonl")
+            .lines()
+            .filter(|l| !l.contains(r#""rank":1,"#))
+            .collect();
+        let now = feed(&mut r, t0, &three.join("\n"));
+        assert_eq!(
+            stuck(&r, now, STUCK_AFTER_S).unwrap(),
+            "ranks 0, 2, 3 inside all_reduce #1234 for 12.0 s; rank 1: no profiler data"
+        );
+    }
+
+    #[test]
+    fn one_process_driving_two_gpus_is_two_ranks_of_its_communicator() {
+        // A JAX process: one plugin connection (process rank 0), a communicator per device with
+        // the same id; device 1 never entered the all-reduce device 0 is inside.
+        let (mut r, t0) = run(Experiment::Jax, 2);
+        let b = |comm_rank: u32, inflight: &str| {
+            format!(
+                r#"{{"v":1,"type":"nccl","rank":0,"t":9.0,"comm":"00000000000000aa","comm_rank":{comm_rank},"nranks":2,"nnodes":1,"last_done":{{"all_reduce":41}},"inflight":[{inflight}],"colls":[],"more":0,"funcs":{{}},"dropped":0,"lost":0,"bad":0,"final":false}}"#
+            )
+        };
+        let f =
+            r#"{"func":"all_reduce","seq":42,"bytes":4,"t_call":1.0,"age_s":8.0,"kernel":false}"#;
+        let now = feed(&mut r, t0, &format!("{}\n{}", b(0, f), b(1, "")));
+        assert_eq!(
+            stuck(&r, now, STUCK_AFTER_S).unwrap(),
+            "rank 0 inside all_reduce #42 for 8.0 s; rank 1 last completed #41 and never entered #42"
+        );
     }
 
     #[test]

@@ -29,9 +29,12 @@ pub struct SizeClass {
     pub kernel_us: f64,
 }
 
-/// One communicator as one process sees it.
+/// One communicator as one process sees it (a process driving several GPUs, as one JAX process,
+/// holds one per device: the same `comm` id, different `comm_rank`s).
 #[derive(Debug, Clone, Default)]
 pub struct CommView {
+    /// NCCL's communicator id (16 hex digits), the same on every rank of it.
+    pub comm: String,
     pub comm_rank: u32,
     pub nranks: u32,
     pub nnodes: u32,
@@ -57,7 +60,7 @@ pub struct PluginRank {
     pub abi: String,
     pub plugin: String,
     pub pid: u32,
-    /// Keyed by NCCL's communicator id (16 hex digits), the same on every rank of it.
+    /// Keyed by `<communicator id>/<rank in it>`.
     pub comms: BTreeMap<String, CommView>,
     pub dropped: u64,
     pub lost: u64,
