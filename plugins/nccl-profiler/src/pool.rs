@@ -390,12 +390,22 @@ impl Shared {
         slot.state.store(FREE, Ordering::Release);
     }
 
-    /// The sender's sweep: a collective whose `Coll` event stopped but some of whose channel
-    /// events never came would hold its slot forever and look in flight. NCCL runs one
-    /// communicator's collectives in order, so once a later one of the same communicator has
-    /// completed (`done_after[comm]`: the latest call time of a completed one), this one is over
-    /// too; it is reported as `partial`.
+    /// The sender's sweep: a collective whose `Coll` event stopped but fewer of whose channels
+    /// reported than it announced (`nChannels`) would hold its slot forever and look in flight.
+    /// NCCL runs one communicator's collectives in order on its stream, so this one is over once
+    /// a later one of the same communicator has completed (`done_after[comm]`: the latest call
+    /// time of a completed one), or once a later one's kernel has started while none of this
+    /// one's channels is still running. It is reported as `partial`.
     pub fn reap(&self, done_after: &[u64; MAX_COMMS], now: u64) -> usize {
+        let mut kernel_after = [0u64; MAX_COMMS];
+        for slot in self.slots.iter() {
+            if slot.state.load(Ordering::Acquire) == LIVE
+                && slot.ch_started.load(Ordering::Acquire) > 0
+                && let Some(k) = kernel_after.get_mut(slot.comm.load(Ordering::Relaxed) as usize)
+            {
+                *k = (*k).max(slot.t_call.load(Ordering::Relaxed));
+            }
+        }
         let mut n = 0;
         for slot in self.slots.iter() {
             if slot.state.load(Ordering::Acquire) != LIVE
@@ -405,10 +415,12 @@ impl Shared {
                 continue;
             }
             let comm = slot.comm.load(Ordering::Relaxed) as usize;
-            if done_after
-                .get(comm)
-                .is_some_and(|&t| slot.t_call.load(Ordering::Relaxed) < t)
-            {
+            let t = slot.t_call.load(Ordering::Relaxed);
+            let idle =
+                slot.ch_started.load(Ordering::SeqCst) == slot.ch_stopped.load(Ordering::SeqCst);
+            let later_done = done_after.get(comm).is_some_and(|&d| t < d);
+            let later_kernel = idle && kernel_after.get(comm).is_some_and(|&k| t < k);
+            if later_done || later_kernel {
                 self.complete(slot, now, true);
                 n += 1;
             }
@@ -539,5 +551,45 @@ mod tests {
             panic!()
         };
         assert!(d.partial && d.gpu_start == 0);
+    }
+
+    #[test]
+    fn a_later_kernel_ends_a_collective_with_fewer_channels_than_announced() {
+        let s = Shared::new(4, 64);
+        let none = [0u64; MAX_COMMS];
+        // Announced 4 channels, ran 1.
+        let a = s.start_coll(&start(1, 4), 10).unwrap();
+        s.stop_coll(a, 11);
+        s.start_chan(a, 0, 100, 12).unwrap();
+        assert_eq!(s.reap(&none, 13), 0, "nothing later yet");
+        s.chan_stop_time(a, 0, 150);
+        s.stop_chan(a, 0, 14);
+        let b = s.start_coll(&start(2, 4), 20).unwrap();
+        s.stop_coll(b, 21);
+        assert_eq!(
+            s.reap(&none, 22),
+            0,
+            "the later one's kernel has not started"
+        );
+        s.start_chan(b, 0, 200, 23).unwrap();
+        assert_eq!(s.reap(&none, 24), 1);
+        let done: Vec<Done> = drain(&s)
+            .into_iter()
+            .filter_map(|r| if let Rec::Done(d) = r { Some(d) } else { None })
+            .collect();
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            (
+                done[0].key.seq,
+                done[0].gpu_start,
+                done[0].gpu_stop,
+                done[0].partial
+            ),
+            (1, 100, 150, true)
+        );
+        // A channel still running is never cut short by a later kernel.
+        let c = s.start_coll(&start(3, 1), 30).unwrap();
+        s.start_chan(c, 0, 300, 31).unwrap();
+        assert_eq!(s.reap(&none, 32), 0, "b's channel 0 is still running");
     }
 }
