@@ -55,6 +55,10 @@ pub struct GlobalArgs {
     /// figures are marked "GPUs shared".
     #[arg(long, global = true)]
     pub shared_gpus: bool,
+    /// Launch NCCL without ddptop's NCCL profiler plugin (config: nccl_profiler = false). On by
+    /// default: NCCL_PROFILER_PLUGIN names the plugin built beside ddptop (docs/profiler.md).
+    #[arg(long, global = true)]
+    pub no_nccl_profiler: bool,
 }
 
 impl GlobalArgs {

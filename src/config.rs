@@ -32,6 +32,11 @@ mouse = true
 # `attach` never changes a script's settings.
 book_settings = true
 
+# NCCL profiler plugin: every collective from NCCL itself (collectives view, which rank is inside
+# which collective on a hang; docs/profiler.md). false launches NCCL without it; --no-nccl-profiler
+# does the same for one session. $DDPTOP_NCCL_PROFILER names the library when it is not beside ddptop.
+nccl_profiler = true
+
 # Launchers (default: found on PATH).
 # python = "/usr/bin/python3"
 # torchrun = "/usr/local/bin/torchrun"
@@ -306,6 +311,8 @@ pub struct Config {
     pub mouse: bool,
     /// The book's TF32 matmul precision and cudnn.benchmark in ddptop's PyTorch runs.
     pub book_settings: bool,
+    /// ddptop's NCCL profiler plugin on NCCL launches.
+    pub nccl_profiler: bool,
     pub keys: KeyMap,
     pub refresh: Refresh,
     pub timeline: TimelineCfg,
@@ -327,6 +334,7 @@ impl Default for Config {
             theme: "dark".into(),
             mouse: true,
             book_settings: true,
+            nccl_profiler: true,
             keys: KeyMap::default(),
             refresh: Refresh::default(),
             timeline: TimelineCfg::default(),
@@ -404,6 +412,7 @@ struct RawConfig {
     theme: Option<Spanned<String>>,
     mouse: Option<bool>,
     book_settings: Option<bool>,
+    nccl_profiler: Option<bool>,
     python: Option<PathBuf>,
     torchrun: Option<PathBuf>,
     #[serde(default)]
@@ -531,6 +540,9 @@ impl Config {
             cfg.theme = name;
         }
         cfg.python = raw.python;
+        if let Some(b) = raw.nccl_profiler {
+            cfg.nccl_profiler = b;
+        }
         cfg.torchrun = raw.torchrun;
         if let Some(v) = raw.refresh.gpu_sample_ms {
             if *v.get_ref() < 250 {

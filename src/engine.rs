@@ -44,6 +44,8 @@ pub struct EngineOptions {
     pub stop_attached_on_hang: bool,
     /// `[stragglers]`: when a rank is named as holding the others back.
     pub stragglers: crate::app::straggler::StragglerConfig,
+    /// ddptop's NCCL profiler plugin for NCCL launches (`None`: off).
+    pub nccl_profiler: Option<PathBuf>,
 }
 
 impl EngineOptions {
@@ -60,6 +62,7 @@ impl EngineOptions {
             stragglers: Default::default(),
             nodes: None,
             stop_attached_on_hang: false,
+            nccl_profiler: None,
         }
     }
 }
@@ -236,6 +239,7 @@ impl Engine {
             sim_speed: self.opts.sim_speed,
             sim_noise: self.opts.sim_noise,
             nodes: plan.as_ref(),
+            nccl_profiler: self.opts.nccl_profiler.as_deref(),
         };
         let cmd = launch::command_for(&spec, &ctx)?;
         let node_cmds = match &plan {
@@ -1223,7 +1227,16 @@ impl Engine {
         let report = self
             .state
             .run(run)
-            .map(|v| watchdog::hang_report(v, now, &verdict))
+            .map(|v| {
+                // Beside the watchdog's verdict, and before any flight-recorder dump: where each
+                // rank stands in NCCL's own collectives, when the profiler plugin is on.
+                let mut r = watchdog::hang_report(v, now, &verdict);
+                r.extend(
+                    crate::app::collectives::stuck(v, now, 0.0)
+                        .map(|s| format!("NCCL profiler: {s}")),
+                );
+                r
+            })
             .unwrap_or_default();
         self.pending.push(EventRow::note(run, &report.join(" | ")));
         if let Some(v) = self.state.run_mut(run) {

@@ -105,8 +105,9 @@ pub struct EventRow {
 
 impl EventRow {
     pub fn from_msg(run_id: &str, msg: &WorkerMsg) -> Option<EventRow> {
-        // Heartbeats carry nothing to redraw; everything else is kept.
-        if matches!(msg, WorkerMsg::Heartbeat(_)) {
+        // Heartbeats carry nothing to redraw; the NCCL profiler's batches (several a second per
+        // rank) are live only (docs/profiler.md); everything else is kept.
+        if matches!(msg, WorkerMsg::Heartbeat(_) | WorkerMsg::Nccl(_)) {
             return None;
         }
         let mut body = serde_json::to_value(msg).ok()?;

@@ -18,7 +18,10 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
     let Some(rank) = run.ranks.get_mut(&rank_id) else {
         return;
     };
-    rank.last_seen = Some(now);
+    // The profiler plugin's thread is not the worker: the watchdog judges the worker alone.
+    if !matches!(msg, WorkerMsg::Nccl(_) | WorkerMsg::NcclHello(_)) {
+        rank.last_seen = Some(now);
+    }
     if let Some(step) = msg.step()
         && step > rank.step
     {
@@ -67,6 +70,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             run.versions.insert("host".into(), h.host.clone());
+            crate::app::collectives::note_nccl_version(run, h);
             if let Some(i) = h.instrument {
                 lower_instrument(run, i);
             }
@@ -150,6 +154,8 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Comm(c) => rank.record_comm(c),
         WorkerMsg::Hlo(h) => run.hlo = Some(h.clone()),
         WorkerMsg::Check(c) => run.checks.push(c.clone()),
+        WorkerMsg::NcclHello(h) => crate::app::collectives::apply_hello(run, h, now),
+        WorkerMsg::Nccl(b) => crate::app::collectives::apply_batch(run, b, now),
         // The run's length (the probe's extra steps arrive as a second plan): progress and ETA.
         // Its `phase` is left to the heartbeats: entering a phase is progress for the watchdog,
         // and only the heartbeat thread says when a rank really is in it.

@@ -568,6 +568,9 @@ pub enum WorkerMsg {
     Plan(Plan),
     Comm(Comm),
     Check(Check),
+    /// The NCCL profiler plugin's handshake and batches (`protocol::nccl`).
+    NcclHello(super::nccl::NcclHello),
+    Nccl(super::nccl::NcclBatch),
 }
 
 impl WorkerMsg {
@@ -588,6 +591,8 @@ impl WorkerMsg {
             WorkerMsg::Plan(_) => "plan",
             WorkerMsg::Comm(_) => "comm",
             WorkerMsg::Check(_) => "check",
+            WorkerMsg::NcclHello(_) => "nccl_hello",
+            WorkerMsg::Nccl(_) => "nccl",
         }
     }
 
@@ -608,13 +613,16 @@ impl WorkerMsg {
             WorkerMsg::Plan(m) => m.rank,
             WorkerMsg::Comm(m) => m.rank,
             WorkerMsg::Check(m) => m.rank,
+            WorkerMsg::NcclHello(m) => m.rank,
+            WorkerMsg::Nccl(m) => m.rank,
         }
     }
 
     /// The rank's step counter; `hello` has none.
     pub fn step(&self) -> Option<u64> {
         match self {
-            WorkerMsg::Hello(_) => None,
+            // The plugin knows nothing of training steps.
+            WorkerMsg::Hello(_) | WorkerMsg::NcclHello(_) | WorkerMsg::Nccl(_) => None,
             WorkerMsg::Heartbeat(m) => Some(m.step),
             WorkerMsg::Step(m) => Some(m.step),
             WorkerMsg::Buckets(m) => Some(m.step),

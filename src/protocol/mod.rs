@@ -5,10 +5,12 @@
 
 pub mod framing;
 pub mod messages;
+pub mod nccl;
 pub mod validate;
 
 pub use framing::{LineReader, MAX_LINE_BYTES, ReadOutcome};
 pub use messages::*;
+pub use nccl::{NcclBatch, NcclColl, NcclFuncSum, NcclHello, NcclInflight};
 pub use validate::{ProtocolError, parse_control, parse_worker};
 
 /// The only protocol version this build speaks.

@@ -79,6 +79,8 @@ const WORKER_TYPES: &[&str] = &[
     "plan",
     "comm",
     "check",
+    "nccl_hello",
+    "nccl",
 ];
 const CONTROL_TYPES: &[&str] = &["welcome", "error", "command"];
 
@@ -318,6 +320,8 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             upto("diff", c.diff, VALUE)?;
             upto("tol", c.tol, VALUE)?;
         }
+        WorkerMsg::NcclHello(h) => h.check()?,
+        WorkerMsg::Nccl(b) => b.check()?,
     }
     Ok(())
 }

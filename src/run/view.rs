@@ -254,6 +254,8 @@ pub struct RunView {
     pub stragglers: Vec<Straggler>,
     /// When the straggler score was last assessed (at most a few times a second).
     pub stragglers_assessed: Option<Instant>,
+    /// What NCCL's profiler plugin reported (`app::collectives`); live only, not stored.
+    pub collectives: super::collectives::Collectives,
 }
 
 /// Something that happened to a run, or was true of it, that its figures must carry.
@@ -452,6 +454,7 @@ impl RunView {
             observed: Observed::default(),
             stragglers: Vec::new(),
             stragglers_assessed: None,
+            collectives: Default::default(),
         }
     }
 

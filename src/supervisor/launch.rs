@@ -64,6 +64,9 @@ pub struct LaunchContext<'a> {
     /// A run across nodes (`--nodes`): `command_for` builds node 0's command (this machine),
     /// `node_command` the others'.
     pub nodes: Option<&'a NodePlan>,
+    /// ddptop's NCCL profiler plugin, set as `NCCL_PROFILER_PLUGIN` on every NCCL launch
+    /// (`None`: off, `--no-nccl-profiler` / `nccl_profiler = false`, or not built).
+    pub nccl_profiler: Option<&'a Path>,
 }
 
 /// A run across nodes on torchrun's c10d rendezvous: one torchrun agent per node, all with the
@@ -389,6 +392,13 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             torch_argv(spec, py, ctx)
         }
     };
+    if let Some(p) = ctx.nccl_profiler.filter(|_| spec.backend == Backend::Nccl) {
+        // Every collective from NCCL itself (docs/profiler.md); on other nodes the same path.
+        env.insert(
+            super::nccl_profiler::ENV.into(),
+            Some(p.display().to_string()),
+        );
+    }
     // The run's own settings last (ddptop's NCCL_NVLS_ENABLE=0 among them unless turned off):
     // they win, and `None` removes a variable.
     for (k, v) in spec.nccl.launch_env() {
@@ -412,6 +422,9 @@ pub fn why_set(var: &str) -> Option<&'static str> {
         "DDPTOP_INJECT" => "the fault asked for with --inject",
         "DDPTOP_NODE" => "the node name a rank reports",
         "NCCL_DEBUG" => "NCCL's INFO log: the transport it chose and the variables it read",
+        "NCCL_PROFILER_PLUGIN" => {
+            "ddptop's NCCL profiler plugin: every collective from NCCL (--no-nccl-profiler: off)"
+        }
         "NCCL_DEBUG_FILE" => "that log goes to the run directory, not to your output",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING" => {
             "3: a failed collective dumps the flight recorder (torchrun's default, 1, skips it)"
@@ -800,6 +813,7 @@ mod tests {
             sim_speed: 1.0,
             sim_noise: None,
             nodes: None,
+            nccl_profiler: Some(Path::new("/opt/ddptop/libnccl_profiler_ddptop.so")),
         }
     }
 
@@ -846,6 +860,11 @@ mod tests {
         );
         assert_eq!(env("NCCL_NVLS_ENABLE").as_deref(), Some("0"));
         assert_eq!(env("NCCL_P2P_DISABLE").as_deref(), Some("1"));
+        assert_eq!(
+            env("NCCL_PROFILER_PLUGIN").as_deref(),
+            Some("/opt/ddptop/libnccl_profiler_ddptop.so"),
+            "NCCL launches load ddptop's profiler plugin"
+        );
         assert_eq!(env("PYTHONPATH").as_deref(), Some("/repo/workers"));
         // GPU runs time 1 step in 10 after warm-up, unless ddptop's own environment says.
         if std::env::var_os("DDPTOP_TIME_EVERY").is_none() {
@@ -873,10 +892,12 @@ mod tests {
         };
         let dir = Path::new("/d");
         let spec = RunSpec::new(Experiment::Allreduce, 2, Backend::Gloo);
-        let argv = command_for(&spec, &ctx(dir, Some(&py)))
-            .unwrap()
-            .argv
-            .join(" ");
+        let cmd = command_for(&spec, &ctx(dir, Some(&py))).unwrap();
+        assert!(
+            !cmd.env.contains_key("NCCL_PROFILER_PLUGIN"),
+            "gloo runs have no NCCL to profile"
+        );
+        let argv = cmd.argv.join(" ");
         assert!(
             argv.ends_with("allreduce --backend gloo --max-bytes 16777216"),
             "{argv}"

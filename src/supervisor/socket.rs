@@ -22,6 +22,8 @@ struct RunAuth {
     senders: HashMap<u32, mpsc::UnboundedSender<ControlMsg>>,
     /// Ranks that connected over TCP (another node): their pids are not this machine's.
     remote: HashMap<u32, std::net::SocketAddr>,
+    /// NCCL profiler plugin connections (`supervisor::profiler_conn`): closed with the run.
+    profilers: Vec<mpsc::UnboundedSender<ControlMsg>>,
 }
 
 #[derive(Clone, Default)]
@@ -38,6 +40,7 @@ impl Registry {
                 seen_ranks: HashSet::new(),
                 senders: HashMap::new(),
                 remote: HashMap::new(),
+                profilers: Vec::new(),
             },
         );
     }
@@ -48,6 +51,7 @@ impl Registry {
         if let Some(a) = self.lock().get_mut(run) {
             a.open = false;
             a.senders.clear();
+            a.profilers.clear();
         }
     }
 
@@ -109,6 +113,38 @@ impl Registry {
         if let Via::Tcp(peer) = via {
             a.remote.insert(h.rank, peer);
         }
+        Ok(())
+    }
+
+    /// Admit an NCCL profiler plugin's `nccl_hello`: the run's token, an open run, its world
+    /// size. Not a rank's connection: no duplicate check, no commands.
+    pub(crate) fn admit_profiler(
+        &self,
+        h: &crate::protocol::NcclHello,
+        tx: mpsc::UnboundedSender<ControlMsg>,
+    ) -> Result<(), (ErrorCode, String)> {
+        let mut g = self.lock();
+        let refused = |why: String| Err((ErrorCode::BadToken, why));
+        let Some(a) = g.get_mut(&h.run_id) else {
+            return refused(format!("no run `{}` here", h.run_id));
+        };
+        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
+            return refused(format!("token does not match run {}", h.run_id));
+        }
+        if !a.open {
+            return refused(format!("run {} has finished", h.run_id));
+        }
+        if h.world_size != a.world_size {
+            return Err((
+                ErrorCode::BadMessage,
+                format!(
+                    "world_size {} but run {} has k={}",
+                    h.world_size, h.run_id, a.world_size
+                ),
+            ));
+        }
+        a.profilers.retain(|s| !s.is_closed());
+        a.profilers.push(tx);
         Ok(())
     }
 
@@ -254,7 +290,7 @@ async fn accept_loop(listener: UnixListener, reg: Registry, events: mpsc::Sender
 }
 
 /// The one answer to an unknown run, a wrong token or a finished run.
-const REFUSED: &str = "no such run, or the token does not match";
+pub(crate) const REFUSED: &str = "no such run, or the token does not match";
 /// Longest line before `hello` is admitted: a hello is a few hundred bytes, and until the
 /// token is checked a stranger must not make ddptop hold the 1 MiB a rank's line may take.
 pub const MAX_HELLO_BYTES: usize = 8 << 10;
@@ -262,7 +298,7 @@ pub const MAX_HELLO_BYTES: usize = 8 << 10;
 /// How long a connection may sit before sending its `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Error answers per connection; later bad lines are only counted.
-const MAX_ERROR_REPLIES: u64 = 16;
+pub(crate) const MAX_ERROR_REPLIES: u64 = 16;
 
 async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>) {
     let (rd, mut wr) = stream.into_split();
@@ -314,6 +350,9 @@ pub(crate) async fn serve_conn<R, W>(
     let hello = match first {
         Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
             Ok(WorkerMsg::Hello(h)) => h,
+            Ok(WorkerMsg::NcclHello(h)) => {
+                return super::profiler_conn::serve(h, lines, wr, via, reg, events).await;
+            }
             Ok(other) => {
                 let detail = format!("first line was `{}`, not hello{from}", other.type_name());
                 let _ =
@@ -456,7 +495,10 @@ async fn flush_bad(
     *pending = 0;
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ControlMsg) -> std::io::Result<()> {
+pub(crate) async fn write_line<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    msg: &ControlMsg,
+) -> std::io::Result<()> {
     let mut line = msg.to_line();
     line.push('\n');
     // A peer that never reads must not stall this task forever.

@@ -234,6 +234,9 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         }
         None => out.push(kv("files", "DATA_DIR/runs/ID/output.log".into())),
     }
+    if let Some(m) = super::collectives::model_of(run) {
+        out.extend(super::collectives::lines(t, &m));
+    }
     out
 }
 

@@ -6,6 +6,7 @@
 //! into a `Buffer` rect; `model` derives what the panes show; `theme` loads the colour themes.
 
 pub mod bench;
+pub mod collectives;
 pub mod comm;
 pub mod deficits;
 pub mod detail;

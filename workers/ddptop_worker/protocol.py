@@ -190,6 +190,37 @@ COLL_STATE: Final = obj(
     {"op": opt_string, "seq": opt_uint, "age_s": opt_nonneg, "last_done": opt_uint},
 )
 HLO_OPS_CHECK: Final = obj({}, {name: hlo_op_stats for name in HLO_OPS})
+# The NCCL profiler plugin's batch (plugins/nccl-profiler; docs/protocol.md `nccl`).
+NCCL_INFLIGHT: Final = obj(
+    {
+        "func": string,
+        "seq": uint,
+        "bytes": uint,
+        "t_call": nonneg,
+        "age_s": nonneg,
+        "kernel": boolean,
+    }
+)
+NCCL_COLL: Final = obj(
+    {
+        "func": string,
+        "seq": uint,
+        "count": uint,
+        "bytes": uint,
+        "dtype": string,
+        "algo": string,
+        "proto": string,
+        "channels": uint,
+        "t_call": nonneg,
+        "t_kernel": opt_nonneg,
+        "t_end": nonneg,
+        "kernel_us": opt_nonneg,
+    },
+    {"partial": boolean},
+)
+NCCL_FUNC_SUM: Final = obj({"count": uint, "bytes": uint, "kernel_us": nonneg})
+# Messages without a training step: the plugin knows nothing of steps.
+STEPLESS: Final = ("hello", "nccl_hello", "nccl")
 
 # Required fields per message type (worker -> ddptop), beyond COMMON.
 WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
@@ -278,6 +309,30 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
         "tol": nonneg,
         "ok": boolean,
     },
+    "nccl_hello": {
+        "token": nonempty_string,
+        "run_id": string,
+        "world_size": pos_int,
+        "pid": uint,
+        "host": string,
+        "plugin": string,
+        "abi": string,
+    },
+    "nccl": {
+        "comm": string,
+        "comm_rank": uint,
+        "nranks": uint,
+        "nnodes": uint,
+        "last_done": dict_of(uint),
+        "inflight": list_of(NCCL_INFLIGHT),
+        "colls": list_of(NCCL_COLL),
+        "more": uint,
+        "funcs": dict_of(NCCL_FUNC_SUM),
+        "dropped": uint,
+        "lost": uint,
+        "bad": uint,
+        "final": boolean,
+    },
 }
 
 # Optional fields: checked only when present; null allowed except for hello.devices.
@@ -318,6 +373,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "phase": opt(one_of(*PHASES)),
     },
     "check": {"note": opt_string},
+    "nccl_hello": {"node": opt_string},
 }
 
 DDPTOP_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
@@ -368,7 +424,7 @@ def validate(msg: Any, direction: Direction) -> str:
     fields: dict[str, Check] = {}
     if direction == "worker":
         fields.update(COMMON)
-        if mtype == "hello":
+        if mtype in STEPLESS:
             del fields["step"]
     fields.update(schemas[mtype])
     for name, check in fields.items():
@@ -380,8 +436,8 @@ def validate(msg: Any, direction: Direction) -> str:
         for name, check in WORKER_OPTIONAL.get(mtype, {}).items():
             if name in msg and not check(msg[name]):
                 raise ProtocolError(f"{mtype}: bad field {name}={msg[name]!r} ({check.__name__})")
-        if mtype == "hello" and msg["rank"] >= msg["world_size"]:
-            raise ProtocolError(f"hello: rank {msg['rank']} >= world_size {msg['world_size']}")
+        if mtype in ("hello", "nccl_hello") and msg["rank"] >= msg["world_size"]:
+            raise ProtocolError(f"{mtype}: rank {msg['rank']} >= world_size {msg['world_size']}")
     return mtype
 
 

@@ -1,0 +1,89 @@
+//! The collectives view (NCCL profiler plugin), drawn into ratatui's TestBackend from runs fed
+//! with plugin messages (tests/fixtures/nccl/*.jsonl: hand-written in the plugin's format, not
+//! captured on a GPU) and kept as insta snapshots.
+
+use ddptop::app::reduce::apply_worker;
+use ddptop::protocol::{Backend, parse_worker};
+use ddptop::run::{Experiment, RunSpec, RunView};
+use ddptop::ui::Theme;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use std::time::Instant;
+
+fn fed(k: u32, fixtures: &[&str]) -> RunView {
+    let now = Instant::now();
+    let spec = RunSpec::new(Experiment::Weak, k, Backend::Nccl);
+    let mut r = RunView::new("r20261201-1200-ab12".into(), spec, now, 0.0);
+    r.env.insert(
+        "NCCL_PROFILER_PLUGIN".into(),
+        Some("/opt/ddptop/libnccl_profiler_ddptop.so".into()),
+    );
+    for text in fixtures {
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            apply_worker(&mut r, &parse_worker(line).unwrap(), now);
+        }
+    }
+    r
+}
+
+fn draw(run: &RunView, w: u16, h: u16) -> (Terminal<TestBackend>, String) {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    let theme = Theme::dark();
+    t.draw(|f| ddptop::ui::collectives::render(&theme, run, f.area(), f.buffer_mut()))
+        .unwrap();
+    let buf = t.backend().buffer().clone();
+    let mut s = String::new();
+    for y in 0..buf.area.height {
+        for x in 0..buf.area.width {
+            s.push_str(buf[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    (t, s)
+}
+
+#[test]
+fn a_hang_names_the_rank_that_never_entered() {
+    let run = fed(4, &[include_str!("fixtures/nccl/hang_k4.jsonl")]);
+    let (t, s) = draw(&run, 120, 14);
+    assert!(
+        s.contains("ranks 0, 2, 3 inside all_reduce #1234 for 12.0 s; rank 1 last completed #1233"),
+        "{s}"
+    );
+    assert!(s.contains("dropped 12 · lost 3"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn buckets_busbw_and_algorithms_of_a_healthy_k2_run() {
+    let run = fed(2, &[include_str!("fixtures/nccl/buckets_k2.jsonl")]);
+    let (t, s) = draw(&run, 120, 16);
+    assert!(s.contains("ring/simple 5"), "{s}");
+    assert!(s.contains("150.1 GB/s"), "{s}");
+    assert!(
+        s.contains("all_reduce #1232") && s.contains("GPU 0.177 ms"),
+        "{s}"
+    );
+    assert!(!s.contains("stuck"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn the_k1_run_says_no_collectives_at_k1() {
+    let hello = r#"{"v":1,"type":"nccl_hello","token":"ab","run_id":"r1","rank":0,"world_size":1,"pid":7,"host":"h","plugin":"0.1.0","abi":"v5","t":1.0}"#;
+    let run = fed(1, &[hello]);
+    let (t, s) = draw(&run, 100, 5);
+    assert!(s.contains("no collectives at k=1"), "{s}");
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn a_run_without_the_plugin_says_how_it_was_launched() {
+    let mut run = fed(2, &[]);
+    run.env.clear();
+    let (_, s) = draw(&run, 130, 4);
+    assert!(
+        s.contains("launched without the NCCL profiler plugin"),
+        "{s}"
+    );
+}
