@@ -70,6 +70,13 @@ window = 30            # over this many recent steps (and both halves of them) i
 # else loopback; port 0 = any free port) and the name they connect to (default: this host name).
 # listen = "0.0.0.0:0"
 # advertise = "head-node.cluster"
+# Other nodes' GPUs in the GPU pane: "agent" (`ddptop agent` on each node, started through
+# `remote`, NVML there), "dcgm" (read each node's DCGM exporter, no agent), or "off".
+# gpu_source = "agent"
+# dcgm_url = "http://{host}:9400/metrics"
+# Encrypt the TCP channel with TLS (a certificate made per run, its fingerprint passed to the
+# nodes with the token); plain TCP with the token is the default on a trusted network.
+# tls = false
 
 [keys]
 # "key" = "action". Keys: a character ("p" and "P" differ), Tab, Enter, Esc, Space, Up, Down,
@@ -283,6 +290,10 @@ pub struct NodesCfg {
     pub stop: Option<String>,
     pub listen: Option<std::net::SocketAddr>,
     pub advertise: Option<String>,
+    /// Other nodes' GPU figures: `agent` (default), `dcgm` or `off`.
+    pub gpu_source: crate::supervisor::nodes::NodeGpuSource,
+    /// TLS on the TCP channel.
+    pub tls: bool,
 }
 
 impl Default for NodesCfg {
@@ -292,6 +303,8 @@ impl Default for NodesCfg {
             stop: None,
             listen: None,
             advertise: None,
+            gpu_source: Default::default(),
+            tls: false,
         }
     }
 }
@@ -425,6 +438,9 @@ struct RawNodes {
     stop: Option<Spanned<String>>,
     listen: Option<Spanned<String>>,
     advertise: Option<String>,
+    gpu_source: Option<Spanned<String>>,
+    dcgm_url: Option<Spanned<String>>,
+    tls: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -598,6 +614,21 @@ impl Config {
             })?);
         }
         cfg.nodes.advertise = raw.nodes.advertise;
+        cfg.nodes.tls = raw.nodes.tls.unwrap_or(false);
+        cfg.nodes.gpu_source = crate::supervisor::nodes::parse_gpu_source(
+            raw.nodes.gpu_source.as_ref().map(|s| s.get_ref().as_str()),
+            raw.nodes.dcgm_url.as_ref().map(|s| s.get_ref().as_str()),
+        )
+        .map_err(|m| {
+            let span = raw
+                .nodes
+                .gpu_source
+                .as_ref()
+                .or(raw.nodes.dcgm_url.as_ref())
+                .map(|s| s.span())
+                .unwrap_or_default();
+            err(span, m)
+        })?;
         for (key, action) in raw.keys {
             let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
             let name = action.get_ref().trim();

@@ -8,6 +8,7 @@ pub mod action;
 pub mod deficits;
 pub mod equality;
 pub mod gpus;
+pub mod nodes;
 pub mod predict;
 pub mod progress;
 pub mod reduce;

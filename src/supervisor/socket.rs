@@ -22,6 +22,8 @@ struct RunAuth {
     senders: HashMap<u32, mpsc::UnboundedSender<ControlMsg>>,
     /// Ranks that connected over TCP (another node): their pids are not this machine's.
     remote: HashMap<u32, std::net::SocketAddr>,
+    /// Node agents (`ddptop agent`) by node name: one each; closed with the run.
+    agents: HashMap<String, mpsc::UnboundedSender<crate::protocol::agent::ToAgent>>,
 }
 
 #[derive(Clone, Default)]
@@ -38,6 +40,7 @@ impl Registry {
                 seen_ranks: HashSet::new(),
                 senders: HashMap::new(),
                 remote: HashMap::new(),
+                agents: HashMap::new(),
             },
         );
     }
@@ -48,6 +51,7 @@ impl Registry {
         if let Some(a) = self.lock().get_mut(run) {
             a.open = false;
             a.senders.clear();
+            a.agents.clear();
         }
     }
 
@@ -110,6 +114,53 @@ impl Registry {
             a.remote.insert(h.rank, peer);
         }
         Ok(())
+    }
+
+    /// Admit a node agent's `agent_hello`: the run's token, the run still open, one agent per
+    /// node name. A refusal's reason is for ddptop's record only (the peer gets `REFUSED`).
+    pub(crate) fn admit_agent(
+        &self,
+        h: &crate::protocol::agent::AgentHello,
+        tx: mpsc::UnboundedSender<crate::protocol::agent::ToAgent>,
+    ) -> Result<(), (ErrorCode, String)> {
+        let mut g = self.lock();
+        let refused = |why: String| Err((ErrorCode::BadToken, why));
+        let Some(a) = g.get_mut(&h.run_id) else {
+            return refused(format!("no run `{}` here", h.run_id));
+        };
+        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
+            return refused(format!("token does not match run {}", h.run_id));
+        }
+        if !a.open {
+            return refused(format!("run {} has finished", h.run_id));
+        }
+        if a.agents.get(&h.node).is_some_and(|s| !s.is_closed()) {
+            return Err((
+                ErrorCode::DuplicateRank,
+                format!("node {} already has an agent", h.node),
+            ));
+        }
+        a.agents.insert(h.node.clone(), tx);
+        Ok(())
+    }
+
+    /// Send a command to a run's agent on `node`; whether it was sent.
+    pub fn agent_command(
+        &self,
+        run: &str,
+        node: &str,
+        msg: crate::protocol::agent::ToAgent,
+    ) -> bool {
+        let g = self.lock();
+        g.get(run)
+            .and_then(|a| a.agents.get(node))
+            .is_some_and(|s| s.send(msg).is_ok())
+    }
+
+    pub(crate) fn drop_agent(&self, run: &str, node: &str) {
+        if let Some(a) = self.lock().get_mut(run) {
+            a.agents.remove(node);
+        }
     }
 
     fn drop_sender(&self, run: &str, rank: u32) {
@@ -254,7 +305,7 @@ async fn accept_loop(listener: UnixListener, reg: Registry, events: mpsc::Sender
 }
 
 /// The one answer to an unknown run, a wrong token or a finished run.
-const REFUSED: &str = "no such run, or the token does not match";
+pub(crate) const REFUSED: &str = "no such run, or the token does not match";
 /// Longest line before `hello` is admitted: a hello is a few hundred bytes, and until the
 /// token is checked a stranger must not make ddptop hold the 1 MiB a rank's line may take.
 pub const MAX_HELLO_BYTES: usize = 8 << 10;
@@ -312,6 +363,10 @@ pub(crate) async fn serve_conn<R, W>(
     let mut lines = LineReader::with_max(BufReader::new(rd), MAX_HELLO_BYTES);
     let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
     let hello = match first {
+        // A node agent (`ddptop agent`), not a rank: served by its own loop.
+        Ok(Ok(ReadOutcome::Line(l))) if crate::protocol::agent::is_agent_hello(&l) => {
+            return super::agent_conn::serve_agent(&l, lines, wr, via, reg, events).await;
+        }
         Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
             Ok(WorkerMsg::Hello(h)) => h,
             Ok(other) => {
@@ -456,7 +511,10 @@ async fn flush_bad(
     *pending = 0;
 }
 
-async fn write_line<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ControlMsg) -> std::io::Result<()> {
+pub(crate) async fn write_line<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    msg: &ControlMsg,
+) -> std::io::Result<()> {
     let mut line = msg.to_line();
     line.push('\n');
     // A peer that never reads must not stall this task forever.
