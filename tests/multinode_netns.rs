@@ -416,3 +416,124 @@ fn remote_rank_killed_stops_everything_and_tcp_intruders_are_refused() {
     assert_no_survivors(&doc);
     nodes.assert_empty();
 }
+
+/// The `node_agent` events stored for a run: (node, state, gpus), in order.
+fn node_events(data: &std::path::Path) -> Vec<(String, String, Option<u64>)> {
+    let Ok(conn) = rusqlite::Connection::open_with_flags(
+        data.join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ) else {
+        return Vec::new();
+    };
+    let Ok(mut q) = conn.prepare("SELECT body FROM events WHERE type = 'node_agent' ORDER BY seq")
+    else {
+        return Vec::new();
+    };
+    q.query_map([], |r| r.get::<_, String>(0))
+        .map(|rows| {
+            rows.flatten()
+                .filter_map(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+                .map(|v| {
+                    (
+                        v["node"].as_str().unwrap_or("").to_string(),
+                        v["state"].as_str().unwrap_or("").to_string(),
+                        v["gpus"].as_u64(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Pids in `ns` whose command line is `ddptop agent … --node=NODE`.
+fn agent_pids(ns: &str, node: &str) -> Vec<u32> {
+    Nodes::pids(ns)
+        .into_iter()
+        .filter(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let args: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            args.iter().any(|a| a == "agent") && args.iter().any(|a| *a == format!("--node={node}"))
+        })
+        .collect()
+}
+
+/// Node B's GPU agent (started through the node template, two made-up GPUs) reports over the
+/// run's channel; killed mid-run, its node is marked lost while the run goes on to complete;
+/// nothing of the run or its agent is left on either node. Once in plain TCP, once with TLS.
+fn agent_run(tls: bool) {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let mut args = vec!["weak", "--k", "2", "--samples", "2048", "--batch", "32"];
+    if tls {
+        args.push("--tls");
+    }
+    let child = nodes
+        .ddptop(d.path(), &py, "run", &args, &[])
+        .env("DDPTOP_FAKE_GPUS", "2")
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    // The agent's first sample: node B's two GPUs have rows.
+    while !node_events(d.path()).contains(&(nodes.b.clone(), "sampled".into(), Some(2))) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "node B's agent never sent a sample: {:?}",
+            node_events(d.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let agents = agent_pids(&nodes.b, &nodes.b);
+    assert_eq!(agents.len(), 1, "one agent on node B");
+    assert!(
+        agent_pids(&nodes.a, &nodes.a).is_empty(),
+        "none for this node"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agents[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    while !node_events(d.path()).contains(&(nodes.b.clone(), "lost".into(), None)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "node B never marked lost: {:?}",
+            node_events(d.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(
+        r["status"], "completed",
+        "a lost agent does not stop the run: {r:#}"
+    );
+    assert_eq!(
+        nodes_of(r),
+        vec![(nodes.a.clone(), false), (nodes.b.clone(), true)]
+    );
+    let ev = node_events(d.path());
+    assert_eq!(
+        ev.iter().filter(|e| e.1 == "connected").count(),
+        1,
+        "{ev:?}"
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+#[test]
+fn each_other_node_reports_its_gpus_and_a_killed_agent_only_greys_its_node() {
+    agent_run(false);
+}
+
+#[test]
+fn the_same_over_tls() {
+    agent_run(true);
+}
