@@ -499,6 +499,11 @@ fn agent_run(tls: bool) {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
+    let intruders = if tls {
+        refused_without_the_certificate(&nodes, d.path(), child.id())
+    } else {
+        0
+    };
     while !node_events(d.path()).contains(&(nodes.b.clone(), "lost".into(), None)) {
         assert!(
             t0.elapsed() < Duration::from_secs(90),
@@ -524,8 +529,70 @@ fn agent_run(tls: bool) {
         1,
         "{ev:?}"
     );
+    assert_eq!(
+        doc["rejected_strangers"], intruders,
+        "each connection that failed the TLS handshake is counted"
+    );
     assert_no_survivors(&doc);
     nodes.assert_empty();
+}
+
+/// With TLS on: an agent given the run's token but another certificate's fingerprint refuses
+/// the listener and sends nothing, and a plain-TCP client gets no further than the handshake.
+/// Returns how many connections ddptop should have counted as refused.
+fn refused_without_the_certificate(nodes: &Nodes, data: &std::path::Path, pid: u32) -> u64 {
+    let prefix = format!("ddptop-{pid}.");
+    let t0 = Instant::now();
+    let (addr, (token, run)) = loop {
+        let addr = std::fs::read_dir(data)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .and_then(|e| std::fs::read_to_string(e.path().join("tcp.addr")).ok());
+        if let (Some(a), Some(t)) = (addr, token_and_run(&nodes.a)) {
+            break (a, t);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no local rank");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut agent = Command::new("ip")
+        .args(["netns", "exec", &nodes.b, bin(), "agent"])
+        .arg(format!("--connect=tls://{addr}"))
+        .args([
+            &format!("--run-id={run}"),
+            "--node=intruder",
+            "--fake-gpus=1",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wrong = "ab".repeat(32);
+    agent
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{token}\n{wrong}\n").as_bytes())
+        .unwrap();
+    let out = agent.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the agent must refuse: {err}");
+    assert!(
+        err.contains("refusing") && err.lines().count() == 1,
+        "{err}"
+    );
+    // Plain TCP to the TLS listener: a hello in clear text is never read as one.
+    let s = connect_in(&nodes.a, &addr);
+    let hello = format!(
+        r#"{{"v":1,"type":"hello","token":"{token}","run_id":"{run}","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"x","device":"cpu","backend":"gloo","worker":"train","torch":null,"nccl":null,"cuda":null,"t":0.0}}"#
+    );
+    let _ = (&s).write_all(format!("{hello}\n").as_bytes());
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut answer = String::new();
+    let _ = BufReader::new(&s).read_line(&mut answer);
+    assert!(!answer.contains("welcome"), "{answer}");
+    2
 }
 
 #[test]
