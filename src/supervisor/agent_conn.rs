@@ -154,3 +154,102 @@ async fn write_agent<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ToAgent) -> std::i
     .await
     .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "agent not reading"))?
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::agent::GpuSourceKind;
+    use crate::supervisor::tcp::TcpServer;
+    use std::time::Duration;
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt as _};
+
+    fn hello(token: &str, node: &str) -> String {
+        AgentMsg::AgentHello(AgentHello {
+            token: token.into(),
+            run_id: "r1".into(),
+            node: node.into(),
+            pid: 9,
+            source: GpuSourceKind::Fake,
+            gpus: 1,
+            driver: None,
+            note: None,
+            t: 0.0,
+        })
+        .to_line()
+            + "\n"
+    }
+
+    async fn agent(
+        addr: std::net::SocketAddr,
+        token: &str,
+        node: &str,
+    ) -> (String, tokio::io::BufReader<tokio::net::TcpStream>) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(hello(token, node).as_bytes()).await.unwrap();
+        let mut r = tokio::io::BufReader::new(s);
+        let mut line = String::new();
+        r.read_line(&mut line).await.unwrap();
+        (line, r)
+    }
+
+    async fn next_agent_event(rx: &mut mpsc::Receiver<SupEvent>) -> AgentEvent {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+                Ok(Some(SupEvent::Agent { ev, .. })) => return ev,
+                Ok(Some(_)) => continue,
+                other => panic!("no agent event: {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn agents_are_admitted_by_token_one_per_node_and_closed_with_the_run() {
+        let reg = Registry::default();
+        reg.open_run("r1", &"a".repeat(64), 2);
+        let (tx, mut rx) = mpsc::channel(64);
+        let server = TcpServer::start("127.0.0.1:0".parse().unwrap(), reg.clone(), tx).unwrap();
+        let (wrong, _s) = agent(server.addr, &"b".repeat(64), "b").await;
+        assert!(wrong.contains("bad_token"), "{wrong}");
+        let (ok, mut conn) = agent(server.addr, &"a".repeat(64), "b").await;
+        assert!(ok.contains("agent_welcome"), "{ok}");
+        let AgentEvent::Hello { hello, peer } = next_agent_event(&mut rx).await else {
+            panic!("hello first");
+        };
+        assert!(hello.token.is_empty(), "the token is not passed on");
+        assert!(peer.is_some());
+        let (dup, _d) = agent(server.addr, &"a".repeat(64), "b").await;
+        assert!(dup.contains("duplicate_rank"), "{dup}");
+        // A sample goes to the engine; a bad line is answered and dropped.
+        let s = AgentMsg::NodeSample(NodeSample {
+            t: 1.0,
+            ..Default::default()
+        });
+        conn.get_mut()
+            .write_all(format!("{}\nnot json\n", s.to_line()).as_bytes())
+            .await
+            .unwrap();
+        assert!(matches!(
+            next_agent_event(&mut rx).await,
+            AgentEvent::Sample { .. }
+        ));
+        let mut line = String::new();
+        conn.read_line(&mut line).await.unwrap();
+        assert!(line.contains("bad_message"), "{line}");
+        // `watch` reaches the agent; closing the run closes its connection.
+        assert!(reg.agent_command("r1", "b", ToAgent::Watch { pids: vec![7] }));
+        line.clear();
+        conn.read_line(&mut line).await.unwrap();
+        assert!(line.contains("\"watch\"") && line.contains("[7]"), "{line}");
+        reg.close_run("r1");
+        line.clear();
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read_line(&mut line))
+            .await
+            .expect("closed promptly")
+            .unwrap();
+        assert_eq!(n, 0, "EOF: the agent exits on it");
+        assert!(matches!(
+            next_agent_event(&mut rx).await,
+            AgentEvent::Gone { .. }
+        ));
+    }
+}
