@@ -73,7 +73,7 @@ window = 30            # over this many recent steps (and both halves of them) i
 # Other nodes' GPUs in the GPU pane: "agent" (`ddptop agent` on each node, started through
 # `remote`, NVML there), "dcgm" (read each node's DCGM exporter, no agent), or "off".
 # gpu_source = "agent"
-# dcgm_url = "http://{host}:9400/metrics"
+# dcgm_url = "http://{host}:9400/metrics"   # {addr}: the node's =ADDR from --nodes
 # Encrypt the TCP channel with TLS (a certificate made per run, its fingerprint passed to the
 # nodes with the token); plain TCP with the token is the default on a trusted network.
 # tls = false

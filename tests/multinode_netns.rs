@@ -129,9 +129,22 @@ impl Nodes {
         args: &[&str],
         script: &[&str],
     ) -> Command {
+        self.ddptop_with(data, py, cmd, args, script, "")
+    }
+
+    /// `ddptop`, with more lines for the config's `[nodes]` table.
+    fn ddptop_with(
+        &self,
+        data: &std::path::Path,
+        py: &str,
+        cmd: &str,
+        args: &[&str],
+        script: &[&str],
+        nodes_cfg: &str,
+    ) -> Command {
         std::fs::write(
             data.join("config.toml"),
-            "[nodes]\nremote = \"ip netns exec {host} sh -c {cmd}\"\n",
+            format!("[nodes]\nremote = \"ip netns exec {{host}} sh -c {{cmd}}\"\n{nodes_cfg}"),
         )
         .unwrap();
         let nodes = format!("{}={IP_A},{}={IP_B}", self.a, self.b);
@@ -603,4 +616,96 @@ fn each_other_node_reports_its_gpus_and_a_killed_agent_only_greys_its_node() {
 #[test]
 fn the_same_over_tls() {
     agent_run(true);
+}
+
+/// A fixture DCGM exporter: answers every GET on `IP_B:9400` in namespace `ns` with a page of
+/// two GPUs (the exporter's text format) until `stop` is set. Returns the pages served.
+fn fixture_exporter(
+    ns: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only; the fd is valid for the call.
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        let l = std::net::TcpListener::bind(format!("{IP_B}:9400")).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let page = "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n\
+            # TYPE DCGM_FI_DEV_GPU_UTIL gauge\n\
+            DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",modelName=\"NVIDIA H200\",DCGM_FI_DRIVER_VERSION=\"570.86.15\"} 87\n\
+            DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",modelName=\"NVIDIA H200\"} 12\n\
+            DCGM_FI_DEV_FB_USED{gpu=\"0\",modelName=\"NVIDIA H200\"} 1024\n\
+            DCGM_FI_DEV_FB_FREE{gpu=\"0\",modelName=\"NVIDIA H200\"} 3072\n";
+        let mut served = 0;
+        while !stop.load(Ordering::SeqCst) && served < 10_000 {
+            match l.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                    let mut req = [0u8; 2048];
+                    let _ = std::io::Read::read(&mut s, &mut req);
+                    let _ = s.write_all(
+                        format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{page}")
+                            .as_bytes(),
+                    );
+                    served += 1;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        served
+    })
+}
+
+/// `[nodes] gpu_source = "dcgm"`: node B's GPUs come from its (fixture) DCGM exporter, read
+/// over HTTP from ddptop; no agent is started on either node.
+#[test]
+fn dcgm_exporters_stand_in_for_agents() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let exporter = fixture_exporter(&nodes.b, stop.clone());
+    let child = nodes
+        .ddptop_with(
+            d.path(),
+            &py,
+            "run",
+            &["weak", "--k", "2", "--samples", "2048", "--batch", "32"],
+            &[],
+            "gpu_source = \"dcgm\"\ndcgm_url = \"http://{addr}:9400/metrics\"\n",
+        )
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !node_events(d.path()).contains(&(nodes.b.clone(), "sampled".into(), Some(2))) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "node B's exporter never read: {:?}",
+            node_events(d.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        agent_pids(&nodes.b, &nodes.b).is_empty(),
+        "no agent with dcgm"
+    );
+    let out = child.wait_with_output().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let served = exporter.join().unwrap();
+    assert!(served >= 1);
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert!(
+        node_events(d.path()).contains(&(nodes.b.clone(), "connected".into(), Some(2))),
+        "{:?}",
+        node_events(d.path())
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
 }

@@ -91,13 +91,14 @@ impl Engine {
                 return plan
                     .hosts
                     .iter()
+                    .zip(&plan.addrs)
                     .skip(1)
-                    .map(|host| AgentProc {
+                    .map(|(host, addr)| AgentProc {
                         pgid: None,
                         poller: Some(tokio::spawn(crate::supervisor::dcgm::poll_node(
                             run.to_string(),
                             host.clone(),
-                            url.replace("{host}", host),
+                            crate::supervisor::dcgm::node_url(url, host, addr.as_deref()),
                             period,
                             self.tx.clone(),
                         ))),

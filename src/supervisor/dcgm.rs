@@ -98,6 +98,14 @@ pub fn parse_metrics(text: &str) -> (Vec<NodeGpu>, Option<String>) {
     (gpus.into_values().collect(), driver)
 }
 
+/// A node's exporter URL from the `[nodes] dcgm_url` template: `{host}` is the node's name from
+/// `--nodes`, `{addr}` its `=ADDR` when given (else the name).
+pub fn node_url(template: &str, host: &str, addr: Option<&str>) -> String {
+    template
+        .replace("{host}", host)
+        .replace("{addr}", addr.unwrap_or(host))
+}
+
 /// `http://HOST[:PORT]/PATH` → (host:port, path).
 pub fn split_url(url: &str) -> anyhow::Result<(String, String)> {
     let rest = url
@@ -285,6 +293,12 @@ go_goroutines 12
 
     #[test]
     fn urls_are_split_for_a_plain_get() {
+        let t = "http://{addr}:9400/metrics";
+        assert_eq!(
+            node_url(t, "b", Some("10.0.0.2")),
+            "http://10.0.0.2:9400/metrics"
+        );
+        assert_eq!(node_url(t, "b", None), "http://b:9400/metrics");
         assert_eq!(
             split_url("http://gpu-b:9400/metrics").unwrap(),
             ("gpu-b:9400".into(), "/metrics".into())
