@@ -438,6 +438,7 @@ impl NodeArgs {
         o.stop = cfg.stop.clone();
         o.tls = self.tls || cfg.tls;
         o.gpu_source = cfg.gpu_source.clone();
+        o.sample_ms = cfg.sample_ms;
         Some(o)
     }
 }

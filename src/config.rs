@@ -37,7 +37,7 @@ book_settings = true
 # torchrun = "/usr/local/bin/torchrun"
 
 [refresh]
-gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250)
+gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250; also other nodes' agents)
 max_fps = 20           # redraws per second at most after a key or click (1..120); new data from
                        # the runs is drawn at most 4 times a second; nothing is redrawn while idle
 
@@ -294,6 +294,8 @@ pub struct NodesCfg {
     pub gpu_source: crate::supervisor::nodes::NodeGpuSource,
     /// TLS on the TCP channel.
     pub tls: bool,
+    /// The other nodes' agents sample at the dashboard's GPU rate (`[refresh] gpu_sample_ms`).
+    pub sample_ms: u64,
 }
 
 impl Default for NodesCfg {
@@ -305,6 +307,7 @@ impl Default for NodesCfg {
             advertise: None,
             gpu_source: Default::default(),
             tls: false,
+            sample_ms: 1000,
         }
     }
 }
@@ -615,6 +618,7 @@ impl Config {
         }
         cfg.nodes.advertise = raw.nodes.advertise;
         cfg.nodes.tls = raw.nodes.tls.unwrap_or(false);
+        cfg.nodes.sample_ms = cfg.refresh.gpu_sample_ms;
         cfg.nodes.gpu_source = crate::supervisor::nodes::parse_gpu_source(
             raw.nodes.gpu_source.as_ref().map(|s| s.get_ref().as_str()),
             raw.nodes.dcgm_url.as_ref().map(|s| s.get_ref().as_str()),
@@ -753,6 +757,38 @@ mod tests {
         let e = Config::parse("[nodes]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err();
         assert!(e.to_string().contains("not IP:PORT"), "{e}");
         assert!(Config::parse("[nodes]\nremot = \"x\"\n", Path::new("c.toml")).is_err());
+    }
+
+    #[test]
+    fn nodes_gpu_source_tls_and_the_agents_rate() {
+        use crate::supervisor::nodes::NodeGpuSource;
+        let text = "[refresh]\ngpu_sample_ms = 500\n[nodes]\ngpu_source = \"dcgm\"\ndcgm_url = \"http://{addr}:9401/metrics\"\ntls = true\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(
+            cfg.nodes.gpu_source,
+            NodeGpuSource::Dcgm("http://{addr}:9401/metrics".into())
+        );
+        assert!(cfg.nodes.tls);
+        assert_eq!(cfg.nodes.sample_ms, 500);
+        let d = Config::default();
+        assert_eq!(
+            (d.nodes.gpu_source, d.nodes.tls),
+            (NodeGpuSource::Agent, false)
+        );
+        for (bad, says) in [
+            ("gpu_source = \"smi\"", "use \"agent\", \"dcgm\" or \"off\""),
+            (
+                "gpu_source = \"dcgm\"\ndcgm_url = \"https://h/\"",
+                "only http://",
+            ),
+            (
+                "dcgm_url = \"http://h/\"",
+                "only with gpu_source = \"dcgm\"",
+            ),
+        ] {
+            let e = Config::parse(&format!("[nodes]\n{bad}\n"), Path::new("c.toml")).unwrap_err();
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]
