@@ -214,6 +214,29 @@ async fn write<W: tokio::io::AsyncWrite + Unpin>(wr: &mut W, line: &str) -> anyh
 mod tests {
     use super::*;
 
+    /// One tick of an 8-GPU node with every field (NVLink, power, temperature, a pid per GPU)
+    /// and its 8 ranks' CPU/RSS: the line each agent sends per period.
+    #[test]
+    fn an_eight_gpu_sample_is_compact() {
+        let mut f = FakeGpus::h200(8);
+        f.pids = (0..8).map(|i| vec![40_000 + i]).collect();
+        f.sample().unwrap();
+        let procs: BTreeMap<u32, ProcStat> = (0..8)
+            .map(|i| {
+                (
+                    40_000 + i,
+                    ProcStat {
+                        cpu_pct: 101.5,
+                        rss_bytes: 6 << 30,
+                    },
+                )
+            })
+            .collect();
+        let line = AgentMsg::NodeSample(node_sample(1234.5, f.sample(), &procs)).to_line();
+        eprintln!("node_sample, 8 GPUs + 8 procs: {} bytes", line.len() + 1);
+        assert!(line.len() < 3 * 1024, "{} bytes", line.len());
+    }
+
     #[test]
     fn secrets_are_the_first_two_lines_of_stdin() {
         let s = read_secrets(&b"tok\nabc\n"[..]).unwrap();
