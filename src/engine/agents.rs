@@ -118,6 +118,9 @@ impl Engine {
                 return Vec::new();
             }
         };
+        self.server
+            .registry
+            .allow_agents(run, plan.hosts.get(1..).unwrap_or_default());
         let fake = std::env::var(FAKE_GPUS_ENV)
             .ok()
             .and_then(|v| v.parse().ok());

@@ -203,9 +203,14 @@ fn finite_nonneg(x: f64, field: &'static str) -> Result<(), ProtocolError> {
     }
 }
 
+/// Text an agent sends is drawn on the dashboard: bounded, and no control characters (a
+/// terminal escape sequence in a node or GPU name would reach the screen).
 fn short(s: &Option<String>, kind: &str, field: &str) -> Result<(), ProtocolError> {
     match s {
         Some(s) if s.len() > MAX_NAME => Err(bad(kind, format!("{field} over {MAX_NAME} bytes"))),
+        Some(s) if s.chars().any(char::is_control) => {
+            Err(bad(kind, format!("{field} has a control character")))
+        }
         _ => Ok(()),
     }
 }
@@ -216,9 +221,10 @@ pub fn parse_agent(line: &str) -> Result<AgentMsg, ProtocolError> {
     match &msg {
         AgentMsg::AgentHello(h) => {
             finite_nonneg(h.t, "t")?;
-            if h.node.is_empty() || h.node.len() > MAX_NAME {
-                return Err(bad("agent_hello", "node must be 1 to 256 bytes"));
+            if h.node.is_empty() {
+                return Err(bad("agent_hello", "node is empty"));
             }
+            short(&Some(h.node.clone()), "agent_hello", "node")?;
             short(&h.driver, "agent_hello", "driver")?;
             short(&h.note, "agent_hello", "note")?;
         }
@@ -338,6 +344,10 @@ mod tests {
             parse_agent(r#"{"v":1,"type":"hello"}"#),
             Err(ProtocolError::UnknownType)
         ));
+        let mut s = sample();
+        s.gpus[0].name = Some("H200\u{1b}[2J".into());
+        let e = parse_agent(&AgentMsg::NodeSample(s).to_line()).unwrap_err();
+        assert!(e.to_string().contains("control character"), "{e}");
     }
 
     #[test]

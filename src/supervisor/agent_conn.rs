@@ -206,10 +206,16 @@ mod tests {
     async fn agents_are_admitted_by_token_one_per_node_and_closed_with_the_run() {
         let reg = Registry::default();
         reg.open_run("r1", &"a".repeat(64), 2);
+        reg.allow_agents("r1", &["b".to_string()]);
         let (tx, mut rx) = mpsc::channel(64);
         let server = TcpServer::start("127.0.0.1:0".parse().unwrap(), reg.clone(), tx).unwrap();
         let (wrong, _s) = agent(server.addr, &"b".repeat(64), "b").await;
         assert!(wrong.contains("bad_token"), "{wrong}");
+        let (stranger, _s) = agent(server.addr, &"a".repeat(64), "zz").await;
+        assert!(
+            stranger.contains("not one of this run's other nodes"),
+            "{stranger}"
+        );
         let (ok, mut conn) = agent(server.addr, &"a".repeat(64), "b").await;
         assert!(ok.contains("agent_welcome"), "{ok}");
         let AgentEvent::Hello { hello, peer } = next_agent_event(&mut rx).await else {

@@ -24,6 +24,8 @@ struct RunAuth {
     remote: HashMap<u32, std::net::SocketAddr>,
     /// Node agents (`ddptop agent`) by node name: one each; closed with the run.
     agents: HashMap<String, mpsc::UnboundedSender<crate::protocol::agent::ToAgent>>,
+    /// The nodes whose agents may connect (a multi-node run's other nodes); none by default.
+    agent_nodes: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -41,6 +43,7 @@ impl Registry {
                 senders: HashMap::new(),
                 remote: HashMap::new(),
                 agents: HashMap::new(),
+                agent_nodes: Vec::new(),
             },
         );
     }
@@ -134,6 +137,12 @@ impl Registry {
         if !a.open {
             return refused(format!("run {} has finished", h.run_id));
         }
+        if !a.agent_nodes.contains(&h.node) {
+            return Err((
+                ErrorCode::BadMessage,
+                format!("{} is not one of this run's other nodes", h.node),
+            ));
+        }
         if a.agents.get(&h.node).is_some_and(|s| !s.is_closed()) {
             return Err((
                 ErrorCode::DuplicateRank,
@@ -142,6 +151,13 @@ impl Registry {
         }
         a.agents.insert(h.node.clone(), tx);
         Ok(())
+    }
+
+    /// Let the agents of these nodes connect to `run` (its other nodes).
+    pub fn allow_agents(&self, run: &str, nodes: &[String]) {
+        if let Some(a) = self.lock().get_mut(run) {
+            a.agent_nodes = nodes.to_vec();
+        }
     }
 
     /// Send a command to a run's agent on `node`; whether it was sent.
