@@ -161,7 +161,7 @@ mod tests {
     use crate::protocol::agent::GpuSourceKind;
     use crate::supervisor::tcp::TcpServer;
     use std::time::Duration;
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt as _};
+    use tokio::io::AsyncBufReadExt;
 
     fn hello(token: &str, node: &str) -> String {
         AgentMsg::AgentHello(AgentHello {
