@@ -25,6 +25,7 @@ pub struct AgentArgs {
     /// is then the second line of stdin).
     #[arg(long, value_name = "URL")]
     pub connect: String,
+    /// The run whose GPUs this agent reports.
     #[arg(long)]
     pub run_id: String,
     /// This node's name as `--nodes` gave it.
