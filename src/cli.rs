@@ -70,6 +70,7 @@ impl GlobalArgs {
             python: self.python.clone(),
             workers_dir: self.workers_dir.clone(),
             shared_gpus: self.shared_gpus,
+            no_nccl_profiler: self.no_nccl_profiler,
         }
     }
 }
@@ -131,6 +132,9 @@ pub enum Cmd {
     /// Where a dashboard second goes: NVML start, each NVML call, one frame (a table).
     #[command(hide = true)]
     BenchGpu(BenchGpuArgs),
+    /// A multi-node run's GPU agent on another node (started by ddptop; docs/multinode.md).
+    #[command(hide = true)]
+    Agent(crate::agent::AgentArgs),
     /// Worker processes started by ddptop itself.
     #[command(hide = true)]
     Worker {
@@ -369,6 +373,10 @@ pub struct NodeArgs {
     /// The c10d rendezvous endpoint [default: the advertised host, a free port].
     #[arg(long, requires = "nodes", value_name = "HOST:PORT")]
     pub rdzv_endpoint: Option<String>,
+    /// Encrypt the TCP channel to the other nodes (TLS, a certificate made for the run; also
+    /// `[nodes] tls = true`).
+    #[arg(long, requires = "nodes")]
+    pub tls: bool,
 }
 
 impl NodeArgs {
@@ -387,6 +395,9 @@ impl NodeArgs {
         o.rdzv_endpoint = self.rdzv_endpoint.clone();
         o.remote = cfg.remote.clone();
         o.stop = cfg.stop.clone();
+        o.tls = self.tls || cfg.tls;
+        o.gpu_source = cfg.gpu_source.clone();
+        o.sample_ms = cfg.sample_ms;
         Some(o)
     }
 }

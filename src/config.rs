@@ -42,7 +42,7 @@ nccl_profiler = true
 # torchrun = "/usr/local/bin/torchrun"
 
 [refresh]
-gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250)
+gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 250; also other nodes' agents)
 max_fps = 20           # redraws per second at most after a key or click (1..120); new data from
                        # the runs is drawn at most 4 times a second; nothing is redrawn while idle
 
@@ -75,6 +75,13 @@ window = 30            # over this many recent steps (and both halves of them) i
 # else loopback; port 0 = any free port) and the name they connect to (default: this host name).
 # listen = "0.0.0.0:0"
 # advertise = "head-node.cluster"
+# Other nodes' GPUs in the GPU pane: "agent" (`ddptop agent` on each node, started through
+# `remote`, NVML there), "dcgm" (read each node's DCGM exporter, no agent), or "off".
+# gpu_source = "agent"
+# dcgm_url = "http://{host}:9400/metrics"   # {addr}: the node's =ADDR from --nodes
+# Encrypt the TCP channel with TLS (a certificate made per run, its fingerprint passed to the
+# nodes with the token); plain TCP with the token is the default on a trusted network.
+# tls = false
 
 [keys]
 # "key" = "action". Keys: a character ("p" and "P" differ), Tab, Enter, Esc, Space, Up, Down,
@@ -288,6 +295,12 @@ pub struct NodesCfg {
     pub stop: Option<String>,
     pub listen: Option<std::net::SocketAddr>,
     pub advertise: Option<String>,
+    /// Other nodes' GPU figures: `agent` (default), `dcgm` or `off`.
+    pub gpu_source: crate::supervisor::nodes::NodeGpuSource,
+    /// TLS on the TCP channel.
+    pub tls: bool,
+    /// The other nodes' agents sample at the dashboard's GPU rate (`[refresh] gpu_sample_ms`).
+    pub sample_ms: u64,
 }
 
 impl Default for NodesCfg {
@@ -297,6 +310,9 @@ impl Default for NodesCfg {
             stop: None,
             listen: None,
             advertise: None,
+            gpu_source: Default::default(),
+            tls: false,
+            sample_ms: 1000,
         }
     }
 }
@@ -468,6 +484,9 @@ struct RawNodes {
     stop: Option<Spanned<String>>,
     listen: Option<Spanned<String>>,
     advertise: Option<String>,
+    gpu_source: Option<Spanned<String>>,
+    dcgm_url: Option<Spanned<String>>,
+    tls: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -644,6 +663,22 @@ impl Config {
             })?);
         }
         cfg.nodes.advertise = raw.nodes.advertise;
+        cfg.nodes.tls = raw.nodes.tls.unwrap_or(false);
+        cfg.nodes.sample_ms = cfg.refresh.gpu_sample_ms;
+        cfg.nodes.gpu_source = crate::supervisor::nodes::parse_gpu_source(
+            raw.nodes.gpu_source.as_ref().map(|s| s.get_ref().as_str()),
+            raw.nodes.dcgm_url.as_ref().map(|s| s.get_ref().as_str()),
+        )
+        .map_err(|m| {
+            let span = raw
+                .nodes
+                .gpu_source
+                .as_ref()
+                .or(raw.nodes.dcgm_url.as_ref())
+                .map(|s| s.span())
+                .unwrap_or_default();
+            err(span, m)
+        })?;
         for (key, action) in raw.keys {
             let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
             let name = action.get_ref().trim();
@@ -768,6 +803,38 @@ mod tests {
         let e = Config::parse("[nodes]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err();
         assert!(e.to_string().contains("not IP:PORT"), "{e}");
         assert!(Config::parse("[nodes]\nremot = \"x\"\n", Path::new("c.toml")).is_err());
+    }
+
+    #[test]
+    fn nodes_gpu_source_tls_and_the_agents_rate() {
+        use crate::supervisor::nodes::NodeGpuSource;
+        let text = "[refresh]\ngpu_sample_ms = 500\n[nodes]\ngpu_source = \"dcgm\"\ndcgm_url = \"http://{addr}:9401/metrics\"\ntls = true\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(
+            cfg.nodes.gpu_source,
+            NodeGpuSource::Dcgm("http://{addr}:9401/metrics".into())
+        );
+        assert!(cfg.nodes.tls);
+        assert_eq!(cfg.nodes.sample_ms, 500);
+        let d = Config::default();
+        assert_eq!(
+            (d.nodes.gpu_source, d.nodes.tls),
+            (NodeGpuSource::Agent, false)
+        );
+        for (bad, says) in [
+            ("gpu_source = \"smi\"", "use \"agent\", \"dcgm\" or \"off\""),
+            (
+                "gpu_source = \"dcgm\"\ndcgm_url = \"https://h/\"",
+                "only http://",
+            ),
+            (
+                "dcgm_url = \"http://h/\"",
+                "only with gpu_source = \"dcgm\"",
+            ),
+        ] {
+            let e = Config::parse(&format!("[nodes]\n{bad}\n"), Path::new("c.toml")).unwrap_err();
+            assert!(e.to_string().contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -20,6 +20,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
+mod agents;
+
 /// How long a hung run's workers get to write their flight-recorder dumps.
 const EVIDENCE_WAIT: Duration = Duration::from_secs(3);
 
@@ -88,6 +90,8 @@ struct Launch {
     /// A multi-node run: the plan and the agents started on the other nodes (index = node - 1).
     plan: Option<NodePlan>,
     remote: Vec<RemoteNode>,
+    /// The GPU agents (or DCGM pollers) of the other nodes (`engine::agents`).
+    agents: Vec<agents::AgentProc>,
     /// Local rank pids from `hello` that are processes of this run's tree: only these are
     /// signalled at stop (a rank may claim any pid).
     known_pids: HashMap<u32, procs::Known>,
@@ -118,6 +122,8 @@ pub struct Engine {
     last_deadline: Option<Instant>,
     /// The TCP listener for ranks on other nodes, started at the first multi-node launch.
     tcp: Option<TcpServer>,
+    /// Its certificate's fingerprint when the channel is TLS (`--tls`).
+    tls_fingerprint: Option<String>,
 }
 
 impl Engine {
@@ -140,6 +146,7 @@ impl Engine {
             last_flush: Instant::now(),
             last_deadline: None,
             tcp: None,
+            tls_fingerprint: None,
             opts,
         };
         if engine.opts.history > 0 {
@@ -179,11 +186,19 @@ impl Engine {
             return Ok(None);
         };
         if self.tcp.is_none() {
-            let t = TcpServer::start(
+            // A fresh certificate per listener: it lives as long as the multi-node runs do.
+            let cert = if o.tls {
+                Some(crate::supervisor::tls::generate()?)
+            } else {
+                None
+            };
+            let t = TcpServer::start_with(
                 o.listen_addr()?,
                 self.server.registry.clone(),
                 self.tx.clone(),
+                cert.as_ref().map(|c| c.server.clone()),
             )?;
+            self.tls_fingerprint = cert.map(|c| c.fingerprint);
             // Beside the Unix socket, for people and tests: where remote ranks connect.
             let _ = std::fs::write(
                 self.server
@@ -194,12 +209,18 @@ impl Engine {
             self.state.push_message(
                 Level::Info,
                 None,
-                format!("listening for ranks on other nodes on tcp {}", t.addr),
+                format!(
+                    "listening for ranks on other nodes on {} {}",
+                    if o.tls { "tls" } else { "tcp" },
+                    t.addr
+                ),
             );
             self.tcp = Some(t);
         }
         let addr = self.tcp.as_ref().map(|t| t.addr).expect("started above");
-        o.plan(k, addr).map(Some)
+        let mut plan = o.plan(k, addr)?;
+        plan.tls_fingerprint = self.tls_fingerprint.clone();
+        Ok(Some(plan))
     }
 
     pub fn store_path(&self) -> &std::path::Path {
@@ -287,9 +308,13 @@ impl Engine {
             let _ = tx.send(SupEvent::Exited { run: rid, exit }).await;
         });
         let mut remote = Vec::new();
+        let secret = plan
+            .as_ref()
+            .map(|p| agents::node_secret(&token, p))
+            .unwrap_or_default();
         for (i, c) in node_cmds.iter().enumerate() {
             let node = i + 1;
-            match launch::spawn_with_secret(c, &run_dir, &token) {
+            match launch::spawn_with_secret(c, &run_dir, &secret) {
                 Ok((mut child, first_line)) => {
                     let tx = self.tx.clone();
                     let rid = id.clone();
@@ -321,6 +346,10 @@ impl Engine {
                 }
             }
         }
+        let node_agents = match &plan {
+            Some(p) => self.start_node_gpus(&id, p, &run_dir, &token),
+            None => Vec::new(),
+        };
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
         run.gpus_shared = gpus_shared;
@@ -383,6 +412,7 @@ impl Engine {
                 _gpus: gpus_lease,
                 plan,
                 remote,
+                agents: node_agents,
                 known_pids: HashMap::new(),
             },
         );
@@ -746,6 +776,8 @@ impl Engine {
                         .and_then(|v| v.ranks.get_mut(&h.rank))
                 {
                     r.remote = true;
+                    let node = h.node_name().to_string();
+                    self.watch_node(&run, &node);
                     self.pending.push(EventRow::note(
                         &run,
                         &format!(
@@ -823,6 +855,7 @@ impl Engine {
                 survivors,
             } => self.on_stop_done(&run, escalated_to, survivors),
             SupEvent::Deadline => self.check_deadlines(now),
+            SupEvent::Agent { run, ev } => self.on_agent(&run, ev),
             SupEvent::Evidence { run, lines } => {
                 if let Some(v) = self.state.run_mut(&run) {
                     v.hang_report.extend(lines.iter().cloned());
@@ -1085,11 +1118,17 @@ impl Engine {
             );
         }
         self.server.registry.close_run(run);
-        self.launches.remove(run);
+        if let Some(l) = self.launches.remove(run) {
+            // Closing the run closed the agents' connections: they exit by themselves.
+            agents::reap_agents(l.agents, Duration::from_secs(5));
+        }
+        // The finished run's nodes leave the GPU pane.
+        crate::app::nodes::check_nodes(&mut self.state, Instant::now(), Duration::MAX);
         // The TCP listener is open to the network before any token is checked: only while a
         // multi-node run needs it.
         if self.tcp.is_some() && !self.launches.values().any(|l| l.plan.is_some()) {
             self.tcp = None;
+            self.tls_fingerprint = None;
             let _ = std::fs::remove_file(
                 self.server
                     .dir
@@ -1133,10 +1172,11 @@ impl Engine {
             reduce::sample_throughput(view, now, scale);
         }
         self.check_deadlines(now);
+        let nodes_changed = self.check_node_gpus(now);
         if now.duration_since(self.last_flush) > Duration::from_millis(500) {
             self.flush_events();
         }
-        !ids.is_empty()
+        !ids.is_empty() || nodes_changed
     }
 
     /// The watchdog's live word on a run (warming up, a slow step waited out): kept on the

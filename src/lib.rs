@@ -6,6 +6,7 @@
 //! → `app` (state, view, reducers, actions) → `engine` (one loop owning the state) → `plan` (what
 //! to launch) → `ui` (pure drawing) and the front ends `tui` (dashboard) and `headless`.
 
+pub mod agent;
 pub mod app;
 pub mod bench;
 pub mod cli;

@@ -11,6 +11,7 @@ fn main() {
         Some(Cmd::Worker {
             kind: WorkerCmd::Sim(a),
         }) => ddptop::sim::main(a),
+        Some(Cmd::Agent(a)) => ddptop::agent::main(a),
         Some(Cmd::Run(a)) => ddptop::util::runtime()
             .and_then(|rt| rt.block_on(ddptop::headless::run(&cli.global, a))),
         Some(Cmd::Attach(a)) => ddptop::util::runtime()

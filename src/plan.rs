@@ -28,6 +28,8 @@ pub struct Globals {
     pub python: Option<PathBuf>,
     pub workers_dir: Option<PathBuf>,
     pub shared_gpus: bool,
+    /// `--no-nccl-profiler`: launch NCCL without ddptop's profiler plugin.
+    pub no_nccl_profiler: bool,
 }
 
 /// What the front ends share once set up.

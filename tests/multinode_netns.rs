@@ -129,9 +129,22 @@ impl Nodes {
         args: &[&str],
         script: &[&str],
     ) -> Command {
+        self.ddptop_with(data, py, cmd, args, script, "")
+    }
+
+    /// `ddptop`, with more lines for the config's `[nodes]` table.
+    fn ddptop_with(
+        &self,
+        data: &std::path::Path,
+        py: &str,
+        cmd: &str,
+        args: &[&str],
+        script: &[&str],
+        nodes_cfg: &str,
+    ) -> Command {
         std::fs::write(
             data.join("config.toml"),
-            "[nodes]\nremote = \"ip netns exec {host} sh -c {cmd}\"\n",
+            format!("[nodes]\nremote = \"ip netns exec {{host}} sh -c {{cmd}}\"\n{nodes_cfg}"),
         )
         .unwrap();
         let nodes = format!("{}={IP_A},{}={IP_B}", self.a, self.b);
@@ -412,6 +425,286 @@ fn remote_rank_killed_stops_everything_and_tcp_intruders_are_refused() {
     assert!(
         t0.elapsed() < Duration::from_secs(120),
         "stopping took too long"
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+/// The `node_agent` events stored for a run: (node, state, gpus), in order.
+fn node_events(data: &std::path::Path) -> Vec<(String, String, Option<u64>)> {
+    let Ok(conn) = rusqlite::Connection::open_with_flags(
+        data.join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    ) else {
+        return Vec::new();
+    };
+    let Ok(mut q) = conn.prepare("SELECT body FROM events WHERE type = 'node_agent' ORDER BY seq")
+    else {
+        return Vec::new();
+    };
+    q.query_map([], |r| r.get::<_, String>(0))
+        .map(|rows| {
+            rows.flatten()
+                .filter_map(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+                .map(|v| {
+                    (
+                        v["node"].as_str().unwrap_or("").to_string(),
+                        v["state"].as_str().unwrap_or("").to_string(),
+                        v["gpus"].as_u64(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Pids in `ns` whose command line is `ddptop agent … --node=NODE`.
+fn agent_pids(ns: &str, node: &str) -> Vec<u32> {
+    Nodes::pids(ns)
+        .into_iter()
+        .filter(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let args: Vec<String> = cmd
+                .split(|b| *b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            args.iter().any(|a| a == "agent") && args.iter().any(|a| *a == format!("--node={node}"))
+        })
+        .collect()
+}
+
+/// Node B's GPU agent (started through the node template, two made-up GPUs) reports over the
+/// run's channel; killed mid-run, its node is marked lost while the run goes on to complete;
+/// nothing of the run or its agent is left on either node. Once in plain TCP, once with TLS.
+fn agent_run(tls: bool) {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let mut args = vec!["weak", "--k", "2", "--samples", "2048", "--batch", "32"];
+    if tls {
+        args.push("--tls");
+    }
+    let child = nodes
+        .ddptop(d.path(), &py, "run", &args, &[])
+        .env("DDPTOP_FAKE_GPUS", "2")
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    // The agent's first sample: node B's two GPUs have rows.
+    while !node_events(d.path()).contains(&(nodes.b.clone(), "sampled".into(), Some(2))) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "node B's agent never sent a sample: {:?}",
+            node_events(d.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let agents = agent_pids(&nodes.b, &nodes.b);
+    assert_eq!(agents.len(), 1, "one agent on node B");
+    assert!(
+        agent_pids(&nodes.a, &nodes.a).is_empty(),
+        "none for this node"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agents[0] as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let intruders = if tls {
+        refused_without_the_certificate(&nodes, d.path(), child.id())
+    } else {
+        0
+    };
+    while !node_events(d.path()).contains(&(nodes.b.clone(), "lost".into(), None)) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(90),
+            "node B never marked lost: {:?}",
+            node_events(d.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(
+        r["status"], "completed",
+        "a lost agent does not stop the run: {r:#}"
+    );
+    assert_eq!(
+        nodes_of(r),
+        vec![(nodes.a.clone(), false), (nodes.b.clone(), true)]
+    );
+    let ev = node_events(d.path());
+    assert_eq!(
+        ev.iter().filter(|e| e.1 == "connected").count(),
+        1,
+        "{ev:?}"
+    );
+    assert_eq!(
+        doc["rejected_strangers"], intruders,
+        "each connection that failed the TLS handshake is counted"
+    );
+    assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+/// With TLS on: an agent given the run's token but another certificate's fingerprint refuses
+/// the listener and sends nothing, and a plain-TCP client gets no further than the handshake.
+/// Returns how many connections ddptop should have counted as refused.
+fn refused_without_the_certificate(nodes: &Nodes, data: &std::path::Path, pid: u32) -> u64 {
+    let prefix = format!("ddptop-{pid}.");
+    let t0 = Instant::now();
+    let (addr, (token, run)) = loop {
+        let addr = std::fs::read_dir(data)
+            .unwrap()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .and_then(|e| std::fs::read_to_string(e.path().join("tcp.addr")).ok());
+        if let (Some(a), Some(t)) = (addr, token_and_run(&nodes.a)) {
+            break (a, t);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "no local rank");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut agent = Command::new("ip")
+        .args(["netns", "exec", &nodes.b, bin(), "agent"])
+        .arg(format!("--connect=tls://{addr}"))
+        .args([
+            &format!("--run-id={run}"),
+            "--node=intruder",
+            "--fake-gpus=1",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wrong = "ab".repeat(32);
+    agent
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{token}\n{wrong}\n").as_bytes())
+        .unwrap();
+    let out = agent.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the agent must refuse: {err}");
+    assert!(
+        err.contains("refusing") && err.lines().count() == 1,
+        "{err}"
+    );
+    // Plain TCP to the TLS listener: a hello in clear text is never read as one.
+    let s = connect_in(&nodes.a, &addr);
+    let hello = format!(
+        r#"{{"v":1,"type":"hello","token":"{token}","run_id":"{run}","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"x","device":"cpu","backend":"gloo","worker":"train","torch":null,"nccl":null,"cuda":null,"t":0.0}}"#
+    );
+    let _ = (&s).write_all(format!("{hello}\n").as_bytes());
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut answer = String::new();
+    let _ = BufReader::new(&s).read_line(&mut answer);
+    assert!(!answer.contains("welcome"), "{answer}");
+    2
+}
+
+#[test]
+fn each_other_node_reports_its_gpus_and_a_killed_agent_only_greys_its_node() {
+    agent_run(false);
+}
+
+#[test]
+fn the_same_over_tls() {
+    agent_run(true);
+}
+
+/// A fixture DCGM exporter: answers every GET on `IP_B:9400` in namespace `ns` with a page of
+/// two GPUs (the exporter's text format) until `stop` is set. Returns the pages served.
+fn fixture_exporter(
+    ns: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u32> {
+    let f = std::fs::File::open(format!("/run/netns/{ns}")).unwrap();
+    std::thread::spawn(move || {
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only; the fd is valid for the call.
+        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        let l = std::net::TcpListener::bind(format!("{IP_B}:9400")).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let page = "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n\
+            # TYPE DCGM_FI_DEV_GPU_UTIL gauge\n\
+            DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",modelName=\"NVIDIA H200\",DCGM_FI_DRIVER_VERSION=\"570.86.15\"} 87\n\
+            DCGM_FI_DEV_GPU_UTIL{gpu=\"1\",modelName=\"NVIDIA H200\"} 12\n\
+            DCGM_FI_DEV_FB_USED{gpu=\"0\",modelName=\"NVIDIA H200\"} 1024\n\
+            DCGM_FI_DEV_FB_FREE{gpu=\"0\",modelName=\"NVIDIA H200\"} 3072\n";
+        let mut served = 0;
+        while !stop.load(Ordering::SeqCst) && served < 10_000 {
+            match l.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                    let mut req = [0u8; 2048];
+                    let _ = std::io::Read::read(&mut s, &mut req);
+                    let _ = s.write_all(
+                        format!("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n{page}")
+                            .as_bytes(),
+                    );
+                    served += 1;
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        served
+    })
+}
+
+/// `[nodes] gpu_source = "dcgm"`: node B's GPUs come from its (fixture) DCGM exporter, read
+/// over HTTP from ddptop; no agent is started on either node.
+#[test]
+fn dcgm_exporters_stand_in_for_agents() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let exporter = fixture_exporter(&nodes.b, stop.clone());
+    let child = nodes
+        .ddptop_with(
+            d.path(),
+            &py,
+            "run",
+            &["weak", "--k", "2", "--samples", "2048", "--batch", "32"],
+            &[],
+            "gpu_source = \"dcgm\"\ndcgm_url = \"http://{addr}:9400/metrics\"\n",
+        )
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !node_events(d.path()).contains(&(nodes.b.clone(), "sampled".into(), Some(2))) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "node B's exporter never read: {:?}",
+            node_events(d.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        agent_pids(&nodes.b, &nodes.b).is_empty(),
+        "no agent with dcgm"
+    );
+    let out = child.wait_with_output().unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let served = exporter.join().unwrap();
+    assert!(served >= 1);
+    let doc = parse(&out);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert!(
+        node_events(d.path()).contains(&(nodes.b.clone(), "connected".into(), Some(2))),
+        "{:?}",
+        node_events(d.path())
     );
     assert_no_survivors(&doc);
     nodes.assert_empty();

@@ -1,17 +1,21 @@
 //! The shared protocol fixtures (also loaded by the Python tests) and fuzzing of the reader.
 
+use ddptop::protocol::agent::{parse_agent, parse_to_agent};
 use ddptop::protocol::{LineReader, ReadOutcome, parse_control, parse_worker};
 use proptest::prelude::*;
 use serde_json::Value;
 
+/// The shared fixtures, then the node agents' (`agent.jsonl`: Rust only, no Python agent).
 fn cases() -> Vec<Value> {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/protocol/cases.jsonl"
-    ))
-    .unwrap();
-    text.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+    ["cases.jsonl", "agent.jsonl"]
+        .iter()
+        .flat_map(|f| {
+            let path = format!("{}/tests/fixtures/protocol/{f}", env!("CARGO_MANIFEST_DIR"));
+            let text = std::fs::read_to_string(path).unwrap();
+            text.lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect::<Vec<Value>>()
+        })
         .collect()
 }
 
@@ -24,6 +28,13 @@ fn every_fixture_is_accepted_or_rejected_as_it_says() {
         let name = c["name"].as_str().unwrap();
         let accepted_type = match c["dir"].as_str().unwrap() {
             "worker" => parse_worker(raw).map(|m| m.type_name().to_string()),
+            "agent" => parse_agent(raw).map(|m| m.type_name().to_string()),
+            "to_agent" => parse_to_agent(raw).map(|m| {
+                serde_json::to_value(m.unwrap()).unwrap()["type"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            }),
             _ => parse_control(raw).map(|m| {
                 serde_json::to_value(&m).unwrap()["type"]
                     .as_str()
@@ -84,6 +95,8 @@ proptest! {
         let s = String::from_utf8_lossy(&bytes);
         let _ = parse_worker(&s);
         let _ = parse_control(&s);
+        let _ = parse_agent(&s);
+        let _ = parse_to_agent(&s);
     }
 
     #[test]
@@ -96,6 +109,7 @@ proptest! {
         m[p] = byte;
         m.truncate(cut.max(1).min(m.len()));
         let _ = parse_worker(&String::from_utf8_lossy(&m));
+        let _ = parse_agent(&String::from_utf8_lossy(&m));
     }
 
     #[test]

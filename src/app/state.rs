@@ -73,6 +73,8 @@ pub struct State {
     pub gpus: Vec<GpuView>,
     /// Why there are no GPU rows (no NVML, no driver), shown as one line.
     pub gpu_note: Option<String>,
+    /// Other nodes' GPUs, from their agents (multi-node runs; `app::nodes`).
+    pub nodes: Vec<super::nodes::NodeGpus>,
     /// ddptop's own CPU and RSS (the dashboard reads /proc/self every few seconds).
     pub self_cost: Option<crate::selfcost::SelfCost>,
     /// Newest first.
@@ -99,6 +101,7 @@ impl State {
             host,
             gpus: Vec::new(),
             gpu_note: None,
+            nodes: Vec::new(),
             self_cost: None,
             runs: Vec::new(),
             messages: VecDeque::new(),

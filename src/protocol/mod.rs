@@ -3,6 +3,7 @@
 //! `messages` holds the serde types, `validate` the rules serde cannot express (ranges,
 //! finiteness), `framing` the newline framing with its hard line limit.
 
+pub mod agent;
 pub mod framing;
 pub mod messages;
 pub mod nccl;

@@ -41,7 +41,7 @@ impl CommandLine {
     }
 }
 
-fn shell_quote(s: &str) -> String {
+pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
@@ -91,6 +91,9 @@ pub struct NodePlan {
     pub stop: Option<String>,
     /// Variables from ddptop's own environment passed on to the other nodes (GLOO_*, NCCL_*).
     pub forward_env: Vec<(String, String)>,
+    /// The TCP listener's certificate fingerprint (SHA-256 of its DER, hex) when the channel is
+    /// TLS: the node wrappers read it from stdin after the token, never from a command line.
+    pub tls_fingerprint: Option<String>,
 }
 
 impl NodePlan {
@@ -213,7 +216,15 @@ pub fn node_command(
     argv.splice(at..at + from.len(), to);
     let mut env = local.env.clone();
     env.remove("DDPTOP_TOKEN");
-    env.insert("DDPTOP_SOCKET".into(), Some(format!("tcp://{}", plan.tcp)));
+    let scheme = if plan.tls_fingerprint.is_some() {
+        "tls"
+    } else {
+        "tcp"
+    };
+    env.insert(
+        "DDPTOP_SOCKET".into(),
+        Some(format!("{scheme}://{}", plan.tcp)),
+    );
     env.insert("DDPTOP_NODE".into(), Some(host.clone()));
     for (k, v) in &plan.forward_env {
         env.entry(k.clone()).or_insert_with(|| Some(v.clone()));
@@ -233,10 +244,16 @@ pub fn node_command(
         .unwrap_or_else(|| local.cwd.display().to_string());
     let script = format!(
         "mkdir -p {rd} 2>/dev/null; cd {cwd} || exit 97; IFS= read -r DDPTOP_TOKEN || exit 98; \
-         export DDPTOP_TOKEN; echo \"ddptop-node {node} pid=$$ slurm=${{SLURM_JOB_ID:-}}.${{SLURM_STEP_ID:-}}\"; {}",
+         export DDPTOP_TOKEN; {tls}echo \"ddptop-node {node} pid=$$ slurm=${{SLURM_JOB_ID:-}}.${{SLURM_STEP_ID:-}}\"; {}",
         exec.join(" "),
         rd = shell_quote(&run_dir),
         cwd = shell_quote(&local.cwd.display().to_string()),
+        // The fingerprint is the second line of stdin (`launch::node_secret`).
+        tls = if plan.tls_fingerprint.is_some() {
+            "IFS= read -r DDPTOP_TLS_FP || exit 98; export DDPTOP_TLS_FP; "
+        } else {
+            ""
+        },
     );
     let cmd = format!("sh -c {}", shell_quote(&script));
     let argv = fill_template(&plan.remote, &[("host", host), ("cmd", &cmd)])
@@ -1013,6 +1030,7 @@ mod tests {
             remote: "ssh -o BatchMode=yes {host} -- {cmd}".into(),
             stop: None,
             forward_env: vec![("GLOO_SOCKET_IFNAME".into(), "eth1".into())],
+            tls_fingerprint: None,
         };
         let mut c = ctx(Path::new("/d"), Some(&py));
         c.nodes = Some(&plan);

@@ -1,6 +1,8 @@
 //! Everything that touches processes and the socket: launching runs in process groups, the
 //! authenticated socket server, stopping process trees, the hang watchdog, NCCL log parsing.
 
+pub mod agent_conn;
+pub mod dcgm;
 pub mod flight;
 pub mod gpu_guard;
 pub mod handrolled;
@@ -13,6 +15,7 @@ pub mod procs;
 pub mod profiler_conn;
 pub mod socket;
 pub mod tcp;
+pub mod tls;
 pub mod watchdog;
 
 use crate::protocol::WorkerMsg;
@@ -85,4 +88,10 @@ pub enum SupEvent {
     Evidence { run: String, lines: Vec<String> },
     /// A watchdog or teardown deadline passed: judge the runs now.
     Deadline,
+    /// A node agent (`ddptop agent`) was admitted, one sample came from it, or its connection
+    /// closed (multi-node runs; `agent_conn`).
+    Agent {
+        run: String,
+        ev: agent_conn::AgentEvent,
+    },
 }

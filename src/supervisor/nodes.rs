@@ -33,6 +33,53 @@ pub struct NodesOptions {
     pub rdzv_endpoint: Option<String>,
     pub remote: String,
     pub stop: Option<String>,
+    /// Where other nodes' GPU figures come from: an agent per node, or DCGM exporters.
+    pub gpu_source: NodeGpuSource,
+    /// The agents' sample period: the dashboard's GPU sample rate.
+    pub sample_ms: u64,
+    /// Encrypt the TCP channel (`--tls`, `[nodes] tls`): a certificate made per listener, its
+    /// fingerprint passed with the token.
+    pub tls: bool,
+}
+
+/// `[nodes] gpu_source`: how ddptop gets other nodes' GPU figures.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum NodeGpuSource {
+    /// `ddptop agent` on each other node (NVML there), started through `remote`.
+    #[default]
+    Agent,
+    /// Each node's DCGM exporter: the URL template with `{host}` (default
+    /// `http://{host}:9400/metrics`); no agent is started.
+    Dcgm(String),
+    /// Neither: only this node's GPUs are shown.
+    Off,
+}
+
+/// The DCGM exporter's default endpoint (its default port is 9400).
+pub const DEFAULT_DCGM_URL: &str = "http://{host}:9400/metrics";
+
+/// `[nodes] gpu_source` and `dcgm_url` as the config writes them.
+pub fn parse_gpu_source(
+    source: Option<&str>,
+    dcgm_url: Option<&str>,
+) -> Result<NodeGpuSource, String> {
+    match source.unwrap_or("agent") {
+        "agent" if dcgm_url.is_none() => Ok(NodeGpuSource::Agent),
+        "off" if dcgm_url.is_none() => Ok(NodeGpuSource::Off),
+        "dcgm" => {
+            let url = dcgm_url.unwrap_or(DEFAULT_DCGM_URL);
+            if !url.starts_with("http://") {
+                return Err(format!(
+                    "[nodes] dcgm_url = {url:?}: only http:// is read (e.g. \"{DEFAULT_DCGM_URL}\")"
+                ));
+            }
+            Ok(NodeGpuSource::Dcgm(url.to_string()))
+        }
+        "agent" | "off" => Err("[nodes] dcgm_url is read only with gpu_source = \"dcgm\"".into()),
+        other => Err(format!(
+            "[nodes] gpu_source = {other:?}: use \"agent\", \"dcgm\" or \"off\""
+        )),
+    }
 }
 
 impl NodesOptions {
@@ -54,6 +101,9 @@ impl NodesOptions {
             rdzv_endpoint: None,
             remote: DEFAULT_REMOTE.into(),
             stop: None,
+            gpu_source: NodeGpuSource::Agent,
+            sample_ms: 1000,
+            tls: false,
         }
     }
 
@@ -131,6 +181,7 @@ impl NodesOptions {
             tcp: host_port(&host, tcp.port()),
             remote: self.remote.clone(),
             stop: self.stop.clone(),
+            tls_fingerprint: None,
             forward_env: std::env::vars()
                 .filter(|(k, _)| FORWARD_PREFIXES.iter().any(|p| k.starts_with(p)))
                 .collect(),

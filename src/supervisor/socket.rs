@@ -24,6 +24,10 @@ struct RunAuth {
     remote: HashMap<u32, std::net::SocketAddr>,
     /// NCCL profiler plugin connections (`supervisor::profiler_conn`): closed with the run.
     profilers: Vec<mpsc::UnboundedSender<ControlMsg>>,
+    /// Node agents (`ddptop agent`) by node name: one each; closed with the run.
+    agents: HashMap<String, mpsc::UnboundedSender<crate::protocol::agent::ToAgent>>,
+    /// The nodes whose agents may connect (a multi-node run's other nodes); none by default.
+    agent_nodes: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -41,6 +45,8 @@ impl Registry {
                 senders: HashMap::new(),
                 remote: HashMap::new(),
                 profilers: Vec::new(),
+                agents: HashMap::new(),
+                agent_nodes: Vec::new(),
             },
         );
     }
@@ -52,6 +58,7 @@ impl Registry {
             a.open = false;
             a.senders.clear();
             a.profilers.clear();
+            a.agents.clear();
         }
     }
 
@@ -146,6 +153,66 @@ impl Registry {
         a.profilers.retain(|s| !s.is_closed());
         a.profilers.push(tx);
         Ok(())
+    }
+
+    /// Admit a node agent's `agent_hello`: the run's token, the run still open, one agent per
+    /// node name. A refusal's reason is for ddptop's record only (the peer gets `REFUSED`).
+    pub(crate) fn admit_agent(
+        &self,
+        h: &crate::protocol::agent::AgentHello,
+        tx: mpsc::UnboundedSender<crate::protocol::agent::ToAgent>,
+    ) -> Result<(), (ErrorCode, String)> {
+        let mut g = self.lock();
+        let refused = |why: String| Err((ErrorCode::BadToken, why));
+        let Some(a) = g.get_mut(&h.run_id) else {
+            return refused(format!("no run `{}` here", h.run_id));
+        };
+        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
+            return refused(format!("token does not match run {}", h.run_id));
+        }
+        if !a.open {
+            return refused(format!("run {} has finished", h.run_id));
+        }
+        if !a.agent_nodes.contains(&h.node) {
+            return Err((
+                ErrorCode::BadMessage,
+                format!("{} is not one of this run's other nodes", h.node),
+            ));
+        }
+        if a.agents.get(&h.node).is_some_and(|s| !s.is_closed()) {
+            return Err((
+                ErrorCode::DuplicateRank,
+                format!("node {} already has an agent", h.node),
+            ));
+        }
+        a.agents.insert(h.node.clone(), tx);
+        Ok(())
+    }
+
+    /// Let the agents of these nodes connect to `run` (its other nodes).
+    pub fn allow_agents(&self, run: &str, nodes: &[String]) {
+        if let Some(a) = self.lock().get_mut(run) {
+            a.agent_nodes = nodes.to_vec();
+        }
+    }
+
+    /// Send a command to a run's agent on `node`; whether it was sent.
+    pub fn agent_command(
+        &self,
+        run: &str,
+        node: &str,
+        msg: crate::protocol::agent::ToAgent,
+    ) -> bool {
+        let g = self.lock();
+        g.get(run)
+            .and_then(|a| a.agents.get(node))
+            .is_some_and(|s| s.send(msg).is_ok())
+    }
+
+    pub(crate) fn drop_agent(&self, run: &str, node: &str) {
+        if let Some(a) = self.lock().get_mut(run) {
+            a.agents.remove(node);
+        }
     }
 
     fn drop_sender(&self, run: &str, rank: u32) {
@@ -348,6 +415,10 @@ pub(crate) async fn serve_conn<R, W>(
     let mut lines = LineReader::with_max(BufReader::new(rd), MAX_HELLO_BYTES);
     let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
     let hello = match first {
+        // A node agent (`ddptop agent`), not a rank: served by its own loop.
+        Ok(Ok(ReadOutcome::Line(l))) if crate::protocol::agent::is_agent_hello(&l) => {
+            return super::agent_conn::serve_agent(&l, lines, wr, via, reg, events).await;
+        }
         Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
             Ok(WorkerMsg::Hello(h)) => h,
             Ok(WorkerMsg::NcclHello(h)) => {

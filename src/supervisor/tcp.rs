@@ -7,7 +7,8 @@
 //! and per peer address, so a flood of idle sockets cannot exhaust ddptop's file descriptors or
 //! memory (a connection holds at most `socket::MAX_HELLO_BYTES` until its `hello` is admitted).
 //! It binds the advertised address by default (`NodesOptions::listen_addr`) and the engine drops
-//! it when no multi-node run is left. No TLS yet (see the doc).
+//! it when no multi-node run is left. With TLS (`supervisor::tls`) the handshake comes first
+//! and everything after it is the same.
 
 use super::SupEvent;
 use super::socket::{Registry, Via, serve_conn};
@@ -60,6 +61,9 @@ impl Drop for PeerSlot {
     }
 }
 
+/// A TLS handshake must finish within this (the same bound as a `hello`).
+const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
+
 /// A listening TCP socket; the accept loop ends on drop.
 pub struct TcpServer {
     /// The bound address (the real port when asked for port 0).
@@ -81,17 +85,35 @@ impl TcpServer {
         registry: Registry,
         events: mpsc::Sender<SupEvent>,
     ) -> anyhow::Result<TcpServer> {
+        Self::start_with(bind, registry, events, None)
+    }
+
+    /// `start`, with TLS when `tls` is given: every connection's handshake first (within
+    /// `HELLO_TIMEOUT`), a failed one (a client that refused the certificate, a plain-TCP
+    /// client) counted as a rejected connection.
+    pub fn start_with(
+        bind: SocketAddr,
+        registry: Registry,
+        events: mpsc::Sender<SupEvent>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> anyhow::Result<TcpServer> {
         let std_listener = std::net::TcpListener::bind(bind)
             .map_err(|e| anyhow::anyhow!("cannot listen on tcp {bind}: {e}"))?;
         std_listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(std_listener)?;
         let addr = listener.local_addr()?;
-        let task = tokio::spawn(accept_loop(listener, registry, events));
+        let tls = tls.map(tokio_rustls::TlsAcceptor::from);
+        let task = tokio::spawn(accept_loop(listener, registry, events, tls));
         Ok(TcpServer { addr, task })
     }
 }
 
-async fn accept_loop(listener: TcpListener, reg: Registry, events: mpsc::Sender<SupEvent>) {
+async fn accept_loop(
+    listener: TcpListener,
+    reg: Registry,
+    events: mpsc::Sender<SupEvent>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_TCP_CONNECTIONS));
     let per_peer = PeerCounts::default();
     loop {
@@ -113,10 +135,35 @@ async fn accept_loop(listener: TcpListener, reg: Registry, events: mpsc::Sender<
                     nix::sys::socket::sockopt::KeepAlive,
                     &true,
                 );
-                let (rd, wr) = stream.into_split();
                 let (reg, events) = (reg.clone(), events.clone());
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    serve_conn(rd, wr, Via::Tcp(peer), reg, events).await;
+                    match tls {
+                        None => {
+                            let (rd, wr) = stream.into_split();
+                            serve_conn(rd, wr, Via::Tcp(peer), reg, events).await;
+                        }
+                        Some(acceptor) => {
+                            let shake =
+                                tokio::time::timeout(TLS_HANDSHAKE, acceptor.accept(stream)).await;
+                            match shake {
+                                Ok(Ok(t)) => {
+                                    let (rd, wr) = tokio::io::split(t);
+                                    serve_conn(rd, wr, Via::Tcp(peer), reg, events).await;
+                                }
+                                Ok(Err(e)) => {
+                                    let detail = format!("tls handshake from {peer} failed: {e}");
+                                    let _ =
+                                        events.send(SupEvent::Rejected { run: None, detail }).await;
+                                }
+                                Err(_) => {
+                                    let detail = format!("tls handshake from {peer} timed out");
+                                    let _ =
+                                        events.send(SupEvent::Rejected { run: None, detail }).await;
+                                }
+                            }
+                        }
+                    }
                     drop((permit, peer_slot));
                 });
             }

@@ -11,13 +11,13 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Widget, Wrap};
 
-fn lpad(s: &str, w: usize) -> String {
+pub(super) fn lpad(s: &str, w: usize) -> String {
     let s = fmt::trunc(s, w);
     let n = fmt::unicode_width_shim::width(&s);
     format!("{}{s}", " ".repeat(w.saturating_sub(n)))
 }
 
-fn rpad(s: &str, w: usize) -> String {
+pub(super) fn rpad(s: &str, w: usize) -> String {
     let s = fmt::trunc(s, w);
     let n = fmt::unicode_width_shim::width(&s);
     format!("{s}{}", " ".repeat(w.saturating_sub(n)))
@@ -31,14 +31,14 @@ pub fn short_gpu_name(n: &str) -> String {
         .to_string()
 }
 
-struct Cols {
+pub(super) struct Cols {
     name: usize,
     spark: usize,
     link: bool,
     owner: usize,
 }
 
-fn gpu_cols(w: usize) -> Cols {
+pub(super) fn gpu_cols(w: usize) -> Cols {
     // idx 2, name, util spark + " 100%", mem 12, power 5, temp 5, [link 22], owner.
     let base = 2 + 1 + 8 + 1 + 8 + 5 + 1 + 12 + 1 + 5 + 1 + 5 + 1 + 8;
     let link = w >= base + 23;
@@ -59,19 +59,25 @@ fn gpu_cols(w: usize) -> Cols {
 pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
+    // Other nodes' GPUs count too (multi-node runs with agents).
+    let all = s.gpus.len() + s.nodes.iter().map(|n| n.gpus.len()).sum::<usize>();
     let title = vec![
         Span::raw("GPUs"),
         Span::styled(
-            if s.gpus.is_empty() {
+            if all == 0 {
                 String::new()
             } else {
-                format!(" ({})", s.gpus.len())
+                format!(" ({all})")
             },
             t.dim,
         ),
     ];
     let inner = frame_block(ctx, PaneId::Gpus, title, area, buf);
     if inner.height == 0 {
+        return;
+    }
+    if !s.nodes.is_empty() {
+        super::gpu_nodes::render_by_node(ctx, inner, buf);
         return;
     }
     if s.gpus.is_empty() {
@@ -93,6 +99,40 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
     let w = inner.width as usize;
     let c = gpu_cols(w);
+    put_line(
+        buf,
+        inner,
+        0,
+        &Line::from(Span::styled(gpu_head(&c), t.label)),
+    );
+    let rows = inner.height.saturating_sub(1) as usize;
+    let n = s.gpus.len();
+    let shown = if n > rows { rows.saturating_sub(1) } else { n };
+    for (i, g) in s.gpus.iter().take(shown).enumerate() {
+        let owners = model::gpu_owners(s, g);
+        let foreign = model::foreign_pids(s, g);
+        put_line(
+            buf,
+            inner,
+            (i + 1) as u16,
+            &gpu_row(ctx, g, &c, w, &owners, foreign),
+        );
+    }
+    if shown < n {
+        put_line(
+            buf,
+            inner,
+            (shown + 1) as u16,
+            &Line::from(Span::styled(
+                format!("+{} more GPUs (a taller terminal shows them)", n - shown),
+                t.dim,
+            )),
+        );
+    }
+}
+
+/// The column header of GPU rows.
+pub(super) fn gpu_head(c: &Cols) -> String {
     let mut head = format!(
         "{} {} {} {} {} {}",
         rpad("#", 2),
@@ -106,109 +146,103 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         head.push_str(&format!(" {}", rpad("link ↓rx ↑tx B/s", 22)));
     }
     head.push_str(&format!(" {}", rpad("run·rank", c.owner)));
-    put_line(buf, inner, 0, &Line::from(Span::styled(head, t.label)));
-    let rows = inner.height.saturating_sub(1) as usize;
-    let n = s.gpus.len();
-    let shown = if n > rows { rows.saturating_sub(1) } else { n };
-    for (i, g) in s.gpus.iter().take(shown).enumerate() {
-        let y = (i + 1) as u16;
-        let mut spans = vec![
-            Span::styled(rpad(&g.index.to_string(), 2), t.value),
-            Span::raw(" "),
-            Span::styled(
-                rpad(
-                    &g.name
-                        .as_deref()
-                        .map(short_gpu_name)
-                        .unwrap_or_else(|| NA.into()),
-                    c.name,
-                ),
-                t.text,
+    head
+}
+
+/// One GPU's row: index, name, a minute of utilisation, memory, power, temperature, link and
+/// the run·rank on it (`owners`; `foreign` processes of no known rank). Shared by this node's
+/// rows and other nodes' (`gpu_nodes`).
+pub(super) fn gpu_row(
+    ctx: &Ctx,
+    g: &crate::gpu::GpuView,
+    c: &Cols,
+    w: usize,
+    owners: &[(&str, u32)],
+    foreign: usize,
+) -> Line<'static> {
+    let t = ctx.theme;
+    let mut spans = vec![
+        Span::styled(rpad(&g.index.to_string(), 2), t.value),
+        Span::raw(" "),
+        Span::styled(
+            rpad(
+                &g.name
+                    .as_deref()
+                    .map(short_gpu_name)
+                    .unwrap_or_else(|| NA.into()),
+                c.name,
             ),
-            Span::raw(" "),
-        ];
-        if let Some(err) = &g.error {
-            spans.push(Span::styled(
-                fmt::trunc(&format!("error: {err}"), w.saturating_sub(c.name + 4)),
-                t.bad,
-            ));
-            put_line(buf, inner, y, &Line::from(spans));
-            continue;
-        }
-        let hist: Vec<u64> = g.util_history.iter().copied().collect();
-        spans.push(Span::styled(fmt::spark(&hist, c.spark, 100), t.spark));
-        spans.push(Span::styled(
-            lpad(&fmt::opt(g.util_pct, |u| format!("{u}%")), 5),
-            t.value,
-        ));
-        spans.push(Span::raw(" "));
-        let mem = match (g.mem_used, g.mem_total) {
-            (Some(u), Some(tot)) => format!("{}/{}", fmt::gib(u), fmt::gib(tot)),
-            (Some(u), None) => format!("{}/{NA}", fmt::gib(u)),
-            (None, Some(tot)) => format!("{NA}/{}", fmt::gib(tot)),
-            (None, None) => NA.into(),
-        };
-        spans.push(Span::styled(lpad(&mem, 12), t.text));
-        spans.push(Span::raw(" "));
-        spans.push(Span::styled(
-            lpad(&fmt::opt(g.power_w, |p| format!("{p:.0}W")), 5),
             t.text,
-        ));
-        spans.push(Span::raw(" "));
-        let temp_style = match g.temp_c {
-            Some(c) if c >= 85 => t.bad,
-            Some(c) if c >= 75 => t.warn,
-            _ => t.text,
-        };
+        ),
+        Span::raw(" "),
+    ];
+    if let Some(err) = &g.error {
         spans.push(Span::styled(
-            lpad(&fmt::opt(g.temp_c, |c| format!("{c}°C")), 5),
-            temp_style,
+            fmt::trunc(&format!("error: {err}"), w.saturating_sub(c.name + 4)),
+            t.bad,
         ));
-        if c.link {
-            let kind = g.link.unwrap_or("link");
-            let l = match (g.link_rx_kbs, g.link_tx_kbs) {
-                (None, None) => NA.to_string(),
-                (rx, tx) => format!(
-                    "{kind} ↓{} ↑{}",
-                    fmt::opt(rx, fmt::kbs),
-                    fmt::opt(tx, fmt::kbs)
-                ),
-            };
-            spans.push(Span::raw(" "));
-            spans.push(Span::styled(rpad(&l, 22), t.text));
-        }
+        return Line::from(spans);
+    }
+    let hist: Vec<u64> = g.util_history.iter().copied().collect();
+    spans.push(Span::styled(fmt::spark(&hist, c.spark, 100), t.spark));
+    spans.push(Span::styled(
+        lpad(&fmt::opt(g.util_pct, |u| format!("{u}%")), 5),
+        t.value,
+    ));
+    spans.push(Span::raw(" "));
+    let mem = match (g.mem_used, g.mem_total) {
+        (Some(u), Some(tot)) => format!("{}/{}", fmt::gib(u), fmt::gib(tot)),
+        (Some(u), None) => format!("{}/{NA}", fmt::gib(u)),
+        (None, Some(tot)) => format!("{NA}/{}", fmt::gib(tot)),
+        (None, None) => NA.into(),
+    };
+    spans.push(Span::styled(lpad(&mem, 12), t.text));
+    spans.push(Span::raw(" "));
+    spans.push(Span::styled(
+        lpad(&fmt::opt(g.power_w, |p| format!("{p:.0}W")), 5),
+        t.text,
+    ));
+    spans.push(Span::raw(" "));
+    let temp_style = match g.temp_c {
+        Some(c) if c >= 85 => t.bad,
+        Some(c) if c >= 75 => t.warn,
+        _ => t.text,
+    };
+    spans.push(Span::styled(
+        lpad(&fmt::opt(g.temp_c, |c| format!("{c}°C")), 5),
+        temp_style,
+    ));
+    if c.link {
+        let kind = g.link.unwrap_or("link");
+        let l = match (g.link_rx_kbs, g.link_tx_kbs) {
+            (None, None) => NA.to_string(),
+            (rx, tx) => format!(
+                "{kind} ↓{} ↑{}",
+                fmt::opt(rx, fmt::kbs),
+                fmt::opt(tx, fmt::kbs)
+            ),
+        };
         spans.push(Span::raw(" "));
-        let owners = model::gpu_owners(s, g);
-        let foreign = model::foreign_pids(s, g);
-        let mut own = owners
-            .iter()
-            .map(|(id, r)| format!("{} r{r}", fmt::tiny_id(id)))
-            .collect::<Vec<_>>()
-            .join(",");
-        if foreign > 0 {
-            if !own.is_empty() {
-                own.push_str(", ");
-            }
-            own.push_str(&format!("+{foreign} other"));
-        }
-        let own_style = if owners.is_empty() { t.dim } else { t.running };
-        if own.is_empty() {
-            own = "idle".into();
-        }
-        spans.push(Span::styled(fmt::trunc(&own, c.owner), own_style));
-        put_line(buf, inner, y, &Line::from(spans));
+        spans.push(Span::styled(rpad(&l, 22), t.text));
     }
-    if shown < n {
-        put_line(
-            buf,
-            inner,
-            (shown + 1) as u16,
-            &Line::from(Span::styled(
-                format!("+{} more GPUs (a taller terminal shows them)", n - shown),
-                t.dim,
-            )),
-        );
+    spans.push(Span::raw(" "));
+    let mut own = owners
+        .iter()
+        .map(|(id, r)| format!("{} r{r}", fmt::tiny_id(id)))
+        .collect::<Vec<_>>()
+        .join(",");
+    if foreign > 0 {
+        if !own.is_empty() {
+            own.push_str(", ");
+        }
+        own.push_str(&format!("+{foreign} other"));
     }
+    let own_style = if owners.is_empty() { t.dim } else { t.running };
+    if own.is_empty() {
+        own = "idle".into();
+    }
+    spans.push(Span::styled(fmt::trunc(&own, c.owner), own_style));
+    Line::from(spans)
 }
 
 /// One line of the Ranks pane: a node's header (multi-node runs) or a rank.
@@ -320,7 +354,9 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                     ranks,
                     remote,
                 } => {
-                    let how = if remote {
+                    let how = if remote && crate::app::nodes::has_agent(s, name) {
+                        "reports over TCP; CPU/RSS from its agent"
+                    } else if remote {
                         "reports over TCP; CPU/RSS not sampled here"
                     } else {
                         "this machine"
@@ -450,11 +486,8 @@ fn step_ms_of(r: &RankView) -> Option<f64> {
 fn rank_line<'a>(ctx: &Ctx, run: &RunView, r: &RankView, wide: bool) -> Line<'a> {
     let s = ctx.state;
     let t = ctx.theme;
-    // A rank on another node has that node's pid: no local process to sample.
-    let ps = r
-        .pid
-        .filter(|_| !r.remote)
-        .and_then(|p| s.proc_stats.get(&p));
+    // A rank on another node has that node's pid: its node's agent samples it, if any.
+    let ps = crate::app::nodes::rank_proc(s, &run.id, r);
     let step_ms = step_ms_of(r).map_or_else(|| "-".to_string(), fmt::ms_num);
     let (state, st_style) = if run.status.is_final() {
         (run.status.as_str().to_string(), t.status(run.status))

@@ -11,6 +11,7 @@ pub mod comm;
 pub mod deficits;
 pub mod detail;
 pub mod fmt;
+pub mod gpu_nodes;
 pub mod gpus;
 pub mod layout;
 pub mod log;
@@ -55,7 +56,7 @@ pub fn draw(frame: &mut Frame, ctx: &Ctx) {
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let theme = ctx.theme;
     buf.set_style(area, theme.base);
-    let l = layout::compute(area, ctx.state.gpus.len());
+    let l = layout::compute(area, gpu_nodes::rows_wanted(ctx.state));
     if l.mode == Mode::TooSmall {
         too_small(ctx, area, buf);
         return;

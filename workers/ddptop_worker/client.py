@@ -1,5 +1,6 @@
 """Connection from one worker rank to ddptop over its Unix socket, or over TCP for a rank on
-another node of a multi-node run (`DDPTOP_SOCKET=tcp://HOST:PORT`; docs/protocol.md).
+another node of a multi-node run (`DDPTOP_SOCKET=tcp://HOST:PORT`, or `tls://HOST:PORT` with the
+listener's certificate fingerprint in `DDPTOP_TLS_FP`; docs/protocol.md).
 
 Standard library only (torch is imported lazily, inside the `dump_fr` handler). Without
 `DDPTOP_SOCKET` in the environment the client is disabled and every method is a no-op, so the
@@ -8,10 +9,13 @@ worker scripts also run bare.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import os
 import signal
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -37,20 +41,49 @@ class HandshakeError(RuntimeError):
 
 
 def parse_tcp(address: str) -> tuple[str, int] | None:
-    """`tcp://HOST:PORT` (HOST may be `[v6]`) → (host, port); anything else → None (a path)."""
-    if not address.startswith("tcp://"):
+    """`tcp://HOST:PORT` or `tls://HOST:PORT` (HOST may be `[v6]`) → (host, port); anything
+    else → None (a path)."""
+    scheme = address[:6]
+    if scheme not in ("tcp://", "tls://"):
         return None
-    rest = address[len("tcp://") :]
+    rest = address[len(scheme) :]
     host, sep, port = rest.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise ValueError(f"DDPTOP_SOCKET={address} is not tcp://HOST:PORT")
+        raise ValueError(f"DDPTOP_SOCKET={address} is not {scheme}HOST:PORT")
     return host.strip("[]"), int(port)
 
 
+class FingerprintMismatch(OSError):
+    """The TLS listener's certificate is not the one ddptop named: refused."""
+
+
+def wrap_tls(sock: socket.socket, fingerprint: str) -> ssl.SSLSocket:
+    """TLS over `sock`, accepting only the certificate whose DER encoding has SHA-256
+    `fingerprint` (hex). No CA and no host name: ddptop made the certificate for this run and
+    passed its fingerprint with the token, so the pin is the whole check."""
+    fp = fingerprint.strip().lower()
+    if len(fp) != 64 or any(c not in "0123456789abcdef" for c in fp):
+        raise ValueError("DDPTOP_TLS_FP is not a SHA-256 fingerprint (64 hex characters)")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # the pin below replaces the CA check
+    tls = ctx.wrap_socket(sock, server_hostname="ddptop")
+    der = tls.getpeercert(binary_form=True) or b""
+    seen = hashlib.sha256(der).hexdigest()
+    if not hmac.compare_digest(seen, fp):
+        tls.close()
+        raise FingerprintMismatch(
+            f"the TLS certificate at ddptop's address has fingerprint {seen[:16]}…, not the one "
+            "ddptop passed: refusing to connect"
+        )
+    return tls
+
+
 def connect(address: str) -> socket.socket:
-    """Connect to ddptop: a Unix socket path, or `tcp://HOST:PORT` for a rank on another node
-    (multi-node runs). Keepalive on TCP, so a vanished ddptop host ends the connection and the
-    dead-man switch fires instead of the rank running on unsupervised."""
+    """Connect to ddptop: a Unix socket path, or `tcp://HOST:PORT` / `tls://HOST:PORT` for a
+    rank on another node (multi-node runs). Keepalive on TCP, so a vanished ddptop host ends the
+    connection and the dead-man switch fires instead of the rank running on unsupervised."""
     tcp = parse_tcp(address)
     if tcp is None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -70,6 +103,16 @@ def connect(address: str) -> socket.socket:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), val)
     except OSError:
         pass
+    if address.startswith("tls://"):
+        fp = os.environ.get("DDPTOP_TLS_FP", "")
+        if not fp:
+            sock.close()
+            raise ValueError("DDPTOP_SOCKET is tls:// but DDPTOP_TLS_FP is not set")
+        try:
+            return wrap_tls(sock, fp)
+        except BaseException:
+            sock.close()
+            raise
     return sock
 
 
