@@ -400,19 +400,20 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         }
         tokio::select! {
             ev = engine.next_event() => {
-                if let SupEvent::Worker { msg, .. } = &ev {
-                    match msg.as_ref() {
-                        WorkerMsg::Hello(_) => {}
-                        m => {
-                            rep.received += 1;
-                            match m {
-                                WorkerMsg::Step(_) => rep.received_steps += 1,
-                                WorkerMsg::Buckets(_) => rep.received_buckets += 1,
-                                WorkerMsg::Heartbeat(_) => rep.received_heartbeats += 1,
-                                _ => {}
-                            }
-                        }
+                let mut count = |m: &WorkerMsg| {
+                    match m {
+                        WorkerMsg::Hello(_) => return,
+                        WorkerMsg::Step(_) => rep.received_steps += 1,
+                        WorkerMsg::Buckets(_) => rep.received_buckets += 1,
+                        WorkerMsg::Heartbeat(_) => rep.received_heartbeats += 1,
+                        _ => {}
                     }
+                    rep.received += 1;
+                };
+                match &ev {
+                    SupEvent::Worker { msg, .. } => count(msg),
+                    SupEvent::Lines { lines, .. } => lines.iter().for_each(|r| count(&r.msg)),
+                    _ => {}
                 }
                 let a0 = Instant::now();
                 dirty |= engine.apply(ev);
@@ -453,12 +454,8 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
             .count() as u32;
     }
     engine.close_external(&run, RunStatus::Completed);
-    let db = rusqlite::Connection::open(engine.store_path())?;
-    rep.stored_steps = db.query_row(
-        "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND type = 'step'",
-        [&run],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
+    rep.stored_steps =
+        crate::store::Store::open(engine.store_path())?.stored_messages(&run, "step")?;
     Ok(rep)
 }
 
