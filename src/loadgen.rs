@@ -1,6 +1,7 @@
 //! The scale benchmark (`cargo bench --bench scale`, docs/performance.md): a real engine (socket
 //! server, token check, validation, state reduction, store) with a dashboard drawn into a
-//! `TestBackend` the way the TUI draws (when something changed, at most `max_fps`), fed by a load
+//! `TestBackend` the way the TUI draws new data (when something changed, at most `max_fps` and
+//! at most every `tui::DATA_GAP`), fed by a load
 //! generator that opens N authenticated rank connections over the real Unix socket and streams
 //! `step`, `buckets` (3 buckets) and `heartbeat` lines at a fixed rate.
 //!
@@ -353,7 +354,10 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         }
     }
 
-    let frame_gap = Duration::from_secs_f64(1.0 / f64::from(opts.max_fps.max(1)));
+    // As the dashboard draws new data: when something changed, no more often than max_fps and
+    // `tui::DATA_GAP` (only a key press is drawn at max_fps; the generator presses none).
+    let frame_gap =
+        Duration::from_secs_f64(1.0 / f64::from(opts.max_fps.max(1))).max(crate::tui::DATA_GAP);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_draw = Instant::now() - frame_gap;

@@ -209,7 +209,7 @@ fn pack_rows(rows: &[EventRow]) -> (Vec<&EventRow>, Vec<EventRow>) {
                 p.unix = e.unix;
             }
             None => {
-                let mut body = String::with_capacity(rows.len() * (e.body.len() + 1) + 2);
+                let mut body = String::with_capacity(64 << 10);
                 body.push('[');
                 body.push_str(&e.body);
                 packs.push(EventRow {

@@ -262,8 +262,9 @@ pub const MAX_HELLO_BYTES: usize = 8 << 10;
 
 /// How long a connection may sit before sending its `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Lines handed to the engine in one event at most (a connection's burst after a pause).
-const MAX_BATCH: usize = 256;
+/// Lines handed to the engine in one event at most. The engine's channel is bounded in events
+/// (8192), so this bounds what can wait in it, in lines, when the engine falls behind.
+const MAX_BATCH: usize = 16;
 /// Error answers per connection; later bad lines are only counted.
 const MAX_ERROR_REPLIES: u64 = 16;
 
