@@ -263,8 +263,10 @@ pub const MAX_HELLO_BYTES: usize = 8 << 10;
 /// How long a connection may sit before sending its `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines handed to the engine in one event at most. The engine's channel is bounded in events
-/// (8192), so this bounds what can wait in it, in lines, when the engine falls behind.
-const MAX_BATCH: usize = 16;
+/// (8192), so this bounds what can wait in it, in lines, when the engine falls behind (at 16,
+/// 1,024 ranks on an overloaded machine held 70 MB more); a rank's usual burst is its step,
+/// its buckets and sometimes a heartbeat.
+const MAX_BATCH: usize = 4;
 /// Error answers per connection; later bad lines are only counted.
 const MAX_ERROR_REPLIES: u64 = 16;
 
