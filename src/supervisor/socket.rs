@@ -262,10 +262,10 @@ pub const MAX_HELLO_BYTES: usize = 8 << 10;
 
 /// How long a connection may sit before sending its `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Lines handed to the engine in one event at most. The engine's channel is bounded in events
-/// (8192), so this bounds what can wait in it, in lines, when the engine falls behind (at 16,
-/// 1,024 ranks on an overloaded machine held 70 MB more); a rank's usual burst is its step,
-/// its buckets and sometimes a heartbeat.
+/// Lines read per wake-up, and so handed to the engine in one event, at most. The engine's
+/// channel is bounded in events (8192), so this bounds what can wait in it, in lines, when the
+/// engine falls behind (at 16, 1,024 ranks on an overloaded machine held 70 MB more); a rank's
+/// usual burst is its step, its buckets and sometimes a heartbeat.
 const MAX_BATCH: usize = 4;
 /// Error answers per connection; later bad lines are only counted.
 const MAX_ERROR_REPLIES: u64 = 16;
@@ -404,7 +404,11 @@ pub(crate) async fn serve_conn<R, W>(
                 let mut batch: Vec<Received> = Vec::new();
                 let mut next = Some(line);
                 let mut close = false;
+                // Bad lines count too: a flood of garbage returns to the select (and its
+                // commands) as often as good lines do.
+                let mut taken = 0;
                 while let Some(line) = next.take() {
+                    taken += 1;
                     let line = match line {
                         Ok(ReadOutcome::Line(l)) => l,
                         Ok(ReadOutcome::TooLong) => {
@@ -438,7 +442,7 @@ pub(crate) async fn serve_conn<R, W>(
                             }
                         }
                     }
-                    if batch.len() < MAX_BATCH {
+                    if taken < MAX_BATCH {
                         // Only what needs no waiting (`next_line` keeps a partial line for the
                         // next call, so dropping it unfinished loses nothing).
                         next = lines.next_line().now_or_never();
