@@ -1,9 +1,10 @@
 //! The scale benchmark: ddptop's cost against the number of ranks (docs/performance.md).
 //!
-//! `cargo bench --bench scale -- [--ranks 8,64,256] [--rate 20] [--seconds 10] [--json]`
+//! `cargo bench --bench scale -- [--ranks 8,64,256,1024] [--rate 20] [--seconds 10] [--json]`
 //!
 //! For each N, a fresh process of this binary (`--one N`) runs a real engine and draws the
-//! dashboard at 160x50 into a ratatui `TestBackend` (at most 20 frames/s, as the dashboard does),
+//! dashboard at 160x50 into a ratatui `TestBackend` (new data at most every 250 ms, as the
+//! dashboard draws it),
 //! and starts the load generator as another process (`--generate`), which connects N ranks over
 //! the engine's Unix socket with the run's token and streams step + buckets (3 buckets) at
 //! `--rate` steps/s per rank and a heartbeat per rank per second. CPU (getrusage) and RSS are the
@@ -28,7 +29,7 @@ struct Args {
 
 fn args() -> Args {
     let mut a = Args {
-        ranks: vec![8, 64, 256],
+        ranks: vec![8, 64, 256, 1024],
         rate: 20.0,
         seconds: 10.0,
         json: false,

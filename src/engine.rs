@@ -682,126 +682,14 @@ impl Engine {
     /// that changes nothing shown does not need it).
     pub fn apply(&mut self, ev: SupEvent) -> bool {
         let now = Instant::now();
-        if let SupEvent::Worker { run, msg } = &ev
-            && let WorkerMsg::Heartbeat(hb) = msg.as_ref()
-        {
-            let shown = self
-                .state
-                .run(run)
-                .and_then(|v| v.ranks.get(&hb.rank))
-                .is_some_and(|r| {
-                    r.connected && hb.step <= r.step && (hb.phase.is_none() || hb.phase == r.phase)
-                });
-            if shown {
-                if let Some(v) = self.state.run_mut(run) {
-                    apply_worker(v, msg, now);
-                }
-                return false;
-            }
-        }
         match ev {
-            SupEvent::Worker { run, msg } => {
-                if let Some(row) = EventRow::from_msg(&run, &msg) {
-                    self.pending.push(row);
+            SupEvent::Worker { run, msg } => return self.on_worker(&run, &msg, None, now),
+            SupEvent::Lines { run, lines } => {
+                let mut redraw = false;
+                for r in lines {
+                    redraw |= self.on_worker(&run, &r.msg, Some(r.line), now);
                 }
-                // The runs and the GPU rows are borrowed apart: a straggler's evidence quotes
-                // its GPU's row.
-                let gpus = &self.state.gpus;
-                let Some(view) = self.state.runs.iter_mut().find(|v| v.id == run) else {
-                    return true;
-                };
-                let was_starting = view.status == RunStatus::Starting;
-                apply_worker(view, &msg, now);
-                // Only a step or its buckets message changes a rank's phase history. Assessed
-                // a few times a second, not per message: a fast sim sends thousands a second,
-                // and a window of tens of steps moves little in 200 ms.
-                if matches!(msg.as_ref(), WorkerMsg::Step(_) | WorkerMsg::Buckets(_))
-                    && view.stragglers_assessed.is_none_or(|t| {
-                        now.duration_since(t) >= crate::app::straggler::ASSESS_EVERY
-                    })
-                {
-                    view.stragglers_assessed = Some(now);
-                    let since = view
-                        .started
-                        .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
-                    let before = view.stragglers.len();
-                    let named =
-                        crate::app::straggler::update(view, &self.opts.stragglers, since, gpus);
-                    let records: Vec<_> = view.stragglers[before..].to_vec();
-                    for (line, rec) in named.iter().zip(records) {
-                        view.push_tail(format!("ddptop: {line}"));
-                        self.pending.push(EventRow::straggler(&run, &rec));
-                        self.pending.push(EventRow::note(&run, line));
-                    }
-                    for line in named {
-                        self.state.push_message(Level::Warn, Some(&run), line);
-                    }
-                }
-                let Some(view) = self.state.run_mut(&run) else {
-                    return true;
-                };
-                let all_bye = view.ranks.values().all(|r| r.said_bye);
-                if let Some(l) = self.launches.get_mut(&run) {
-                    if let WorkerMsg::Result(r) = msg.as_ref() {
-                        l.results.insert(r.rank);
-                    }
-                    if all_bye && l.all_bye_at.is_none() {
-                        l.all_bye_at = Some(now);
-                    }
-                }
-                if let WorkerMsg::Hello(h) = msg.as_ref()
-                    && self.server.registry.remote_peer(&run, h.rank).is_none()
-                    && let Some(l) = self.launches.get_mut(&run)
-                {
-                    match l.pgid.and_then(|pg| procs::Known::descendant(h.pid, pg)) {
-                        Some(k) => {
-                            l.known_pids.insert(h.pid, k);
-                        }
-                        None => {
-                            let text = format!(
-                                "rank {} claims pid {}, which is not a process of this run; it \
-                                 will not be signalled at stop",
-                                h.rank, h.pid
-                            );
-                            self.pending.push(EventRow::note(&run, &text));
-                            self.state.push_message(Level::Warn, Some(&run), text);
-                        }
-                    }
-                }
-                if let WorkerMsg::Hello(h) = msg.as_ref()
-                    && let Some(peer) = self.server.registry.remote_peer(&run, h.rank)
-                    && let Some(r) = self
-                        .state
-                        .run_mut(&run)
-                        .and_then(|v| v.ranks.get_mut(&h.rank))
-                {
-                    r.remote = true;
-                    let node = h.node_name().to_string();
-                    self.watch_node(&run, &node);
-                    self.pending.push(EventRow::note(
-                        &run,
-                        &format!(
-                            "rank {} on node {} connected over tcp from {peer}",
-                            h.rank,
-                            h.node_name()
-                        ),
-                    ));
-                }
-                let Some(view) = self.state.run_mut(&run) else {
-                    return true;
-                };
-                if let WorkerMsg::Hello(h) = msg.as_ref() {
-                    let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
-                    let versions = view.versions.clone();
-                    if was_starting {
-                        self.state.push_message(
-                            Level::Info,
-                            Some(&run),
-                            format!("rank {} connected (pid {}, {})", h.rank, h.pid, h.device),
-                        );
-                    }
-                    let _ = self.store.set_running(&run, &pids, &versions);
-                }
+                return redraw;
             }
             SupEvent::BadLines {
                 run,
@@ -864,6 +752,138 @@ impl Engine {
                     self.state.push_message(Level::Warn, Some(&run), l);
                 }
             }
+        }
+        true
+    }
+
+    /// One validated worker message (`line`: as received, for the store); returns whether the
+    /// screen should be redrawn.
+    fn on_worker(
+        &mut self,
+        run: &str,
+        msg: &WorkerMsg,
+        line: Option<String>,
+        now: Instant,
+    ) -> bool {
+        // A heartbeat that changes nothing shown needs no redraw and no store row.
+        if let WorkerMsg::Heartbeat(hb) = msg {
+            let shown = self
+                .state
+                .run(run)
+                .and_then(|v| v.ranks.get(&hb.rank))
+                .is_some_and(|r| {
+                    r.connected && hb.step <= r.step && (hb.phase.is_none() || hb.phase == r.phase)
+                });
+            if shown {
+                if let Some(v) = self.state.run_mut(run) {
+                    apply_worker(v, msg, now);
+                }
+                return false;
+            }
+        }
+        let row = match line {
+            Some(line) => EventRow::from_line(run, msg, line),
+            None => EventRow::from_msg(run, msg),
+        };
+        if let Some(row) = row {
+            self.pending.push(row);
+        }
+        // The runs and the GPU rows are borrowed apart: a straggler's evidence quotes its GPU's
+        // row.
+        let gpus = &self.state.gpus;
+        let Some(view) = self.state.runs.iter_mut().find(|v| v.id == run) else {
+            return true;
+        };
+        let was_starting = view.status == RunStatus::Starting;
+        apply_worker(view, msg, now);
+        // Only a step or its buckets message changes a rank's phase history. Assessed
+        // a few times a second, not per message: a fast sim sends thousands a second,
+        // and a window of tens of steps moves little in 200 ms.
+        if matches!(msg, WorkerMsg::Step(_) | WorkerMsg::Buckets(_))
+            && view
+                .stragglers_assessed
+                .is_none_or(|t| now.duration_since(t) >= crate::app::straggler::ASSESS_EVERY)
+        {
+            view.stragglers_assessed = Some(now);
+            let since = view
+                .started
+                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            let before = view.stragglers.len();
+            let named = crate::app::straggler::update(view, &self.opts.stragglers, since, gpus);
+            let records: Vec<_> = view.stragglers[before..].to_vec();
+            for (line, rec) in named.iter().zip(records) {
+                view.push_tail(format!("ddptop: {line}"));
+                self.pending.push(EventRow::straggler(run, &rec));
+                self.pending.push(EventRow::note(run, line));
+            }
+            for line in named {
+                self.state.push_message(Level::Warn, Some(run), line);
+            }
+        }
+        let Some(view) = self.state.run_mut(run) else {
+            return true;
+        };
+        let all_bye = view.ranks.values().all(|r| r.said_bye);
+        if let Some(l) = self.launches.get_mut(run) {
+            if let WorkerMsg::Result(r) = msg {
+                l.results.insert(r.rank);
+            }
+            if all_bye && l.all_bye_at.is_none() {
+                l.all_bye_at = Some(now);
+            }
+        }
+        if let WorkerMsg::Hello(h) = msg
+            && self.server.registry.remote_peer(run, h.rank).is_none()
+            && let Some(l) = self.launches.get_mut(run)
+        {
+            match l.pgid.and_then(|pg| procs::Known::descendant(h.pid, pg)) {
+                Some(k) => {
+                    l.known_pids.insert(h.pid, k);
+                }
+                None => {
+                    let text = format!(
+                        "rank {} claims pid {}, which is not a process of this run; it \
+                         will not be signalled at stop",
+                        h.rank, h.pid
+                    );
+                    self.pending.push(EventRow::note(run, &text));
+                    self.state.push_message(Level::Warn, Some(run), text);
+                }
+            }
+        }
+        if let WorkerMsg::Hello(h) = msg
+            && let Some(peer) = self.server.registry.remote_peer(run, h.rank)
+            && let Some(r) = self
+                .state
+                .run_mut(run)
+                .and_then(|v| v.ranks.get_mut(&h.rank))
+        {
+            r.remote = true;
+            let node = h.node_name().to_string();
+            self.watch_node(run, &node);
+            self.pending.push(EventRow::note(
+                run,
+                &format!(
+                    "rank {} on node {} connected over tcp from {peer}",
+                    h.rank,
+                    h.node_name()
+                ),
+            ));
+        }
+        let Some(view) = self.state.run_mut(run) else {
+            return true;
+        };
+        if let WorkerMsg::Hello(h) = msg {
+            let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
+            let versions = view.versions.clone();
+            if was_starting {
+                self.state.push_message(
+                    Level::Info,
+                    Some(run),
+                    format!("rank {} connected (pid {}, {})", h.rank, h.pid, h.device),
+                );
+            }
+            let _ = self.store.set_running(run, &pids, &versions);
         }
         true
     }

@@ -1,6 +1,7 @@
 //! The scale benchmark (`cargo bench --bench scale`, docs/performance.md): a real engine (socket
 //! server, token check, validation, state reduction, store) with a dashboard drawn into a
-//! `TestBackend` the way the TUI draws (when something changed, at most `max_fps`), fed by a load
+//! `TestBackend` the way the TUI draws new data (when something changed, at most `max_fps` and
+//! at most every `tui::DATA_GAP`), fed by a load
 //! generator that opens N authenticated rank connections over the real Unix socket and streams
 //! `step`, `buckets` (3 buckets) and `heartbeat` lines at a fixed rate.
 //!
@@ -353,7 +354,10 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         }
     }
 
-    let frame_gap = Duration::from_secs_f64(1.0 / f64::from(opts.max_fps.max(1)));
+    // As the dashboard draws new data: when something changed, no more often than max_fps and
+    // `tui::DATA_GAP` (only a key press is drawn at max_fps; the generator presses none).
+    let frame_gap =
+        Duration::from_secs_f64(1.0 / f64::from(opts.max_fps.max(1))).max(crate::tui::DATA_GAP);
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut last_draw = Instant::now() - frame_gap;
@@ -400,19 +404,20 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         }
         tokio::select! {
             ev = engine.next_event() => {
-                if let SupEvent::Worker { msg, .. } = &ev {
-                    match msg.as_ref() {
-                        WorkerMsg::Hello(_) => {}
-                        m => {
-                            rep.received += 1;
-                            match m {
-                                WorkerMsg::Step(_) => rep.received_steps += 1,
-                                WorkerMsg::Buckets(_) => rep.received_buckets += 1,
-                                WorkerMsg::Heartbeat(_) => rep.received_heartbeats += 1,
-                                _ => {}
-                            }
-                        }
+                let mut count = |m: &WorkerMsg| {
+                    match m {
+                        WorkerMsg::Hello(_) => return,
+                        WorkerMsg::Step(_) => rep.received_steps += 1,
+                        WorkerMsg::Buckets(_) => rep.received_buckets += 1,
+                        WorkerMsg::Heartbeat(_) => rep.received_heartbeats += 1,
+                        _ => {}
                     }
+                    rep.received += 1;
+                };
+                match &ev {
+                    SupEvent::Worker { msg, .. } => count(msg),
+                    SupEvent::Lines { lines, .. } => lines.iter().for_each(|r| count(&r.msg)),
+                    _ => {}
                 }
                 let a0 = Instant::now();
                 dirty |= engine.apply(ev);
@@ -453,12 +458,8 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
             .count() as u32;
     }
     engine.close_external(&run, RunStatus::Completed);
-    let db = rusqlite::Connection::open(engine.store_path())?;
-    rep.stored_steps = db.query_row(
-        "SELECT COUNT(*) FROM events WHERE run_id = ?1 AND type = 'step'",
-        [&run],
-        |r| r.get::<_, i64>(0),
-    )? as u64;
+    rep.stored_steps =
+        crate::store::Store::open(engine.store_path())?.stored_messages(&run, "step")?;
     Ok(rep)
 }
 

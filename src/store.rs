@@ -125,6 +125,23 @@ impl EventRow {
         })
     }
 
+    /// A message as the line it came in (validated, `v` and any keys ddptop does not know
+    /// kept as sent: the line was at most 1 MiB and every known field passed its range check;
+    /// readers ignore the unknown keys). A `hello` is re-serialized without its token.
+    pub fn from_line(run_id: &str, msg: &WorkerMsg, line: String) -> Option<EventRow> {
+        match msg {
+            WorkerMsg::Heartbeat(_) => None,
+            WorkerMsg::Hello(_) => EventRow::from_msg(run_id, msg),
+            _ => Some(EventRow {
+                run_id: run_id.to_string(),
+                unix: crate::util::unix_now(),
+                rank: Some(msg.rank()),
+                kind: msg.type_name().to_string(),
+                body: line,
+            }),
+        }
+    }
+
     /// A rank named as a straggler, as it was when named (`load_details` reads it back).
     pub fn straggler(run_id: &str, s: &crate::run::view::Straggler) -> EventRow {
         EventRow {
@@ -146,6 +163,70 @@ impl EventRow {
             body: serde_json::json!({ "msg": text }).to_string(),
         }
     }
+}
+
+/// The row type of a pack of `kind` messages (`step_pack`, `buckets_pack`).
+pub fn pack_kind(kind: &str) -> String {
+    format!("{kind}_pack")
+}
+
+/// Packed per-step rows: every `step` message, and every `buckets` message of a rank other
+/// than 0 except its last in the batch. What stays a row of its own is what `load_details`
+/// reads back: rank 0's timelines (the timeline's median window, the cost model), each rank's
+/// latest timeline, and every other kind. A pack's body is a JSON array of the messages as
+/// received, in arrival order; its `unix` is its last message's.
+fn pack_rows(rows: &[EventRow]) -> (Vec<&EventRow>, Vec<EventRow>) {
+    use std::collections::HashMap;
+    let mut last_buckets: HashMap<(&str, u32), usize> = HashMap::new();
+    for (i, e) in rows.iter().enumerate() {
+        if e.kind == "buckets"
+            && let Some(rank) = e.rank
+        {
+            last_buckets.insert((e.run_id.as_str(), rank), i);
+        }
+    }
+    let packed = |i: usize, e: &EventRow| match (e.kind.as_str(), e.rank) {
+        ("step", _) => true,
+        ("buckets", Some(rank)) => {
+            rank != 0 && last_buckets.get(&(e.run_id.as_str(), rank)) != Some(&i)
+        }
+        _ => false,
+    };
+    let mut single = Vec::new();
+    let mut packs: Vec<EventRow> = Vec::new();
+    for (i, e) in rows.iter().enumerate() {
+        if !packed(i, e) {
+            single.push(e);
+            continue;
+        }
+        let kind = pack_kind(&e.kind);
+        match packs
+            .iter_mut()
+            .find(|p| p.run_id == e.run_id && p.kind == kind)
+        {
+            Some(p) => {
+                p.body.push(',');
+                p.body.push_str(&e.body);
+                p.unix = e.unix;
+            }
+            None => {
+                let mut body = String::with_capacity(64 << 10);
+                body.push('[');
+                body.push_str(&e.body);
+                packs.push(EventRow {
+                    run_id: e.run_id.clone(),
+                    unix: e.unix,
+                    rank: None,
+                    kind,
+                    body,
+                });
+            }
+        }
+    }
+    for p in &mut packs {
+        p.body.push(']');
+    }
+    (single, packs)
 }
 
 /// What is written when a run starts.
@@ -345,21 +426,40 @@ impl Store {
         Ok(())
     }
 
+    /// Write a batch of events in one transaction. The per-step messages of a run go into one
+    /// pack row per kind and batch ([`pack_rows`]): a row each cost most of ddptop's CPU at
+    /// hundreds of ranks.
     pub fn add_events(&mut self, rows: &[EventRow]) -> anyhow::Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
+        let (single, packs) = pack_rows(rows);
         let tx = self.conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,?3,?4,?5)",
             )?;
-            for e in rows {
+            for p in &packs {
+                stmt.execute(params![p.run_id, p.unix, None::<u32>, p.kind, p.body])?;
+            }
+            for e in single {
                 stmt.execute(params![e.run_id, e.unix, e.rank, e.kind, e.body])?;
             }
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// How many `kind` messages of `run` are stored, in rows of their own and in packs.
+    pub fn stored_messages(&self, run: &str, kind: &str) -> anyhow::Result<u64> {
+        let n: i64 = self.conn.query_row(
+            "SELECT (SELECT COUNT(*) FROM events WHERE run_id=?1 AND type=?2)
+                  + (SELECT COALESCE(SUM(json_array_length(body)), 0) FROM events
+                     WHERE run_id=?1 AND type=?3)",
+            params![run, kind, pack_kind(kind)],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
     }
 
     /// Commit a run's final status and figures in one transaction.
@@ -935,6 +1035,78 @@ mod tests {
         assert_eq!(l.probe.len(), 4);
         assert_eq!(l.ranks[&0].buckets.as_ref().unwrap().step, 50);
         assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 50);
+    }
+
+    /// Lines as received: steps and the older timelines of ranks other than 0 go into packs,
+    /// nothing is lost, and what `load_details` reads back is as before.
+    #[test]
+    fn per_step_lines_are_packed_and_every_one_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = spec();
+        insert(&store, "r", &s, dir.path());
+        let step = |rank: u32, step: u64| {
+            format!(
+                r#"{{"v":1,"type":"step","rank":{rank},"step":{step},"epoch":1,"t":1.0,"warmup":false,"sync":true,"samples":8,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"host","extra":"kept"}}"#
+            )
+        };
+        let buckets = |rank: u32, step: u64| {
+            format!(
+                r#"{{"v":1,"type":"buckets","rank":{rank},"step":{step},"t":1.0,"rebuilt":true,"bwd_compute_ms":2.0,"exposed_ms":0.1,"buckets":[{{"index":0,"bytes":64,"ready_ms":1.0,"start_ms":1.0,"done_ms":1.5}}]}}"#
+            )
+        };
+        let row = |line: String| {
+            let msg = crate::protocol::parse_worker(&line).unwrap();
+            EventRow::from_line("r", &msg, line).unwrap()
+        };
+        for batch in [1..=10u64, 11..=25] {
+            let mut rows = Vec::new();
+            for n in batch {
+                for rank in 0..3 {
+                    rows.push(row(step(rank, n)));
+                    rows.push(row(buckets(rank, n)));
+                }
+            }
+            store.add_events(&rows).unwrap();
+        }
+        assert_eq!(store.stored_messages("r", "step").unwrap(), 75);
+        assert_eq!(store.stored_messages("r", "buckets").unwrap(), 75);
+        let singles = |kind: &str| -> i64 {
+            store
+                .conn
+                .query_row(
+                    "SELECT COUNT(*) FROM events WHERE run_id='r' AND type=?1",
+                    [kind],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        // Rank 0's every timeline and each other rank's last one per batch stay rows.
+        assert_eq!(singles("buckets"), 25 + 2 * 2);
+        assert_eq!(singles("step"), 0);
+        assert_eq!(singles("step_pack"), 2);
+        let pack: String = store
+            .conn
+            .query_row(
+                "SELECT body FROM events WHERE type='step_pack' ORDER BY seq LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let first: Vec<serde_json::Value> = serde_json::from_str(&pack).unwrap();
+        assert_eq!(first.len(), 30);
+        assert_eq!(first[0]["extra"], "kept", "the line is stored as received");
+        let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        store.finalize(&run, None).unwrap();
+        let l = &store.load_runs(5).unwrap()[0];
+        assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 25);
+        let history: Vec<u64> = l.ranks[&0].recent_buckets.iter().map(|b| b.step).collect();
+        assert_eq!(
+            history,
+            (1..=25).collect::<Vec<u64>>(),
+            "rank 0's every timeline"
+        );
     }
 
     #[test]

@@ -96,6 +96,27 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     })
 }
 
+/// (min, median, max) of a NaN-free slice in linear time (it is reordered); `None` when empty.
+/// The Ranks pane's summary takes this over every rank on each frame.
+pub fn min_median_max(v: &mut [f64]) -> Option<(f64, f64, f64)> {
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (below, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let mid = *mid;
+    let median = if n % 2 == 1 {
+        mid
+    } else {
+        // The other middle value is the largest of the lower half.
+        let left = below.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (left + mid) / 2.0
+    };
+    Some((lo, median, hi))
+}
+
 /// The tokio runtime of the front ends: two workers are plenty for one loop and its tasks.
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
@@ -106,6 +127,23 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn min_median_max_matches_a_full_sort() {
+        for n in 1..40usize {
+            let mut v: Vec<f64> = (0..n).map(|i| ((i * 37 + 11) % 23) as f64 * 0.5).collect();
+            let mut sorted = v.clone();
+            sorted.sort_by(f64::total_cmp);
+            let got = min_median_max(&mut v).unwrap();
+            assert_eq!(
+                got,
+                (sorted[0], median(&sorted).unwrap(), sorted[n - 1]),
+                "n={n}"
+            );
+        }
+        assert_eq!(min_median_max(&mut []), None);
+    }
+
     use super::*;
     #[test]
     fn sizes() {

@@ -7,6 +7,7 @@
 
 pub mod fake;
 pub mod nvml;
+pub mod pcie;
 pub mod procs;
 pub mod sampler;
 
@@ -32,7 +33,8 @@ pub struct GpuSample {
     /// NVLink (summed over active links) or PCIe throughput, KB/s.
     pub link_rx_kbs: Option<u64>,
     pub link_tx_kbs: Option<u64>,
-    /// "NVLink" or "PCIe": what `link_*` measure.
+    /// "NVLink" or "PCIe": what `link_*` measure. PCIe figures are read for one GPU per sample,
+    /// in turn (`pcie::PcieRotation`); the others show their last reading.
     pub link: Option<&'static str>,
     pub pids: Vec<u32>,
     /// The device could not be read at all (lost, invalid): why.

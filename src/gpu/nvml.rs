@@ -3,7 +3,7 @@
 //!
 //! Link throughput: NVLink data counters (cumulative KiB, summed over the active links, as a rate
 //! between two ticks) when the GPU has active NVLinks, else NVML's PCIe throughput (KB/s over a
-//! 20 ms window).
+//! 20 ms window), for one GPU per sample in turn (`pcie::PcieRotation`).
 
 use super::{GpuError, GpuInfo, GpuSample, GpuSource};
 use nvml_wrapper::Nvml;
@@ -26,6 +26,8 @@ pub struct NvmlSource {
     prev: Vec<Option<(Instant, u64, u64)>>,
     /// Time spent in each NVML call, and the calls a GPU does not support (skipped from then on).
     pub calls: CallStats,
+    /// Which GPU's PCIe throughput the next sample reads (NVML waits 20 ms per call).
+    pcie: super::pcie::PcieRotation,
 }
 
 /// The NVML calls of one sample, for timing and for remembering `NotSupported`.
@@ -172,6 +174,7 @@ impl NvmlSource {
             links,
             prev,
             calls: CallStats::default(),
+            pcie: Default::default(),
         })
     }
 }
@@ -313,23 +316,27 @@ impl GpuSource for NvmlSource {
                     self.prev[i as usize] = Some((now, rx, tx));
                 }
             } else {
+                // Read below, one GPU per sample.
                 s.link = Some("PCIe");
-                s.link_rx_kbs = calls
-                    .time(i, Call::PcieRx, || {
-                        d.pcie_throughput(PcieUtilCounter::Receive)
-                    })
-                    .and_then(Result::ok)
-                    .map(u64::from);
-                s.link_tx_kbs = calls
-                    .time(i, Call::PcieTx, || d.pcie_throughput(PcieUtilCounter::Send))
-                    .and_then(Result::ok)
-                    .map(u64::from);
-                if s.link_rx_kbs.is_none() && s.link_tx_kbs.is_none() {
-                    s.link = None;
-                }
             }
             out.push(s);
         }
+        let nvml = &self.nvml;
+        self.pcie.apply(&mut out, |i| {
+            let Ok(d) = nvml.device_by_index(i) else {
+                return (None, None);
+            };
+            let mut read = |call, counter| {
+                calls
+                    .time(i, call, || d.pcie_throughput(counter))
+                    .and_then(Result::ok)
+                    .map(u64::from)
+            };
+            (
+                read(Call::PcieRx, PcieUtilCounter::Receive),
+                read(Call::PcieTx, PcieUtilCounter::Send),
+            )
+        });
         self.calls.samples += 1;
         Ok(out)
     }

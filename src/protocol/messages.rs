@@ -691,9 +691,16 @@ impl ControlMsg {
     }
 }
 
-fn with_version(mut v: serde_json::Value) -> String {
-    if let serde_json::Value::Object(map) = &mut v {
-        map.insert("v".into(), serde_json::Value::from(super::VERSION));
+/// `v` first, then `type` and the fields: the order Python's client writes, which
+/// `validate::parse_worker` reads without a second pass.
+fn with_version(v: serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Object(fields) => {
+            let mut map = serde_json::Map::with_capacity(fields.len() + 1);
+            map.insert("v".into(), serde_json::Value::from(super::VERSION));
+            map.extend(fields);
+            serde_json::Value::Object(map).to_string()
+        }
+        other => other.to_string(),
     }
-    v.to_string()
 }

@@ -86,14 +86,43 @@ const CONTROL_TYPES: &[&str] = &["welcome", "error", "command"];
 
 /// Parse and validate one worker → ddptop line.
 pub fn parse_worker(line: &str) -> Result<WorkerMsg, ProtocolError> {
-    let kind = envelope(line, WORKER_TYPES)?;
+    let kind = match canonical_kind(line) {
+        Some(k) => std::borrow::Cow::Borrowed(k),
+        None => std::borrow::Cow::Owned(envelope(line, WORKER_TYPES)?),
+    };
     // Straight from the text into the typed message: no intermediate `Value` tree.
-    let msg: WorkerMsg = serde_json::from_str(line).map_err(|e| ProtocolError::BadFields {
-        kind,
+    let msg = typed(&kind, line).map_err(|e| ProtocolError::BadFields {
+        kind: kind.into_owned(),
         detail: e.to_string(),
     })?;
     check_numbers(&msg)?;
     Ok(msg)
+}
+
+/// The envelope of a line that starts the way every ddptop worker writes it,
+/// `{"v":1,"type":"<kind>",` (Python's client and `WorkerMsg::to_line` put `v` and `type`
+/// first): read from the prefix, so the line is parsed once instead of twice. Anything else
+/// (other key orders, spaces) goes through [`envelope`]. Either way the first `v` and `type`
+/// decide; the typed parse ignores keys it does not know, a repeated `type` included.
+fn canonical_kind(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix(r#"{"v":1,"type":""#)?;
+    let end = rest.find('"')?;
+    let kind = &rest[..end];
+    matches!(rest.as_bytes().get(end + 1), Some(b',' | b'}'))
+        .then_some(kind)
+        .filter(|k| WORKER_TYPES.contains(k))
+}
+
+/// The typed message of a line whose `type` is `kind`. The hot messages (a step, its buckets,
+/// a heartbeat: all but a few lines of a run) go straight into their struct; serde's tagged
+/// enum would first buffer every key and value of the line to find the tag.
+fn typed(kind: &str, line: &str) -> serde_json::Result<WorkerMsg> {
+    Ok(match kind {
+        "step" => WorkerMsg::Step(serde_json::from_str(line)?),
+        "buckets" => WorkerMsg::Buckets(serde_json::from_str(line)?),
+        "heartbeat" => WorkerMsg::Heartbeat(serde_json::from_str(line)?),
+        _ => serde_json::from_str(line)?,
+    })
 }
 
 /// Parse and validate one ddptop → worker line (used by the sim worker and the tests).

@@ -53,12 +53,22 @@ impl std::fmt::Display for Exit {
     }
 }
 
+/// A validated worker message and the line it came as (without the newline).
+#[derive(Debug)]
+pub struct Received {
+    pub msg: WorkerMsg,
+    pub line: String,
+}
+
 /// What the supervisor reports to the engine loop.
 #[derive(Debug)]
 pub enum SupEvent {
     /// A validated message from an authenticated connection (including its `hello`).
     /// (Boxed: a worker message is far larger than the other events.)
     Worker { run: String, msg: Box<WorkerMsg> },
+    /// Validated messages that one authenticated connection had ready at once, in order, each
+    /// with its line as received (the store keeps the line instead of re-serializing it).
+    Lines { run: String, lines: Vec<Received> },
     /// Bad lines dropped on an authenticated connection since the last report.
     BadLines {
         run: String,

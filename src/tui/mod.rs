@@ -293,8 +293,9 @@ pub async fn interactive(
     }
 }
 
-/// The shortest gap between two frames drawn for new data alone (see `urgent`).
-const DATA_GAP: Duration = Duration::from_millis(250);
+/// The shortest gap between two frames drawn for new data alone (see `urgent`; the scale
+/// benchmark, `loadgen`, draws by the same rule).
+pub const DATA_GAP: Duration = Duration::from_millis(250);
 
 async fn event_loop(app: &mut App, terminal: &mut ratatui::DefaultTerminal) -> anyhow::Result<i32> {
     let fps = app.config.refresh.max_fps.max(1);

@@ -197,7 +197,10 @@ fn render_rows(ctx: &Ctx, groups: &[Group], inner: Rect, buf: &mut Buffer) {
         buf,
         inner,
         0,
-        &Line::from(Span::styled(format!("  {}", gpu_head(&c)), t.label)),
+        &Line::from(Span::styled(
+            format!("  {}", gpu_head(&c, &s.gpus)),
+            t.label,
+        )),
     );
     let mut y = 1u16;
     for g in groups {

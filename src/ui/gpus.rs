@@ -5,7 +5,7 @@ use super::fmt::{self, NA};
 use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, model, put_line};
 use crate::run::{RankView, RunView};
-use crate::util::median;
+use crate::util::min_median_max;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -103,7 +103,7 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         buf,
         inner,
         0,
-        &Line::from(Span::styled(gpu_head(&c), t.label)),
+        &Line::from(Span::styled(gpu_head(&c, &s.gpus), t.label)),
     );
     let rows = inner.height.saturating_sub(1) as usize;
     let n = s.gpus.len();
@@ -132,7 +132,7 @@ pub fn render_gpus(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 }
 
 /// The column header of GPU rows.
-pub(super) fn gpu_head(c: &Cols) -> String {
+pub(super) fn gpu_head(c: &Cols, gpus: &[crate::gpu::GpuView]) -> String {
     let mut head = format!(
         "{} {} {} {} {} {}",
         rpad("#", 2),
@@ -143,7 +143,14 @@ pub(super) fn gpu_head(c: &Cols) -> String {
         lpad("temp", 5),
     );
     if c.link {
-        head.push_str(&format!(" {}", rpad("link ↓rx ↑tx B/s", 22)));
+        // Several PCIe GPUs are read one per sample (`gpu::pcie`): the header says so.
+        let pcie = gpus.iter().filter(|g| g.link == Some("PCIe")).count();
+        let label = if pcie > 1 {
+            "link B/s·PCIe in turn"
+        } else {
+            "link ↓rx ↑tx B/s"
+        };
+        head.push_str(&format!(" {}", rpad(label, 22)));
     }
     head.push_str(&format!(" {}", rpad("run·rank", c.owner)));
     head
@@ -397,21 +404,20 @@ fn render_ranks_summary(ctx: &Ctx, runs: &[&RunView], inner: Rect, wide: bool, b
         |run: &RunView, r: &RankView| !run.status.is_final() && !r.connected && r.pid.is_some();
     let mut steps: Vec<f64> = ranks.iter().map(|(_, r, _)| r.step as f64).collect();
     let mut times: Vec<f64> = ranks.iter().filter_map(|(_, _, ms)| *ms).collect();
-    steps.sort_by(f64::total_cmp);
-    times.sort_by(f64::total_cmp);
-    let mmm = |v: &[f64], f: &dyn Fn(f64) -> String| match (v.first(), median(v), v.last()) {
-        (Some(lo), Some(mid), Some(hi)) => format!("{}/{}/{}", f(*lo), f(mid), f(*hi)),
-        _ => "-".to_string(),
+    // Linear-time selections, not sorts: this runs over every rank on each frame.
+    let mmm = |v: &mut [f64], f: &dyn Fn(f64) -> String| match min_median_max(v) {
+        Some((lo, mid, hi)) => format!("{}/{}/{}", f(lo), f(mid), f(hi)),
+        None => "-".to_string(),
     };
     let lost = ranks.iter().filter(|(run, r, _)| is_lost(run, r)).count();
     let stats = vec![
         Span::styled("min/med/max ", t.dim),
         Span::styled(
-            format!("step {}", mmm(&steps, &|x| format!("{x:.0}"))),
+            format!("step {}", mmm(&mut steps, &|x| format!("{x:.0}"))),
             t.text,
         ),
         Span::styled(", ", t.dim),
-        Span::styled(format!("ms {}", mmm(&times, &fmt::ms_num)), t.value),
+        Span::styled(format!("ms {}", mmm(&mut times, &fmt::ms_num)), t.value),
     ];
     let width = |spans: &[Span]| -> usize {
         spans
@@ -454,15 +460,20 @@ fn render_ranks_summary(ctx: &Ctx, runs: &[&RunView], inner: Rect, wide: bool, b
         }
         y += 2;
     }
-    // Lost ranks first (no longer connected while the run goes), then the slowest.
-    ranks.sort_by(|a, b| {
+    // Lost ranks first (no longer connected while the run goes), then the slowest: the
+    // `listed` first selected in linear time, and only those sorted.
+    let order = |a: &(&RunView, &RankView, Option<f64>), b: &(&RunView, &RankView, Option<f64>)| {
         let slow = |x: &Option<f64>| x.unwrap_or(f64::NEG_INFINITY);
         is_lost(b.0, b.1)
             .cmp(&is_lost(a.0, a.1))
             .then(slow(&b.2).total_cmp(&slow(&a.2)))
             .then(a.1.step.cmp(&b.1.step))
             .then(a.1.rank.cmp(&b.1.rank))
-    });
+    };
+    if listed > 0 && listed < n {
+        ranks.select_nth_unstable_by(listed - 1, order);
+    }
+    ranks[..listed].sort_by(order);
     for (run, r, _) in ranks.iter().take(listed) {
         put_line(buf, inner, y, &rank_line(ctx, run, r, wide));
         y += 1;
