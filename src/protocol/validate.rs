@@ -362,6 +362,48 @@ mod tests {
 
     const TOKEN: &str = "9f2c5e0a7b1d4c3e8f6a2b9d0c1e7f3a5b8d2c4e6f0a1b3c5d7e9f2a4b6c8d0e";
 
+    /// The one-pass read of `{"v":1,"type":...` and the envelope pass for any other key order
+    /// give the same message and the same refusals.
+    #[test]
+    fn the_canonical_prefix_and_other_key_orders_read_the_same() {
+        let fields = r#""rank":3,"step":7,"epoch":1,"t":2.5,"warmup":false,"sync":true,"samples":32,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"host""#;
+        let canonical = format!(r#"{{"v":1,"type":"step",{fields}}}"#);
+        let reordered = format!(r#"{{{fields},"type":"step","v":1}}"#);
+        let spaced = format!(r#"{{ "v": 1, "type": "step", {fields}}}"#);
+        let msg = parse_worker(&canonical).unwrap();
+        assert!(matches!(&msg, WorkerMsg::Step(s) if s.rank == 3 && s.step == 7));
+        assert_eq!(parse_worker(&reordered).unwrap(), msg);
+        assert_eq!(parse_worker(&spaced).unwrap(), msg);
+        // What `to_line` writes reads back on the one-pass path.
+        let line = msg.to_line();
+        assert!(line.starts_with(r#"{"v":1,"type":"step","#), "{line}");
+        assert_eq!(parse_worker(&line).unwrap(), msg);
+        // Refusals are the same on both paths.
+        let bad = fields.replace(r#""fwd_ms":1.0"#, r#""fwd_ms":-1.0"#);
+        for line in [
+            format!(r#"{{"v":1,"type":"step",{bad}}}"#),
+            format!(r#"{{{bad},"type":"step","v":1}}"#),
+        ] {
+            assert_eq!(
+                parse_worker(&line),
+                Err(ProtocolError::BadNumber("fwd_ms")),
+                "{line}"
+            );
+        }
+        assert_eq!(
+            parse_worker(r#"{"v":1,"type":"stepx","rank":0}"#),
+            Err(ProtocolError::UnknownType)
+        );
+        assert_eq!(
+            parse_worker(&format!(r#"{{"v":2,"type":"step",{fields}}}"#)),
+            Err(ProtocolError::BadVersion)
+        );
+        assert!(matches!(
+            parse_worker(r#"{"v":1,"type":"buckets","rank":0}"#),
+            Err(ProtocolError::BadFields { kind, .. }) if kind == "buckets"
+        ));
+    }
+
     fn hello(extra: &str) -> String {
         format!(
             r#"{{"v":1,"type":"hello","token":"{TOKEN}","run_id":"r1","rank":0,"world_size":1,"local_rank":0,"pid":1,"host":"gpubox","device":"cuda:0","backend":"nccl","worker":"jax","torch":null,"nccl":null,"cuda":null,"t":1.0{extra}}}"#
