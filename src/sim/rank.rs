@@ -553,21 +553,14 @@ fn intrude(path: &std::ffi::OsStr, token: &str, rank: u32, k: u32) -> String {
     let hello = WorkerMsg::Hello(Hello {
         token: token.into(),
         run_id: std::env::var("DDPTOP_RUN_ID").unwrap_or_default(),
-        rank,
-        world_size: k,
-        local_rank: rank,
-        pid: std::process::id(),
-        host: super::client::hostname(),
-        device: "sim:intruder".into(),
-        backend: CommBackend::Sim,
-        worker: WorkerKind::Sim,
-        torch: None,
-        nccl: None,
-        cuda: None,
-        t: 0.0,
-        devices: 1,
-        instrument: None,
-        node: None,
+        ..Hello::new(
+            rank,
+            k,
+            super::client::hostname(),
+            "sim:intruder".into(),
+            CommBackend::Sim,
+            WorkerKind::Sim,
+        )
     });
     let _ = writeln!(s, "{}", hello.to_line());
     let mut line = String::new();
