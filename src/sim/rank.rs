@@ -4,9 +4,9 @@ use super::SimArgs;
 use super::client::Client;
 use crate::costmodel::{self, Profile, RESNET18_BUCKETS};
 use crate::protocol::*;
-use crate::run::Fault;
 use crate::run::NcclMode;
 use crate::run::{EnvOverlay, NcclSettings};
+use crate::run::{Experiment, Fault};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -59,11 +59,11 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
     {
         sim.send_garbage(n.unwrap_or(Fault::GARBAGE_LINES));
     }
-    let code = match args.experiment.as_str() {
-        "weak" | "strong" => sim.train(),
-        "probe" => sim.probe_only(),
-        "allreduce" => sim.allreduce(),
-        other => anyhow::bail!("unknown experiment `{other}`"),
+    let code = match args.experiment {
+        Experiment::Weak | Experiment::Strong => sim.train(),
+        Experiment::Probe => sim.probe_only(),
+        Experiment::Allreduce => sim.allreduce(),
+        other => anyhow::bail!("the simulated worker has no {other} experiment"),
     };
     Ok(code)
 }
@@ -105,7 +105,7 @@ impl Sim<'_> {
     }
 
     fn per_rank_batch(&self) -> u32 {
-        if self.args.experiment == "strong" {
+        if self.args.experiment == Experiment::Strong {
             (self.args.batch / self.k).max(1)
         } else {
             self.args.batch
@@ -478,7 +478,7 @@ impl Sim<'_> {
     fn finish(&mut self, timed: &[f64], reason: ByeReason) -> i32 {
         self.set_phase(Phase::Done);
         let sps = (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64);
-        let experiment = self.args.experiment.clone();
+        let experiment = self.args.experiment.to_string();
         self.client.send(&WorkerMsg::Result(ResultMsg {
             rank: self.rank,
             step: self.step,
