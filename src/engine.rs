@@ -1508,3 +1508,138 @@ fn nccl_reads(
         .collect();
     nccl_log::toggles_read(dir, &set)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::HostInfo;
+    use crate::protocol::{
+        Backend, CommBackend, Heartbeat, Hello, Step, Timing, WorkerKind, WorkerMsg,
+    };
+    use crate::run::{Experiment, ModelName};
+
+    fn engine(dir: &std::path::Path) -> Engine {
+        let mut o = EngineOptions::new(dir.to_path_buf());
+        o.history = 0;
+        Engine::start(o, State::new(HostInfo::default())).unwrap()
+    }
+
+    fn worker(run: &str, msg: WorkerMsg) -> SupEvent {
+        SupEvent::Worker {
+            run: run.into(),
+            msg: Box::new(msg),
+        }
+    }
+
+    fn step(rank: u32, step: u64) -> Step {
+        Step {
+            rank,
+            step,
+            epoch: 0,
+            t: step as f64,
+            warmup: false,
+            sync: true,
+            samples: 256,
+            fwd_ms: 10.0,
+            bwd_ms: 20.0,
+            opt_ms: 1.0,
+            data_ms: 0.5,
+            step_ms: 32.0,
+            timing: Timing::Model,
+            loss: None,
+            fused: None,
+            every: None,
+        }
+    }
+
+    /// The apply path: hellos start the run, a step moves its rank, a heartbeat that shows
+    /// nothing new asks for no redraw, and the run's end is stored.
+    #[tokio::test]
+    async fn apply_folds_messages_into_the_run_and_the_store_keeps_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = engine(dir.path());
+        let spec = RunSpec::new(Experiment::Weak, 2, Backend::Sim);
+        let (id, _token) = e.open_external(spec).unwrap();
+        assert_eq!(e.state().run(&id).unwrap().status, RunStatus::Starting);
+        for rank in 0..2 {
+            let hello = Hello::new(
+                rank,
+                2,
+                "host".into(),
+                format!("sim:{rank}"),
+                CommBackend::Sim,
+                WorkerKind::Sim,
+            );
+            assert!(e.apply(worker(&id, WorkerMsg::Hello(hello))));
+        }
+        let run = e.state().run(&id).unwrap();
+        assert_eq!(run.status, RunStatus::Running);
+        assert_eq!(run.ranks.len(), 2);
+        assert!(run.ranks.values().all(|r| r.connected));
+        assert!(e.apply(worker(&id, WorkerMsg::Step(step(0, 1)))));
+        assert_eq!(e.state().run(&id).unwrap().ranks[&0].step, 1);
+        let quiet = Heartbeat {
+            rank: 0,
+            step: 1,
+            t: 1.5,
+            phase: None,
+            cpu_s: None,
+            coll: None,
+        };
+        assert!(
+            !e.apply(worker(&id, WorkerMsg::Heartbeat(quiet))),
+            "a heartbeat that changes nothing on screen asks for no redraw"
+        );
+        assert!(e.apply(SupEvent::Disconnected {
+            run: id.clone(),
+            rank: 1
+        }));
+        assert!(!e.state().run(&id).unwrap().ranks[&1].connected);
+        e.close_external(&id, RunStatus::Completed);
+        let stored = Store::open(&dir.path().join("runs.db"))
+            .unwrap()
+            .load_runs(10)
+            .unwrap();
+        assert_eq!(stored.len(), 1);
+        assert_eq!(stored[0].id, id);
+        assert_eq!(stored[0].status, RunStatus::Completed);
+    }
+
+    /// The launch path refuses, with the reason on screen, what cannot run: a k beyond the
+    /// machine and a model the simulator does not have. Nothing is stored or left running.
+    #[tokio::test]
+    async fn launch_refuses_with_a_message_and_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = engine(dir.path());
+        e.state_mut().max_k = 2;
+        let too_big = RunSpec::new(Experiment::Weak, 4, Backend::Sim);
+        assert!(e.launch(too_big, None).is_err());
+        let mut tiny = RunSpec::new(Experiment::Weak, 1, Backend::Sim);
+        tiny.model = ModelName::Tiny;
+        let err = e.launch(tiny, None).unwrap_err().to_string();
+        assert!(err.contains("models ResNet-18 only"), "{err}");
+        assert!(e.state().runs.is_empty());
+        assert!(!e.has_active_runs());
+        let said: Vec<&str> = e.state().messages.iter().map(|m| m.text.as_str()).collect();
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said.iter().all(|m| m.starts_with("not launched: ")),
+            "{said:?}"
+        );
+        let stored = Store::open(&dir.path().join("runs.db"))
+            .unwrap()
+            .load_runs(10)
+            .unwrap();
+        assert!(stored.is_empty());
+    }
+
+    /// The tick path: with no run, a tick has nothing to judge and nothing to redraw.
+    #[tokio::test]
+    async fn a_tick_without_runs_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = engine(dir.path());
+        let before = e.state().messages.len();
+        assert!(!e.tick());
+        assert_eq!(e.state().messages.len(), before);
+    }
+}

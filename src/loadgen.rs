@@ -127,21 +127,15 @@ fn hello(rank: u32, ranks: u32, token: &str, run: &str) -> WorkerMsg {
     WorkerMsg::Hello(Hello {
         token: token.to_string(),
         run_id: run.to_string(),
-        rank,
-        world_size: ranks,
         local_rank: rank % 8,
-        pid: std::process::id(),
-        host: "loadgen".into(),
-        device: format!("cuda:{}", rank % 8),
-        backend: CommBackend::Nccl,
-        worker: WorkerKind::Train,
-        torch: None,
-        nccl: None,
-        cuda: None,
-        t: 0.0,
-        devices: 1,
-        instrument: None,
-        node: None,
+        ..Hello::new(
+            rank,
+            ranks,
+            "loadgen".into(),
+            format!("cuda:{}", rank % 8),
+            CommBackend::Nccl,
+            WorkerKind::Train,
+        )
     })
 }
 

@@ -147,6 +147,39 @@ fn one() -> u32 {
 }
 
 impl Hello {
+    /// A rank's hello with the facts every worker states, the rest unset (no library versions,
+    /// one device, this process's pid, `t` 0, no instrument or node field): the
+    /// one constructor of the Rust-side workers (the simulator, its intruder, the load
+    /// generator). Fill `token`/`run_id` from the launch and set any other field after.
+    pub fn new(
+        rank: u32,
+        world_size: u32,
+        host: String,
+        device: String,
+        backend: CommBackend,
+        worker: WorkerKind,
+    ) -> Hello {
+        Hello {
+            token: String::new(),
+            run_id: String::new(),
+            rank,
+            world_size,
+            local_rank: rank,
+            pid: std::process::id(),
+            host,
+            device,
+            backend,
+            worker,
+            torch: None,
+            nccl: None,
+            cuda: None,
+            t: 0.0,
+            devices: 1,
+            instrument: None,
+            node: None,
+        }
+    }
+
     /// The node this rank runs on (`node`, else `host`).
     pub fn node_name(&self) -> &str {
         self.node.as_deref().unwrap_or(&self.host)

@@ -54,21 +54,14 @@ impl Client {
         let hello = WorkerMsg::Hello(Hello {
             token: std::env::var("DDPTOP_TOKEN").unwrap_or_default(),
             run_id: std::env::var("DDPTOP_RUN_ID").unwrap_or_default(),
-            rank,
-            world_size,
-            local_rank: rank,
-            pid: std::process::id(),
-            host: hostname(),
-            device: format!("sim:{rank}"),
-            backend: crate::protocol::CommBackend::Sim,
-            worker: crate::protocol::WorkerKind::Sim,
-            torch: None,
-            nccl: None,
-            cuda: None,
-            t: 0.0,
-            devices: 1,
-            instrument: None,
-            node: None,
+            ..Hello::new(
+                rank,
+                world_size,
+                hostname(),
+                format!("sim:{rank}"),
+                crate::protocol::CommBackend::Sim,
+                crate::protocol::WorkerKind::Sim,
+            )
         });
         let mut w = stream.try_clone()?;
         writeln!(w, "{}", hello.to_line())?;

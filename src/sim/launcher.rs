@@ -54,7 +54,7 @@ fn rank_args(a: &SimArgs, rank: u32) -> Vec<String> {
         "--profile".into(),
         a.profile.clone(),
         "--experiment".into(),
-        a.experiment.clone(),
+        a.experiment.to_string(),
         "--world-size".into(),
         a.world_size.to_string(),
         "--rank".into(),

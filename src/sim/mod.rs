@@ -9,7 +9,7 @@ pub mod client;
 pub mod launcher;
 pub mod rank;
 
-use crate::run::Fault;
+use crate::run::{Experiment, Fault};
 use clap::Args;
 
 #[derive(Debug, Clone, Args)]
@@ -17,8 +17,9 @@ pub struct SimArgs {
     /// Machine profile: h200-nvlink or book-pcie.
     #[arg(long, default_value = "h200-nvlink")]
     pub profile: String,
-    #[arg(long, default_value = "weak")]
-    pub experiment: String,
+    /// weak, strong, probe or allreduce (the families the cost model has).
+    #[arg(long, value_enum, default_value_t = Experiment::Weak)]
+    pub experiment: Experiment,
     #[arg(long, default_value_t = 1)]
     pub world_size: u32,
     /// This process's rank; without it the process is the launcher.

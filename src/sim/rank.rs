@@ -4,9 +4,9 @@ use super::SimArgs;
 use super::client::Client;
 use crate::costmodel::{self, Profile, RESNET18_BUCKETS};
 use crate::protocol::*;
-use crate::run::Fault;
 use crate::run::NcclMode;
 use crate::run::{EnvOverlay, NcclSettings};
+use crate::run::{Experiment, Fault};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -77,11 +77,11 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
     {
         sim.send_garbage(n.unwrap_or(Fault::GARBAGE_LINES));
     }
-    let code = match args.experiment.as_str() {
-        "weak" | "strong" => sim.train(),
-        "probe" => sim.probe_only(),
-        "allreduce" => sim.allreduce(),
-        other => anyhow::bail!("unknown experiment `{other}`"),
+    let code = match args.experiment {
+        Experiment::Weak | Experiment::Strong => sim.train(),
+        Experiment::Probe => sim.probe_only(),
+        Experiment::Allreduce => sim.allreduce(),
+        other => anyhow::bail!("the simulated worker has no {other} experiment"),
     };
     Ok(code)
 }
@@ -123,7 +123,7 @@ impl Sim<'_> {
     }
 
     fn per_rank_batch(&self) -> u32 {
-        if self.args.experiment == "strong" {
+        if self.args.experiment == Experiment::Strong {
             (self.args.batch / self.k).max(1)
         } else {
             self.args.batch
@@ -500,7 +500,7 @@ impl Sim<'_> {
     fn finish(&mut self, timed: &[f64], reason: ByeReason) -> i32 {
         self.set_phase(Phase::Done);
         let sps = (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64);
-        let experiment = self.args.experiment.clone();
+        let experiment = self.args.experiment.to_string();
         self.client.send(&WorkerMsg::Result(ResultMsg {
             rank: self.rank,
             step: self.step,
@@ -575,21 +575,14 @@ fn intrude(path: &std::ffi::OsStr, token: &str, rank: u32, k: u32) -> String {
     let hello = WorkerMsg::Hello(Hello {
         token: token.into(),
         run_id: std::env::var("DDPTOP_RUN_ID").unwrap_or_default(),
-        rank,
-        world_size: k,
-        local_rank: rank,
-        pid: std::process::id(),
-        host: super::client::hostname(),
-        device: "sim:intruder".into(),
-        backend: CommBackend::Sim,
-        worker: WorkerKind::Sim,
-        torch: None,
-        nccl: None,
-        cuda: None,
-        t: 0.0,
-        devices: 1,
-        instrument: None,
-        node: None,
+        ..Hello::new(
+            rank,
+            k,
+            super::client::hostname(),
+            "sim:intruder".into(),
+            CommBackend::Sim,
+            WorkerKind::Sim,
+        )
     });
     let _ = writeln!(s, "{}", hello.to_line());
     let mut line = String::new();
