@@ -116,7 +116,7 @@ pub enum Cmd {
     Attach(AttachArgs),
     /// Measure DDP's bucket size and the NCCL settings on this machine and model, and
     /// recommend one only when it beats the default outside the noise (docs/methods.md).
-    Tune(crate::tune::TuneArgs),
+    Tune(TuneArgs),
     /// List stored runs with their figures (speedup, efficiency, probe Δ, busbw).
     Runs(RunsArgs),
     /// Write a report of a sweep, a scaling curve or runs: Markdown, HTML, JSON or CSV, with plots.
@@ -134,7 +134,7 @@ pub enum Cmd {
     BenchGpu(BenchGpuArgs),
     /// A multi-node run's GPU agent on another node (started by ddptop; docs/multinode.md).
     #[command(hide = true)]
-    Agent(crate::agent::AgentArgs),
+    Agent(AgentArgs),
     /// Worker processes started by ddptop itself.
     #[command(hide = true)]
     Worker {
@@ -606,5 +606,146 @@ mod tests {
         for bad in ["yesterday", "2026-13-01", "2026-11-30T25:00", "-2h", "h"] {
             assert!(parse_since(bad).is_err(), "{bad}");
         }
+    }
+}
+
+/// `ddptop agent`: started by ddptop on a multi-node run's other nodes (docs/multinode.md).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// ddptop's listener: `tcp://HOST:PORT`, or `tls://HOST:PORT` (the certificate fingerprint
+    /// is then the second line of stdin).
+    #[arg(long, value_name = "URL")]
+    pub connect: String,
+    /// The run whose GPUs this agent reports.
+    #[arg(long)]
+    pub run_id: String,
+    /// This node's name as `--nodes` gave it.
+    #[arg(long)]
+    pub node: String,
+    /// Sample period (the dashboard's GPU rate).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub period_ms: u64,
+    /// Made-up GPUs instead of NVML (tests; shown as SIMULATED).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub fake_gpus: Option<u32>,
+}
+
+/// The experiments `tune` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TuneExperiment {
+    Weak,
+    Strong,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct TuneArgs {
+    /// World size to tune for (2 or more: at k=1 nothing communicates).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub k: u32,
+    #[arg(long, value_enum, default_value_t = TuneExperiment::Weak)]
+    pub experiment: TuneExperiment,
+    /// Wall-clock budget: `10m`, `90s`, `1h`. The finalists are cut to fit it.
+    #[arg(long, default_value = "10m", value_parser = budget)]
+    pub budget: f64,
+    /// auto: nccl when torch sees CUDA, gloo when torch imports, else the SIMULATED worker.
+    #[arg(long, value_enum, default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Machine profile of the simulated backend: h200-nvlink or book-pcie.
+    #[arg(long, value_parser = profile)]
+    pub profile: Option<String>,
+    /// Environment setting every candidate keeps, e.g. NCCL_P2P_DISABLE=1 (repeatable).
+    #[arg(long = "env", value_name = "KEY=VAL", value_parser = parse_env)]
+    pub env: Vec<(String, String)>,
+    /// A preset from the config every candidate keeps (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub preset: Vec<String>,
+    #[arg(long, value_enum)]
+    pub model: Option<ModelName>,
+    /// Batch: per rank for weak (default 256), global for strong (default 512).
+    #[arg(long, value_parser = count_u32)]
+    pub batch: Option<u32>,
+    #[arg(long, default_value_t = 2, value_parser = count_u32)]
+    pub epochs: u32,
+    /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo].
+    #[arg(long, value_parser = count_u64)]
+    pub samples: Option<u64>,
+    /// Bucket sizes to try (MiB, comma-separated) instead of 1, 5, 10, 50, 100, 1024 and a
+    /// sixteenth and a quarter of the model's gradients.
+    #[arg(long, value_delimiter = ',', value_parser = cap_mb)]
+    pub bucket_caps: Vec<f64>,
+    /// Runs of the default and of each finalist (3 or more for a recommendation).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
+    pub repeats: u32,
+    /// Candidates measured besides the default, best predicted first.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub finalists: u32,
+    /// The smallest gain over the default (%, of medians) worth recommending.
+    #[arg(long, default_value_t = 1.0, value_parser = gain)]
+    pub min_gain: f64,
+    /// Do not write the winner into the config file as a preset.
+    #[arg(long)]
+    pub no_save: bool,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Wall-clock speed-up of the simulated worker (its figures are unchanged).
+    #[arg(long, default_value_t = 5.0, value_parser = speed)]
+    pub sim_speed: f64,
+    /// Relative noise of the simulated worker, 0 to 1 (default: the profile's).
+    #[arg(long, value_parser = fraction)]
+    pub sim_noise: Option<f64>,
+}
+
+fn cap_mb(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 1e6 => Ok(x),
+        _ => Err(format!("`{s}` is not a bucket size in MiB above 0")),
+    }
+}
+
+fn gain(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=100.0).contains(&x) => Ok(x),
+        _ => Err("must be a percentage from 0 to 100".into()),
+    }
+}
+
+/// `10m`, `90s`, `1h`, `600` (seconds).
+fn budget(s: &str) -> Result<f64, String> {
+    let (num, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c),
+        _ => (s, 's'),
+    };
+    let mult = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3600.0,
+        _ => {
+            return Err(format!(
+                "`{s}`: use seconds, or a number with s, m or h (10m)"
+            ));
+        }
+    };
+    match num.parse::<f64>() {
+        Ok(x) if x > 0.0 && x.is_finite() => Ok(x * mult),
+        _ => Err(format!(
+            "`{s}`: use seconds, or a number with s, m or h (10m)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tune_args_tests {
+    use super::budget;
+
+    #[test]
+    fn budgets_read_as_seconds_minutes_and_hours() {
+        assert_eq!(budget("10m"), Ok(600.0));
+        assert_eq!(budget("90s"), Ok(90.0));
+        assert_eq!(budget("1h"), Ok(3600.0));
+        assert_eq!(budget("45"), Ok(45.0));
+        assert!(budget("0m").is_err());
+        assert!(budget("10d").unwrap_err().contains("10m"));
+        assert!(budget("m").is_err());
     }
 }

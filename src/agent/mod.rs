@@ -7,6 +7,7 @@
 
 mod conn;
 
+use crate::cli::AgentArgs;
 use crate::gpu::fake::FakeGpus;
 use crate::gpu::nvml::NvmlSource;
 use crate::gpu::sampler::Sampler;
@@ -18,26 +19,6 @@ use crate::protocol::{LineReader, ReadOutcome};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncWriteExt, BufReader};
-
-#[derive(Debug, Clone, clap::Args)]
-pub struct AgentArgs {
-    /// ddptop's listener: `tcp://HOST:PORT`, or `tls://HOST:PORT` (the certificate fingerprint
-    /// is then the second line of stdin).
-    #[arg(long, value_name = "URL")]
-    pub connect: String,
-    /// The run whose GPUs this agent reports.
-    #[arg(long)]
-    pub run_id: String,
-    /// This node's name as `--nodes` gave it.
-    #[arg(long)]
-    pub node: String,
-    /// Sample period (the dashboard's GPU rate).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
-    pub period_ms: u64,
-    /// Made-up GPUs instead of NVML (tests; shown as SIMULATED).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub fake_gpus: Option<u32>,
-}
 
 /// Run the agent; exit code 0 when ddptop closed the connection.
 pub fn main(a: AgentArgs) -> anyhow::Result<i32> {

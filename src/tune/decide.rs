@@ -12,7 +12,8 @@ use serde::Serialize;
 
 /// Repeats each finalist and the default need before anything is recommended.
 pub const MIN_REPEATS: usize = 3;
-/// The smallest gain of medians recommended (`--min-gain`).
+/// The smallest gain of medians recommended (`--min-gain`'s default, written there as 1.0:
+/// arguments sit below `tune` in the layers).
 pub const MIN_GAIN_PCT: f64 = 1.0;
 
 /// One candidate's measured runs (samples/s of all ranks together, in run order).
