@@ -316,6 +316,39 @@ fn a_slow_rank_of_an_attached_script_is_named_and_a_healthy_one_is_not() {
 }
 
 #[test]
+fn ddp_settings_from_the_environment_reach_an_unmodified_scripts_ddp() {
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = example("train_ddp.py");
+    // `ddptop tune` and its presets set DDP's bucket size this way: the bootstrap puts it into
+    // the script's own DistributedDataParallel(...) call and says so in the run's log. (The
+    // example's MLP cannot show it in its buckets: DDP's 1 MiB first bucket holds its two last
+    // layers and the first is one tensor, at any size.)
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "1", "--env", "DDPTOP_DDP_BUCKET_CAP_MB=0.05"],
+        &[&script, "--samples", "512"],
+    );
+    assert!(ok, "{doc:#}");
+    let id = doc["runs"][0]["run_id"].as_str().unwrap();
+    let store = ddptop::store::Store::open(&d.path().join("runs.db")).unwrap();
+    let run = store
+        .load_runs(10)
+        .unwrap()
+        .into_iter()
+        .find(|r| r.id == id)
+        .unwrap();
+    assert!(
+        run.log_tail
+            .iter()
+            .any(|l| l.ends_with("DDP settings from the environment: bucket_cap_mb=0.05")),
+        "{:#?}",
+        run.log_tail
+    );
+}
+
+#[test]
 fn bad_attach_input_is_one_clear_line() {
     let d = tempfile::tempdir().unwrap();
     for (args, want) in [
