@@ -49,10 +49,7 @@ pub(crate) async fn serve_agent<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let from = match via {
-        Via::Unix => String::new(),
-        Via::Tcp(a) => format!(" (tcp from {a})"),
-    };
+    let from = via.suffix();
     let err = |code: ErrorCode, msg: String| ControlMsg::Error { code, msg };
     let mut hello = match parse_agent(first) {
         Ok(AgentMsg::AgentHello(h)) => h,

@@ -22,10 +22,7 @@ pub(crate) async fn serve<R, W>(
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let from = match via {
-        Via::Unix => String::new(),
-        Via::Tcp(a) => format!(" (tcp from {a})"),
-    };
+    let from = via.suffix();
     let (tx, mut rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit_profiler(&hello, tx) {
         let answer = if code == ErrorCode::BadToken {

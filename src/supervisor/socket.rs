@@ -400,6 +400,17 @@ pub enum Via {
     Tcp(std::net::SocketAddr),
 }
 
+impl Via {
+    /// Where it came from, for a log line's end: nothing for the local socket,
+    /// ` (tcp from ADDR)` for another node.
+    pub(crate) fn suffix(self) -> String {
+        match self {
+            Via::Unix => String::new(),
+            Via::Tcp(a) => format!(" (tcp from {a})"),
+        }
+    }
+}
+
 /// One authenticated connection, whatever carries it (Unix socket or TCP): `hello` first within
 /// `HELLO_TIMEOUT`, the token checked in constant time, then validated lines forwarded and
 /// commands written back, with the same line limit and garbage counting on every transport.
@@ -414,10 +425,7 @@ pub(crate) async fn serve_conn<R, W>(
     W: AsyncWrite + Unpin,
 {
     let reject = |code: ErrorCode, msg: String| ControlMsg::Error { code, msg };
-    let from = match via {
-        Via::Unix => String::new(),
-        Via::Tcp(a) => format!(" (tcp from {a})"),
-    };
+    let from = via.suffix();
     let mut lines = LineReader::with_max(BufReader::new(rd), MAX_HELLO_BYTES);
     let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
     let hello = match first {
