@@ -37,6 +37,16 @@ struct Row {
     failed: Vec<String>,
 }
 
+/// The all-reduce sweep at k with the run's settings and `nccl` on top: what times a
+/// candidate's buckets.
+fn sweep_spec(template: &plan::Template, nccl: &[(String, String)], k: u32) -> RunSpec {
+    let mut t = template.clone();
+    for (name, value) in nccl {
+        t.nccl.set(name, Some(value.clone()));
+    }
+    t.spec(Experiment::Allreduce, k)
+}
+
 /// The NCCL settings and bucket sizes of a predicted layout.
 type Layout = (Vec<(String, String)>, Vec<u64>);
 
@@ -189,11 +199,7 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
             }
         }
         for e in &nccl_envs {
-            let mut t = template.clone();
-            for (k, v) in e {
-                t.nccl.set(k, Some(v.clone()));
-            }
-            first.push(t.spec(Experiment::Allreduce, a.k));
+            first.push(sweep_spec(&template, e, a.k));
         }
     }
     let ids = run_all(&mut engine, first, &interrupted, a.json, "predict").await;
@@ -229,30 +235,24 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
                 .map(|mb| space::Candidate::bucket_cap(*mb)),
         );
     }
-    let mut rows: Vec<Row> = candidates
-        .into_iter()
-        .map(|cand| {
-            let mut comm = template.clone();
-            for (k, v) in cand.nccl_env() {
-                comm.nccl.set(&k, Some(v));
-            }
-            let comm_spec = comm.spec(Experiment::Allreduce, a.k);
-            let predicted = predict::predict(
-                &base,
-                &comm_spec,
-                target.per_rank_batch(),
-                cand.cap_mb(),
-                &runs,
-            );
-            Row {
-                cand,
-                predicted,
-                finalist: false,
-                measured: Measured::default(),
-                failed: Vec::new(),
-            }
-        })
-        .collect();
+    // A candidate's row with its prediction: its buckets timed by its NCCL setting's sweep.
+    let predicted_row = |cand: Candidate| {
+        let predicted = predict::predict(
+            &base,
+            &sweep_spec(&template, &cand.nccl_env(), a.k),
+            target.per_rank_batch(),
+            cand.cap_mb(),
+            &runs,
+        );
+        Row {
+            cand,
+            predicted,
+            finalist: false,
+            measured: Measured::default(),
+            failed: Vec::new(),
+        }
+    };
+    let mut rows: Vec<Row> = candidates.into_iter().map(predicted_row).collect();
     dedupe_layouts(&mut rows);
     let pred = |r: &Row| r.predicted.as_ref().map_or(f64::NAN, |p| p.samples_per_s);
     // The best bucket size with the best NCCL setting, when each is predicted to help alone.
@@ -267,25 +267,7 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
         best_of(&|c| c.cap_mb().is_some()),
         best_of(&|c| !c.nccl_env().is_empty()),
     ) {
-        let both = cap.combine(&nccl);
-        let mut comm = template.clone();
-        for (k, v) in both.nccl_env() {
-            comm.nccl.set(&k, Some(v));
-        }
-        let predicted = predict::predict(
-            &base,
-            &comm.spec(Experiment::Allreduce, a.k),
-            target.per_rank_batch(),
-            both.cap_mb(),
-            &runs,
-        );
-        rows.push(Row {
-            cand: both,
-            predicted,
-            finalist: false,
-            measured: Measured::default(),
-            failed: Vec::new(),
-        });
+        rows.push(predicted_row(cap.combine(&nccl)));
     }
 
     // 2. Finalists: the best predicted, then what the model cannot predict; cut to the budget.
