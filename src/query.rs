@@ -477,10 +477,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         rows.push(("transport", t.clone()));
     }
     for s in &run.stragglers {
-        rows.push((
-            "straggler",
-            format!("at {:.1} s (step {}): {}", s.since, s.step, s.evidence),
-        ));
+        rows.push(("straggler", s.when_and_why()));
     }
     for x in run.ranks.values() {
         rows.push((

@@ -391,10 +391,7 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
                 parts.push(format!("WARNING {c}"));
             }
             for s in &run.stragglers {
-                parts.push(format!(
-                    "straggler at {:.1} s (step {}): {}",
-                    s.since, s.step, s.evidence
-                ));
+                parts.push(format!("straggler {}", s.when_and_why()));
             }
             if let Some(t) = &run.transport {
                 parts.push(format!("transport {t}"));

@@ -98,6 +98,16 @@ pub struct Straggler {
     pub active: bool,
 }
 
+impl Straggler {
+    /// `at 4.2 s (step 41): EVIDENCE`, as `show` and the reports print it.
+    pub fn when_and_why(&self) -> String {
+        format!(
+            "at {:.1} s (step {}): {}",
+            self.since, self.step, self.evidence
+        )
+    }
+}
+
 /// Heartbeats whose CPU time a rank keeps: enough to judge busy vs idle over a few seconds.
 pub const CPU_SAMPLES: usize = 8;
 
