@@ -90,18 +90,7 @@ impl Registry {
         via: Via,
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
-        // An unknown run, a wrong token and a finished run get the same answer (`REFUSED`), so
-        // a stranger cannot tell which run ids exist; the reason is only recorded here.
-        let refused = |why: String| Err((ErrorCode::BadToken, why));
-        let Some(a) = g.get_mut(&h.run_id) else {
-            return refused(format!("no run `{}` here", h.run_id));
-        };
-        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
-            return refused(format!("token does not match run {}", h.run_id));
-        }
-        if !a.open {
-            return refused(format!("run {} has finished", h.run_id));
-        }
+        let a = open_run(&mut g, &h.run_id, &h.token)?;
         if h.world_size != a.world_size {
             return Err((
                 ErrorCode::BadMessage,
@@ -132,16 +121,7 @@ impl Registry {
         tx: mpsc::UnboundedSender<ControlMsg>,
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
-        let refused = |why: String| Err((ErrorCode::BadToken, why));
-        let Some(a) = g.get_mut(&h.run_id) else {
-            return refused(format!("no run `{}` here", h.run_id));
-        };
-        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
-            return refused(format!("token does not match run {}", h.run_id));
-        }
-        if !a.open {
-            return refused(format!("run {} has finished", h.run_id));
-        }
+        let a = open_run(&mut g, &h.run_id, &h.token)?;
         if h.world_size != a.world_size {
             return Err((
                 ErrorCode::BadMessage,
@@ -164,16 +144,7 @@ impl Registry {
         tx: mpsc::UnboundedSender<crate::protocol::agent::ToAgent>,
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
-        let refused = |why: String| Err((ErrorCode::BadToken, why));
-        let Some(a) = g.get_mut(&h.run_id) else {
-            return refused(format!("no run `{}` here", h.run_id));
-        };
-        if !constant_time_eq(a.token.as_bytes(), h.token.as_bytes()) {
-            return refused(format!("token does not match run {}", h.run_id));
-        }
-        if !a.open {
-            return refused(format!("run {} has finished", h.run_id));
-        }
+        let a = open_run(&mut g, &h.run_id, &h.token)?;
         if !a.agent_nodes.contains(&h.node) {
             return Err((
                 ErrorCode::BadMessage,
@@ -228,6 +199,27 @@ impl Registry {
 /// run's `rejected` count still counts every one).
 pub fn worth_a_row(nth: u64) -> bool {
     nth <= 10 || nth.is_power_of_two()
+}
+
+/// The run a connection's first line names, when its token matches and the run is still open.
+/// An unknown run, a wrong token and a finished run get the same answer (`REFUSED`), so a
+/// stranger cannot tell which run ids exist; the reason is only recorded here.
+fn open_run<'a>(
+    runs: &'a mut HashMap<String, RunAuth>,
+    run_id: &str,
+    token: &str,
+) -> Result<&'a mut RunAuth, (ErrorCode, String)> {
+    let refused = |why: String| (ErrorCode::BadToken, why);
+    let a = runs
+        .get_mut(run_id)
+        .ok_or_else(|| refused(format!("no run `{run_id}` here")))?;
+    if !constant_time_eq(a.token.as_bytes(), token.as_bytes()) {
+        return Err(refused(format!("token does not match run {run_id}")));
+    }
+    if !a.open {
+        return Err(refused(format!("run {run_id} has finished")));
+    }
+    Ok(a)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
