@@ -6,15 +6,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// The slow-rank test times two ranks against each other, so it runs alone: on CI's two cores
-/// the other tests' ranks running beside it made a healthy rank 2x slower for a window, which
-/// is a real straggler to the detector. The others share the lock and still run in parallel.
-static CPU: std::sync::RwLock<()> = std::sync::RwLock::new(());
-
-fn shared_cpu() -> std::sync::RwLockReadGuard<'static, ()> {
-    CPU.read().unwrap_or_else(|e| e.into_inner())
-}
-
 fn python() -> Option<String> {
     python_importing("torch")
 }
@@ -46,7 +37,7 @@ fn attach(data: &std::path::Path, py: &str, flags: &[&str], script: &[&str]) -> 
 
 #[test]
 fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
-    let _cpu = shared_cpu();
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let script = example("train_ddp.py");
@@ -140,7 +131,7 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
 
 #[test]
 fn a_script_without_process_group_or_ddp_says_its_ranks_trained_independently() {
-    let _cpu = shared_cpu();
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let script = d.path().join("mlp.py");
@@ -177,7 +168,7 @@ fn a_script_without_process_group_or_ddp_says_its_ranks_trained_independently() 
 
 #[test]
 fn a_stalled_step_is_reported_not_killed_and_the_job_ends_with_its_own_status() {
-    let _cpu = shared_cpu();
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     // Rank 1 sleeps 15 s inside step 4 (idle, no collective pending); the threshold is 3 s.
@@ -216,7 +207,7 @@ fn a_stalled_step_is_reported_not_killed_and_the_job_ends_with_its_own_status() 
 
 #[test]
 fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_times_steps() {
-    let _cpu = shared_cpu();
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let script = example("train_ddp.py");
@@ -297,7 +288,7 @@ fn a_hang_is_caught_and_stopped_a_raise_fails_with_its_last_line_an_own_hook_tim
 
 #[test]
 fn a_slow_rank_of_an_attached_script_is_named_and_a_healthy_one_is_not() {
-    let _cpu = CPU.write().unwrap_or_else(|e| e.into_inner());
+    let _cpu = cpu_alone();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let script = example("train_ddp.py");
@@ -331,7 +322,7 @@ fn a_slow_rank_of_an_attached_script_is_named_and_a_healthy_one_is_not() {
 
 #[test]
 fn ddp_settings_from_the_environment_reach_an_unmodified_scripts_ddp() {
-    let _cpu = shared_cpu();
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let script = example("train_ddp.py");
@@ -365,7 +356,7 @@ fn ddp_settings_from_the_environment_reach_an_unmodified_scripts_ddp() {
 
 #[test]
 fn bad_attach_input_is_one_clear_line() {
-    let _cpu = shared_cpu();
+    let _cpu = cpu_shared();
     let d = tempfile::tempdir().unwrap();
     for (args, want) in [
         (vec!["attach", "--", "no/such/train.py"], "no such script"),

@@ -31,6 +31,7 @@ fn gloo(data: &std::path::Path, py: &str, args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn gloo_weak_probe_and_allreduce() {
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
 
@@ -89,6 +90,7 @@ fn gloo_weak_probe_and_allreduce() {
 /// rank, both report memory per rank (no peak on CPU) and their collectives per timed step.
 #[test]
 fn gloo_fsdp_against_ddp_at_k2() {
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     let run = |strategy: &str| {
@@ -167,6 +169,7 @@ fn gloo_fsdp_against_ddp_at_k2() {
 
 #[test]
 fn gloo_slow_first_step_completes_without_a_hang_verdict() {
+    let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     // Each rank's first step burns 25 s of CPU before it trains: not a hang.
@@ -192,6 +195,7 @@ fn gloo_slow_first_step_completes_without_a_hang_verdict() {
 
 #[test]
 fn gloo_slow_rank_is_named_and_a_healthy_run_names_nobody() {
+    let _cpu = cpu_alone();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     // Real DDP on the CPU: rank 1 waits half its own step time for each batch; rank 0 waits

@@ -94,3 +94,21 @@ pub fn python_importing(modules: &str) -> Option<String> {
     eprintln!("SKIPPED: set DDPTOP_PYTHON to a python with {modules} to run this test");
     None
 }
+
+/// Tests that time ranks against each other (stragglers) take this alone; the others of their
+/// binary share it and still run in parallel. On CI's two cores, the ranks of tests running
+/// beside a straggler test made a healthy rank 2x slower for a window: a real straggler to the
+/// detector, and a flaky test.
+static CPU: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Run beside other tests of this binary (not beside one holding `cpu_alone`).
+#[allow(dead_code)]
+pub fn cpu_shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    CPU.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Run with no other test of this binary at the same time.
+#[allow(dead_code)]
+pub fn cpu_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    CPU.write().unwrap_or_else(|e| e.into_inner())
+}
