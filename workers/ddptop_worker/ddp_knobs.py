@@ -63,6 +63,11 @@ def from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     return out
 
 
+def passed(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+    """The tuned settings a DDP constructor call passes itself, by keyword or by position."""
+    return [kw for kw, pos in POSITIONS.items() if kw in kwargs or len(args) > pos]
+
+
 def override(args: tuple[Any, ...], kwargs: dict[str, Any], knobs: Mapping[str, Any]) -> str | None:
     """Put `knobs` into a DDP constructor call's `kwargs` in place. Returns why it could not be
     done safely (a setting passed positionally), or None."""
