@@ -262,3 +262,82 @@ fn a_short_tune_over_gloo_runs_real_ddp_with_other_bucket_sizes() {
         sized["name"]
     );
 }
+
+/// The dashboard's `T` through `--script`: the same tuning, its table on screen.
+fn dashboard(data: &std::path::Path, speed: &str, script: &str) -> String {
+    let dump = data.join("screen.txt");
+    let out = ddptop(data)
+        .env("DDPTOP_SCREEN", "120x30")
+        .args([
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            speed,
+            "--script",
+            script,
+            "--screen-dump",
+        ])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&dump).unwrap()
+}
+
+#[test]
+fn the_dashboard_key_tunes_with_a_live_table_and_keeps_the_winner() {
+    let d = tempfile::tempdir().unwrap();
+    let screen = dashboard(d.path(), "50", "T,wait-run,S");
+    assert!(
+        screen.contains("Tune weak at k=2 on sim (book-pcie)") && screen.contains(" done "),
+        "{screen}"
+    );
+    // Every finalist measured three times, interleaved, with its prediction beside it.
+    assert!(screen.matches("3/3 done").count() >= 2, "{screen}");
+    assert!(screen.contains("★ bucket_cap_mb="), "{screen}");
+    let preset = screen
+        .lines()
+        .find_map(|l| l.split("preset ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("not kept: {screen}"));
+    assert!(preset.starts_with("tuned-weak-k2-"), "{preset}");
+    let cfg = std::fs::read_to_string(d.path().join("config.toml")).unwrap();
+    assert!(cfg.contains(&format!("[presets.{preset}]")), "{cfg}");
+    assert!(cfg.contains("DDPTOP_DDP_BUCKET_CAP_MB"), "{cfg}");
+}
+
+#[test]
+fn esc_cancels_a_dashboard_tuning_and_leaves_no_process_behind() {
+    let d = tempfile::tempdir().unwrap();
+    // At speed 1 the k=1 run takes far longer than the second before Esc.
+    let screen = dashboard(d.path(), "1", "T,sleep:1,Esc,wait-run");
+    assert!(screen.contains(" cancelled "), "{screen}");
+    let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "nothing after the cancelled run: {runs:#?}");
+    assert_eq!(runs[0]["status"], "stopped", "{runs:#?}");
+    let id = runs[0]["run_id"].as_str().unwrap();
+    let out = ddptop(d.path())
+        .args(["show", id, "--json"])
+        .output()
+        .unwrap();
+    let show: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks = show["ranks"].as_array().unwrap();
+    assert!(!ranks.is_empty(), "{show:#}");
+    for r in ranks {
+        let pid = r["pid"].as_u64().unwrap();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "rank pid {pid} outlived the cancelled tuning"
+        );
+    }
+}

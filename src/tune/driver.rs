@@ -308,7 +308,9 @@ impl Tuning {
             }
             self.read += 1;
             changed = true;
-            self.board.running = None;
+            if self.board.running.as_ref().is_some_and(|(r, _)| *r == id) {
+                self.board.running = None;
+            }
             let purpose = self.batch.get(self.read - 1).cloned();
             match purpose {
                 Some(Purpose::Base) => self.base_done(run, runs, &mut said),
@@ -382,6 +384,10 @@ impl Tuning {
     }
 
     fn base_done(&mut self, run: &RunView, runs: &[RunView], said: &mut Vec<Progress>) {
+        if run.status != RunStatus::Completed && self.cancelled {
+            self.finish();
+            return;
+        }
         if run.status != RunStatus::Completed {
             self.board.phase = Phase::Failed(format!(
                 "the default k=1 run did not complete ({}: {}); nothing to predict from",
@@ -578,14 +584,15 @@ impl Tuning {
             .filter(|&i| rows[i].finalist && rows[i].failed.is_empty())
             .map(|i| (i, &rows[i].measured))
             .collect();
-        let verdict = match rows.first() {
-            Some(d) => decide::decide(&d.measured, &finalists, self.plan.min_gain_pct),
-            None => Verdict::DefaultIsAsGood {
-                best: None,
-                why: "nothing was measured".into(),
-            },
+        // Cancelled before the default was measured: there is nothing to say.
+        self.board.verdict = match rows.first() {
+            Some(d) if !(self.cancelled && d.measured.repeats() == 0) => Some(decide::decide(
+                &d.measured,
+                &finalists,
+                self.plan.min_gain_pct,
+            )),
+            _ => None,
         };
-        self.board.verdict = Some(verdict);
         for r in &mut self.board.rows {
             if r.state == RowState::Measuring && r.runs_done() < r.planned {
                 // Cancelled or cut short: what it has is what there is.

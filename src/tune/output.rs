@@ -166,7 +166,9 @@ pub(super) fn text_table(doc: &Value) -> String {
     }
     s.push_str(&format!(
         "verdict: {}\n",
-        doc["verdict"].as_str().unwrap_or("?")
+        doc["verdict"]
+            .as_str()
+            .unwrap_or("none (cancelled before the default was measured)")
     ));
     if let Some(p) = doc["recommendation"]["preset"].as_str() {
         s.push_str(&format!(
