@@ -341,3 +341,120 @@ fn esc_cancels_a_dashboard_tuning_and_leaves_no_process_behind() {
         );
     }
 }
+
+#[test]
+fn an_unmodified_script_is_tuned_through_attach_over_gloo() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_ddp.py");
+    // Four runs in all: the script at k=1, an all-reduce sweep at k=2, then the default and
+    // the best predicted bucket size at k=2 (a budget already spent keeps one finalist: the
+    // unmodelled static_graph+bucket_view is cut, which keeps the test short).
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env(
+            "DDPTOP_WORKERS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
+        )
+        .args([
+            "tune",
+            "--attach",
+            "--json",
+            "--backend",
+            "gloo",
+            "--k",
+            "2",
+            "--bucket-caps",
+            "0.25",
+            "--finalists",
+            "1",
+            "--repeats",
+            "1",
+            "--budget",
+            "1s",
+            "--",
+            script,
+            "--samples",
+            "256",
+            "--hidden",
+            "256",
+        ])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{doc:#}");
+    assert_eq!(doc["experiment"], "attach");
+    assert_eq!(doc["attach"]["script"], script);
+    // The tutorial script leaves DDP's arguments to DDP: the bucket size is tuned.
+    assert_eq!(doc["attach"]["ddp_settings_tuned"], true, "{doc:#}");
+    assert!(doc["k1_run"].as_str().is_some());
+    let measured: Vec<&Value> = doc["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["finalist"] == true)
+        .collect();
+    assert_eq!(measured.len(), 2, "{doc:#}");
+    for c in &measured {
+        let m = &c["measured"];
+        assert_eq!(m["repeats"], 1, "{c:#}");
+        assert!(m["median"].as_f64().unwrap() > 0.0, "{c:#}");
+        assert!(m["spread_pct"].is_number(), "{c:#}");
+        assert!(
+            c["predicted_samples_per_s"].as_f64().unwrap() > 0.0,
+            "{c:#}"
+        );
+        assert!(c["state"] == "done", "{c:#}");
+    }
+    assert_eq!(measured[1]["name"], "bucket_cap_mb=0.25");
+    // One repeat recommends nothing, and says so; the best measured is named with its gain.
+    assert_eq!(doc["recommendation"], Value::Null);
+    assert!(doc["best"]["gain_pct"].is_number(), "{doc:#}");
+    // The measured runs were attach runs of the script, the bucket size in their environment.
+    let run = measured[1]["measured"]["run_ids"][0].as_str().unwrap();
+    let out = ddptop(d.path())
+        .args(["show", run, "--json"])
+        .output()
+        .unwrap();
+    let show: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(show["run"]["experiment"], "attach", "{show:#}");
+    assert_eq!(
+        show["environ"]["DDPTOP_DDP_BUCKET_CAP_MB"], "0.25",
+        "{show:#}"
+    );
+}
+
+#[test]
+fn tune_attach_input_errors_are_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (&["tune", "--attach"][..], "SCRIPT"),
+        (
+            &["tune", "--attach", "--model", "tiny", "--", "x.py"][..],
+            "--model",
+        ),
+        (
+            &[
+                "tune",
+                "--attach",
+                "--backend",
+                "sim",
+                "--",
+                "examples/train_ddp.py",
+            ][..],
+            "real PyTorch",
+        ),
+    ] {
+        let out = ddptop(d.path())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

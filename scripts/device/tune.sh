@@ -27,3 +27,22 @@ for c in d["candidates"]:
 print("verdict:", d["verdict"])
 PY
 [ -f "$DDPTOP_CONFIG" ] && grep -A6 "ddptop tune" "$DDPTOP_CONFIG" | tee -a "$OUT/tune.log"
+# ATTACH=1: the same at k=2 over the unmodified tutorial script, through attach's bootstrap
+# (bucket_cap_mb into its DDP constructor, NCCL knobs through its environment).
+if [ "${ATTACH:-0}" = 1 ]; then
+  echo "== $(date -u +%T) ddptop tune --attach --k 2 --backend nccl -- examples/train_ddp.py" | tee -a "$OUT/tune.log"
+  timeout -k 10 3600 "$B" tune --attach --k 2 --backend nccl --budget "$BUDGET" --repeats "$REPEATS" \
+    --json -- examples/train_ddp.py --samples 60000 --batch-size 256 \
+    > "$OUT/raw/tune-attach-k2.json" 2> "$OUT/raw/tune-attach-k2.stderr"
+  echo "rc=$?" | tee -a "$OUT/tune.log"
+  python3 - "$OUT/raw/tune-attach-k2.json" <<'PY' 2>&1 | tee -a "$OUT/tune.log"
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("DDP settings tuned:", d["attach"]["ddp_settings_tuned"], d["attach"]["ddp_settings_note"] or "")
+for c in d["candidates"]:
+    m = c["measured"] or {}
+    f = lambda x: f"{x:,.0f}" if isinstance(x, (int, float)) else "—"
+    print(f"{c['name']:<44} {f(c['predicted_samples_per_s']):>10} {f(m.get('median')):>10} {c['state']}")
+print("verdict:", d["verdict"])
+PY
+fi

@@ -100,9 +100,12 @@ fn sweep_spec(template: &Template, nccl: &[(String, String)], k: u32) -> RunSpec
     t.spec(Experiment::Allreduce, k)
 }
 
+/// The NCCL settings and bucket sizes of a predicted layout.
+type Layout = (Vec<(String, String)>, Vec<u64>);
+
 /// A bucket size that cuts the model as a smaller one does is the same run: keep the first.
 fn dedupe_layouts(rows: &mut Vec<Row>) {
-    let mut seen: Vec<(Vec<(String, String)>, Vec<u64>)> = Vec::new();
+    let mut seen: Vec<Layout> = Vec::new();
     rows.retain(|r| {
         let (Some(_), Ok(p)) = (r.cand.cap_mb(), &r.predicted) else {
             return true;
@@ -673,6 +676,53 @@ mod tests {
         tu.poll(&runs, 0);
         assert!(tu.finished());
         assert!(tu.take_launches().is_empty());
+    }
+
+    #[test]
+    fn a_script_with_its_own_comm_hook_keeps_its_ddp_settings_and_says_why() {
+        let mut t = Template::new(Backend::Gloo, None);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        t.attach = Some(
+            crate::run::AttachTarget::new(
+                &dir.join("examples/train_ddp_own_hook.py"),
+                Vec::new(),
+                dir,
+            )
+            .unwrap(),
+        );
+        let mut tu = Tuning::new(Plan::new(t, Experiment::Attach, 2)).unwrap();
+        let specs = tu.take_launches();
+        assert_eq!(specs[0].experiment, Experiment::Attach);
+        assert_eq!(specs[0].k, 1);
+        let mut base = finished_run(specs[0].clone(), "r1", Some(1000.0));
+        base.observed.ddp_module = Some(true);
+        base.instrument = Some(crate::protocol::Instrument::StepsOnly);
+        let sweep = finished_run(specs[1].clone(), "r2", None);
+        tu.launched("r1", &specs[0]);
+        let (said, _) = tu.poll(std::slice::from_ref(&base), 1);
+        let note = said
+            .iter()
+            .find_map(|p| match p {
+                Progress::Note(l) => Some(l.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            note,
+            "tune: DDP settings not tuned: the script registers its own comm hook; only environment knobs are (none on gloo)"
+        );
+        tu.launched("r2", &specs[1]);
+        let (said, _) = tu.poll(&[base, sweep], 0);
+        // On gloo nothing is left to try: the tuning ends without measuring.
+        assert!(tu.finished() && said.contains(&Progress::Finished));
+        assert!(tu.take_launches().is_empty());
+        assert_eq!(tu.board().rows.len(), 1);
+        assert!(
+            tu.board()
+                .verdict_line()
+                .unwrap()
+                .contains("nothing to try besides it")
+        );
     }
 
     #[test]

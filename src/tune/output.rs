@@ -102,9 +102,12 @@ fn fmt_sps(x: Option<f64>) -> String {
 
 /// The table `ddptop tune` prints, from its JSON document.
 pub(super) fn text_table(doc: &Value) -> String {
+    let what = match doc["attach"]["script"].as_str() {
+        Some(script) => format!("the script {script}"),
+        None => doc["experiment"].as_str().unwrap_or("?").to_string(),
+    };
     let mut s = format!(
-        "ddptop tune: {} at k={} on {}{}: {} repeats each, interleaved; samples/s of all ranks\n",
-        doc["experiment"].as_str().unwrap_or("?"),
+        "ddptop tune: {what} at k={} on {}{}: {} repeats each, interleaved; samples/s of all ranks\n",
         doc["k"],
         doc["backend"].as_str().unwrap_or("?"),
         if doc["simulated"] == true {
