@@ -159,7 +159,6 @@ impl Action {
             Action::Zoom => "zoom",
             Action::Probe => "probe",
             Action::Bench => "bench",
-            Action::Tune => "tune",
             Action::Stop => "stop",
             Action::Help => "help",
             Action::Quit => "quit",

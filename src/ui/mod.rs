@@ -495,7 +495,7 @@ const HELP_GROUPS: [(&[Action], &str); 7] = [
     ),
     (
         &[Action::Focus, Action::Close],
-        "details of the selected run / close (details, help, tune)",
+        "details of the selected run / close (details, help)",
     ),
     (
         &[Action::NextTheme, Action::NextPreset],
