@@ -92,6 +92,16 @@ fn on_a_slow_link_the_simulator_optimum_is_found_recommended_and_kept_as_a_prese
     // Every finalist was measured interleaved, three times, with a prediction beside it.
     let c = candidate(&doc, name);
     assert_eq!(c["measured"]["repeats"], 3);
+    assert_eq!(c["state"], "done");
+    assert!(c["measured"]["spread_pct"].is_number(), "{c:#}");
+    assert!(c["measured"]["median"].as_f64().unwrap() > 0.0);
+    // `best` is the highest measured median: at least the recommendation's gain.
+    assert!(
+        doc["best"]["gain_pct"].as_f64().unwrap() >= gain - 1e-9,
+        "{doc:#}"
+    );
+    assert_eq!(doc["state"], "done");
+    assert_eq!(doc["attach"], Value::Null);
     assert!(c["predicted_samples_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(candidate(&doc, "default")["measured"]["repeats"], 3);
     // Kept: a preset in the config that `ddptop run --preset` applies.
