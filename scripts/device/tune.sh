@@ -2,7 +2,8 @@
 # Issue 27 on two GPUs: `ddptop tune` at k=2 over NCCL (tuning needs k >= 2; one GPU cannot).
 # The honest answer on 2xH200 over NVLink may be "the default is within spread"; report it.
 # Needs .carry/ddptop (or target/release/ddptop). Raw JSON and stderr in $OUT/raw, table in
-# $OUT/tune.log. BUDGET (default 15m) and REPEATS (default 3) as for `ddptop tune`.
+# $OUT/tune.log. BUDGET (default 15m) and REPEATS (default 3) as for `ddptop tune`. ATTACH=1 also
+# tunes examples/train_ddp.py through `ddptop tune --attach` (the same budget again).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
