@@ -323,6 +323,26 @@ fn the_dashboard_key_tunes_with_a_live_table_and_keeps_the_winner() {
 }
 
 #[test]
+fn x_cancels_a_hidden_dashboard_tuning() {
+    let d = tempfile::tempdir().unwrap();
+    // T starts it, T hides its table; x on its running k=1 run cancels the whole tuning.
+    let screen = dashboard(d.path(), "1", "T,T,sleep:1,x,wait-run");
+    assert!(!screen.contains("Tune weak"), "{screen}");
+    let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "nothing after the cancelled run: {runs:#?}");
+    assert_eq!(runs[0]["status"], "stopped", "{runs:#?}");
+    assert!(
+        runs[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tuning cancelled"),
+        "{runs:#?}"
+    );
+}
+
+#[test]
 fn esc_cancels_a_dashboard_tuning_and_leaves_no_process_behind() {
     let d = tempfile::tempdir().unwrap();
     // At speed 1 the k=1 run takes far longer than the second before Esc.
