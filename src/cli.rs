@@ -694,6 +694,14 @@ pub struct TuneArgs {
     /// Relative noise of the simulated worker, 0 to 1 (default: the profile's).
     #[arg(long, value_parser = fraction)]
     pub sim_noise: Option<f64>,
+    /// Tune your own script, given after `--`, through attach's bootstrap: DDP's settings go
+    /// into the script's DDP constructor where that is safe (docs/tune.md), NCCL's into its
+    /// environment.
+    #[arg(long, requires = "command", conflicts_with_all = ["experiment", "model", "batch", "samples", "epochs", "profile"])]
+    pub attach: bool,
+    /// With --attach: the training script and its arguments, after `--`.
+    #[arg(last = true, requires = "attach", value_name = "SCRIPT.py [ARGS]")]
+    pub command: Vec<String>,
 }
 
 fn cap_mb(s: &str) -> Result<f64, String> {

@@ -197,7 +197,7 @@ pub struct KeyMap {
 }
 
 /// The default bindings, in the order the help screen lists them.
-pub const DEFAULT_KEYS: [(&str, Action); 35] = [
+pub const DEFAULT_KEYS: [(&str, Action); 37] = [
     ("1", Action::Launch { k: 1 }),
     ("2", Action::Launch { k: 2 }),
     ("4", Action::Launch { k: 4 }),
@@ -206,6 +206,8 @@ pub const DEFAULT_KEYS: [(&str, Action); 35] = [
     ("d", Action::ToggleDataPath),
     ("p", Action::Probe),
     ("b", Action::Bench),
+    ("T", Action::Tune),
+    ("S", Action::SaveTuned),
     ("n", Action::Toggle(NcclVar::ShmUseCudaMemcpy)),
     ("P", Action::Toggle(NcclVar::P2pDisable)),
     ("v", Action::Toggle(NcclVar::NvlsEnable)),

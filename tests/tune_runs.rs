@@ -92,6 +92,16 @@ fn on_a_slow_link_the_simulator_optimum_is_found_recommended_and_kept_as_a_prese
     // Every finalist was measured interleaved, three times, with a prediction beside it.
     let c = candidate(&doc, name);
     assert_eq!(c["measured"]["repeats"], 3);
+    assert_eq!(c["state"], "done");
+    assert!(c["measured"]["spread_pct"].is_number(), "{c:#}");
+    assert!(c["measured"]["median"].as_f64().unwrap() > 0.0);
+    // `best` is the highest measured median: at least the recommendation's gain.
+    assert!(
+        doc["best"]["gain_pct"].as_f64().unwrap() >= gain - 1e-9,
+        "{doc:#}"
+    );
+    assert_eq!(doc["state"], "done");
+    assert_eq!(doc["attach"], Value::Null);
     assert!(c["predicted_samples_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(candidate(&doc, "default")["measured"]["repeats"], 3);
     // Kept: a preset in the config that `ddptop run --preset` applies.
@@ -261,4 +271,220 @@ fn a_short_tune_over_gloo_runs_real_ddp_with_other_bucket_sizes() {
         "{} ran with DDP's default buckets",
         sized["name"]
     );
+}
+
+/// The dashboard's `T` through `--script`: the same tuning, its table on screen.
+fn dashboard(data: &std::path::Path, speed: &str, script: &str) -> String {
+    let dump = data.join("screen.txt");
+    let out = ddptop(data)
+        .env("DDPTOP_SCREEN", "120x30")
+        .args([
+            "--backend",
+            "sim",
+            "--profile",
+            "book-pcie",
+            "--sim-speed",
+            speed,
+            "--script",
+            script,
+            "--screen-dump",
+        ])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::read_to_string(&dump).unwrap()
+}
+
+#[test]
+fn the_dashboard_key_tunes_with_a_live_table_and_keeps_the_winner() {
+    let d = tempfile::tempdir().unwrap();
+    let screen = dashboard(d.path(), "50", "T,wait-run,S");
+    assert!(
+        screen.contains("Tune weak at k=2 on sim (book-pcie)") && screen.contains(" done "),
+        "{screen}"
+    );
+    // Every finalist measured three times, interleaved, with its prediction beside it.
+    assert!(screen.matches("3/3 done").count() >= 2, "{screen}");
+    assert!(screen.contains("★ bucket_cap_mb="), "{screen}");
+    let preset = screen
+        .lines()
+        .find_map(|l| l.split("preset ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("not kept: {screen}"));
+    assert!(preset.starts_with("tuned-weak-k2-"), "{preset}");
+    let cfg = std::fs::read_to_string(d.path().join("config.toml")).unwrap();
+    assert!(cfg.contains(&format!("[presets.{preset}]")), "{cfg}");
+    assert!(cfg.contains("DDPTOP_DDP_BUCKET_CAP_MB"), "{cfg}");
+}
+
+#[test]
+fn x_cancels_a_hidden_dashboard_tuning() {
+    let d = tempfile::tempdir().unwrap();
+    // T starts it, T hides its table; x on its running k=1 run cancels the whole tuning.
+    let screen = dashboard(d.path(), "1", "T,T,sleep:1,x,wait-run");
+    assert!(!screen.contains("Tune weak"), "{screen}");
+    let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "nothing after the cancelled run: {runs:#?}");
+    assert_eq!(runs[0]["status"], "stopped", "{runs:#?}");
+    assert!(
+        runs[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("tuning cancelled"),
+        "{runs:#?}"
+    );
+}
+
+#[test]
+fn esc_cancels_a_dashboard_tuning_and_leaves_no_process_behind() {
+    let d = tempfile::tempdir().unwrap();
+    // At speed 1 the k=1 run takes far longer than the second before Esc.
+    let screen = dashboard(d.path(), "1", "T,sleep:1,Esc,wait-run");
+    assert!(screen.contains(" cancelled "), "{screen}");
+    let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
+    let runs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = runs["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1, "nothing after the cancelled run: {runs:#?}");
+    assert_eq!(runs[0]["status"], "stopped", "{runs:#?}");
+    let id = runs[0]["run_id"].as_str().unwrap();
+    let out = ddptop(d.path())
+        .args(["show", id, "--json"])
+        .output()
+        .unwrap();
+    let show: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ranks = show["ranks"].as_array().unwrap();
+    assert!(!ranks.is_empty(), "{show:#}");
+    for r in ranks {
+        let pid = r["pid"].as_u64().unwrap();
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "rank pid {pid} outlived the cancelled tuning"
+        );
+    }
+}
+
+#[test]
+fn an_unmodified_script_is_tuned_through_attach_over_gloo() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_ddp.py");
+    // Four runs in all: the script at k=1, an all-reduce sweep at k=2, then the default and
+    // the best predicted bucket size at k=2 (a budget already spent keeps one finalist: the
+    // unmodelled static_graph+bucket_view is cut, which keeps the test short).
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env(
+            "DDPTOP_WORKERS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
+        )
+        .args([
+            "tune",
+            "--attach",
+            "--json",
+            "--backend",
+            "gloo",
+            "--k",
+            "2",
+            "--bucket-caps",
+            "0.25",
+            "--finalists",
+            "1",
+            "--repeats",
+            "1",
+            "--budget",
+            "1s",
+            "--",
+            script,
+            "--samples",
+            "256",
+            "--hidden",
+            "256",
+        ])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{doc:#}");
+    assert_eq!(doc["experiment"], "attach");
+    assert_eq!(doc["attach"]["script"], script);
+    // The tutorial script leaves DDP's arguments to DDP: the bucket size is tuned.
+    assert_eq!(doc["attach"]["ddp_settings_tuned"], true, "{doc:#}");
+    assert!(doc["k1_run"].as_str().is_some());
+    let measured: Vec<&Value> = doc["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["finalist"] == true)
+        .collect();
+    assert_eq!(measured.len(), 2, "{doc:#}");
+    for c in &measured {
+        let m = &c["measured"];
+        assert_eq!(m["repeats"], 1, "{c:#}");
+        assert!(m["median"].as_f64().unwrap() > 0.0, "{c:#}");
+        assert!(m["spread_pct"].is_number(), "{c:#}");
+        assert!(
+            c["predicted_samples_per_s"].as_f64().unwrap() > 0.0,
+            "{c:#}"
+        );
+        assert!(c["state"] == "done", "{c:#}");
+    }
+    assert_eq!(measured[1]["name"], "bucket_cap_mb=0.25");
+    // One repeat recommends nothing, and says so; the best measured is named with its gain.
+    assert_eq!(doc["recommendation"], Value::Null);
+    assert!(doc["best"]["gain_pct"].is_number(), "{doc:#}");
+    // The measured runs were attach runs of the script, the bucket size in their environment.
+    let run = measured[1]["measured"]["run_ids"][0].as_str().unwrap();
+    let out = ddptop(d.path())
+        .args(["show", run, "--json"])
+        .output()
+        .unwrap();
+    let show: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(show["run"]["experiment"], "attach", "{show:#}");
+    assert_eq!(
+        show["environ"]["DDPTOP_DDP_BUCKET_CAP_MB"], "0.25",
+        "{show:#}"
+    );
+}
+
+#[test]
+fn tune_attach_input_errors_are_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (&["tune", "--attach"][..], "SCRIPT"),
+        (
+            &["tune", "--attach", "--model", "tiny", "--", "x.py"][..],
+            "--model",
+        ),
+        (
+            &[
+                "tune",
+                "--attach",
+                "--backend",
+                "sim",
+                "--",
+                "examples/train_ddp.py",
+            ][..],
+            "real PyTorch",
+        ),
+    ] {
+        let out = ddptop(d.path())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }

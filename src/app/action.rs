@@ -13,6 +13,8 @@ pub enum Action {
     ToggleDataPath,
     Probe,
     Bench,
+    Tune,
+    SaveTuned,
     Toggle(NcclVar),
     Rerun,
     Stop,
@@ -37,7 +39,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the order the help and the hint bar list them.
-    pub const ALL: [Action; 30] = [
+    pub const ALL: [Action; 32] = [
         Action::Launch { k: 1 },
         Action::Launch { k: 2 },
         Action::Launch { k: 4 },
@@ -46,6 +48,8 @@ impl Action {
         Action::ToggleDataPath,
         Action::Probe,
         Action::Bench,
+        Action::Tune,
+        Action::SaveTuned,
         Action::Toggle(NcclVar::TOGGLES[0]),
         Action::Toggle(NcclVar::TOGGLES[1]),
         Action::Toggle(NcclVar::TOGGLES[2]),
@@ -80,6 +84,8 @@ impl Action {
             Action::ToggleDataPath => "toggle-data-path",
             Action::Probe => "probe",
             Action::Bench => "bench",
+            Action::Tune => "tune",
+            Action::SaveTuned => "save-tuned",
             Action::Rerun => "rerun",
             Action::Stop => "stop",
             Action::NextPane => "next-pane",
@@ -119,6 +125,8 @@ impl Action {
             Action::ToggleDataPath => "device-resident data or DataLoader (next launch)",
             Action::Probe => "no_sync probe: live on the running run, or launch it",
             Action::Bench => "all-reduce bandwidth sweep",
+            Action::Tune => "tune DDP/NCCL settings (live table; again: hide)",
+            Action::SaveTuned => "save the tuning's winner as a config preset",
             Action::Rerun => "re-run the selected run with its settings",
             Action::Stop => "stop the selected run, or cancel a queued launch",
             Action::NextPane => "focus the next pane (tabs on small screens)",

@@ -195,6 +195,11 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             };
             o.process_group = any(o.process_group, r.process_group);
             o.ddp_module = any(o.ddp_module, r.ddp_module);
+            for a in r.ddp_args.iter().flatten() {
+                if !o.ddp_args.contains(a) {
+                    o.ddp_args.push(a.clone());
+                }
+            }
             o.epochs = o.epochs.max(r.epochs_seen);
             o.steps = o.steps.max(r.step);
             run.aggregate = Aggregate::of(run);

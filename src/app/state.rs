@@ -91,6 +91,8 @@ pub struct State {
     /// Connections refused before they named a run (garbage, idle, oversized first line, a
     /// foreign uid): counted here, since no run is theirs.
     pub rejected_strangers: u64,
+    /// The dashboard's tuning (`T`): its table, as the tuning left it last.
+    pub tune: Option<super::tune::Board>,
 }
 
 pub const MAX_MESSAGES: usize = 500;
@@ -118,6 +120,7 @@ impl State {
             queued: Vec::new(),
             data_dir: None,
             rejected_strangers: 0,
+            tune: None,
         }
     }
 

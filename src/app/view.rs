@@ -45,6 +45,9 @@ pub struct View {
     pub zoom: bool,
     /// The selected run's details cover the screen (Enter; Esc closes).
     pub detail: bool,
+    /// The tuning's table covers the screen (`T`; Esc cancels a running tuning, closes a
+    /// finished one).
+    pub tune: bool,
 }
 
 /// Lines a page key moves.

@@ -538,6 +538,10 @@ pub struct ResultMsg {
     /// Attach: whether the script wrapped a model in DistributedDataParallel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddp_module: Option<bool>,
+    /// Attach: which of DDP's tuned constructor arguments (`bucket_cap_mb`, `static_graph`,
+    /// `gradient_as_bucket_view`) the script passed itself, by keyword or position.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddp_args: Option<Vec<String>>,
     /// Attach: distinct `DistributedSampler.set_epoch` values (absent: never called).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epochs_seen: Option<u32>,

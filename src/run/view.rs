@@ -314,6 +314,10 @@ pub struct Observed {
     pub process_group: Option<bool>,
     /// Whether a rank wrapped a model in DistributedDataParallel (`None`: no rank said).
     pub ddp_module: Option<bool>,
+    /// DDP constructor arguments `ddptop tune` would set that the script passed itself (any
+    /// rank; empty: none, or not said).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ddp_args: Vec<String>,
 }
 
 impl Observed {

@@ -517,6 +517,7 @@ impl Sim<'_> {
             cudnn_benchmark: None,
             process_group: None,
             ddp_module: None,
+            ddp_args: None,
             epochs_seen: None,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {

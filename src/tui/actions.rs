@@ -23,6 +23,8 @@ pub struct Controller {
     pub queue: Queue,
     /// Runs whose live probe is on (Command::ProbeOn sent).
     probing: HashSet<String>,
+    /// The tuning `T` started (running, or finished with its table).
+    pub tune: Option<super::tune::DashTune>,
 }
 
 /// What the loop has to do after an action.
@@ -33,6 +35,8 @@ pub enum Flow {
     NextTheme,
     /// Apply the next config preset to the next launch (the loop owns the config).
     NextPreset,
+    /// Keep the tuning's winner as a preset (the loop owns the config and its path).
+    SaveTuned,
     Quit,
 }
 
@@ -42,6 +46,7 @@ impl Controller {
             template,
             queue: Queue::default(),
             probing: HashSet::new(),
+            tune: None,
         }
     }
 
@@ -97,16 +102,80 @@ impl Controller {
     /// Start the next queued launch when nothing is running, and focus it. Call after every
     /// event.
     pub fn pump(&mut self, engine: &mut Engine, view: &mut View) {
-        let before = view.focused.clone();
-        if let Some((id, spec)) = self.queue.pump(engine) {
-            // A probe's k=1 control runs after it; the screens stay on the probe.
-            let stay = before.filter(|_| spec.control);
-            view.focus(engine.state(), stay.as_deref().unwrap_or(&id));
-            if stay.is_none() {
-                view.timeline_rank = 0;
+        // Twice at most: a tuning that just queued its next batch must start it now, as no
+        // other event may come while nothing runs.
+        for _ in 0..2 {
+            let before = view.focused.clone();
+            if let Some((id, spec)) = self.queue.pump(engine) {
+                // A probe's k=1 control runs after it; the screens stay on the probe.
+                let stay = before.filter(|_| spec.control);
+                view.focus(engine.state(), stay.as_deref().unwrap_or(&id));
+                if stay.is_none() {
+                    view.timeline_rank = 0;
+                }
+                if let Some(t) = &mut self.tune {
+                    super::tune::launched(t, engine.state_mut(), &id, &spec);
+                }
+            }
+            let queued_more = match &mut self.tune {
+                Some(t) => super::tune::poll(t, engine, &mut self.queue),
+                None => false,
+            };
+            if !queued_more {
+                break;
             }
         }
         self.sync_queue(engine.state_mut(), view);
+    }
+
+    /// A tuning is running (started and not over).
+    pub fn tuning(&self) -> bool {
+        self.tune.as_ref().is_some_and(|t| t.running())
+    }
+
+    /// `T`: show or hide a running tuning's table, else start one.
+    fn tune_key(&mut self, engine: &mut Engine, view: &mut View) {
+        if self.tuning() {
+            view.tune = !view.tune;
+            return;
+        }
+        let template = self.next(engine.state());
+        let state = engine.state_mut();
+        match super::tune::start(template, state, view, &mut self.queue) {
+            Ok(t) => self.tune = Some(t),
+            Err(why) => state.push_message(Level::Warn, None, format!("not tuned: {why}")),
+        }
+    }
+
+    /// Whether `x` is about the tuning: its table is shown, or the run `x` would stop (or the
+    /// queued launch under the cursor) is one of its.
+    fn stop_cancels_tune(&self, state: &State, view: &View) -> bool {
+        let Some(t) = self.tune.as_ref().filter(|t| t.running()) else {
+            return false;
+        };
+        if view.tune {
+            return true;
+        }
+        if let Some(i) = view.selected_queued(state) {
+            return state.queued.get(i).and_then(|q| q.sweep.as_deref()) == Some(t.sweep.as_str());
+        }
+        let target = view
+            .selected_run(state)
+            .filter(|r| !r.status.is_final())
+            .or_else(|| state.active_runs().next());
+        target.is_some_and(|r| t.owns(state, &r.id))
+    }
+
+    /// `S` (from the loop, which holds the config's path).
+    pub fn save_tuned(
+        &mut self,
+        state: &mut State,
+        path: &std::path::Path,
+    ) -> Result<crate::app::tune::Saved, String> {
+        match &mut self.tune {
+            Some(t) => super::tune::save(t, state, path),
+            None => Err("no tuning yet: T starts one".into()),
+        }
     }
 
     /// Copy the queue into the state for the Runs pane; the cursor stays on its run.
@@ -136,11 +205,32 @@ impl Controller {
     /// Apply one action. Navigation changes the view, toggles the next launch's settings;
     /// launches, stops and probe commands go to the engine. The screen is redrawn after any.
     pub fn handle(&mut self, engine: &mut Engine, view: &mut View, action: Action) -> Flow {
-        let flow = if action == Action::WriteReport {
-            write_report(engine, view);
-            Flow::Continue
-        } else {
-            self.handle_inner(engine, view, action)
+        let tuning = self.tuning();
+        let flow = match action {
+            Action::WriteReport => {
+                write_report(engine, view);
+                Flow::Continue
+            }
+            Action::Tune => {
+                self.tune_key(engine, view);
+                Flow::Continue
+            }
+            Action::SaveTuned => Flow::SaveTuned,
+            // Esc on the tuning's table: cancel a running one, close a finished one.
+            Action::Close if view.tune && !view.show_help => {
+                match &mut self.tune {
+                    Some(t) if tuning => super::tune::cancel(t, engine, &mut self.queue),
+                    _ => view.tune = false,
+                }
+                Flow::Continue
+            }
+            Action::Stop if self.stop_cancels_tune(engine.state(), view) => {
+                if let Some(t) = &mut self.tune {
+                    super::tune::cancel(t, engine, &mut self.queue);
+                }
+                Flow::Continue
+            }
+            _ => self.handle_inner(engine, view, action),
         };
         self.pump(engine, view);
         flow
@@ -370,8 +460,8 @@ impl Controller {
             },
             Action::NextTheme => return Flow::NextTheme,
             Action::NextPreset => return Flow::NextPreset,
-            // Handled in `handle`, which holds the engine (the store's path).
-            Action::WriteReport => {}
+            // Handled in `handle`, which holds the engine (the store's path, the tuning).
+            Action::WriteReport | Action::Tune | Action::SaveTuned => {}
             Action::Help => view.show_help = !view.show_help,
             Action::Quit => return Flow::Quit,
         }
@@ -380,7 +470,7 @@ impl Controller {
 
     /// Nothing running and nothing queued (for `--script`'s `wait-run`).
     pub fn idle(&self, engine: &Engine) -> bool {
-        self.queue.idle(engine)
+        self.queue.idle(engine) && !self.tuning()
     }
 }
 

@@ -16,6 +16,7 @@
 pub mod actions;
 pub mod mouse;
 pub mod script;
+pub mod tune;
 
 use crate::app::{self as model, Level, View};
 use crate::cli::{GlobalArgs, TuiArgs};
@@ -107,6 +108,31 @@ impl App {
                         None,
                         format!("next launch: preset {name} ({desc})"),
                     );
+                }
+            }
+            Flow::SaveTuned => {
+                let path = self
+                    .config
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| crate::paths::config_file(None));
+                let st = self.engine.state_mut();
+                match self.ctrl.save_tuned(st, &path) {
+                    Ok(s) => {
+                        // Re-read so that `e` offers the new preset at once.
+                        if let Ok(c) = Config::load(Some(&path)) {
+                            self.config.presets = c.presets;
+                        }
+                        st.push_message(
+                            Level::Info,
+                            None,
+                            format!(
+                                "saved preset {} in {} (e cycles presets; ddptop run --preset {} …)",
+                                s.name, s.path, s.name
+                            ),
+                        );
+                    }
+                    Err(e) => st.push_message(Level::Warn, None, format!("not saved: {e}")),
                 }
             }
             Flow::Continue => {}

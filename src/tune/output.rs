@@ -1,34 +1,32 @@
 //! What `ddptop tune` prints: one JSON document (`--json`), and the table made from it.
 
-use super::Row;
-use super::decide::Verdict;
+use super::driver::Tuning;
+use crate::app::tune::Phase;
+use crate::app::tune::decide::Verdict;
 use crate::protocol::Backend;
-use crate::run::Experiment;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn document(
-    a: &super::TuneArgs,
-    note: &str,
-    backend: Backend,
-    experiment: Experiment,
-    base: &str,
-    rows: &[Row],
-    repeats: usize,
-    verdict: &Verdict,
-    saved: Option<&(String, String)>,
-    budget_note: Option<&str>,
-) -> Value {
-    let default_median = rows[0].measured.median();
-    let candidates: Vec<Value> = rows
+/// The document of a finished tuning: every candidate with its setting, prediction, measured
+/// runs (median, min, max, spread, repeats) and state, and the recommendation (or null) with its
+/// gain; `best` is the highest measured median beside the default's, recommended or not.
+pub(super) fn document(t: &Tuning, note: &str, budget_s: f64) -> Value {
+    let b = t.board();
+    let plan = t.plan();
+    let backend = plan.template.backend;
+    let default_median = b.rows.first().and_then(|r| r.measured.median());
+    let settings = |env: &[(String, String)]| env.iter().cloned().collect::<BTreeMap<_, _>>();
+    let candidates: Vec<Value> = b
+        .rows
         .iter()
         .map(|r| {
             let m = &r.measured;
             json!({
                 "name": r.cand.name,
-                "settings": r.cand.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+                "settings": settings(&r.cand.env),
                 "modelled": r.cand.modelled,
-                "predicted_samples_per_s": r.predicted.as_ref().ok().map(|p| p.samples_per_s),
+                "state": r.state.as_str(),
+                "predicted_samples_per_s": r.predicted_sps(),
                 "predicted_buckets": r.predicted.as_ref().ok().map(|p| p.buckets),
                 "predicted_exposed_ms": r.predicted.as_ref().ok().map(|p| p.exposed_ms),
                 "prediction_source": r.predicted.as_ref().ok().map(|p| p.busbw.clone()),
@@ -43,56 +41,58 @@ pub(super) fn document(
                     "spread_pct": m.spread_pct(),
                     "repeats": m.repeats(),
                     "vs_default_pct": m.median().zip(default_median).map(|(x, d)| (x / d - 1.0) * 100.0),
-                    "prediction_error_pct": r.predicted.as_ref().ok().zip(m.median())
-                        .and_then(|(p, x)| crate::costmodel::predict::error_pct(p.samples_per_s, x)),
+                    "prediction_error_pct": r.predicted_sps().zip(m.median())
+                        .and_then(|(p, x)| crate::costmodel::predict::error_pct(p, x)),
                 })),
                 "failed": r.failed,
             })
         })
         .collect();
-    let recommendation = match verdict {
-        Verdict::Recommend {
-            candidate,
-            gain_pct,
-        } => json!({
-            "candidate": rows[*candidate].cand.name,
-            "settings": rows[*candidate].cand.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+    let recommendation = match (&b.verdict, b.recommended()) {
+        (Some(Verdict::Recommend { .. }), Some((row, gain_pct))) => json!({
+            "candidate": row.cand.name,
+            "settings": settings(&row.cand.env),
             "gain_pct": gain_pct,
             "rule": "its slowest run beat the default's fastest",
-            "preset": saved.map(|s| s.0.clone()),
-            "config": saved.map(|s| s.1.clone()),
+            "preset": b.saved.as_ref().map(|s| s.name.clone()),
+            "config": b.saved.as_ref().map(|s| s.path.clone()),
         }),
-        Verdict::DefaultIsAsGood { .. } => Value::Null,
+        _ => Value::Null,
     };
-    let verdict_line = match verdict {
-        Verdict::Recommend {
-            candidate,
-            gain_pct,
-        } => format!(
-            "{}: {gain_pct:+.1}% samples/s over the default (its slowest run beat the default's fastest)",
-            rows[*candidate].cand.name
-        ),
-        Verdict::DefaultIsAsGood { best, why } => format!(
-            "the default is as good as anything tried ({why}{})",
-            best.map(|i| format!("; highest median: {}", rows[i].cand.name))
-                .unwrap_or_default()
-        ),
-    };
+    let best = b
+        .best_measured()
+        .map(|(row, gain)| json!({"candidate": row.cand.name, "gain_pct": gain}));
+    let attach = plan.template.attach.as_ref().map(|a| {
+        let ddp_note = b
+            .notes
+            .iter()
+            .find(|n| n.starts_with("DDP settings not tuned"))
+            .cloned();
+        json!({
+            "script": a.script.display().to_string(),
+            "args": a.args,
+            "ddp_settings_tuned": ddp_note.is_none() && b.base_run.is_some(),
+            "ddp_settings_note": ddp_note,
+        })
+    });
     json!({
         "command": "tune",
         "backend": backend.as_str(),
         "simulated": backend == Backend::Sim,
         "note": note,
-        "experiment": experiment.as_str(),
-        "k": a.k,
-        "k1_run": base,
-        "repeats": repeats,
+        "experiment": plan.experiment.as_str(),
+        "attach": attach,
+        "k": plan.k,
+        "k1_run": b.base_run,
+        "repeats": b.repeats,
         "interleaved": true,
-        "budget_s": a.budget,
-        "budget_note": budget_note,
+        "budget_s": budget_s,
+        "state": match b.phase { Phase::Cancelled => "cancelled", _ => "done" },
+        "notes": b.notes,
         "candidates": candidates,
         "recommendation": recommendation,
-        "verdict": verdict_line,
+        "best": best,
+        "verdict": b.verdict_line(),
     })
 }
 
@@ -102,9 +102,12 @@ fn fmt_sps(x: Option<f64>) -> String {
 
 /// The table `ddptop tune` prints, from its JSON document.
 pub(super) fn text_table(doc: &Value) -> String {
+    let what = match doc["attach"]["script"].as_str() {
+        Some(script) => format!("the script {script}"),
+        None => doc["experiment"].as_str().unwrap_or("?").to_string(),
+    };
     let mut s = format!(
-        "ddptop tune: {} at k={} on {}{}: {} repeats each, interleaved; samples/s of all ranks\n",
-        doc["experiment"].as_str().unwrap_or("?"),
+        "ddptop tune: {what} at k={} on {}{}: {} repeats each, interleaved; samples/s of all ranks\n",
         doc["k"],
         doc["backend"].as_str().unwrap_or("?"),
         if doc["simulated"] == true {
@@ -161,12 +164,14 @@ pub(super) fn text_table(doc: &Value) -> String {
             skipped.join(", ")
         ));
     }
-    if let Some(b) = doc["budget_note"].as_str() {
-        s.push_str(&format!("note: {b}\n"));
+    for n in doc["notes"].as_array().into_iter().flatten() {
+        s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("?")));
     }
     s.push_str(&format!(
         "verdict: {}\n",
-        doc["verdict"].as_str().unwrap_or("?")
+        doc["verdict"]
+            .as_str()
+            .unwrap_or("none (cancelled before the default was measured)")
     ));
     if let Some(p) = doc["recommendation"]["preset"].as_str() {
         s.push_str(&format!(

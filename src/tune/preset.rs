@@ -1,8 +1,105 @@
 //! Keep a tuning's winner: a named preset appended to the config file, with where it came from
 //! in comments, usable as `--preset NAME`, with `e` in the dashboard and in reports' settings.
 
+use super::driver::Tuning;
+use crate::app::tune::Saved;
 use crate::config::Config;
+use crate::run::Experiment;
 use std::path::Path;
+
+/// A preset name's part for what was tuned: the experiment, or an attached script's file stem
+/// in the characters a TOML bare key allows.
+fn subject(t: &Tuning) -> String {
+    let plan = t.plan();
+    match (&plan.template.attach, plan.experiment) {
+        (Some(a), Experiment::Attach) => {
+            let stem = a
+                .script
+                .file_stem()
+                .map(|s| s.to_string_lossy().to_string())
+                .unwrap_or_default();
+            let clean: String = stem
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect();
+            if clean.is_empty() {
+                "attach".into()
+            } else {
+                clean
+            }
+        }
+        (_, e) => e.as_str().to_string(),
+    }
+}
+
+/// Keep the tuning's recommendation as `[presets.tuned-SUBJECT-kK-DATE]` in the config at
+/// `path` (the CLI after a tune, `S` in the dashboard); recorded on the board. `machine`: the
+/// host and what ddptop found there, for the comment.
+pub fn save(t: &mut Tuning, path: &Path, machine: &str) -> Result<Saved, String> {
+    if t.cancelled() {
+        return Err("the tuning was cancelled: nothing is recommended from part of it".into());
+    }
+    let (cand, gain_pct) = match t.board().recommended() {
+        Some((row, gain)) => (row.cand.clone(), gain),
+        None => {
+            return Err("nothing is recommended: the default is as good as anything tried".into());
+        }
+    };
+    if let Some(s) = &t.board().saved {
+        return Err(format!("already saved as preset {} in {}", s.name, s.path));
+    }
+    let date = crate::report::Timestamp(crate::util::unix_now()).to_string();
+    let date = date.get(..10).unwrap_or(&date).to_string();
+    let config = Config::load(Some(path)).map_err(|e| e.to_string())?;
+    let k = t.plan().k;
+    let name = free_name(
+        &config,
+        &format!("tuned-{}-k{k}-{}", subject(t), date.replace('-', "")),
+    );
+    let target = t.target();
+    let model = match &target.attach {
+        Some(a) => format!("the script {} on {}", a.label(), target.backend.as_str()),
+        None => format!(
+            "{}, {} on {}",
+            target.model.as_str(),
+            target.batch_label(),
+            target.backend.as_str()
+        ),
+    };
+    let what = format!(
+        "{}: {gain_pct:+.1}% samples/s over the default at k={k}",
+        cand.name
+    );
+    let preset = text(
+        &name,
+        &cand.env,
+        &Provenance {
+            date: &date,
+            machine,
+            model: &model,
+            what: &what,
+        },
+    );
+    let saved = append(path, &name, &preset).map(|()| Saved {
+        name,
+        path: path.display().to_string(),
+    });
+    let board = t.board_mut();
+    match &saved {
+        Ok(s) => {
+            board.saved = Some(s.clone());
+            board.save_error = None;
+        }
+        Err(e) => board.save_error = Some(e.clone()),
+    }
+    saved
+}
 
 /// What the comment above the preset says.
 pub struct Provenance<'a> {

@@ -24,6 +24,7 @@ pub mod scaling;
 pub mod splash;
 pub mod theme;
 pub mod timeline;
+pub mod tune;
 
 use crate::app::{Action, State, View};
 use crate::keys::KeyMap;
@@ -81,6 +82,13 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         let top = l.tabs.map_or(l.header.bottom(), |t| t.bottom());
         let r = Rect::new(area.x, top, area.width, l.hints.y.saturating_sub(top));
         detail::render(ctx, run, r, buf);
+    }
+    if ctx.view.tune
+        && let Some(board) = &ctx.state.tune
+    {
+        let top = l.tabs.map_or(l.header.bottom(), |t| t.bottom());
+        let r = Rect::new(area.x, top, area.width, l.hints.y.saturating_sub(top));
+        tune::render(ctx, board, r, buf);
     }
     if ctx.view.show_help {
         // Everything but the hint bar: the help must fit 80×24 in one column.
@@ -455,7 +463,7 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
 
 /// Actions the help screen lists on one line, with the line's description: siblings whose keys
 /// read best together (and keep the screen inside 80×24: at most 21 lines of at most 78 columns).
-const HELP_GROUPS: [(&[Action], &str); 6] = [
+const HELP_GROUPS: [(&[Action], &str); 7] = [
     (
         &[
             Action::Launch { k: 1 },
@@ -492,6 +500,10 @@ const HELP_GROUPS: [(&[Action], &str); 6] = [
     (
         &[Action::NextTheme, Action::NextPreset],
         "next colour theme / next NCCL preset (config)",
+    ),
+    (
+        &[Action::Tune, Action::SaveTuned],
+        "tune DDP/NCCL settings (live table) / keep the winner",
     ),
 ];
 

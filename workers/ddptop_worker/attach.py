@@ -165,6 +165,7 @@ class Session:
         self.epochs_seen: set[int] = set()  # DistributedSampler.set_epoch values
         self.pg_seen = False  # a process group was initialized at some step (or at the end)
         self.ddp_seen = False  # a DistributedDataParallel module was built
+        self.ddp_args: set[str] = set()  # tuned DDP arguments the script passed itself
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -259,7 +260,10 @@ class Session:
 
     def apply_ddp_knobs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The environment's DDP settings (DDPTOP_DDP_*) into the script's DDP constructor call,
-        by keyword; said once, and refused in words where the script passes them by position."""
+        by keyword; said once, and refused in words where the script passes them by position.
+        Which of them the script passes itself is kept for the result (`ddptop tune --attach`
+        then leaves DDP's constructor alone)."""
+        self.ddp_args.update(ddp_knobs.passed(args, kwargs))
         try:
             knobs = ddp_knobs.from_env()
         except ddp_knobs.KnobError as e:
@@ -645,6 +649,7 @@ class Session:
         fields.update(book.observed())  # what the script set; attach changes neither
         fields["process_group"] = self.pg_seen or process_group_initialized()
         fields["ddp_module"] = self.ddp_seen
+        fields["ddp_args"] = sorted(self.ddp_args)
         if self.epochs_seen:
             fields["epochs_seen"] = len(self.epochs_seen)
         self.client.send("result", **fields)

@@ -63,6 +63,17 @@ def from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     return out
 
 
+def passed(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:
+    """The tuned settings a DDP constructor call passes itself, by keyword or by position (an
+    explicit None is DDP's own default: not counted)."""
+    out = []
+    for kw, pos in POSITIONS.items():
+        value = kwargs[kw] if kw in kwargs else args[pos] if len(args) > pos else None
+        if value is not None:
+            out.append(kw)
+    return out
+
+
 def override(args: tuple[Any, ...], kwargs: dict[str, Any], knobs: Mapping[str, Any]) -> str | None:
     """Put `knobs` into a DDP constructor call's `kwargs` in place. Returns why it could not be
     done safely (a setting passed positionally), or None."""

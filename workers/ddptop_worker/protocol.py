@@ -136,6 +136,7 @@ STRATEGIES: Final = ("ddp", "fsdp", "jax_data", "jax_fsdp")
 SHARDINGS: Final = ("data", "fsdp")
 HLO_OPS: Final = ("all_reduce", "all_gather", "reduce_scatter")
 OPTIMIZERS: Final = ("sgd", "adam")
+DDP_ARGS: Final = ("bucket_cap_mb", "static_graph", "gradient_as_bucket_view")
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
 BYE_REASONS: Final = ("done", "stopped", "error")
 PROBE_MODES: Final = ("synced", "no_sync")
@@ -365,6 +366,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "cudnn_benchmark": opt(boolean),
         "process_group": opt(boolean),
         "ddp_module": opt(boolean),
+        "ddp_args": opt(list_of(one_of(*DDP_ARGS))),
         "epochs_seen": opt_uint,
     },
     "plan": {

@@ -112,6 +112,7 @@ def test_example_unmodified_full_instrumentation(server: FakeDdptop) -> None:
         assert res["optimizer"] == "sgd" and res["params"] == 669706
         # what ddptop saw of the script, for its record (it claims no setting it did not see)
         assert res["process_group"] is True and res["ddp_module"] is True
+        assert res["ddp_args"] == []  # it leaves DDP's tuned arguments to DDP (`ddptop tune`)
         assert res["epochs_seen"] == 2
         assert res["grad_bytes"] == 4 * res["params"] == sum(res["bucket_bytes"])
         assert len(res["bucket_bytes"]) == 2  # 1 MiB first bucket + the rest

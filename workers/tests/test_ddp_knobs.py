@@ -48,6 +48,17 @@ def test_a_setting_passed_by_position_is_left_alone_and_said() -> None:
     assert kwargs == {"bucket_cap_mb": 5.0}
 
 
+def test_what_the_script_passes_itself_is_named_by_keyword_or_position() -> None:
+    m = nn.Linear(2, 2)
+    assert ddp_knobs.passed((m,), {"device_ids": [0]}) == []
+    assert ddp_knobs.passed((m,), {"bucket_cap_mb": None}) == []  # DDP's default, spelled out
+    assert ddp_knobs.passed((m,), {"static_graph": False}) == ["static_graph"]
+    # module … process_group, then bucket_cap_mb by position.
+    assert ddp_knobs.passed((m, None, None, 0, True, True, None, 25), {}) == ["bucket_cap_mb"]
+    both = ddp_knobs.passed((m,), {"gradient_as_bucket_view": True, "bucket_cap_mb": 10})
+    assert sorted(both) == ["bucket_cap_mb", "gradient_as_bucket_view"]
+
+
 def test_a_real_ddp_takes_them() -> None:
     # The positions above are DDP's own: checked against this torch's signature.
     import inspect

@@ -1,0 +1,745 @@
+//! The one tuning procedure, for `ddptop tune` and the dashboard's `T` alike. It runs nothing
+//! itself: it hands out batches of launches (`take_launches`), is told which run each became
+//! (`launched`), reads the runs when they end (`poll`), and keeps the table (`board`) that both
+//! front ends show. A front end owns the engine and its queue; it pushes each batch into the
+//! queue under one sweep id and calls `poll` after every event.
+//!
+//! 1. **Predict**: the default at k=1 and, on real backends, an all-reduce sweep at k per
+//!    distinct NCCL setting; each candidate is predicted as soon as its sweep is in.
+//! 2. **Measure**: the default and the finalists interleaved, A B C A B C …
+//! 3. **Decide** (`app::tune::decide`).
+
+use crate::app::tune::decide::{self, Verdict};
+use crate::app::tune::space::{self, Candidate};
+use crate::app::tune::{Board, Phase, Row, RowState, predict};
+use crate::costmodel::Profile;
+use crate::plan::Template;
+use crate::protocol::Backend;
+use crate::run::{Experiment, RunSpec, RunStatus, RunView};
+use std::time::Instant;
+
+/// What to tune.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Everything of the runs but the candidate's settings (presets and `--env` applied; for
+    /// an attached script, `attach` set).
+    pub template: Template,
+    /// `Weak`, `Strong` or `Attach`.
+    pub experiment: Experiment,
+    pub k: u32,
+    /// Bucket sizes to try instead of the built-in ones (empty: those).
+    pub bucket_caps: Vec<f64>,
+    pub repeats: u32,
+    pub finalists: u32,
+    pub min_gain_pct: f64,
+    pub budget_s: f64,
+}
+
+impl Plan {
+    /// `--repeats 3 --finalists 3 --min-gain 1 --budget 10m`, the command's defaults.
+    pub fn new(template: Template, experiment: Experiment, k: u32) -> Plan {
+        Plan {
+            template,
+            experiment,
+            k,
+            bucket_caps: Vec::new(),
+            repeats: 3,
+            finalists: 3,
+            min_gain_pct: decide::MIN_GAIN_PCT,
+            budget_s: 600.0,
+        }
+    }
+}
+
+/// What a launch of the tuning is for.
+#[derive(Debug, Clone, PartialEq)]
+enum Purpose {
+    Base,
+    Sweep(Vec<(String, String)>),
+    Measure(usize),
+}
+
+/// Something a front end may say (the CLI on stderr, the dashboard in its log).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// A line about the tuning (what a run is for, a setting left alone, the verdict).
+    Note(String),
+    /// The tuning is over (done, cancelled or failed): the board says how.
+    Finished,
+}
+
+pub struct Tuning {
+    plan: Plan,
+    target: RunSpec,
+    base_spec: RunSpec,
+    profile: Option<Profile>,
+    board: Board,
+    /// The current batch's purposes, in launch order, and how many of them have been launched
+    /// and read back.
+    batch: Vec<Purpose>,
+    launched: Vec<String>,
+    read: usize,
+    /// Handed out by `take_launches`.
+    pending: Vec<RunSpec>,
+    sweeps_done: Vec<Vec<(String, String)>>,
+    base: Option<RunView>,
+    base_wall: f64,
+    /// Whether DDP's constructor may be changed (always on ddptop's own workers); why not.
+    ddp_ok: Result<(), String>,
+    started: Instant,
+    cancelled: bool,
+}
+
+/// The all-reduce sweep at k with the run's settings and `nccl` on top: what times a
+/// candidate's buckets.
+fn sweep_spec(template: &Template, nccl: &[(String, String)], k: u32) -> RunSpec {
+    let mut t = template.clone();
+    for (name, value) in nccl {
+        t.nccl.set(name, Some(value.clone()));
+    }
+    t.spec(Experiment::Allreduce, k)
+}
+
+/// The NCCL settings and bucket sizes of a predicted layout.
+type Layout = (Vec<(String, String)>, Vec<u64>);
+
+/// A bucket size that cuts the model as a smaller one does is the same run: keep the first.
+fn dedupe_layouts(rows: &mut Vec<Row>) {
+    let mut seen: Vec<Layout> = Vec::new();
+    rows.retain(|r| {
+        let (Some(_), Ok(p)) = (r.cand.cap_mb(), &r.predicted) else {
+            return true;
+        };
+        let key = (r.cand.nccl_env(), p.bucket_bytes.clone());
+        let dup = seen.contains(&key);
+        seen.push(key);
+        !dup
+    });
+}
+
+/// The figure a measured run gives, or why it gives none.
+fn sps_of(r: &RunView) -> Result<f64, String> {
+    if r.status != RunStatus::Completed {
+        return Err(format!(
+            "{} {}: {}",
+            r.id,
+            r.status.as_str(),
+            r.reason.as_deref().unwrap_or("no reason given")
+        ));
+    }
+    r.aggregate
+        .as_ref()
+        .map(|a| a.samples_per_s)
+        .filter(|s| *s > 0.0)
+        .ok_or_else(|| format!("{} measured no throughput", r.id))
+}
+
+impl Tuning {
+    /// Check the plan and hand out the prediction runs (`take_launches`).
+    pub fn new(plan: Plan) -> Result<Tuning, String> {
+        let t = &plan.template;
+        match plan.experiment {
+            Experiment::Weak | Experiment::Strong => {}
+            Experiment::Attach if t.attach.is_some() => {}
+            e => {
+                return Err(format!(
+                    "tune measures weak or strong scaling or an attached script, not {e}"
+                ));
+            }
+        }
+        if plan.k < 2 {
+            return Err("tune needs k ≥ 2: at k=1 nothing communicates".into());
+        }
+        let target = t.spec(plan.experiment, plan.k);
+        // The k=1 run whose compute the k-rank step keeps: weak at the target's per-rank
+        // batch (for strong scaling, the global batch split k ways); the script itself at k=1.
+        let base_spec = if plan.experiment == Experiment::Attach {
+            t.spec(Experiment::Attach, 1)
+        } else {
+            let mut b = t.clone();
+            b.batch = Some(target.per_rank_batch());
+            b.spec(Experiment::Weak, 1)
+        };
+        let profile = t.profile.as_deref().and_then(Profile::get);
+        // The NCCL settings to sweep do not depend on the model; the bucket sizes do.
+        let mut sweeps = Vec::new();
+        if t.backend != Backend::Sim {
+            for c in space::space(t.backend, profile.as_ref(), &t.nccl, None) {
+                let e = c.nccl_env();
+                if !sweeps.contains(&e) {
+                    sweeps.push(e);
+                }
+            }
+        }
+        let what = match &t.attach {
+            Some(a) if plan.experiment == Experiment::Attach => a.label(),
+            _ => plan.experiment.as_str().to_string(),
+        };
+        let on = match &t.profile {
+            Some(p) if t.backend == Backend::Sim => format!("sim ({p})"),
+            _ => t.backend.as_str().to_string(),
+        };
+        let board = Board::new(
+            format!("{what} at k={} on {on}", plan.k),
+            t.backend == Backend::Sim,
+            plan.k,
+            1 + sweeps.len(),
+        );
+        let mut batch = vec![Purpose::Base];
+        let mut pending = vec![base_spec.clone()];
+        for e in &sweeps {
+            batch.push(Purpose::Sweep(e.clone()));
+            pending.push(sweep_spec(t, e, plan.k));
+        }
+        Ok(Tuning {
+            target,
+            base_spec,
+            profile,
+            board,
+            batch,
+            launched: Vec::new(),
+            read: 0,
+            pending,
+            sweeps_done: Vec::new(),
+            base: None,
+            base_wall: 1.0,
+            ddp_ok: Ok(()),
+            started: Instant::now(),
+            cancelled: false,
+            plan,
+        })
+    }
+
+    pub fn board(&self) -> &Board {
+        &self.board
+    }
+
+    pub fn board_mut(&mut self) -> &mut Board {
+        &mut self.board
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The k-rank run being tuned.
+    pub fn target(&self) -> &RunSpec {
+        &self.target
+    }
+
+    pub fn finished(&self) -> bool {
+        self.board.phase.finished()
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancelled
+    }
+
+    /// The launches to queue now, in order (empty between batches).
+    pub fn take_launches(&mut self) -> Vec<RunSpec> {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// The front end's queue started the next launch of this tuning as run `id`: the line
+    /// that says what it is for.
+    pub fn launched(&mut self, id: &str, spec: &RunSpec) -> String {
+        let i = self.launched.len();
+        self.launched.push(id.to_string());
+        let n = self.batch.len();
+        let what = match self.batch.get(i) {
+            Some(Purpose::Base) => format!("predict 1/{n}: the default at k=1"),
+            Some(Purpose::Sweep(e)) => format!(
+                "predict {}/{n}: all-reduce sweep at k={}{}",
+                i + 1,
+                spec.k,
+                if e.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " with {}",
+                        e.iter()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    )
+                }
+            ),
+            Some(Purpose::Measure(r)) => format!(
+                "measure {}/{n}: {} at k={}",
+                i + 1,
+                self.board.rows[*r].cand.name,
+                spec.k
+            ),
+            None => format!("an extra launch at k={}", spec.k),
+        };
+        let line = format!("tune: {what} as {id}");
+        self.board.running = Some((id.to_string(), what));
+        line
+    }
+
+    /// Stop after what has ended: nothing more is handed out; the front end drops the queued
+    /// launches and stops the active one, and `poll` then finishes with the figures so far.
+    pub fn cancel(&mut self) {
+        self.cancelled = true;
+        self.pending.clear();
+    }
+
+    /// Finish with what ended, whatever is still going (the CLI after an interrupted loop: its
+    /// runs were stopped by the engine's shutdown).
+    pub fn close(&mut self, runs: &[RunView]) {
+        self.cancel();
+        let _ = self.poll(runs, 0);
+        if !self.finished() {
+            self.read = self.launched.len();
+            self.finish();
+        }
+    }
+
+    /// Read the runs that ended. `runs`: every run the front end knows (sweeps are found
+    /// there); `waiting`: this tuning's launches still in the front end's queue. Returns what to
+    /// say; `true` in the second place when the board changed.
+    pub fn poll(&mut self, runs: &[RunView], waiting: usize) -> (Vec<Progress>, bool) {
+        let mut said = Vec::new();
+        let mut changed = false;
+        while self.read < self.launched.len() {
+            let id = self.launched[self.read].clone();
+            let Some(run) = runs.iter().find(|r| r.id == id) else {
+                break;
+            };
+            if !run.status.is_final() {
+                break;
+            }
+            self.read += 1;
+            changed = true;
+            if self.board.running.as_ref().is_some_and(|(r, _)| *r == id) {
+                self.board.running = None;
+            }
+            let purpose = self.batch.get(self.read - 1).cloned();
+            match purpose {
+                Some(Purpose::Base) => self.base_done(run, runs, &mut said),
+                Some(Purpose::Sweep(e)) => {
+                    self.sweeps_done.push(e);
+                    self.predict_rows(runs);
+                }
+                Some(Purpose::Measure(i)) => {
+                    let row = &mut self.board.rows[i];
+                    match sps_of(run) {
+                        Ok(s) => row.measured.push(run.id.clone(), s),
+                        Err(e) => {
+                            said.push(Progress::Note(format!(
+                                "tune: {} did not measure: {e}",
+                                row.cand.name
+                            )));
+                            row.failed.push(e);
+                        }
+                    }
+                    row.state = if !row.failed.is_empty() {
+                        RowState::Failed
+                    } else if row.runs_done() >= row.planned {
+                        RowState::Done
+                    } else {
+                        RowState::Measuring
+                    };
+                }
+                None => {}
+            }
+            if self.board.phase.finished() {
+                said.push(Progress::Finished);
+                return (said, true);
+            }
+            self.count();
+        }
+        let over = self.read == self.launched.len() && waiting == 0 && self.pending.is_empty();
+        if !over || self.board.phase.finished() {
+            return (said, changed);
+        }
+        // The batch is over (or ended short: a launch refused, the tuning cancelled).
+        match self.board.phase {
+            Phase::Predicting { .. } if !self.cancelled && self.base.is_some() => {
+                self.choose_finalists(runs, &mut said);
+            }
+            Phase::Predicting { .. } if !self.cancelled => {
+                self.board.phase = Phase::Failed(
+                    "the default k=1 run was not launched; nothing to predict from".into(),
+                );
+            }
+            _ => self.finish(),
+        }
+        if self.board.phase.finished() {
+            if let Some(v) = self.board.verdict_line() {
+                said.push(Progress::Note(format!("tune: {v}")));
+            }
+            said.push(Progress::Finished);
+        }
+        (said, true)
+    }
+
+    /// Runs ended of the current batch, on the board.
+    fn count(&mut self) {
+        let (done, total) = (self.read, self.batch.len());
+        match &mut self.board.phase {
+            Phase::Predicting { done: d, total: t } | Phase::Measuring { done: d, total: t } => {
+                *d = done;
+                *t = total;
+            }
+            _ => {}
+        }
+    }
+
+    fn base_done(&mut self, run: &RunView, runs: &[RunView], said: &mut Vec<Progress>) {
+        if run.status != RunStatus::Completed && self.cancelled {
+            self.finish();
+            return;
+        }
+        if run.status != RunStatus::Completed {
+            self.board.phase = Phase::Failed(format!(
+                "the default k=1 run did not complete ({}: {}); nothing to predict from",
+                run.status.as_str(),
+                run.reason.as_deref().unwrap_or("no reason given")
+            ));
+            return;
+        }
+        self.board.base_run = Some(run.id.clone());
+        self.base_wall = (run.ended_unix.unwrap_or(run.started_unix) - run.started_unix).max(1.0);
+        if self.plan.experiment == Experiment::Attach {
+            self.ddp_ok = crate::app::tune::ddp_adjustable(run);
+            if let Err(why) = &self.ddp_ok {
+                let line = format!(
+                    "DDP settings not tuned: {why}; only environment knobs are{}",
+                    if self.plan.template.backend == Backend::Nccl {
+                        " (NCCL's)"
+                    } else {
+                        " (none on gloo)"
+                    }
+                );
+                said.push(Progress::Note(format!("tune: {line}")));
+                self.board.notes.push(line);
+            }
+        }
+        self.base = Some(run.clone());
+        let t = &self.plan.template;
+        let grad_bytes = crate::app::predict::ready_times(run)
+            .ok()
+            .map(|(b, _)| b.iter().map(|x| x.bytes).sum())
+            .or(run.grad_bytes);
+        let mut cands = space::space(t.backend, self.profile.as_ref(), &t.nccl, grad_bytes);
+        if !self.plan.bucket_caps.is_empty() {
+            cands.retain(|c| c.cap_mb().is_none());
+            cands.extend(
+                self.plan
+                    .bucket_caps
+                    .iter()
+                    .map(|mb| Candidate::bucket_cap(*mb)),
+            );
+        }
+        if self.ddp_ok.is_err() {
+            cands.retain(|c| c.is_default() || c.env.iter().all(|(k, _)| k.starts_with("NCCL_")));
+        }
+        self.board.rows = cands
+            .into_iter()
+            .map(|c| Row::new(c, Err(String::new())))
+            .collect();
+        self.predict_rows(runs);
+    }
+
+    /// The per-rank samples of one step at k: the target's, or what the script's k=1 run
+    /// showed.
+    fn per_rank(&self, base: &RunView) -> Result<u32, String> {
+        if self.plan.experiment != Experiment::Attach {
+            return Ok(self.target.per_rank_batch());
+        }
+        base.observed
+            .per_rank_batch()
+            .and_then(|b| u32::try_from(b).ok())
+            .ok_or_else(|| format!("k=1 run {} showed no batch size", base.id))
+    }
+
+    /// Predict every row whose sweep is in (all of them on the simulator).
+    fn predict_rows(&mut self, runs: &[RunView]) {
+        let Some(base) = self.base.clone() else {
+            return;
+        };
+        let sim = self.plan.template.backend == Backend::Sim;
+        let per_rank = self.per_rank(&base);
+        for r in &mut self.board.rows {
+            let env = r.cand.nccl_env();
+            if !sim && !self.sweeps_done.contains(&env) {
+                r.state = RowState::Predicting;
+                continue;
+            }
+            r.predicted = per_rank.clone().and_then(|per_rank| {
+                predict::predict(
+                    &base,
+                    &sweep_spec(&self.plan.template, &env, self.plan.k),
+                    per_rank,
+                    r.cand.cap_mb(),
+                    runs,
+                )
+            });
+            r.state = RowState::Predicted;
+        }
+    }
+
+    /// All predictions are in: add the best bucket size with the best NCCL setting, choose
+    /// the finalists within the budget and hand out the interleaved runs.
+    fn choose_finalists(&mut self, runs: &[RunView], said: &mut Vec<Progress>) {
+        // A sweep that never ran leaves its candidates unpredicted: say so in their row.
+        for r in &mut self.board.rows {
+            if r.state == RowState::Predicting {
+                r.predicted = Err("its all-reduce sweep did not complete".into());
+                r.state = RowState::Predicted;
+            }
+        }
+        dedupe_layouts(&mut self.board.rows);
+        let pred = |r: &Row| r.predicted_sps().unwrap_or(f64::NAN);
+        let rows = &self.board.rows;
+        let default_pred = rows.first().map_or(f64::NAN, pred);
+        let best_of = |f: &dyn Fn(&Candidate) -> bool| {
+            rows.iter()
+                .filter(|r| f(&r.cand) && r.cand.modelled && pred(r) > default_pred)
+                .max_by(|x, y| pred(x).total_cmp(&pred(y)))
+                .map(|r| r.cand.clone())
+        };
+        let combined = match (
+            best_of(&|c| c.cap_mb().is_some()),
+            best_of(&|c| !c.nccl_env().is_empty()),
+        ) {
+            (Some(cap), Some(nccl)) => Some(cap.combine(&nccl)),
+            _ => None,
+        };
+        if let Some(c) = combined {
+            self.board.rows.push(Row::new(c, Err(String::new())));
+            self.predict_rows(runs);
+        }
+        let rows = &self.board.rows;
+        // The best predicted, then what the model cannot predict; cut to the budget.
+        let mut order: Vec<usize> = (1..rows.len())
+            .filter(|&i| rows[i].cand.modelled && rows[i].predicted.is_ok())
+            .collect();
+        order.sort_by(|&x, &y| pred(&rows[y]).total_cmp(&pred(&rows[x])));
+        order.truncate(self.plan.finalists as usize);
+        order.extend((1..rows.len()).filter(|&i| !rows[i].cand.modelled));
+        // Where nothing could be predicted (no bucket timeline: an attached script's own comm
+        // hook), the candidates are measured blind, in order, as far as the budget goes.
+        if rows.iter().all(|r| r.predicted.is_err()) {
+            order.extend((1..rows.len()).filter(|&i| rows[i].cand.modelled));
+        }
+        let mut repeats = self.plan.repeats as usize;
+        let left = self.plan.budget_s - self.started.elapsed().as_secs_f64();
+        let wall = self.base_wall;
+        let cost = |n: usize, r: usize| (n + 1) as f64 * r as f64 * wall;
+        while order.len() > 1 && cost(order.len(), repeats) > left {
+            order.pop();
+        }
+        while repeats > 1 && cost(order.len(), repeats) > left {
+            repeats -= 1;
+        }
+        if repeats < self.plan.repeats as usize {
+            let note = format!(
+                "the budget ({left:.0} s left, about {wall:.0} s per run) allows {repeats} repeats; raise --budget for {}",
+                self.plan.repeats
+            );
+            said.push(Progress::Note(format!("tune: {note}")));
+            self.board.notes.push(note);
+        }
+        self.board.repeats = repeats;
+        if rows.len() <= 1 {
+            self.board.verdict = Some(Verdict::DefaultIsAsGood {
+                best: None,
+                why: "nothing to try besides it".into(),
+            });
+            self.board.phase = Phase::Done;
+            return;
+        }
+        for r in &mut self.board.rows {
+            r.state = RowState::Skipped;
+        }
+        let mut measured = vec![0usize];
+        measured.extend(order.iter().copied());
+        for &i in &measured {
+            let r = &mut self.board.rows[i];
+            r.finalist = true;
+            r.planned = repeats;
+            r.state = RowState::Measuring;
+        }
+        // Interleaved: default, finalist 1, finalist 2, …, then again.
+        self.batch.clear();
+        self.launched.clear();
+        self.read = 0;
+        for _ in 0..repeats {
+            for &i in &measured {
+                let mut t = self.plan.template.clone();
+                t.nccl = self.board.rows[i].cand.settings(&self.plan.template.nccl);
+                self.pending.push(t.spec(self.plan.experiment, self.plan.k));
+                self.batch.push(Purpose::Measure(i));
+            }
+        }
+        self.board.phase = Phase::Measuring {
+            done: 0,
+            total: self.batch.len(),
+        };
+    }
+
+    /// Decide from what was measured.
+    fn finish(&mut self) {
+        let rows = &self.board.rows;
+        let finalists: Vec<(usize, &decide::Measured)> = (1..rows.len())
+            .filter(|&i| rows[i].finalist && rows[i].failed.is_empty())
+            .map(|i| (i, &rows[i].measured))
+            .collect();
+        // Cancelled before the default was measured: there is nothing to say.
+        self.board.verdict = match rows.first() {
+            Some(d) if !(self.cancelled && d.measured.repeats() == 0) => Some(decide::decide(
+                &d.measured,
+                &finalists,
+                self.plan.min_gain_pct,
+            )),
+            _ => None,
+        };
+        for r in &mut self.board.rows {
+            if r.state == RowState::Measuring && r.runs_done() < r.planned {
+                // Cancelled or cut short: what it has is what there is.
+                r.state = if r.runs_done() == 0 {
+                    RowState::Skipped
+                } else {
+                    RowState::Done
+                };
+            }
+        }
+        self.board.running = None;
+        self.board.phase = if self.cancelled {
+            Phase::Cancelled
+        } else {
+            Phase::Done
+        };
+    }
+
+    /// The k=1 spec predictions come from (for tests and the CLI's caveats).
+    pub fn base_spec(&self) -> &RunSpec {
+        &self.base_spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished_run(spec: RunSpec, id: &str, sps: Option<f64>) -> RunView {
+        let mut r = RunView::new(id.into(), spec, Instant::now(), 100.0);
+        r.status = if sps.is_some() {
+            RunStatus::Completed
+        } else {
+            RunStatus::Failed
+        };
+        r.ended_unix = Some(110.0);
+        r.aggregate = sps.map(|s| crate::run::Aggregate {
+            samples_per_s: s,
+            per_rank: vec![s],
+            rank_min: s,
+            rank_max: s,
+        });
+        r
+    }
+
+    #[test]
+    fn a_failed_k1_run_ends_the_tuning_with_why() {
+        let t = Template::new(Backend::Sim, None);
+        let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
+        let specs = tu.take_launches();
+        assert_eq!(specs.len(), 1, "the simulator needs no sweep");
+        assert_eq!(specs[0].k, 1);
+        let line = tu.launched("r1", &specs[0]);
+        assert!(line.contains("predict 1/1"), "{line}");
+        let runs = vec![finished_run(specs[0].clone(), "r1", None)];
+        let (said, changed) = tu.poll(&runs, 0);
+        assert!(changed && tu.finished());
+        assert_eq!(said.last(), Some(&Progress::Finished));
+        match &tu.board().phase {
+            Phase::Failed(why) => assert!(why.contains("did not complete"), "{why}"),
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn a_cancelled_tuning_stops_handing_out_runs_and_keeps_what_ended() {
+        let t = Template::new(Backend::Gloo, None);
+        let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
+        let specs = tu.take_launches();
+        // gloo: the k=1 run and one all-reduce sweep (no NCCL settings to sweep).
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[1].experiment, Experiment::Allreduce);
+        tu.launched("r1", &specs[0]);
+        let (_, _) = tu.poll(&[], 1);
+        assert!(!tu.finished());
+        tu.cancel();
+        let runs = vec![finished_run(specs[0].clone(), "r1", None)];
+        tu.poll(&runs, 0);
+        assert!(tu.finished());
+        assert!(tu.take_launches().is_empty());
+    }
+
+    #[test]
+    fn a_script_with_its_own_comm_hook_keeps_its_ddp_settings_and_says_why() {
+        let mut t = Template::new(Backend::Gloo, None);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        t.attach = Some(
+            crate::run::AttachTarget::new(
+                &dir.join("examples/train_ddp_own_hook.py"),
+                Vec::new(),
+                dir,
+            )
+            .unwrap(),
+        );
+        let mut tu = Tuning::new(Plan::new(t, Experiment::Attach, 2)).unwrap();
+        let specs = tu.take_launches();
+        assert_eq!(specs[0].experiment, Experiment::Attach);
+        assert_eq!(specs[0].k, 1);
+        let mut base = finished_run(specs[0].clone(), "r1", Some(1000.0));
+        base.observed.ddp_module = Some(true);
+        base.instrument = Some(crate::protocol::Instrument::StepsOnly);
+        let sweep = finished_run(specs[1].clone(), "r2", None);
+        tu.launched("r1", &specs[0]);
+        let (said, _) = tu.poll(std::slice::from_ref(&base), 1);
+        let note = said
+            .iter()
+            .find_map(|p| match p {
+                Progress::Note(l) => Some(l.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            note,
+            "tune: DDP settings not tuned: the script registers its own comm hook; only environment knobs are (none on gloo)"
+        );
+        tu.launched("r2", &specs[1]);
+        let (said, _) = tu.poll(&[base, sweep], 0);
+        // On gloo nothing is left to try: the tuning ends without measuring.
+        assert!(tu.finished() && said.contains(&Progress::Finished));
+        assert!(tu.take_launches().is_empty());
+        assert_eq!(tu.board().rows.len(), 1);
+        assert!(
+            tu.board()
+                .verdict_line()
+                .unwrap()
+                .contains("nothing to try besides it")
+        );
+    }
+
+    #[test]
+    fn other_experiments_and_k1_are_refused() {
+        let t = Template::new(Backend::Sim, None);
+        assert!(
+            Tuning::new(Plan::new(t.clone(), Experiment::Probe, 2))
+                .err()
+                .unwrap()
+                .contains("not probe")
+        );
+        assert!(
+            Tuning::new(Plan::new(t.clone(), Experiment::Attach, 2))
+                .err()
+                .unwrap()
+                .contains("attached script")
+        );
+        assert!(Tuning::new(Plan::new(t, Experiment::Weak, 1)).is_err());
+    }
+}
