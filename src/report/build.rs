@@ -3,13 +3,14 @@
 //! and efficiency as committed when the run ended (else recomputed against the same curve's
 //! k=1 run), probe medians of block medians, the last bucket timeline of rank 0.
 
+use super::run_doc::{FamilySettings, RunDetail, RunFigures, TorchSeen};
 use super::{
     BenchRow, BucketSpan, Curve, CurvePoint, Environment, ProbeRow, Report, RunInfo, Spread,
     Timeline, Timestamp,
 };
 use crate::app::predict;
 use crate::app::summary;
-use crate::run::{CurveKey, Experiment, RunStatus, RunView, Scaling};
+use crate::run::{CurveKey, Experiment, RunStatus, RunView, Scaling, TorchSettings};
 use crate::store::LaunchRecord;
 use std::collections::{BTreeMap, HashMap};
 
@@ -45,10 +46,25 @@ pub fn settings_label(run: &RunView) -> String {
     label
 }
 
-pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
+/// The one run document of a stored run (`RunInfo`): `history` is where its k=1 baseline,
+/// busbw run and probe control are found; `detail`: with its per-rank sections (the outputs
+/// about one run).
+pub fn run_info(
+    run: &RunView,
+    rec: Option<&LaunchRecord>,
+    history: &[RunView],
+    detail: bool,
+) -> RunInfo {
     let s = &run.spec;
     let set = run.settings();
     let run_dir = rec.map(|r| r.run_dir.clone());
+    let scaling = rec
+        .and_then(|r| r.scaling.clone())
+        .or_else(|| summary::scaling(run, history));
+    let asked = match s.torch {
+        TorchSettings::Off if !TorchSettings::applies(s.experiment, s.backend) => None,
+        t => Some(t),
+    };
     RunInfo {
         id: run.id.clone(),
         experiment: s.experiment,
@@ -61,9 +77,18 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         epochs: set.epochs,
         samples: set.samples,
         data_path: set.data_path,
+        data_source: set.data_source,
+        control: s.control,
         caveats: run.caveats.iter().map(|c| c.text.clone()).collect(),
         settings: settings_label(run),
+        nccl_read: run
+            .nccl_read
+            .iter()
+            .map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" }))
+            .collect(),
         torch: run.torch_label(),
+        torch_settings: asked,
+        torch_seen: TorchSeen::of(run),
         status: run.status,
         reason: run.reason.clone(),
         started: Timestamp(run.started_unix),
@@ -75,6 +100,9 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         versions: run.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
         stragglers: run.stragglers.clone(),
+        figures: RunFigures::of(run, scaling, history),
+        family: FamilySettings::of(run),
+        detail: detail.then(|| RunDetail::of(run)),
     }
 }
 
@@ -329,7 +357,7 @@ pub fn build(title: String, src: &Source, now: f64) -> Report {
         environment: environment(&all),
         runs: all
             .iter()
-            .map(|r| run_info(r, src.records.get(&r.id)))
+            .map(|r| run_info(r, src.records.get(&r.id), src.history, false))
             .collect(),
         curves,
         timelines,
