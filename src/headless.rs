@@ -300,7 +300,7 @@ async fn execute(
         for c in crate::run::checks::launch_caveats(s, cores) {
             eprintln!(
                 "ddptop: warning: {} k={}: {}",
-                s.experiment.as_str(),
+                s.experiment().as_str(),
                 s.k,
                 c.text
             );
@@ -451,7 +451,7 @@ async fn execute(
 /// sections), plus the Memory pane's DDP-beside-FSDP comparison for an fsdp run.
 fn run_json(r: &RunView, rec: Option<&LaunchRecord>, state: &State, context: &[RunView]) -> Value {
     let mut v = crate::report::json::run(&run_info(r, rec, context, true));
-    if r.spec.experiment == Experiment::Fsdp {
+    if r.spec.experiment() == Experiment::Fsdp {
         v["memory_comparison"] = memory_comparison(r, state);
     }
     v
@@ -512,8 +512,8 @@ fn fsdp_note(r: &RunView) -> Option<String> {
     let fmt = crate::util::fmt_bytes;
     let mut s = format!(
         "{} {}: rank 0 state {} (predicted {}), peak {}",
-        r.spec.strategy.as_str(),
-        r.spec.optimizer.as_str(),
+        r.spec.family.strategy().unwrap_or_default().as_str(),
+        r.spec.family.optimizer().as_str(),
         fmt(state),
         m.predicted_bytes.map_or("?".into(), fmt),
         m.peak_bytes.map_or("unavailable on CPU".into(), fmt)
@@ -548,7 +548,7 @@ fn jax_note(r: &RunView) -> Option<String> {
     let ops = h.ops.unwrap_or_default();
     let mut s = format!(
         "{} sharding: {} all-reduce",
-        r.spec.sharding.as_str(),
+        r.spec.family.sharding().as_str(),
         h.all_reduce_ops
     );
     if let Some(a) = ops.all_reduce.filter(|a| a.count > 0) {
@@ -602,7 +602,7 @@ pub fn report(
         crate::report::Timestamp(crate::util::unix_now()),
     );
     let body = json!({
-        "experiment": first.map(|r| r.spec.experiment.as_str()),
+        "experiment": first.map(|r| r.spec.experiment().as_str()),
         "backend": first.map(|r| r.spec.backend.as_str()),
         "simulated": first.is_some_and(|r| r.is_simulated()),
         "profile": first.and_then(|r| r.spec.profile.clone()),
@@ -624,12 +624,12 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         return "no runs\n".into();
     };
     let s = &first.spec;
-    if let Some(a) = &s.attach {
+    if let Some(a) = s.attach() {
         out.push_str(&format!("attach {} — {note}, env {}\n", a.label(), s.nccl));
     } else {
         out.push_str(&format!(
             "{} scaling — {}{}, env {} — batch {}{}\n",
-            s.experiment.as_str(),
+            s.experiment().as_str(),
             note,
             s.profile
                 .as_ref()
@@ -637,7 +637,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
                 .unwrap_or_default(),
             s.nccl,
             s.batch,
-            match s.experiment {
+            match s.experiment() {
                 Experiment::Strong => " global",
                 Experiment::Jax => " per device, one process",
                 _ => " per rank",
@@ -692,20 +692,20 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         {
             notes.push(format!("WARNING {why}"));
         }
-        if r.spec.experiment == Experiment::Fsdp
+        if r.spec.experiment() == Experiment::Fsdp
             && let Some(n) = fsdp_note(r)
         {
             notes.push(n);
         }
-        if r.spec.experiment == Experiment::Jax
+        if r.spec.experiment() == Experiment::Jax
             && let Some(n) = jax_note(r)
         {
             notes.push(n);
         }
-        if r.spec.experiment == Experiment::Handrolled {
-            notes.push(format!("hand-rolled {}", r.spec.hand.label()));
+        if r.spec.experiment() == Experiment::Handrolled {
+            notes.push(format!("hand-rolled {}", r.spec.family.hand().label()));
         }
-        if r.spec.attach.is_some() {
+        if r.spec.attach().is_some() {
             notes.push(attach_note(r));
         }
         if let Some((data, step)) = summary::data_wait(r).filter(|(_, s)| *s > 0.0) {

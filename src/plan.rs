@@ -14,7 +14,7 @@ use crate::run::{
     AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, Experiment, HostBackend,
     JaxSharding, ModelName, NcclSettings, OptimizerName, RunSpec, TorchStrategy,
 };
-use crate::run::{HandRolled, TorchSettings};
+use crate::run::{Family, HandRolled, TorchSettings};
 use crate::util::BadInput;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -256,9 +256,28 @@ impl Template {
     }
 
     /// The one way a `RunSpec` is built.
+    /// `experiment` with this template's settings for it (each family takes its own only, so
+    /// that they never split another experiment's curve).
+    pub fn family(&self, experiment: Experiment) -> Family {
+        match experiment {
+            Experiment::Jax => Family::Jax {
+                sharding: self.sharding,
+            },
+            Experiment::Fsdp => Family::Fsdp {
+                strategy: self.strategy,
+                optimizer: self.optimizer.unwrap_or(OptimizerName::Adam),
+            },
+            Experiment::Attach => Family::Attach {
+                target: self.attach.clone(),
+            },
+            Experiment::Handrolled => Family::Handrolled { hand: self.hand },
+            e => Family::of(e),
+        }
+    }
+
     pub fn spec(&self, experiment: Experiment, k: u32) -> RunSpec {
         RunSpec {
-            experiment,
+            family: self.family(experiment),
             k,
             backend: self.backend,
             profile: self.profile.clone(),
@@ -271,26 +290,6 @@ impl Template {
             control: false,
             data_path: self.data_path,
             data_source: self.data_source.clone(),
-            sharding: self.sharding,
-            // Only the fsdp worker reads these: elsewhere they stay at their defaults, so that
-            // they never split another experiment's curve.
-            strategy: if experiment == Experiment::Fsdp {
-                self.strategy
-            } else {
-                TorchStrategy::Fsdp
-            },
-            optimizer: match self.optimizer {
-                Some(o) if experiment == Experiment::Fsdp => o,
-                _ => OptimizerName::default_for(experiment),
-            },
-            attach: (experiment == Experiment::Attach)
-                .then(|| self.attach.clone())
-                .flatten(),
-            hand: if experiment == Experiment::Handrolled {
-                self.hand
-            } else {
-                HandRolled::default()
-            },
             torch: TorchSettings::for_launch(self.torch, experiment, self.backend),
         }
     }
@@ -547,7 +546,11 @@ mod tests {
         let mut t = Template::new(Backend::Gloo, None);
         t.sharding = JaxSharding::Fsdp;
         let p = sweep(&t, Experiment::Jax, &[1, 2, 4], 0).unwrap();
-        assert!(p.specs.iter().all(|s| s.sharding == JaxSharding::Fsdp));
+        assert!(
+            p.specs
+                .iter()
+                .all(|s| s.family.sharding() == JaxSharding::Fsdp)
+        );
         assert_eq!(
             p.specs[2].processes(),
             1,
@@ -561,7 +564,11 @@ mod tests {
     fn fsdp_pairs_interleave_the_strategies_at_each_k() {
         let t = Template::new(Backend::Nccl, None);
         let p = fsdp_pairs(&t, &[1, 2], 2).unwrap();
-        let got: Vec<(u32, TorchStrategy)> = p.specs.iter().map(|s| (s.k, s.strategy)).collect();
+        let got: Vec<(u32, TorchStrategy)> = p
+            .specs
+            .iter()
+            .map(|s| (s.k, s.family.strategy().unwrap()))
+            .collect();
         assert_eq!(
             got,
             [
@@ -578,7 +585,10 @@ mod tests {
     fn requests_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
         let mut t = Template::new(Backend::Gloo, None);
         let strategies = |p: &Planned| -> Vec<(u32, TorchStrategy)> {
-            p.specs.iter().map(|s| (s.k, s.strategy)).collect()
+            p.specs
+                .iter()
+                .map(|s| (s.k, s.family.strategy().unwrap()))
+                .collect()
         };
         // The default template (the dashboard's and `ddptop run fsdp`'s): the pairs.
         let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
@@ -609,15 +619,22 @@ mod tests {
         let mut t = Template::new(Backend::Gloo, None);
         t.strategy = TorchStrategy::Ddp;
         let p = sweep(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
-        assert!(p.specs.iter().all(|s| s.strategy == TorchStrategy::Ddp));
-        assert!(p.specs.iter().all(|s| s.optimizer == OptimizerName::Adam));
+        assert!(p.specs.iter().all(|s| s.family
+            == Family::Fsdp {
+                strategy: TorchStrategy::Ddp,
+                optimizer: OptimizerName::Adam
+            }));
+        // Another experiment carries none of fsdp's settings (its optimizer is the book's SGD).
         let weak = t.spec(Experiment::Weak, 1);
         assert_eq!(
-            (weak.optimizer, weak.strategy),
-            (OptimizerName::Sgd, TorchStrategy::Fsdp)
+            (weak.family.optimizer(), weak.family.strategy()),
+            (OptimizerName::Sgd, None)
         );
         t.optimizer = Some(OptimizerName::Sgd);
-        assert_eq!(t.spec(Experiment::Fsdp, 1).optimizer, OptimizerName::Sgd);
+        assert_eq!(
+            t.spec(Experiment::Fsdp, 1).family.optimizer(),
+            OptimizerName::Sgd
+        );
         let err = sweep(
             &Template::new(Backend::Sim, None),
             Experiment::Fsdp,
@@ -635,7 +652,7 @@ mod tests {
         let shape: Vec<(u32, &str, String)> = p
             .specs
             .iter()
-            .map(|s| (s.k, s.experiment.as_str(), s.hand.label()))
+            .map(|s| (s.k, s.experiment().as_str(), s.family.hand().label()))
             .collect();
         let row = |k: u32| {
             vec![
@@ -674,9 +691,9 @@ mod tests {
             cwd: "/u".into(),
         });
         let p = sweep(&t, Experiment::Attach, &[1, 2], 0).unwrap();
-        assert!(p.specs.iter().all(|s| s.attach == t.attach));
+        assert!(p.specs.iter().all(|s| s.attach() == t.attach.as_ref()));
         assert!(
-            t.spec(Experiment::Weak, 1).attach.is_none(),
+            t.spec(Experiment::Weak, 1).attach().is_none(),
             "only attach runs carry it"
         );
         t.backend = Backend::Sim;

@@ -422,7 +422,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     for c in &info.caveats {
         rows.push(("caveat", format!("⚠ {c}")));
     }
-    if run.spec.attach.is_some() {
+    if run.spec.attach().is_some() {
         rows.push(("measured", crate::app::summary::attach_note(run)));
     }
     if let Some(p) = f.point.and_then(|p| p.predicted_samples_per_s) {
@@ -493,7 +493,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(t) = &info.torch {
         rows.push(("pytorch", t.clone()));
     }
-    if let Some(rec) = rec.filter(|_| run.spec.experiment == crate::run::Experiment::Attach) {
+    if let Some(rec) = rec.filter(|_| run.spec.experiment() == crate::run::Experiment::Attach) {
         // The user's job: every variable ddptop added to its environment, and why.
         for (k, v) in &rec.environ {
             if let Some(why) = crate::supervisor::launch::why_set(k) {
@@ -529,7 +529,7 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
     let selected: Vec<&RunView> = l
         .runs
         .iter()
-        .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment == e))
+        .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment() == e))
         .filter(|r| a.backend.is_none_or(|b| r.spec.backend == b))
         .filter(|r| a.since.is_none_or(|t| r.started_unix >= t))
         .take(a.limit as usize)

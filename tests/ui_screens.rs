@@ -201,7 +201,7 @@ fn probe_panel_simulated_is_labelled() {
 fn probe_without_bench_says_run_b_first() {
     let mut st = fixtures::probe_state(Backend::Nccl);
     st.runs
-        .retain(|r| r.spec.experiment != ddptop::app::Experiment::Allreduce);
+        .retain(|r| r.spec.experiment() != ddptop::app::Experiment::Allreduce);
     let t = draw(&st, 80, 24);
     let s = text(&t);
     assert!(

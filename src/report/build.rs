@@ -27,7 +27,7 @@ pub struct Source<'a> {
 pub fn curve_label(run: &RunView) -> String {
     format!(
         "{} · {} · {}",
-        run.spec.experiment.as_str(),
+        run.spec.experiment().as_str(),
         run.spec.batch_label(),
         CurveKey::of(&run.spec).title()
     )
@@ -62,12 +62,12 @@ pub fn run_info(
         .and_then(|r| r.scaling.clone())
         .or_else(|| summary::scaling(run, history));
     let asked = match s.torch {
-        TorchSettings::Off if !TorchSettings::applies(s.experiment, s.backend) => None,
+        TorchSettings::Off if !TorchSettings::applies(s.experiment(), s.backend) => None,
         t => Some(t),
     };
     RunInfo {
         id: run.id.clone(),
-        experiment: s.experiment,
+        experiment: s.experiment(),
         k: s.k,
         backend: s.backend,
         profile: s.profile.clone(),
@@ -124,7 +124,7 @@ fn curves(src: &Source) -> Vec<Curve> {
     let mut order: Vec<CurveKey> = Vec::new();
     let mut groups: HashMap<CurveKey, Vec<&RunView>> = HashMap::new();
     for run in src.selected.iter().copied().filter(|r| {
-        r.spec.experiment.has_throughput()
+        r.spec.experiment().has_throughput()
             && r.status == RunStatus::Completed
             && r.aggregate.is_some()
     }) {
@@ -261,11 +261,11 @@ fn probes(src: &Source) -> Vec<ProbeRow> {
     let missing: Vec<&RunView> = src
         .selected
         .iter()
-        .filter(|r| r.spec.experiment == Experiment::Probe && r.spec.k > 1 && r.sweep.is_some())
+        .filter(|r| r.spec.experiment() == Experiment::Probe && r.spec.k > 1 && r.sweep.is_some())
         .filter_map(|r| {
             src.history.iter().find(|c| {
                 c.sweep == r.sweep
-                    && c.spec.experiment == Experiment::Probe
+                    && c.spec.experiment() == Experiment::Probe
                     && c.spec.k == 1
                     && !rows.iter().any(|p| p.run_id == c.id)
             })

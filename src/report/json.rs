@@ -164,7 +164,7 @@ fn bench_row(b: &BenchRow) -> Value {
 pub fn prediction(r: &RunView, runs: &[RunView]) -> Option<Value> {
     if r.spec.k < 2
         || r.status != RunStatus::Completed
-        || !matches!(r.spec.experiment, Experiment::Weak | Experiment::Strong)
+        || !matches!(r.spec.experiment(), Experiment::Weak | Experiment::Strong)
     {
         return None;
     }

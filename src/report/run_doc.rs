@@ -10,7 +10,7 @@
 use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
 use crate::run::{
-    Experiment, JaxSharding, OptimizerName, RunStatus, RunView, Scaling, TorchStrategy,
+    Experiment, Family, JaxSharding, OptimizerName, RunStatus, RunView, Scaling, TorchStrategy,
 };
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -117,21 +117,23 @@ pub struct FamilySettings {
 
 impl FamilySettings {
     pub fn of(run: &RunView) -> Self {
-        let s = &run.spec;
         let mut f = FamilySettings::default();
-        match s.experiment {
-            Experiment::Fsdp => {
-                f.strategy = Some(s.strategy);
-                f.optimizer = Some(s.optimizer);
+        match &run.spec.family {
+            Family::Fsdp {
+                strategy,
+                optimizer,
+            } => {
+                f.strategy = Some(*strategy);
+                f.optimizer = Some(*optimizer);
             }
-            Experiment::Jax => f.sharding = Some(s.sharding),
-            Experiment::Handrolled => f.hand = Some(s.hand.label()),
+            Family::Jax { sharding } => f.sharding = Some(*sharding),
+            Family::Handrolled { hand } => f.hand = Some(hand.label()),
+            Family::Attach { target: Some(a) } => {
+                f.script = Some(a.script.clone());
+                f.args = Some(a.args.clone());
+                f.cwd = Some(a.cwd.clone());
+            }
             _ => {}
-        }
-        if let Some(a) = &s.attach {
-            f.script = Some(a.script.clone());
-            f.args = Some(a.args.clone());
-            f.cwd = Some(a.cwd.clone());
         }
         f
     }
@@ -179,12 +181,12 @@ impl RunDetail {
             hang_report: r.hang_report.clone(),
             ..RunDetail::default()
         };
-        match r.spec.experiment {
+        match r.spec.experiment() {
             Experiment::Fsdp => fsdp(r, &mut d.family),
             Experiment::Jax => jax(r, &mut d.family),
             _ => {}
         }
-        if r.spec.attach.is_some() {
+        if r.spec.attach().is_some() {
             let f = &mut d.family;
             f.insert("instrument".into(), json!(r.instrument));
             f.insert(
@@ -261,7 +263,9 @@ fn timeline_median(st: &predict::TimelineStats) -> Value {
 
 /// The probe's model ratio: (difference − k=1 control) / predicted exposed comm.
 fn probe_model(r: &RunView, runs: &[RunView]) -> Option<Value> {
-    if r.spec.experiment != Experiment::Probe || r.spec.control || r.status != RunStatus::Completed
+    if r.spec.experiment() != Experiment::Probe
+        || r.spec.control
+        || r.status != RunStatus::Completed
     {
         return None;
     }

@@ -62,7 +62,7 @@ impl Controller {
         if busy {
             let what: Vec<String> = specs
                 .iter()
-                .map(|s| format!("{} k={}", s.experiment.as_str(), s.k))
+                .map(|s| format!("{} k={}", s.experiment().as_str(), s.k))
                 .collect();
             state.push_message(
                 Level::Info,
@@ -188,7 +188,7 @@ impl Controller {
                 // A training run is active: toggle the live probe on it.
                 let target = state
                     .active_runs()
-                    .find(|r| r.spec.experiment.has_throughput())
+                    .find(|r| r.spec.experiment().has_throughput())
                     .map(|r| r.id.clone());
                 if let Some(id) = target {
                     let on = !self.probing.contains(&id);
@@ -248,7 +248,7 @@ impl Controller {
                         Err(why) => state.push_message(
                             Level::Warn,
                             None,
-                            format!("not launched: {} at {why}", spec.experiment.as_str()),
+                            format!("not launched: {} at {why}", spec.experiment().as_str()),
                         ),
                     }
                 }
@@ -262,7 +262,7 @@ impl Controller {
                         None,
                         format!(
                             "cancelled the queued {} k={} (it had not started)",
-                            spec.experiment.as_str(),
+                            spec.experiment().as_str(),
                             spec.k
                         ),
                     );

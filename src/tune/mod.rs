@@ -89,7 +89,7 @@ async fn run_all(
                     eprintln!(
                         "ddptop tune: {what} {}/{total}: {} k={} as {id}",
                         ids.len(),
-                        spec.experiment.as_str(),
+                        spec.experiment().as_str(),
                         spec.k
                     );
                 }
