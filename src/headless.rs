@@ -9,7 +9,9 @@ use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::report::build::run_info;
 use crate::run::HandRolled;
-use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunStatus, RunView};
+use crate::run::{
+    AttachTarget, DataSource, EnvOverlay, Experiment, Family, NcclVar, RunStatus, RunView,
+};
 use crate::store::LaunchRecord;
 use crate::util::BadInput;
 use serde_json::{Value, json};
@@ -51,25 +53,30 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         template.samples = n;
     }
     template.data_path = a.data_path;
-    template.sharding = a.sharding;
     // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
-    if let Some(strategy) = a.strategy {
-        template.strategy = strategy;
-        template.fsdp_pairs = false;
-    }
+    template.fsdp_pairs = a.strategy.is_none();
     if a.optimizer.is_some() && experiment != Experiment::Fsdp {
         anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
     }
-    template.optimizer = a.optimizer;
-    template.hand = HandRolled {
+    let hand = HandRolled {
         dispatch: a.dispatch,
         reduce: a.reduce,
     };
-    if experiment != Experiment::Handrolled
-        && (a.deficits || template.hand != HandRolled::default())
-    {
+    if experiment != Experiment::Handrolled && (a.deficits || hand != HandRolled::default()) {
         anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
     }
+    // The experiment with its own flags (each family reads only its own).
+    let family = match experiment {
+        Experiment::Jax => Family::Jax {
+            sharding: a.sharding,
+        },
+        Experiment::Fsdp => Family::Fsdp {
+            strategy: a.strategy.unwrap_or_default(),
+            optimizer: a.optimizer.unwrap_or(crate::run::OptimizerName::Adam),
+        },
+        Experiment::Handrolled => Family::Handrolled { hand },
+        e => Family::of(e),
+    };
     template.deficits = a.deficits;
     template.inject = a.inject;
     if a.no_book_settings {
@@ -103,7 +110,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         teardown_timeout: a.teardown_timeout,
         nodes: a.nodes.options(&setup.config.nodes),
     };
-    execute(g, setup, template, experiment, &note, drive).await
+    execute(g, setup, template, family, &note, drive).await
 }
 
 /// `ddptop attach [--k …] -- SCRIPT.py ARGS`: the user's own script, one launch per k.
@@ -126,7 +133,6 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
-    template.attach = Some(target);
     template.inject = a.inject;
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     let ks = if a.k.is_empty() {
@@ -151,7 +157,10 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
         teardown_timeout: None,
         nodes: a.nodes.options(&setup.config.nodes),
     };
-    execute(g, setup, template, Experiment::Attach, &note, drive).await
+    let family = Family::Attach {
+        target: Some(target),
+    };
+    execute(g, setup, template, family, &note, drive).await
 }
 
 /// Presets, then `--env` on top, then `--nvls`.
@@ -265,7 +274,7 @@ async fn execute(
     g: &GlobalArgs,
     setup: plan::Setup,
     template: plan::Template,
-    experiment: Experiment,
+    family: Family,
     note: &str,
     a: Drive,
 ) -> anyhow::Result<i32> {
@@ -275,7 +284,7 @@ async fn execute(
         // node, k ≤ nodes × this machine's).
         state.max_k = state.max_k.saturating_mul(n.hosts.len() as u32);
     }
-    let planned = plan::request(&template, experiment, &a.ks, state.max_k)
+    let planned = plan::request(&template, family, &a.ks, state.max_k)
         // Only a k that does not fit is fixed by a smaller --k.
         .map_err(|e| {
             anyhow::anyhow!(

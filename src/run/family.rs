@@ -35,6 +35,13 @@ pub enum Family {
     },
 }
 
+/// An experiment with its family's defaults (`Family::of`).
+impl From<Experiment> for Family {
+    fn from(e: Experiment) -> Family {
+        Family::of(e)
+    }
+}
+
 impl Family {
     /// `experiment` with its default settings (attach: no script yet).
     pub fn of(experiment: Experiment) -> Family {
