@@ -296,34 +296,14 @@ pub fn sweep(
 ) -> Result<Planned, String> {
     let family = family.into();
     let experiment = family.experiment();
-    if experiment == Experiment::Jax && t.backend == Backend::Sim {
-        return Err(
-            "jax has no simulated worker: it needs Python with jax (--backend gloo on CPUs, nccl on GPUs)"
-                .into(),
-        );
+    if experiment == Experiment::Attach && family.attach().is_none() {
+        return Err("attach needs a script: ddptop attach -- train.py ARGS".into());
     }
-    if experiment == Experiment::Attach {
-        if family.attach().is_none() {
-            return Err("attach needs a script: ddptop attach -- train.py ARGS".into());
-        }
-        if t.backend == Backend::Sim {
-            return Err(
-                "attach runs your script with real PyTorch: use --backend gloo on CPUs, nccl on GPUs"
-                    .into(),
-            );
-        }
-    }
-    if experiment == Experiment::Handrolled && t.backend == Backend::Sim {
-        return Err(
-            "handrolled has no simulated worker: it runs libtorch through tch (--backend gloo on CPUs, nccl on GPUs)"
-                .into(),
-        );
-    }
-    if experiment == Experiment::Fsdp && t.backend == Backend::Sim {
-        return Err(
-            "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)"
-                .into(),
-        );
+    if let Some(why) = experiment
+        .no_sim_worker()
+        .filter(|_| t.backend == Backend::Sim)
+    {
+        return Err(why.into());
     }
     let mut notes = Vec::new();
     let mut specs = Vec::new();

@@ -3,7 +3,7 @@
 //! and efficiency as committed when the run ended (else recomputed against the same curve's
 //! k=1 run), probe medians of block medians, the last bucket timeline of rank 0.
 
-use super::run_doc::{FamilySettings, RunDetail, RunFigures, TorchSeen};
+use super::run_doc::{RunDetail, RunFigures, TorchSeen};
 use super::{
     BenchRow, BucketSpan, Curve, CurvePoint, Environment, ProbeRow, Report, RunInfo, Spread,
     Timeline, Timestamp,
@@ -101,7 +101,7 @@ pub fn run_info(
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
         stragglers: run.stragglers.clone(),
         figures: RunFigures::of(run, scaling, history),
-        family: FamilySettings::of(run),
+        family: run.spec.family.settings(),
         detail: detail.then(|| RunDetail::of(run)),
     }
 }

@@ -266,8 +266,10 @@ pub struct RunInfo {
     pub stragglers: Vec<crate::run::view::Straggler>,
     #[serde(flatten)]
     pub figures: run_doc::RunFigures,
+    /// The family's own settings (`Family::settings`: fsdp `strategy`, `optimizer`; jax
+    /// `sharding`; handrolled `hand`; attach `script`, `args`, `cwd`).
     #[serde(flatten)]
-    pub family: run_doc::FamilySettings,
+    pub family: serde_json::Map<String, serde_json::Value>,
     /// Per-rank sections: only where one run is shown (`run --json`, `show --json`).
     #[serde(flatten)]
     pub detail: Option<run_doc::RunDetail>,

@@ -1,6 +1,7 @@
 //! The parts of the one run document (`RunInfo`, serialized by `report::json::run`) that are
-//! built from a stored run beyond its settings: its figures, its family's settings and, for the
-//! outputs about one run (`ddptop run --json`, `ddptop show --json`), its per-rank sections.
+//! built from a stored run beyond its settings: its figures and, for the outputs about one run
+//! (`ddptop run --json`, `ddptop show --json`), its per-rank sections. The family's own settings
+//! come from `run::Family::settings`.
 //! `build::run_info` is the one function that fills them; docs/report.md lists the fields.
 //!
 //! To add a section (say `collectives`): an `Option` field with
@@ -9,12 +10,9 @@
 
 use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
-use crate::run::{
-    Experiment, Family, JaxSharding, OptimizerName, RunStatus, RunView, Scaling, TorchStrategy,
-};
+use crate::run::{Experiment, RunStatus, RunView, Scaling};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-use std::path::PathBuf;
 
 /// What the workers said they set (`torch_seen`): the matmul precision and cudnn.benchmark.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -89,53 +87,6 @@ impl RunFigures {
             prediction: super::json::prediction(run, history),
             probe_model: probe_model(run, history),
         }
-    }
-}
-
-/// The settings of the run's family, each present only for its family.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct FamilySettings {
-    /// fsdp: `fsdp` or `ddp`, and the optimizer.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<TorchStrategy>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub optimizer: Option<OptimizerName>,
-    /// jax: the parameters' layout on the mesh.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub sharding: Option<JaxSharding>,
-    /// handrolled: `single+star` and the like.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub hand: Option<String>,
-    /// attach: the script, its arguments and working folder.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub script: Option<PathBuf>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub args: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cwd: Option<PathBuf>,
-}
-
-impl FamilySettings {
-    pub fn of(run: &RunView) -> Self {
-        let mut f = FamilySettings::default();
-        match &run.spec.family {
-            Family::Fsdp {
-                strategy,
-                optimizer,
-            } => {
-                f.strategy = Some(*strategy);
-                f.optimizer = Some(*optimizer);
-            }
-            Family::Jax { sharding } => f.sharding = Some(*sharding),
-            Family::Handrolled { hand } => f.hand = Some(hand.label()),
-            Family::Attach { target: Some(a) } => {
-                f.script = Some(a.script.clone());
-                f.args = Some(a.args.clone());
-                f.cwd = Some(a.cwd.clone());
-            }
-            _ => {}
-        }
-        f
     }
 }
 

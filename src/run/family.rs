@@ -122,6 +122,31 @@ impl Family {
         }
     }
 
+    /// The family's own settings as its JSON fields, for the run document (docs/report.md):
+    /// fsdp `strategy`, `optimizer`; jax `sharding`; handrolled `hand` (`single+star`); attach
+    /// `script`, `args`, `cwd`. Empty for the plain families.
+    pub fn settings(&self) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::json;
+        let pairs = match self {
+            Family::Jax { sharding } => vec![("sharding", json!(sharding))],
+            Family::Fsdp {
+                strategy,
+                optimizer,
+            } => vec![
+                ("strategy", json!(strategy)),
+                ("optimizer", json!(optimizer)),
+            ],
+            Family::Handrolled { hand } => vec![("hand", json!(hand.label()))],
+            Family::Attach { target: Some(t) } => vec![
+                ("script", json!(t.script)),
+                ("args", json!(t.args)),
+                ("cwd", json!(t.cwd)),
+            ],
+            _ => Vec::new(),
+        };
+        pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
     /// An attached run's script.
     pub fn attach(&self) -> Option<&AttachTarget> {
         match self {
@@ -191,5 +216,10 @@ mod tests {
         assert_eq!(f.optimizer_part().as_deref(), Some("sgd"));
         assert_eq!(f.optimizer(), OptimizerName::Sgd);
         assert_eq!(Family::Weak.optimizer(), OptimizerName::Sgd);
+        assert_eq!(
+            serde_json::Value::Object(f.settings()),
+            serde_json::json!({"strategy": "ddp", "optimizer": "sgd"})
+        );
+        assert!(Family::Weak.settings().is_empty());
     }
 }

@@ -141,6 +141,26 @@ impl Experiment {
             ),
         }
     }
+    /// Why the simulated backend cannot run it (`None`: the simulator has a worker for it).
+    pub fn no_sim_worker(self) -> Option<&'static str> {
+        Some(match self {
+            Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Allreduce => {
+                return None;
+            }
+            Experiment::Jax => {
+                "jax has no simulated worker: it needs Python with jax (--backend gloo on CPUs, nccl on GPUs)"
+            }
+            Experiment::Fsdp => {
+                "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)"
+            }
+            Experiment::Attach => {
+                "attach runs your script with real PyTorch: use --backend gloo on CPUs, nccl on GPUs"
+            }
+            Experiment::Handrolled => {
+                "handrolled has no simulated worker: it runs libtorch through tch (--backend gloo on CPUs, nccl on GPUs)"
+            }
+        })
+    }
     /// Worker processes (protocol connections) a run at k has: one JAX process drives all k
     /// devices, every other experiment has one rank per device.
     pub fn processes(self, k: u32) -> u32 {

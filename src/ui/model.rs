@@ -176,8 +176,13 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
     }
     let setting = anchor.spec.curve_key().setting();
     let mut out = Vec::new();
-    // JAX's one-process curve sits beside DDP's at the same setting (backend, model, data).
-    for exp in [Experiment::Weak, Experiment::Strong, Experiment::Jax] {
+    // JAX's one-process curve sits beside DDP's at the same setting (backend, model, data); a
+    // family of its own (none today) shows its curve first, with those beside it.
+    let beside = [Experiment::Weak, Experiment::Strong, Experiment::Jax];
+    if !beside.contains(&anchor.spec.experiment()) {
+        out.push(curve(state, anchor.spec.curve_key()));
+    }
+    for exp in beside {
         let spec = if exp == anchor.spec.experiment() {
             Some(&anchor.spec)
         } else {

@@ -52,7 +52,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         output_log: Some(format!("/data/runs/{id}/output.log")),
         stragglers: Vec::new(),
         figures: run_doc::RunFigures::default(),
-        family: run_doc::FamilySettings::default(),
+        family: Default::default(),
         detail: None,
     }
 }
