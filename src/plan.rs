@@ -241,8 +241,8 @@ impl Template {
         }
     }
 
-    /// The one way a `RunSpec` is built.
-    /// `family` at k with this template's settings (an `Experiment` is its family's defaults).
+    /// The one way a `RunSpec` is built: `family` at k with this template's settings (an
+    /// `Experiment` stands for its family's defaults).
     pub fn spec(&self, family: impl Into<Family>, k: u32) -> RunSpec {
         let family = family.into();
         let experiment = family.experiment();
