@@ -385,7 +385,7 @@ impl Engine {
         let label = format!(
             "launched {} {} k={} on {}{}",
             id,
-            run.spec.experiment.as_str(),
+            run.spec.experiment().as_str(),
             run.spec.k,
             run.spec.backend.as_str(),
             if run.is_simulated() {
@@ -1257,7 +1257,7 @@ impl Engine {
             && self
                 .state
                 .run(run)
-                .is_some_and(|v| v.spec.experiment == crate::run::Experiment::Attach);
+                .is_some_and(|v| v.spec.experiment() == crate::run::Experiment::Attach);
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };

@@ -1,15 +1,18 @@
 //! `ddptop run` and `ddptop runs`: the same engine as the dashboard, printing a table or JSON.
 
 use crate::app::deficits;
-use crate::app::predict;
 use crate::app::summary::{self, probe_summary};
 use crate::app::{Level, State};
 use crate::cli::{AttachArgs, GlobalArgs, RunArgs};
 use crate::detect::BackendChoice;
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
+use crate::report::build::run_info;
 use crate::run::HandRolled;
-use crate::run::{AttachTarget, DataSource, EnvOverlay, Experiment, NcclVar, RunStatus, RunView};
+use crate::run::{
+    AttachTarget, DataSource, EnvOverlay, Experiment, Family, NcclVar, RunStatus, RunView,
+};
+use crate::store::LaunchRecord;
 use crate::util::BadInput;
 use serde_json::{Value, json};
 use std::io::IsTerminal;
@@ -50,25 +53,30 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         template.samples = n;
     }
     template.data_path = a.data_path;
-    template.sharding = a.sharding;
     // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
-    if let Some(strategy) = a.strategy {
-        template.strategy = strategy;
-        template.fsdp_pairs = false;
-    }
+    template.fsdp_pairs = a.strategy.is_none();
     if a.optimizer.is_some() && experiment != Experiment::Fsdp {
         anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
     }
-    template.optimizer = a.optimizer;
-    template.hand = HandRolled {
+    let hand = HandRolled {
         dispatch: a.dispatch,
         reduce: a.reduce,
     };
-    if experiment != Experiment::Handrolled
-        && (a.deficits || template.hand != HandRolled::default())
-    {
+    if experiment != Experiment::Handrolled && (a.deficits || hand != HandRolled::default()) {
         anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
     }
+    // The experiment with its own flags (each family reads only its own).
+    let family = match experiment {
+        Experiment::Jax => Family::Jax {
+            sharding: a.sharding,
+        },
+        Experiment::Fsdp => Family::Fsdp {
+            strategy: a.strategy.unwrap_or_default(),
+            optimizer: a.optimizer.unwrap_or(crate::run::OptimizerName::Adam),
+        },
+        Experiment::Handrolled => Family::Handrolled { hand },
+        e => Family::of(e),
+    };
     template.deficits = a.deficits;
     template.inject = a.inject;
     if a.no_book_settings {
@@ -102,7 +110,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         teardown_timeout: a.teardown_timeout,
         nodes: a.nodes.options(&setup.config.nodes),
     };
-    execute(g, setup, template, experiment, &note, drive).await
+    execute(g, setup, template, family, &note, drive).await
 }
 
 /// `ddptop attach [--k …] -- SCRIPT.py ARGS`: the user's own script, one launch per k.
@@ -125,7 +133,6 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
     let mut template = setup.template();
-    template.attach = Some(target);
     template.inject = a.inject;
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     let ks = if a.k.is_empty() {
@@ -150,7 +157,10 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
         teardown_timeout: None,
         nodes: a.nodes.options(&setup.config.nodes),
     };
-    execute(g, setup, template, Experiment::Attach, &note, drive).await
+    let family = Family::Attach {
+        target: Some(target),
+    };
+    execute(g, setup, template, family, &note, drive).await
 }
 
 /// Presets, then `--env` on top, then `--nvls`.
@@ -264,7 +274,7 @@ async fn execute(
     g: &GlobalArgs,
     setup: plan::Setup,
     template: plan::Template,
-    experiment: Experiment,
+    family: Family,
     note: &str,
     a: Drive,
 ) -> anyhow::Result<i32> {
@@ -274,7 +284,7 @@ async fn execute(
         // node, k ≤ nodes × this machine's).
         state.max_k = state.max_k.saturating_mul(n.hosts.len() as u32);
     }
-    let planned = plan::request(&template, experiment, &a.ks, state.max_k)
+    let planned = plan::request(&template, family, &a.ks, state.max_k)
         // Only a k that does not fit is fixed by a smaller --k.
         .map_err(|e| {
             anyhow::anyhow!(
@@ -299,7 +309,7 @@ async fn execute(
         for c in crate::run::checks::launch_caveats(s, cores) {
             eprintln!(
                 "ddptop: warning: {} k={}: {}",
-                s.experiment.as_str(),
+                s.experiment().as_str(),
                 s.k,
                 c.text
             );
@@ -389,7 +399,16 @@ async fn execute(
     // Predictions read earlier runs too (the allreduce run that measured busbw, the probe's
     // control): this sweep's runs first, then the stored history.
     let context = with_history(engine.state(), g);
-    let mut doc = report(&runs, engine.state(), &context, note, &sweep);
+    // The launch records (command line, run folder) the engine stored for each run.
+    let records: std::collections::HashMap<String, LaunchRecord> =
+        crate::store::Store::open(engine.store_path())
+            .map(|store| {
+                runs.iter()
+                    .filter_map(|r| Some((r.id.clone(), store.launch_record(&r.id).ok()??)))
+                    .collect()
+            })
+            .unwrap_or_default();
+    let mut doc = report(&runs, &records, engine.state(), &context, note, &sweep);
     // Where each run's launcher and ranks wrote their stdout/stderr: the first place to look
     // when a run failed.
     let runs_dir = engine
@@ -437,168 +456,14 @@ async fn execute(
     })
 }
 
-fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
-    let agg = r
-        .aggregate
-        .as_ref()
-        .filter(|_| r.status == RunStatus::Completed);
-    let scaling = summary::scaling(r, &state.runs);
-    // An attached script's settings are what was seen of it (null: unknown), never ddptop's.
-    let set = r.settings();
-    let mut v = json!({
-        "k": r.spec.k,
-        "run_id": r.id,
-        "model": set.model,
-        "started_at": crate::report::Timestamp(r.started_unix).to_string(),
-        "ended_at": r.ended_unix.map(|t| crate::report::Timestamp(t).to_string()),
-        "status": r.status.as_str(),
-        "reason": r.reason,
-        "control": r.spec.control,
-        "per_rank_batch": set.per_rank_batch,
-        "data_path": set.data_path,
-        "data_source": set.data_source,
-        "epochs": set.epochs,
-        "samples": set.samples,
-        "global_batch": set.global_batch,
-        "samples_per_s": agg.map(|a| a.samples_per_s),
-        "per_rank_samples_per_s": agg.map(|a| a.per_rank.clone()),
-        "spread": agg.map(|a| json!({"min": a.rank_min, "max": a.rank_max})),
-        "speedup": scaling.as_ref().map(|s| s.speedup),
-        "efficiency": scaling.as_ref().map(|s| s.efficiency),
-        "baseline_run_id": scaling.as_ref().map(|s| s.baseline.clone()),
-        "scaling_caveat": scaling.as_ref().and_then(|s| summary::scaling_caveat(s, &state.runs)),
-        "caveats": r.caveats.iter().map(|c| c.text.clone()).collect::<Vec<_>>(),
-        "transport": r.transport(),
-        "nccl_read": r.nccl_read.iter().map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" })).collect::<std::collections::BTreeMap<_, _>>(),
-        "gpus_shared": r.gpus_shared,
-        "versions": r.versions,
-        "worker_pids": r.ranks.values().filter_map(|x| x.pid).collect::<Vec<_>>(),
-        // Where each rank ran (multi-node runs: its node, and whether it reported over TCP).
-        "rank_nodes": r.ranks.values().filter(|x| x.node.is_some()).map(|x| json!({
-            "rank": x.rank, "node": x.node, "remote": x.remote,
-        })).collect::<Vec<_>>(),
-        "bad_lines": r.bad_lines(),
-        "rejected_connections": r.rejected,
-        "hang_report": r.hang_report,
-        // Ranks named as holding the others back (app::straggler), in the order named.
-        "stragglers": r.stragglers,
-        "torch_settings": r.spec.torch.as_str(),
-        "torch_seen": r.torch_seen.map(|(m, c)| json!({"matmul_precision": m.as_str(), "cudnn_benchmark": c})),
-    });
-    if let Some((data, step)) = summary::data_wait(r) {
-        v["step_ms_median"] = json!(step);
-        v["data_wait_ms_median"] = json!(data);
-    }
-    if r.spec.experiment == Experiment::Fsdp {
-        fsdp_json(r, &mut v);
+/// A run of this sweep as the one run document (`report::build::run_info`, with its per-rank
+/// sections), plus the Memory pane's DDP-beside-FSDP comparison for an fsdp run.
+fn run_json(r: &RunView, rec: Option<&LaunchRecord>, state: &State, context: &[RunView]) -> Value {
+    let mut v = crate::report::json::run(&run_info(r, rec, context, true));
+    if r.spec.experiment() == Experiment::Fsdp {
         v["memory_comparison"] = memory_comparison(r, state);
     }
-    if r.spec.experiment == Experiment::Jax {
-        jax_json(r, &mut v);
-    }
-    if r.spec.experiment == Experiment::Handrolled {
-        v["hand"] = json!(r.spec.hand.label());
-    }
-    if let Some(a) = &r.spec.attach {
-        v["script"] = json!(a.script);
-        v["args"] = json!(a.args);
-        v["cwd"] = json!(a.cwd);
-        v["instrument"] = json!(r.instrument);
-        v["steps"] = json!(r.ranks.values().map(|x| x.step).collect::<Vec<_>>());
-        v["process_group"] = json!(r.observed.process_group);
-        v["ddp_module"] = json!(r.observed.ddp_module);
-        v["independent_ranks"] = json!(r.observed.independent());
-    }
-    if r.status == RunStatus::Completed {
-        if let Some(p) = probe_summary(&r.probe) {
-            v["probe"] = json!({
-                "synced_ms": {"median": p.synced.median_ms, "min": p.synced.min_ms, "max": p.synced.max_ms, "blocks": p.synced.blocks},
-                "no_sync_ms": {"median": p.no_sync.median_ms, "min": p.no_sync.min_ms, "max": p.no_sync.max_ms, "blocks": p.no_sync.blocks},
-                "difference_ms": p.diff_ms,
-            });
-        }
-        if !r.bench.is_empty() {
-            v["bench"] = r
-                .bench
-                .iter()
-                .map(|b| json!({"bytes": b.bytes, "time_us": b.time_us, "algbw_gbs": b.algbw_gbs, "busbw_gbs": b.busbw_gbs}))
-                .collect();
-        }
-        let timeline: Vec<Value> = r
-            .ranks
-            .values()
-            .filter_map(|x| x.buckets.as_ref())
-            .map(|b| {
-                json!({
-                    "rank": b.rank, "step": b.step, "bwd_compute_ms": b.bwd_compute_ms, "exposed_ms": b.exposed_ms,
-                    "overlap_pct": summary::overlap_pct(b),
-                    "start_inferred": predict::is_inferred(b),
-                    "buckets": b.buckets.iter().map(|s| json!({
-                        "index": s.index, "bytes": s.bytes, "comm_ms": s.comm_ms(),
-                        "kernel_ms": s.kernel_ms, "queue_ms": (s.start_ms - s.ready_ms).max(0.0),
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        if !timeline.is_empty() {
-            v["timeline"] = Value::Array(timeline);
-        }
-        let medians: Vec<Value> = r
-            .ranks
-            .values()
-            .filter_map(|x| predict::timeline_stats(x, predict::DEFAULT_TIMELINE_STEPS))
-            .map(|st| timeline_median_json(&st))
-            .collect();
-        if !medians.is_empty() {
-            v["timeline_median"] = Value::Array(medians);
-        }
-    }
-    if let Some(p) = crate::report::json::prediction(r, context) {
-        v["prediction"] = p;
-    }
-    if let Some(p) = probe_ratio_json(r, context) {
-        v["probe_model"] = p;
-    }
     v
-}
-
-fn spread_json(s: &predict::Spread) -> Value {
-    json!({"median": s.median, "min": s.min, "max": s.max})
-}
-
-fn timeline_median_json(st: &predict::TimelineStats) -> Value {
-    json!({
-        "rank": st.median.rank, "steps": st.steps, "first_step": st.first_step, "last_step": st.last_step,
-        "start_inferred": st.start_inferred,
-        "bwd_compute_ms": st.median.bwd_compute_ms,
-        "exposed_ms": spread_json(&st.exposed_ms),
-        "buckets": st.buckets.iter().map(|b| json!({
-            "index": b.index, "bytes": b.bytes,
-            "kernel_ms": b.kernel_ms.as_ref().map(spread_json),
-            "queue_ms": spread_json(&b.queue_ms),
-            "comm_ms": spread_json(&b.comm_ms),
-        })).collect::<Vec<_>>(),
-    })
-}
-
-/// The probe's model ratio: (difference − k=1 control) / predicted exposed comm.
-fn probe_ratio_json(r: &RunView, runs: &[RunView]) -> Option<Value> {
-    if r.spec.experiment != Experiment::Probe || r.spec.control || r.status != RunStatus::Completed
-    {
-        return None;
-    }
-    let p = probe_summary(&r.probe)?;
-    let ctrl = predict::reducer_control(&r.spec, runs);
-    Some(match predict::exposed_prediction(&r.spec, runs) {
-        Ok(e) => json!({
-            "predicted_exposed_ms": e.ms, "source": e.source(),
-            "k1_run_id": e.k1_run, "busbw_run_id": e.busbw.run_id,
-            "control_run_id": ctrl.as_ref().map(|c| c.0.clone()),
-            "control_ms": ctrl.as_ref().map(|c| c.1),
-            "ratio": ctrl.as_ref().filter(|_| e.ms > 0.0).map(|c| (p.diff_ms - c.1) / e.ms),
-        }),
-        Err(why) => json!({"na": why}),
-    })
 }
 
 /// The deficits table as JSON: per k, samples/s and run id of each column (null where no run).
@@ -626,50 +491,6 @@ fn deficits_json(d: &deficits::Deficits) -> Value {
         "columns": deficits::Column::ALL.iter().map(|c| c.label()).collect::<Vec<_>>(),
         "rows": rows,
     })
-}
-
-/// The fsdp experiment's figures: what each rank held at each phase, and its collectives per
-/// timed step by kind.
-fn fsdp_json(r: &RunView, v: &mut Value) {
-    v["strategy"] = json!(r.spec.strategy.as_str());
-    v["optimizer"] = json!(r.spec.optimizer.as_str());
-    v["memory"] = r
-        .ranks
-        .values()
-        .flat_map(|x| x.memory_phases.iter())
-        .map(|m| {
-            let state = [m.param_bytes, m.grad_bytes, m.optim_bytes]
-                .into_iter()
-                .map(|b| b.unwrap_or(0))
-                .sum::<u64>();
-            json!({
-                "rank": m.rank, "phase": m.phase, "param_bytes": m.param_bytes,
-                "grad_bytes": m.grad_bytes, "optim_bytes": m.optim_bytes, "state_bytes": state,
-                "predicted_bytes": m.predicted_bytes, "peak_bytes": m.peak_bytes,
-                "reserved_bytes": m.reserved_bytes, "allocated_bytes": m.allocated_bytes,
-            })
-        })
-        .collect();
-    v["comm"] = r
-        .ranks
-        .values()
-        .filter(|x| x.comm_totals.steps > 0)
-        .map(|x| {
-            let per_step: serde_json::Map<String, Value> = x
-                .comm_totals
-                .by_op
-                .iter()
-                .map(|(op, t)| {
-                    let n = x.comm_totals.steps as f64;
-                    (
-                        op.clone(),
-                        json!({"calls": t.count as f64 / n, "bytes": t.bytes as f64 / n, "ms": t.ms / n}),
-                    )
-                })
-                .collect();
-            json!({"rank": x.rank, "timed_steps": x.comm_totals.steps, "per_step": per_step})
-        })
-        .collect();
 }
 
 /// The Memory pane's comparison (`ui::memory::model`): per rank, what this run and the run of
@@ -700,8 +521,8 @@ fn fsdp_note(r: &RunView) -> Option<String> {
     let fmt = crate::util::fmt_bytes;
     let mut s = format!(
         "{} {}: rank 0 state {} (predicted {}), peak {}",
-        r.spec.strategy.as_str(),
-        r.spec.optimizer.as_str(),
+        r.spec.family.strategy().unwrap_or_default().as_str(),
+        r.spec.family.optimizer().as_str(),
         fmt(state),
         m.predicted_bytes.map_or("?".into(), fmt),
         m.peak_bytes.map_or("unavailable on CPU".into(), fmt)
@@ -730,58 +551,13 @@ fn attach_note(r: &RunView) -> String {
     crate::app::summary::attach_note(r)
 }
 
-/// The JAX experiment's figures: the receipt (collectives in the compiled step, the passes that
-/// merged them, the layouts), the equality checks and memory per device.
-fn jax_json(r: &RunView, v: &mut Value) {
-    v["sharding"] = json!(r.spec.sharding.as_str());
-    v["devices"] = json!(r.spec.k);
-    v["processes"] = json!(r.spec.processes());
-    v["receipt"] = r.hlo.as_ref().map_or(Value::Null, |h| {
-        json!({
-            "k": h.k, "platform": h.platform, "sharding": h.sharding,
-            "all_reduce_ops": h.all_reduce_ops, "all_reduce_bytes": h.all_reduce_bytes,
-            "ops": h.ops, "combined_by": h.combined_by, "layout": h.layout,
-        })
-    });
-    v["checks"] = json!(r.checks);
-    v["equality"] = equality_json(r);
-    v["device_memory"] = r
-        .device_memory
-        .values()
-        .map(|m| {
-            json!({
-                "device": m.device, "phase": m.phase, "param_bytes": m.param_bytes,
-                "optim_bytes": m.optim_bytes, "predicted_bytes": m.predicted_bytes,
-                "peak_bytes": m.peak_bytes, "allocated_bytes": m.allocated_bytes,
-            })
-        })
-        .collect();
-}
-
-/// The k=1 vs k verdict over every checked step and the parameters, with the tolerance rule it
-/// was decided by (`app::equality`); null when the run made no check.
-fn equality_json(r: &RunView) -> Value {
-    let Some(e) = crate::app::equality::equality(&r.checks) else {
-        return Value::Null;
-    };
-    let figure = |c: &crate::protocol::Check| json!({"step": c.step, "diff": c.diff, "tol": c.tol, "ok": c.ok});
-    json!({
-        "verdict": e.verdict.as_str(),
-        "loss_steps": e.loss_steps,
-        "worst_loss": e.worst_loss.as_ref().map(figure),
-        "params_after_step_1": e.params.as_ref().map(figure),
-        "tolerance": e.rule,
-        "test_switch": e.test_switch,
-    })
-}
-
 /// One note for the table: the receipt's op counts and largest op, the merging passes, the check.
 fn jax_note(r: &RunView) -> Option<String> {
     let h = r.hlo.as_ref()?;
     let ops = h.ops.unwrap_or_default();
     let mut s = format!(
         "{} sharding: {} all-reduce",
-        r.spec.sharding.as_str(),
+        r.spec.family.sharding().as_str(),
         h.all_reduce_ops
     );
     if let Some(a) = ops.all_reduce.filter(|a| a.count > 0) {
@@ -822,6 +598,7 @@ fn with_history(state: &State, g: &GlobalArgs) -> Vec<RunView> {
 
 pub fn report(
     runs: &[&RunView],
+    records: &std::collections::HashMap<String, LaunchRecord>,
     state: &State,
     context: &[RunView],
     note: &str,
@@ -834,14 +611,14 @@ pub fn report(
         crate::report::Timestamp(crate::util::unix_now()),
     );
     let body = json!({
-        "experiment": first.map(|r| r.spec.experiment.as_str()),
+        "experiment": first.map(|r| r.spec.experiment().as_str()),
         "backend": first.map(|r| r.spec.backend.as_str()),
         "simulated": first.is_some_and(|r| r.is_simulated()),
         "profile": first.and_then(|r| r.spec.profile.clone()),
         "toggles": first.map(|r| r.spec.nccl.badges()),
         "backend_note": note,
         "sweep": sweep,
-        "runs": runs.iter().map(|r| run_json(r, state, context)).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|r| run_json(r, records.get(&r.id), state, context)).collect::<Vec<_>>(),
         "rejected_strangers": state.rejected_strangers,
     });
     if let (Some(d), Value::Object(b)) = (doc.as_object_mut(), body) {
@@ -856,12 +633,12 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         return "no runs\n".into();
     };
     let s = &first.spec;
-    if let Some(a) = &s.attach {
+    if let Some(a) = s.attach() {
         out.push_str(&format!("attach {} — {note}, env {}\n", a.label(), s.nccl));
     } else {
         out.push_str(&format!(
             "{} scaling — {}{}, env {} — batch {}{}\n",
-            s.experiment.as_str(),
+            s.experiment().as_str(),
             note,
             s.profile
                 .as_ref()
@@ -869,7 +646,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
                 .unwrap_or_default(),
             s.nccl,
             s.batch,
-            match s.experiment {
+            match s.experiment() {
                 Experiment::Strong => " global",
                 Experiment::Jax => " per device, one process",
                 _ => " per rank",
@@ -924,20 +701,20 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         {
             notes.push(format!("WARNING {why}"));
         }
-        if r.spec.experiment == Experiment::Fsdp
+        if r.spec.experiment() == Experiment::Fsdp
             && let Some(n) = fsdp_note(r)
         {
             notes.push(n);
         }
-        if r.spec.experiment == Experiment::Jax
+        if r.spec.experiment() == Experiment::Jax
             && let Some(n) = jax_note(r)
         {
             notes.push(n);
         }
-        if r.spec.experiment == Experiment::Handrolled {
-            notes.push(format!("hand-rolled {}", r.spec.hand.label()));
+        if r.spec.experiment() == Experiment::Handrolled {
+            notes.push(format!("hand-rolled {}", r.spec.family.hand().label()));
         }
-        if r.spec.attach.is_some() {
+        if r.spec.attach().is_some() {
             notes.push(attach_note(r));
         }
         if let Some((data, step)) = summary::data_wait(r).filter(|(_, s)| *s > 0.0) {

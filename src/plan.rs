@@ -11,10 +11,10 @@ use crate::engine::{Engine, EngineOptions};
 use crate::protocol::Backend;
 pub use crate::run::fits;
 use crate::run::{
-    AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, Experiment, HostBackend,
-    JaxSharding, ModelName, NcclSettings, OptimizerName, RunSpec, TorchStrategy,
+    DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, Experiment, HostBackend, ModelName,
+    NcclSettings, RunSpec, TorchStrategy,
 };
-use crate::run::{HandRolled, TorchSettings};
+use crate::run::{Family, HandRolled, TorchSettings};
 use crate::util::BadInput;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -205,21 +205,12 @@ pub struct Template {
     pub data_path: DataPath,
     pub data_source: DataSource,
     pub inject: Option<crate::run::Fault>,
-    /// The JAX experiment's parameter layout.
-    pub sharding: JaxSharding,
-    /// The fsdp experiment's strategy when it runs alone (`fsdp_pairs` off).
-    pub strategy: TorchStrategy,
     /// fsdp: at each k launch FSDP then DDP with the same settings (the Memory comparison), as
-    /// both front ends do by default; off: `strategy` alone (`ddptop run fsdp --strategy …`).
+    /// both front ends do by default; off: the family's strategy alone (`ddptop run fsdp
+    /// --strategy …`).
     pub fsdp_pairs: bool,
-    /// `None`: the experiment's default (Adam for fsdp, SGD elsewhere).
-    pub optimizer: Option<OptimizerName>,
-    /// The script `attach` launches (the dashboard's `--attach`, `ddptop attach`).
-    pub attach: Option<AttachTarget>,
-    /// The hand-rolled experiment's dispatch and reduce.
-    pub hand: HandRolled,
     /// handrolled: at each k DDP and the three hand-rolled variants (the Deficits pane; the
-    /// dashboard's sweep, `ddptop run handrolled --deficits`) instead of `hand` alone.
+    /// dashboard's sweep, `ddptop run handrolled --deficits`) instead of the family's alone.
     pub deficits: bool,
     /// The book's TF32/cudnn.benchmark settings for PyTorch experiments (`--no-book-settings`).
     pub torch: TorchSettings,
@@ -244,21 +235,19 @@ impl Template {
             data_path: DataPath::Device,
             data_source: DataSource::Synthetic,
             inject: None,
-            sharding: JaxSharding::Data,
-            strategy: TorchStrategy::Fsdp,
             fsdp_pairs: true,
             deficits: false,
-            optimizer: None,
-            attach: None,
-            hand: HandRolled::default(),
             torch: TorchSettings::Book,
         }
     }
 
-    /// The one way a `RunSpec` is built.
-    pub fn spec(&self, experiment: Experiment, k: u32) -> RunSpec {
+    /// The one way a `RunSpec` is built: `family` at k with this template's settings (an
+    /// `Experiment` stands for its family's defaults).
+    pub fn spec(&self, family: impl Into<Family>, k: u32) -> RunSpec {
+        let family = family.into();
+        let experiment = family.experiment();
         RunSpec {
-            experiment,
+            family,
             k,
             backend: self.backend,
             profile: self.profile.clone(),
@@ -271,26 +260,6 @@ impl Template {
             control: false,
             data_path: self.data_path,
             data_source: self.data_source.clone(),
-            sharding: self.sharding,
-            // Only the fsdp worker reads these: elsewhere they stay at their defaults, so that
-            // they never split another experiment's curve.
-            strategy: if experiment == Experiment::Fsdp {
-                self.strategy
-            } else {
-                TorchStrategy::Fsdp
-            },
-            optimizer: match self.optimizer {
-                Some(o) if experiment == Experiment::Fsdp => o,
-                _ => OptimizerName::default_for(experiment),
-            },
-            attach: (experiment == Experiment::Attach)
-                .then(|| self.attach.clone())
-                .flatten(),
-            hand: if experiment == Experiment::Handrolled {
-                self.hand
-            } else {
-                HandRolled::default()
-            },
             torch: TorchSettings::for_launch(self.torch, experiment, self.backend),
         }
     }
@@ -321,44 +290,26 @@ pub struct Planned {
 /// communication at all) unless k=1 is among them. `Err` when nothing fits.
 pub fn sweep(
     t: &Template,
-    experiment: Experiment,
+    family: impl Into<Family>,
     ks: &[u32],
     max_k: u32,
 ) -> Result<Planned, String> {
-    if experiment == Experiment::Jax && t.backend == Backend::Sim {
-        return Err(
-            "jax has no simulated worker: it needs Python with jax (--backend gloo on CPUs, nccl on GPUs)"
-                .into(),
-        );
+    let family = family.into();
+    let experiment = family.experiment();
+    if experiment == Experiment::Attach && family.attach().is_none() {
+        return Err("attach needs a script: ddptop attach -- train.py ARGS".into());
     }
-    if experiment == Experiment::Attach {
-        if t.attach.is_none() {
-            return Err("attach needs a script: ddptop attach -- train.py ARGS".into());
-        }
-        if t.backend == Backend::Sim {
-            return Err(
-                "attach runs your script with real PyTorch: use --backend gloo on CPUs, nccl on GPUs"
-                    .into(),
-            );
-        }
-    }
-    if experiment == Experiment::Handrolled && t.backend == Backend::Sim {
-        return Err(
-            "handrolled has no simulated worker: it runs libtorch through tch (--backend gloo on CPUs, nccl on GPUs)"
-                .into(),
-        );
-    }
-    if experiment == Experiment::Fsdp && t.backend == Backend::Sim {
-        return Err(
-            "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)"
-                .into(),
-        );
+    if let Some(why) = experiment
+        .no_sim_worker()
+        .filter(|_| t.backend == Backend::Sim)
+    {
+        return Err(why.into());
     }
     let mut notes = Vec::new();
     let mut specs = Vec::new();
     for &k in ks {
         match fits(k, max_k) {
-            Ok(()) => specs.push(t.spec(experiment, k)),
+            Ok(()) => specs.push(t.spec(family.clone(), k)),
             Err(why) => notes.push(format!("{} at {why}", experiment.as_str())),
         }
     }
@@ -380,29 +331,31 @@ pub fn sweep(
 /// k; a probe gets its k=1 control (`sweep`); everything else is one launch per k.
 pub fn request(
     t: &Template,
-    experiment: Experiment,
+    family: impl Into<Family>,
     ks: &[u32],
     max_k: u32,
 ) -> Result<Planned, String> {
-    match experiment {
-        Experiment::Fsdp if t.fsdp_pairs => fsdp_pairs(t, ks, max_k),
-        Experiment::Handrolled if t.deficits => deficits_sweep(t, ks, max_k),
-        _ => sweep(t, experiment, ks, max_k),
+    let family = family.into();
+    match family {
+        Family::Fsdp { .. } if t.fsdp_pairs => fsdp_pairs(t, &family, ks, max_k),
+        Family::Handrolled { .. } if t.deficits => deficits_sweep(t, ks, max_k),
+        _ => sweep(t, family, ks, max_k),
     }
 }
 
 /// fsdp's launches: at each k, FSDP then DDP with the same settings, so that the Memory pane
 /// (and `--json`'s `memory_comparison`) has both sides and the two curves grow together.
-pub fn fsdp_pairs(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
+pub fn fsdp_pairs(
+    t: &Template,
+    family: &Family,
+    ks: &[u32],
+    max_k: u32,
+) -> Result<Planned, String> {
     let mut specs = Vec::new();
     let mut notes = Vec::new();
     for &k in ks {
         for strategy in [TorchStrategy::Fsdp, TorchStrategy::Ddp] {
-            let t = Template {
-                strategy,
-                ..t.clone()
-            };
-            let p = sweep(&t, Experiment::Fsdp, &[k], max_k)?;
+            let p = sweep(t, family.with_strategy(strategy), &[k], max_k)?;
             specs.extend(p.specs);
             notes.extend(p.notes);
         }
@@ -425,9 +378,7 @@ pub fn deficits_sweep(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, S
         let k = weak.k;
         specs.push(weak);
         for hand in HandRolled::DEFICITS {
-            let mut h = t.clone();
-            h.hand = hand;
-            specs.push(h.spec(Experiment::Handrolled, k));
+            specs.push(t.spec(Family::Handrolled { hand }, k));
         }
     }
     if t.backend == Backend::Sim {
@@ -531,6 +482,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::{AttachTarget, JaxSharding, OptimizerName};
 
     #[test]
     fn k_beyond_the_gpus_is_left_out_with_a_reason() {
@@ -544,10 +496,16 @@ mod tests {
 
     #[test]
     fn jax_sweeps_carry_their_sharding_and_refuse_simulation() {
-        let mut t = Template::new(Backend::Gloo, None);
-        t.sharding = JaxSharding::Fsdp;
-        let p = sweep(&t, Experiment::Jax, &[1, 2, 4], 0).unwrap();
-        assert!(p.specs.iter().all(|s| s.sharding == JaxSharding::Fsdp));
+        let t = Template::new(Backend::Gloo, None);
+        let fsdp = Family::Jax {
+            sharding: JaxSharding::Fsdp,
+        };
+        let p = sweep(&t, fsdp, &[1, 2, 4], 0).unwrap();
+        assert!(
+            p.specs
+                .iter()
+                .all(|s| s.family.sharding() == JaxSharding::Fsdp)
+        );
         assert_eq!(
             p.specs[2].processes(),
             1,
@@ -560,8 +518,13 @@ mod tests {
     #[test]
     fn fsdp_pairs_interleave_the_strategies_at_each_k() {
         let t = Template::new(Backend::Nccl, None);
-        let p = fsdp_pairs(&t, &[1, 2], 2).unwrap();
-        let got: Vec<(u32, TorchStrategy)> = p.specs.iter().map(|s| (s.k, s.strategy)).collect();
+        let fsdp = Family::of(Experiment::Fsdp);
+        let p = fsdp_pairs(&t, &fsdp, &[1, 2], 2).unwrap();
+        let got: Vec<(u32, TorchStrategy)> = p
+            .specs
+            .iter()
+            .map(|s| (s.k, s.family.strategy().unwrap()))
+            .collect();
         assert_eq!(
             got,
             [
@@ -571,26 +534,32 @@ mod tests {
                 (2, TorchStrategy::Ddp)
             ]
         );
-        assert!(fsdp_pairs(&t, &[4], 2).is_err());
+        assert!(fsdp_pairs(&t, &fsdp, &[4], 2).is_err());
     }
 
     #[test]
     fn requests_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
         let mut t = Template::new(Backend::Gloo, None);
         let strategies = |p: &Planned| -> Vec<(u32, TorchStrategy)> {
-            p.specs.iter().map(|s| (s.k, s.strategy)).collect()
+            p.specs
+                .iter()
+                .map(|s| (s.k, s.family.strategy().unwrap()))
+                .collect()
         };
         // The default template (the dashboard's and `ddptop run fsdp`'s): the pairs.
         let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
-            strategies(&fsdp_pairs(&t, &[1, 2], 0).unwrap())
+            strategies(&fsdp_pairs(&t, &Family::of(Experiment::Fsdp), &[1, 2], 0).unwrap())
         );
         assert_eq!(p.specs.len(), 4);
         // `--strategy ddp`: that strategy alone.
         t.fsdp_pairs = false;
-        t.strategy = TorchStrategy::Ddp;
-        let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
+        let ddp = Family::Fsdp {
+            strategy: TorchStrategy::Ddp,
+            optimizer: OptimizerName::Adam,
+        };
+        let p = request(&t, ddp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
             [(1, TorchStrategy::Ddp), (2, TorchStrategy::Ddp)]
@@ -606,18 +575,19 @@ mod tests {
 
     #[test]
     fn fsdp_sweeps_default_to_adam_carry_the_strategy_and_refuse_simulation() {
-        let mut t = Template::new(Backend::Gloo, None);
-        t.strategy = TorchStrategy::Ddp;
+        let t = Template::new(Backend::Gloo, None);
         let p = sweep(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
-        assert!(p.specs.iter().all(|s| s.strategy == TorchStrategy::Ddp));
-        assert!(p.specs.iter().all(|s| s.optimizer == OptimizerName::Adam));
+        assert!(p.specs.iter().all(|s| s.family
+            == Family::Fsdp {
+                strategy: TorchStrategy::Fsdp,
+                optimizer: OptimizerName::Adam
+            }));
+        // Another experiment carries none of fsdp's settings (its optimizer is the book's SGD).
         let weak = t.spec(Experiment::Weak, 1);
         assert_eq!(
-            (weak.optimizer, weak.strategy),
-            (OptimizerName::Sgd, TorchStrategy::Fsdp)
+            (weak.family.optimizer(), weak.family.strategy()),
+            (OptimizerName::Sgd, None)
         );
-        t.optimizer = Some(OptimizerName::Sgd);
-        assert_eq!(t.spec(Experiment::Fsdp, 1).optimizer, OptimizerName::Sgd);
         let err = sweep(
             &Template::new(Backend::Sim, None),
             Experiment::Fsdp,
@@ -635,7 +605,7 @@ mod tests {
         let shape: Vec<(u32, &str, String)> = p
             .specs
             .iter()
-            .map(|s| (s.k, s.experiment.as_str(), s.hand.label()))
+            .map(|s| (s.k, s.experiment().as_str(), s.family.hand().label()))
             .collect();
         let row = |k: u32| {
             vec![
@@ -668,19 +638,18 @@ mod tests {
         let mut t = Template::new(Backend::Gloo, None);
         let err = sweep(&t, Experiment::Attach, &[2], 0).unwrap_err();
         assert!(err.contains("needs a script"), "{err}");
-        t.attach = Some(AttachTarget {
+        let target = AttachTarget {
             script: "/u/train.py".into(),
             args: vec![],
             cwd: "/u".into(),
-        });
-        let p = sweep(&t, Experiment::Attach, &[1, 2], 0).unwrap();
-        assert!(p.specs.iter().all(|s| s.attach == t.attach));
-        assert!(
-            t.spec(Experiment::Weak, 1).attach.is_none(),
-            "only attach runs carry it"
-        );
+        };
+        let attach = Family::Attach {
+            target: Some(target.clone()),
+        };
+        let p = sweep(&t, attach.clone(), &[1, 2], 0).unwrap();
+        assert!(p.specs.iter().all(|s| s.attach() == Some(&target)));
         t.backend = Backend::Sim;
-        let err = sweep(&t, Experiment::Attach, &[2], 0).unwrap_err();
+        let err = sweep(&t, attach, &[2], 0).unwrap_err();
         assert!(err.contains("real PyTorch"), "{err}");
     }
 

@@ -304,20 +304,10 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     );
     if a.json {
         let mut v = json::envelope("run", &r.ddptop_version, r.generated);
-        v["run"] = json::run(info);
-        let agg = run
-            .aggregate
-            .as_ref()
-            .filter(|_| run.status == RunStatus::Completed);
+        // The run document with its per-rank sections; `figures` adds what the report derives
+        // from the run's curve, probe and bench (not a property of the run alone).
+        v["run"] = json::run(&build::run_info(run, rec, &l.runs, true));
         v["figures"] = json!({
-            "samples_per_s": agg.map(|a| a.samples_per_s),
-            "per_rank_samples_per_s": agg.map(|a| a.per_rank.clone()),
-            "rank_min": agg.map(|a| a.rank_min),
-            "rank_max": agg.map(|a| a.rank_max),
-            "speedup": sc.as_ref().map(|s| s.speedup),
-            "efficiency": sc.as_ref().map(|s| s.efficiency),
-            "baseline_run_id": sc.as_ref().map(|s| s.baseline.clone()),
-            "scaling_caveat": sc.as_ref().and_then(|s| crate::app::summary::scaling_caveat(s, &l.runs)),
             "predicted_samples_per_s": f.point.and_then(|p| p.predicted_samples_per_s),
             "probe_diff_ms": f.probe_diff_ms,
             "probe_net_of_control_ms": f.probe_net_ms,
@@ -332,7 +322,6 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         v["timelines"] = full["timelines"].clone();
         v["probes"] = full["probes"].clone();
         v["bench"] = full["bench"].clone();
-        v["hang_report"] = json!(run.hang_report);
         v["environ"] = json!(rec.map(|r| &r.environ));
         v["environ_why"] = json!(rec.map(|r| {
             r.environ
@@ -433,7 +422,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     for c in &info.caveats {
         rows.push(("caveat", format!("⚠ {c}")));
     }
-    if run.spec.attach.is_some() {
+    if run.spec.attach().is_some() {
         rows.push(("measured", crate::app::summary::attach_note(run)));
     }
     if let Some(p) = f.point.and_then(|p| p.predicted_samples_per_s) {
@@ -504,7 +493,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(t) = &info.torch {
         rows.push(("pytorch", t.clone()));
     }
-    if let Some(rec) = rec.filter(|_| run.spec.experiment == crate::run::Experiment::Attach) {
+    if let Some(rec) = rec.filter(|_| run.spec.experiment() == crate::run::Experiment::Attach) {
         // The user's job: every variable ddptop added to its environment, and why.
         for (k, v) in &rec.environ {
             if let Some(why) = crate::supervisor::launch::why_set(k) {
@@ -540,7 +529,7 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
     let selected: Vec<&RunView> = l
         .runs
         .iter()
-        .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment == e))
+        .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment() == e))
         .filter(|r| a.backend.is_none_or(|b| r.spec.backend == b))
         .filter(|r| a.since.is_none_or(|t| r.started_unix >= t))
         .take(a.limit as usize)
@@ -557,16 +546,11 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
             .iter()
             .map(|info| {
                 let f = r.figures(&info.id);
+                // The run document (figures and prediction included) and what the report
+                // derives from the run's probe and bench.
                 let mut j = json::run(info);
-                j["samples_per_s"] = json!(f.point.map(|p| p.samples_per_s));
-                j["speedup"] = json!(f.point.and_then(|p| p.speedup));
-                j["efficiency"] = json!(f.point.and_then(|p| p.efficiency));
-                j["baseline_run_id"] = json!(f.point.and_then(|p| p.baseline_run_id.clone()));
                 j["probe_diff_ms"] = json!(f.probe_diff_ms);
                 j["busbw_peak_gbs"] = json!(f.busbw_peak_gbs);
-                if let Some(run) = l.runs.iter().find(|x| x.id == info.id) {
-                    j["prediction"] = json!(crate::report::json::prediction(run, &l.runs));
-                }
                 j
             })
             .collect();

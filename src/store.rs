@@ -9,7 +9,7 @@ use crate::run::{
     Aggregate, DataPath, DataSource, Experiment, JaxSharding, ModelName, NcclSettings,
     OptimizerName, RankView, RunSpec, RunStatus, RunView, Scaling, TorchStrategy,
 };
-use crate::run::{HandRolled, TorchSettings};
+use crate::run::{Family, HandRolled, TorchSettings};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS runs (
     optimizer TEXT NOT NULL DEFAULT 'sgd',
     attach_json TEXT,
     hand TEXT NOT NULL DEFAULT 'single+star',
+    family_json TEXT,
     torch_settings TEXT NOT NULL DEFAULT 'off',
     gpus_shared TEXT,
     nccl_read_json TEXT NOT NULL DEFAULT '{}',
@@ -260,6 +261,9 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         ("torch_settings", "TEXT NOT NULL DEFAULT 'off'"),
         ("caveats_json", "TEXT NOT NULL DEFAULT '[]'"),
         ("observed_json", "TEXT"),
+        // The family and its own settings as one JSON object (`run::Family`); rows without
+        // it are read from the per-family columns above (`family`).
+        ("family_json", "TEXT"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -359,12 +363,12 @@ impl Store {
         self.conn.execute(
             "INSERT INTO runs (id, experiment, k, backend, profile, model, batch, per_rank_batch, global_batch,
               epochs, samples, toggles_json, inject, control, sweep, command, argv_json, environ_json,
-              ddptop_version, status, started_unix, run_dir, owner_pid, data_path, data_source, sharding,
-              strategy, optimizer)
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22,?23,?24,?25,?26,?27)",
+              ddptop_version, status, started_unix, run_dir, owner_pid, data_path, data_source,
+              family_json)
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,'starting',?20,?21,?22,?23,?24,?25)",
             params![
                 r.id,
-                s.experiment.as_str(),
+                s.experiment().as_str(),
                 s.k,
                 s.backend.as_str(),
                 s.profile,
@@ -387,23 +391,9 @@ impl Store {
                 std::process::id(),
                 s.data_path.as_str(),
                 s.data_source.to_stored(),
-                s.sharding.as_str(),
-                s.strategy.as_str(),
-                s.optimizer.as_str(),
+                serde_json::to_string(&s.family)?,
             ],
         )?;
-        if let Some(a) = &s.attach {
-            self.conn.execute(
-                "UPDATE runs SET attach_json = ?2 WHERE id = ?1",
-                params![r.id, serde_json::to_string(a)?],
-            )?;
-        }
-        if s.hand != HandRolled::default() {
-            self.conn.execute(
-                "UPDATE runs SET hand = ?2 WHERE id = ?1",
-                params![r.id, s.hand.label()],
-            )?;
-        }
         if s.torch != TorchSettings::Off {
             self.conn.execute(
                 "UPDATE runs SET torch_settings = ?2 WHERE id = ?1",
@@ -496,7 +486,7 @@ impl Store {
                 serde_json::to_string(&run.nccl_read)?,
                 serde_json::to_string(&run.caveats)?,
                 // Only an attached run has observed settings (the others' are their spec's).
-                (run.spec.experiment == Experiment::Attach)
+                (run.spec.experiment() == Experiment::Attach)
                     .then(|| serde_json::to_string(&run.observed))
                     .transpose()?,
             ],
@@ -584,7 +574,7 @@ impl Store {
         )?;
         // Every memory report of an fsdp run (a handful of phases); others send one every 50 steps.
         // A JAX run's too: a few per device.
-        let memory = matches!(run.spec.experiment, Experiment::Fsdp | Experiment::Jax);
+        let memory = matches!(run.spec.experiment(), Experiment::Fsdp | Experiment::Jax);
         let rows = stmt.query_map(params![&run.id, memory], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
@@ -751,9 +741,58 @@ fn json_col<T: serde::de::DeserializeOwned + Default>(
     Ok(serde_json::from_str(&text).unwrap_or_default())
 }
 
+/// The run's family: its `family_json` (one JSON object: the experiment and its own settings),
+/// or, for a row stored before that column, the experiment and the per-family columns it had
+/// (`sharding`, `strategy`, `optimizer`, `hand`, `attach_json`). Unreadable values are errors
+/// naming the run, never defaults.
+fn family(r: &rusqlite::Row, experiment: Experiment) -> anyhow::Result<Family> {
+    if let Some(text) = r.get::<_, Option<String>>("family_json")? {
+        let f: Family = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "run {} in the database has an unreadable family_json: {e}",
+                spec_id(r)
+            )
+        })?;
+        if f.experiment() != experiment {
+            anyhow::bail!(
+                "run {} in the database is a {} run with a {} family_json",
+                spec_id(r),
+                experiment,
+                f.experiment()
+            );
+        }
+        return Ok(f);
+    }
+    Ok(match experiment {
+        Experiment::Jax => Family::Jax {
+            sharding: known(r, "sharding", |s| s.parse::<JaxSharding>().ok())?,
+        },
+        Experiment::Fsdp => Family::Fsdp {
+            strategy: known(r, "strategy", |s| s.parse::<TorchStrategy>().ok())?,
+            optimizer: known(r, "optimizer", |s| s.parse::<OptimizerName>().ok())?,
+        },
+        Experiment::Handrolled => Family::Handrolled {
+            hand: known(r, "hand", HandRolled::parse)?,
+        },
+        Experiment::Attach => Family::Attach {
+            target: match r.get::<_, Option<String>>("attach_json")? {
+                None => None,
+                Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
+                    anyhow::anyhow!(
+                        "run {} in the database has an unreadable attach_json: {e}",
+                        spec_id(r)
+                    )
+                })?),
+            },
+        },
+        e => Family::of(e),
+    })
+}
+
 fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
+    let experiment = known(r, "experiment", |s| s.parse::<Experiment>().ok())?;
     let spec = RunSpec {
-        experiment: known(r, "experiment", |s| s.parse::<Experiment>().ok())?,
+        family: family(r, experiment)?,
         k: r.get("k")?,
         backend: known(r, "backend", |s| s.parse::<Backend>().ok())?,
         profile: r.get("profile")?,
@@ -769,20 +808,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
         control: r.get("control")?,
         data_path: known(r, "data_path", |s| s.parse::<DataPath>().ok())?,
         data_source: known(r, "data_source", DataSource::from_stored)?,
-        sharding: known(r, "sharding", |s| s.parse::<JaxSharding>().ok())?,
-        strategy: known(r, "strategy", |s| s.parse::<TorchStrategy>().ok())?,
-        optimizer: known(r, "optimizer", |s| s.parse::<OptimizerName>().ok())?,
-        hand: known(r, "hand", HandRolled::parse)?,
         torch: known(r, "torch_settings", |s| s.parse::<TorchSettings>().ok())?,
-        attach: match r.get::<_, Option<String>>("attach_json")? {
-            None => None,
-            Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
-                anyhow::anyhow!(
-                    "run {} in the database has an unreadable attach_json: {e}",
-                    spec_id(r)
-                )
-            })?),
-        },
     };
     let mut run = RunView::new(
         r.get("id")?,
@@ -1150,26 +1176,115 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("runs.db")).unwrap();
         let mut s = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
-        s.attach = Some(crate::run::AttachTarget {
-            script: "/home/u/train.py".into(),
-            args: vec!["--epochs".into(), "3".into()],
-            cwd: "/home/u".into(),
-        });
+        s.family = crate::run::Family::Attach {
+            target: Some(crate::run::AttachTarget {
+                script: "/home/u/train.py".into(),
+                args: vec!["--epochs".into(), "3".into()],
+                cwd: "/home/u".into(),
+            }),
+        };
         insert(&store, "r1", &s, dir.path());
         insert(&store, "r2", &spec(), dir.path());
         let loaded = store.load_runs(10).unwrap();
         let by_id = |id: &str| loaded.iter().find(|r| r.id == id).unwrap().spec.clone();
         assert_eq!(by_id("r1"), s);
-        assert_eq!(by_id("r2").attach, None);
+        assert_eq!(by_id("r2").attach(), None);
+        let corrupt = |sql: &str| {
+            store.conn.execute(sql, []).unwrap();
+            store.load_runs(10).unwrap_err().to_string()
+        };
+        let err = corrupt("UPDATE runs SET family_json = '{' WHERE id = 'r1'");
+        assert!(
+            err.contains("run r1") && err.contains("family_json"),
+            "{err}"
+        );
+        // A row stored before `family_json`: its script is read from `attach_json`.
+        let old = serde_json::to_string(s.attach().unwrap()).unwrap();
         store
             .conn
-            .execute("UPDATE runs SET attach_json = '{' WHERE id = 'r1'", [])
+            .execute(
+                "UPDATE runs SET family_json = NULL, attach_json = ?1 WHERE id = 'r1'",
+                [&old],
+            )
             .unwrap();
-        let err = store.load_runs(10).unwrap_err().to_string();
+        assert_eq!(
+            store
+                .load_runs(10)
+                .unwrap()
+                .iter()
+                .find(|r| r.id == "r1")
+                .unwrap()
+                .spec,
+            s
+        );
+        let err = corrupt("UPDATE runs SET attach_json = '{' WHERE id = 'r1'");
         assert!(
             err.contains("run r1") && err.contains("attach_json"),
             "{err}"
         );
+    }
+
+    /// Rows from before the family column keep their family's settings in columns of their
+    /// own: they read as the same family, and a value this ddptop does not know is an error.
+    #[test]
+    fn rows_without_a_family_column_read_from_the_old_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("runs.db")).unwrap();
+        for (id, e) in [
+            ("f", Experiment::Fsdp),
+            ("j", Experiment::Jax),
+            ("h", Experiment::Handrolled),
+            ("w", Experiment::Weak),
+        ] {
+            insert(&store, id, &RunSpec::new(e, 2, Backend::Gloo), dir.path());
+        }
+        store
+            .conn
+            .execute_batch(
+                "UPDATE runs SET family_json = NULL;
+                 UPDATE runs SET strategy = 'ddp', optimizer = 'adam' WHERE id = 'f';
+                 UPDATE runs SET sharding = 'fsdp' WHERE id = 'j';
+                 UPDATE runs SET hand = 'threads+ring' WHERE id = 'h';
+                 UPDATE runs SET strategy = 'ddp', hand = 'threads+ring' WHERE id = 'w';",
+            )
+            .unwrap();
+        let loaded = store.load_runs(10).unwrap();
+        let family = |id: &str| {
+            loaded
+                .iter()
+                .find(|r| r.id == id)
+                .unwrap()
+                .spec
+                .family
+                .clone()
+        };
+        assert_eq!(
+            family("f"),
+            Family::Fsdp {
+                strategy: TorchStrategy::Ddp,
+                optimizer: OptimizerName::Adam
+            }
+        );
+        assert_eq!(
+            family("j"),
+            Family::Jax {
+                sharding: JaxSharding::Fsdp
+            }
+        );
+        assert_eq!(
+            family("h"),
+            Family::Handrolled {
+                hand: HandRolled::DEFICITS[2]
+            }
+        );
+        // Another family's columns mean nothing to a weak run.
+        assert_eq!(family("w"), Family::Weak);
+        store
+            .conn
+            .execute("UPDATE runs SET strategy = 'zero3' WHERE id = 'f'", [])
+            .unwrap();
+        let err = store.load_runs(10).unwrap_err().to_string();
+        assert!(err.contains("run f") && err.contains("strategy"), "{err}");
     }
 
     #[test]

@@ -88,6 +88,7 @@ fn report_show_runs_and_diff_read_the_store() {
     assert_eq!(doc["kind"], "report");
     assert!(doc["generated_at"].as_str().unwrap().ends_with('Z'));
     let run = &doc["runs"][1];
+    let report_run = run.clone();
     assert_eq!(run["model"], "resnet18");
     assert_eq!(run["epochs"], 2);
     assert_eq!(run["samples"], 8000);
@@ -134,7 +135,37 @@ fn report_show_runs_and_diff_read_the_store() {
     let doc = json_of(data, &["show", &k2, "--json"]);
     assert_eq!(doc["kind"], "run");
     assert_eq!(doc["run"]["run_id"], k2.as_str());
-    assert_eq!(doc["figures"]["baseline_run_id"], k1.as_str());
+    assert_eq!(doc["run"]["baseline_run_id"], k1.as_str());
+    assert!(doc["figures"]["predicted_samples_per_s"].as_f64().unwrap() > 0.0);
+    // One run document: `ddptop run --json`, `show --json`, `runs --json` and the report print
+    // the same object for the same run; the outputs about one run add its per-rank sections.
+    let listed = json_of(data, &["runs", "--json"])["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["run_id"] == k2.as_str())
+        .unwrap()
+        .clone();
+    let (shown, swept) = (&doc["run"], &weak["runs"][1]);
+    let core = report_run.as_object().unwrap();
+    assert!(core.contains_key("torch_settings") && core.contains_key("speedup"));
+    for (key, value) in core {
+        assert_eq!(&listed[key], value, "runs --json: {key}");
+        assert_eq!(&shown[key], value, "show --json: {key}");
+        // The prediction reads the history of its time: the probe's k=1 control (its reducer
+        // figure) was stored after the sweep printed.
+        if key != "prediction" {
+            assert_eq!(&swept[key], value, "run --json: {key}");
+        }
+    }
+    for detail in ["worker_pids", "hang_report", "timeline"] {
+        assert!(swept.get(detail).is_some(), "run --json has {detail}");
+        assert!(shown.get(detail).is_some(), "show --json has {detail}");
+        assert!(
+            core.get(detail).is_none(),
+            "the report's run has no {detail}"
+        );
+    }
     assert!(
         doc["run"]["command"]
             .as_str()

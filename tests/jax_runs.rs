@@ -128,7 +128,10 @@ fn jax_k1_k2_on_cpu_with_receipt_and_equality_check() {
         .iter()
         .find(|r| r.id == k2["run_id"].as_str().unwrap())
         .expect("the k=2 run is stored");
-    assert_eq!(stored.spec.sharding, ddptop::run::JaxSharding::Data);
+    assert_eq!(
+        stored.spec.family.sharding(),
+        ddptop::run::JaxSharding::Data
+    );
     assert_eq!(stored.spec.processes(), 1);
     let h = stored.hlo.as_ref().expect("receipt reloaded");
     assert_eq!(h.all_reduce_ops as u64, ar["count"].as_u64().unwrap());

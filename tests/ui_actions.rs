@@ -225,7 +225,7 @@ async fn probe_launches_the_probe_then_its_control_and_keeps_focus() {
     c.handle(&mut e, &mut v, Action::Probe);
     let probe = e.state().runs[0].clone();
     assert_eq!(
-        (probe.spec.experiment, probe.spec.k, probe.spec.control),
+        (probe.spec.experiment(), probe.spec.k, probe.spec.control),
         (Experiment::Probe, 2, false)
     );
     e.wait_final(&probe.id).await;

@@ -23,7 +23,9 @@ fn deficits_state() -> Screen {
     let mut st = Screen::new(host_gpubox(2));
     let hand = |n: u32, i: usize, k: u32, sps: f64| {
         let mut s = spec(Experiment::Handrolled, k, Backend::Nccl);
-        s.hand = HandRolled::DEFICITS[i];
+        s.family = ddptop::run::Family::Handrolled {
+            hand: HandRolled::DEFICITS[i],
+        };
         completed(n, s, &vec![sps; k as usize])
     };
     st.runs = vec![

@@ -201,7 +201,7 @@ fn probe_panel_simulated_is_labelled() {
 fn probe_without_bench_says_run_b_first() {
     let mut st = fixtures::probe_state(Backend::Nccl);
     st.runs
-        .retain(|r| r.spec.experiment != ddptop::app::Experiment::Allreduce);
+        .retain(|r| r.spec.experiment() != ddptop::app::Experiment::Allreduce);
     let t = draw(&st, 80, 24);
     let s = text(&t);
     assert!(
@@ -369,7 +369,7 @@ fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
     let st = fixtures::fsdp_state(Backend::Nccl);
     let f2 = st.runs.iter().find(|r| r.id == fixtures::id(4)).unwrap();
     let d2 = st.runs.iter().find(|r| r.id == fixtures::id(3)).unwrap();
-    let doc = ddptop::headless::report(&[f2, d2], &st.state, &[], "", "s");
+    let doc = ddptop::headless::report(&[f2, d2], &Default::default(), &st.state, &[], "", "s");
     for (run, other) in [(&doc["runs"][0], d2), (&doc["runs"][1], f2)] {
         let c = &run["memory_comparison"];
         assert_eq!(c["other_run_id"], other.id.as_str(), "{c:#}");
@@ -391,6 +391,7 @@ fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
     // Without the other strategy's run, the JSON says which launch supplies it.
     let alone = ddptop::headless::report(
         &[f2],
+        &Default::default(),
         &ddptop::app::State::new(st.host.clone()),
         &[],
         "",

@@ -373,7 +373,10 @@ fn run_labels_say_what_runs_and_finished_ranks_are_not_finishing() {
         .for_each(|r| r.phase = Some(Phase::Done));
     let hand = completed(2, spec(Experiment::Handrolled, 2, Backend::Gloo), &[10.0]);
     let mut ddp = spec(Experiment::Fsdp, 2, Backend::Gloo);
-    ddp.strategy = ddptop::run::TorchStrategy::Ddp;
+    ddp.family = ddptop::run::Family::Fsdp {
+        strategy: ddptop::run::TorchStrategy::Ddp,
+        optimizer: ddptop::run::OptimizerName::Adam,
+    };
     let ddp = completed(3, ddp, &[5.0, 5.0]);
     let fsdp = completed(4, spec(Experiment::Fsdp, 2, Backend::Gloo), &[5.0, 5.0]);
     st.state.runs = vec![fsdp, ddp, hand, jax];

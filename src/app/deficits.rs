@@ -3,7 +3,7 @@
 //! (threads+ring), and DDP (weak scaling, same model, batch and data) — so each fix's worth on
 //! this machine is read off one row. Each cell is the latest completed run of its curve.
 
-use crate::run::{Experiment, HandRolled, RunSpec, RunStatus, RunView};
+use crate::run::{Experiment, Family, HandRolled, RunSpec, RunStatus, RunView};
 use std::collections::BTreeMap;
 
 /// The table's columns, in order: the three hand-rolled variants, then DDP.
@@ -33,14 +33,8 @@ impl Column {
     fn spec(self, anchor: &RunSpec) -> RunSpec {
         let mut s = anchor.clone();
         match self {
-            Column::Hand(h) => {
-                s.experiment = Experiment::Handrolled;
-                s.hand = h;
-            }
-            Column::Ddp => {
-                s.experiment = Experiment::Weak;
-                s.hand = HandRolled::default();
-            }
+            Column::Hand(hand) => s.family = Family::Handrolled { hand },
+            Column::Ddp => s.family = Family::Weak,
         }
         s
     }
@@ -118,10 +112,10 @@ pub fn table(runs: &[RunView], anchor: &RunSpec) -> Deficits {
 /// The run whose setting the deficits view shows: `run` if it is hand-rolled, else the latest
 /// hand-rolled run.
 pub fn anchor<'a>(runs: &'a [RunView], run: Option<&'a RunView>) -> Option<&'a RunView> {
-    run.filter(|r| r.spec.experiment == Experiment::Handrolled)
+    run.filter(|r| r.spec.experiment() == Experiment::Handrolled)
         .or_else(|| {
             runs.iter()
-                .filter(|r| r.spec.experiment == Experiment::Handrolled)
+                .filter(|r| r.spec.experiment() == Experiment::Handrolled)
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
         })
 }
@@ -169,7 +163,9 @@ mod tests {
 
     fn hand(k: u32, i: usize) -> RunSpec {
         let mut s = RunSpec::new(Experiment::Handrolled, k, Backend::Nccl);
-        s.hand = HandRolled::DEFICITS[i];
+        s.family = Family::Handrolled {
+            hand: HandRolled::DEFICITS[i],
+        };
         s
     }
 

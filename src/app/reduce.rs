@@ -109,7 +109,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
             rank.last_step = Some(s.clone());
             crate::app::straggler::record_step(rank, s);
-            if run.spec.experiment == Experiment::Attach {
+            if run.spec.experiment() == Experiment::Attach {
                 // The script's batch as its steps showed it (ddptop sets none of its settings).
                 *run.observed.step_samples.entry(s.samples).or_default() += 1;
                 run.observed.steps = run.observed.steps.max(s.step);
@@ -131,7 +131,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             // A live probe inside a training run's timed epoch adds its blocks to the epoch's
             // time: the run's samples/s is no longer its own (as a k=1 run, no baseline).
             let timed = rank.last_step.as_ref().is_some_and(|s| !s.warmup);
-            if p.live == Some(true) && timed && run.spec.experiment.has_throughput() {
+            if p.live == Some(true) && timed && run.spec.experiment().has_throughput() {
                 run.add_caveat(Caveat::perturbed(
                     "the live probe ran during its timed epoch",
                 ));

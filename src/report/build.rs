@@ -3,13 +3,14 @@
 //! and efficiency as committed when the run ended (else recomputed against the same curve's
 //! k=1 run), probe medians of block medians, the last bucket timeline of rank 0.
 
+use super::run_doc::{RunDetail, RunFigures, TorchSeen};
 use super::{
     BenchRow, BucketSpan, Curve, CurvePoint, Environment, ProbeRow, Report, RunInfo, Spread,
     Timeline, Timestamp,
 };
 use crate::app::predict;
 use crate::app::summary;
-use crate::run::{CurveKey, Experiment, RunStatus, RunView, Scaling};
+use crate::run::{CurveKey, Experiment, RunStatus, RunView, Scaling, TorchSettings};
 use crate::store::LaunchRecord;
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,7 +27,7 @@ pub struct Source<'a> {
 pub fn curve_label(run: &RunView) -> String {
     format!(
         "{} · {} · {}",
-        run.spec.experiment.as_str(),
+        run.spec.experiment().as_str(),
         run.spec.batch_label(),
         CurveKey::of(&run.spec).title()
     )
@@ -45,13 +46,28 @@ pub fn settings_label(run: &RunView) -> String {
     label
 }
 
-pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
+/// The one run document of a stored run (`RunInfo`): `history` is where its k=1 baseline,
+/// busbw run and probe control are found; `detail`: with its per-rank sections (the outputs
+/// about one run).
+pub fn run_info(
+    run: &RunView,
+    rec: Option<&LaunchRecord>,
+    history: &[RunView],
+    detail: bool,
+) -> RunInfo {
     let s = &run.spec;
     let set = run.settings();
     let run_dir = rec.map(|r| r.run_dir.clone());
+    let scaling = rec
+        .and_then(|r| r.scaling.clone())
+        .or_else(|| summary::scaling(run, history));
+    let asked = match s.torch {
+        TorchSettings::Off if !TorchSettings::applies(s.experiment(), s.backend) => None,
+        t => Some(t),
+    };
     RunInfo {
         id: run.id.clone(),
-        experiment: s.experiment,
+        experiment: s.experiment(),
         k: s.k,
         backend: s.backend,
         profile: s.profile.clone(),
@@ -61,9 +77,18 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         epochs: set.epochs,
         samples: set.samples,
         data_path: set.data_path,
+        data_source: set.data_source,
+        control: s.control,
         caveats: run.caveats.iter().map(|c| c.text.clone()).collect(),
         settings: settings_label(run),
+        nccl_read: run
+            .nccl_read
+            .iter()
+            .map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" }))
+            .collect(),
         torch: run.torch_label(),
+        torch_settings: asked,
+        torch_seen: TorchSeen::of(run),
         status: run.status,
         reason: run.reason.clone(),
         started: Timestamp(run.started_unix),
@@ -75,6 +100,9 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         versions: run.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
         stragglers: run.stragglers.clone(),
+        figures: RunFigures::of(run, scaling, history),
+        family: run.spec.family.settings(),
+        detail: detail.then(|| RunDetail::of(run)),
     }
 }
 
@@ -96,7 +124,7 @@ fn curves(src: &Source) -> Vec<Curve> {
     let mut order: Vec<CurveKey> = Vec::new();
     let mut groups: HashMap<CurveKey, Vec<&RunView>> = HashMap::new();
     for run in src.selected.iter().copied().filter(|r| {
-        r.spec.experiment.has_throughput()
+        r.spec.experiment().has_throughput()
             && r.status == RunStatus::Completed
             && r.aggregate.is_some()
     }) {
@@ -233,11 +261,11 @@ fn probes(src: &Source) -> Vec<ProbeRow> {
     let missing: Vec<&RunView> = src
         .selected
         .iter()
-        .filter(|r| r.spec.experiment == Experiment::Probe && r.spec.k > 1 && r.sweep.is_some())
+        .filter(|r| r.spec.experiment() == Experiment::Probe && r.spec.k > 1 && r.sweep.is_some())
         .filter_map(|r| {
             src.history.iter().find(|c| {
                 c.sweep == r.sweep
-                    && c.spec.experiment == Experiment::Probe
+                    && c.spec.experiment() == Experiment::Probe
                     && c.spec.k == 1
                     && !rows.iter().any(|p| p.run_id == c.id)
             })
@@ -329,7 +357,7 @@ pub fn build(title: String, src: &Source, now: f64) -> Report {
         environment: environment(&all),
         runs: all
             .iter()
-            .map(|r| run_info(r, src.records.get(&r.id)))
+            .map(|r| run_info(r, src.records.get(&r.id), src.history, false))
             .collect(),
         curves,
         timelines,

@@ -63,36 +63,23 @@ pub fn environment(e: &Environment) -> Value {
     })
 }
 
-/// One run as `ddptop show --json`, `ddptop runs --json` and the report print it.
+/// One run as every JSON output prints it (`run --json`, `runs --json`, `show --json`, `diff
+/// --json`, the report): the run document `RunInfo`, with `simulated` and `duration_s`.
 pub fn run(r: &RunInfo) -> Value {
-    json!({
-        "run_id": r.id,
-        "experiment": r.experiment,
-        "k": r.k,
-        "backend": r.backend,
-        "simulated": r.simulated(),
-        "profile": r.profile,
-        "model": r.model,
-        "per_rank_batch": r.per_rank_batch,
-        "global_batch": r.global_batch,
-        "epochs": r.epochs,
-        "samples": r.samples,
-        "data_path": r.data_path,
-        "settings": r.settings,
-        "torch_settings": r.torch,
-        "status": r.status,
-        "reason": r.reason,
-        "started_at": r.started.to_string(),
-        "ended_at": r.ended.map(|t| t.to_string()),
-        "duration_s": r.ended.map(|t| t.0 - r.started.0),
-        "transport": r.transport,
-        "sweep": r.sweep,
-        "command": r.command,
-        "versions": r.versions,
-        "output_log": r.output_log,
-        "caveats": r.caveats,
-        "stragglers": r.stragglers,
-    })
+    #[derive(serde::Serialize)]
+    struct Doc<'a> {
+        #[serde(flatten)]
+        run: &'a RunInfo,
+        simulated: bool,
+        duration_s: Option<f64>,
+    }
+    let doc = Doc {
+        run: r,
+        simulated: r.simulated(),
+        duration_s: r.ended.map(|t| t.0 - r.started.0),
+    };
+    // Every key is a string and every number finite or null: serializing cannot fail.
+    serde_json::to_value(doc).expect("a run document serializes")
 }
 
 fn curve(c: &Curve) -> Value {
@@ -177,7 +164,7 @@ fn bench_row(b: &BenchRow) -> Value {
 pub fn prediction(r: &RunView, runs: &[RunView]) -> Option<Value> {
     if r.spec.k < 2
         || r.status != RunStatus::Completed
-        || !matches!(r.spec.experiment, Experiment::Weak | Experiment::Strong)
+        || !matches!(r.spec.experiment(), Experiment::Weak | Experiment::Strong)
     {
         return None;
     }

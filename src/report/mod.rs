@@ -12,9 +12,10 @@ pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod plot;
+pub mod run_doc;
 
 use crate::protocol::Backend;
-use crate::run::{Experiment, RunStatus};
+use crate::run::{Experiment, RunStatus, TorchSettings};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -25,6 +26,13 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// A Unix time in seconds, shown as RFC 3339 UTC (`2026-11-30T01:15:00Z`).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Timestamp(pub f64);
+
+/// In JSON as it is shown: RFC 3339 UTC.
+impl serde::Serialize for Timestamp {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -201,9 +209,13 @@ pub struct Environment {
     pub versions: BTreeMap<String, String>,
 }
 
-/// One stored run, as much as a reader needs to reproduce it.
-#[derive(Debug, Clone, PartialEq)]
+/// One stored run, as much as a reader needs to reproduce it: the one run document. Every
+/// JSON output prints a run as this struct (`report::json::run`, which adds `simulated` and
+/// `duration_s`), built by one function from a stored run (`build::run_info`); the text formats
+/// read the same fields. docs/report.md lists them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RunInfo {
+    #[serde(rename = "run_id")]
     pub id: String,
     pub experiment: Experiment,
     pub k: u32,
@@ -217,15 +229,29 @@ pub struct RunInfo {
     pub epochs: Option<u32>,
     pub samples: Option<u64>,
     pub data_path: Option<String>,
+    pub data_source: Option<String>,
+    /// A probe's k=1 control run.
+    pub control: bool,
     /// What makes the run's own figures less than solid (`RunView::caveats`).
     pub caveats: Vec<String>,
     /// The launch's environment toggles as one label (`defaults`, `NCCL_P2P_DISABLE=1`).
     pub settings: String,
-    /// The book's PyTorch settings, applied and seen (`None` without a PyTorch model).
+    /// NCCL's own word on each variable it was given: `taken` or `ignored`.
+    pub nccl_read: BTreeMap<String, &'static str>,
+    /// The book's PyTorch settings, applied and seen, as one line for the text formats (`None`
+    /// without a PyTorch model); JSON has them as `torch_settings` and `torch_seen`.
+    #[serde(skip)]
     pub torch: Option<String>,
+    /// What ddptop asked for: `book`, `off` or `script` (an attached script's own); `None`
+    /// where the run has no PyTorch model to set (the simulator, JAX, all-reduce, tch).
+    pub torch_settings: Option<TorchSettings>,
+    /// What the workers reported they ran with.
+    pub torch_seen: Option<run_doc::TorchSeen>,
     pub status: RunStatus,
     pub reason: Option<String>,
+    #[serde(rename = "started_at")]
     pub started: Timestamp,
+    #[serde(rename = "ended_at")]
     pub ended: Option<Timestamp>,
     pub transport: Option<String>,
     /// `--shared-gpus` beside other processes: who they were.
@@ -238,6 +264,15 @@ pub struct RunInfo {
     pub output_log: Option<String>,
     /// Ranks named as holding the others back, in the order named (`app::straggler`).
     pub stragglers: Vec<crate::run::view::Straggler>,
+    #[serde(flatten)]
+    pub figures: run_doc::RunFigures,
+    /// The family's own settings (`Family::settings`: fsdp `strategy`, `optimizer`; jax
+    /// `sharding`; handrolled `hand`; attach `script`, `args`, `cwd`).
+    #[serde(flatten)]
+    pub family: serde_json::Map<String, serde_json::Value>,
+    /// Per-rank sections: only where one run is shown (`run --json`, `show --json`).
+    #[serde(flatten)]
+    pub detail: Option<run_doc::RunDetail>,
 }
 
 /// A setting for a table: its value, or `unknown`.

@@ -31,7 +31,7 @@ pub fn launch_caveats(spec: &RunSpec, cores: usize) -> Vec<Caveat> {
 /// epoch is warm-up when another follows.
 pub fn timed_steps(spec: &RunSpec) -> Option<u64> {
     if !matches!(
-        spec.experiment,
+        spec.experiment(),
         Experiment::Weak | Experiment::Strong | Experiment::Fsdp
     ) {
         return None;

@@ -1,12 +1,9 @@
 //! The scaling curve a run belongs to. Speedup and efficiency divide a run's throughput by the
 //! k=1 run of the same curve, so the key holds everything that changes the figure.
 
-use super::handrolled::HandRolled;
+use super::family::Family;
 use super::nccl::NcclSettings;
-use super::spec::{
-    DataPath, DataSource, Experiment, JaxSharding, ModelName, OptimizerName, RunSpec,
-    TorchSettings, TorchStrategy,
-};
+use super::spec::{DataPath, DataSource, Experiment, ModelName, RunSpec, TorchSettings};
 use crate::protocol::Backend;
 use std::fmt;
 
@@ -62,15 +59,10 @@ pub struct CurveKey {
     pub profile: Option<String>,
     /// Normalized: unsets that change nothing are left out.
     pub nccl: NcclSettings,
-    /// The JAX parameter layout (`Data` elsewhere).
-    pub sharding: JaxSharding,
-    /// The fsdp experiment's strategy: DDP and FSDP are two curves.
-    pub strategy: TorchStrategy,
-    pub optimizer: OptimizerName,
-    /// An attached run's script (absolute path) and arguments.
-    pub script: Option<(std::path::PathBuf, Vec<String>)>,
-    /// The hand-rolled loop's dispatch and reduce (`single+star` elsewhere, where it is unused).
-    pub hand: HandRolled,
+    /// The family's own settings (`Family::for_curve`): jax's sharding, fsdp's strategy and
+    /// optimizer (DDP and FSDP are two curves), an attached script and its arguments, the tch
+    /// loop's variant.
+    pub family: Family,
     /// The book's TF32/cudnn.benchmark settings: with and without are two curves.
     pub torch: TorchSettings,
 }
@@ -89,9 +81,9 @@ pub struct Setting {
 impl CurveKey {
     pub fn of(s: &RunSpec) -> CurveKey {
         CurveKey {
-            experiment: s.experiment,
+            experiment: s.experiment(),
             model: s.model,
-            batch: match s.experiment {
+            batch: match s.experiment() {
                 Experiment::Strong => Batch::Global(s.batch),
                 _ => Batch::PerRank(s.batch),
             },
@@ -103,14 +95,7 @@ impl CurveKey {
             backend: s.backend,
             profile: s.profile.clone(),
             nccl: s.nccl.normalized(),
-            sharding: s.sharding,
-            strategy: s.strategy,
-            optimizer: s.optimizer,
-            script: s
-                .attach
-                .as_ref()
-                .map(|a| (a.script.clone(), a.args.clone())),
-            hand: s.hand,
+            family: s.family.for_curve(),
             torch: s.torch,
         }
     }
@@ -133,17 +118,9 @@ impl CurveKey {
             (Backend::Sim, Some(p)) => format!("sim {p}"),
             (b, _) => b.as_str().to_string(),
         }];
-        match &self.script {
+        match self.family.attach() {
             // An attached script's model is its own: the command line names the curve.
-            Some((script, args)) => parts.push(
-                std::iter::once(script.file_name().map_or_else(
-                    || script.display().to_string(),
-                    |n| n.to_string_lossy().into_owned(),
-                ))
-                .chain(args.iter().cloned())
-                .collect::<Vec<_>>()
-                .join(" "),
-            ),
+            Some(a) => parts.push(a.label()),
             None => parts.push(self.model.as_str().to_string()),
         }
         if !self.nccl.is_default() {
@@ -158,22 +135,12 @@ impl CurveKey {
         if self.warmup == Warmup::Included {
             parts.push("warm-up timed".into());
         }
-        if self.experiment == Experiment::Jax {
-            parts.push(format!("{} sharding", self.sharding.as_str()));
-        }
-        if self.experiment == Experiment::Fsdp {
-            parts.push(self.strategy.as_str().to_string());
-        }
-        if self.experiment == Experiment::Handrolled {
-            parts.push(self.hand.label());
-        }
+        parts.extend(self.family.title_part());
         if self.torch == TorchSettings::Off && TorchSettings::applies(self.experiment, self.backend)
         {
             parts.push("PyTorch defaults".into());
         }
-        if self.optimizer != OptimizerName::default_for(self.experiment) {
-            parts.push(self.optimizer.as_str().to_string());
-        }
+        parts.extend(self.family.optimizer_part());
         parts.join(" ")
     }
 }
@@ -181,7 +148,7 @@ impl CurveKey {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{AttachTarget, NcclVar};
+    use crate::run::{AttachTarget, JaxSharding, NcclVar, OptimizerName, TorchStrategy};
 
     #[test]
     fn everything_that_changes_the_figure_is_in_the_key() {
@@ -217,7 +184,7 @@ mod tests {
                 ..base.clone()
             },
             RunSpec {
-                experiment: Experiment::Strong,
+                family: Family::Strong,
                 ..base.clone()
             },
             {
@@ -231,42 +198,69 @@ mod tests {
                 s
             },
             RunSpec {
-                experiment: Experiment::Jax,
+                family: Family::of(Experiment::Jax),
                 ..base.clone()
             },
             RunSpec {
-                sharding: JaxSharding::Fsdp,
+                family: Family::Jax {
+                    sharding: JaxSharding::Fsdp,
+                },
                 ..base.clone()
             },
             RunSpec {
-                experiment: Experiment::Fsdp,
+                family: Family::of(Experiment::Fsdp),
                 ..base.clone()
             },
             RunSpec {
-                strategy: TorchStrategy::Ddp,
+                family: Family::Fsdp {
+                    strategy: TorchStrategy::Ddp,
+                    optimizer: OptimizerName::Adam,
+                },
                 ..base.clone()
             },
             RunSpec {
-                optimizer: OptimizerName::Adam,
+                family: Family::Fsdp {
+                    strategy: TorchStrategy::Fsdp,
+                    optimizer: OptimizerName::Sgd,
+                },
                 ..base.clone()
             },
             RunSpec {
-                attach: Some(AttachTarget {
-                    script: "/home/u/train.py".into(),
-                    args: vec!["--epochs".into(), "3".into()],
-                    cwd: "/home/u".into(),
-                }),
+                family: Family::Attach {
+                    target: Some(AttachTarget {
+                        script: "/home/u/train.py".into(),
+                        args: vec!["--epochs".into(), "3".into()],
+                        cwd: "/home/u".into(),
+                    }),
+                },
                 ..base.clone()
             },
             RunSpec {
-                experiment: Experiment::Handrolled,
+                family: Family::of(Experiment::Handrolled),
                 ..base.clone()
             },
             RunSpec {
-                hand: crate::run::HandRolled::DEFICITS[2],
+                family: Family::Handrolled {
+                    hand: crate::run::HandRolled::DEFICITS[2],
+                },
                 ..base.clone()
             },
         ];
+        // An attached script's working folder is not part of its curve.
+        let attach = |cwd: &str| {
+            RunSpec {
+                family: Family::Attach {
+                    target: Some(AttachTarget {
+                        script: "/home/u/train.py".into(),
+                        args: Vec::new(),
+                        cwd: cwd.into(),
+                    }),
+                },
+                ..base.clone()
+            }
+            .curve_key()
+        };
+        assert_eq!(attach("/home/u"), attach("/tmp"));
         for s in changed {
             assert_ne!(s.curve_key(), k, "{s:?}");
         }
@@ -282,11 +276,13 @@ mod tests {
     #[test]
     fn an_attached_script_names_its_curve() {
         let mut s = RunSpec::new(Experiment::Attach, 1, Backend::Gloo);
-        s.attach = Some(AttachTarget {
-            script: "/home/u/train.py".into(),
-            args: vec!["--lr".into(), "0.1".into()],
-            cwd: "/home/u".into(),
-        });
+        s.family = Family::Attach {
+            target: Some(AttachTarget {
+                script: "/home/u/train.py".into(),
+                args: vec!["--lr".into(), "0.1".into()],
+                cwd: "/home/u".into(),
+            }),
+        };
         assert_eq!(s.curve_key().title(), "gloo train.py --lr 0.1");
     }
 
@@ -302,17 +298,21 @@ mod tests {
     fn hand_rolled_curves_are_titled_by_their_switches() {
         let mut s = RunSpec::new(Experiment::Handrolled, 2, Backend::Gloo);
         assert_eq!(s.curve_key().title(), "gloo tiny single+star");
-        s.hand = crate::run::HandRolled::DEFICITS[2];
+        s.family = Family::Handrolled {
+            hand: crate::run::HandRolled::DEFICITS[2],
+        };
         assert_eq!(s.curve_key().title(), "gloo tiny threads+ring");
     }
 
     #[test]
     fn fsdp_curves_are_titled_by_strategy_and_a_non_default_optimizer() {
         let mut s = RunSpec::new(Experiment::Fsdp, 1, Backend::Nccl);
-        assert_eq!(s.optimizer, OptimizerName::Adam);
+        assert_eq!(s.family.optimizer(), OptimizerName::Adam);
         assert_eq!(s.curve_key().title(), "nccl resnet18 fsdp");
-        s.strategy = TorchStrategy::Ddp;
-        s.optimizer = OptimizerName::Sgd;
+        s.family = Family::Fsdp {
+            strategy: TorchStrategy::Ddp,
+            optimizer: OptimizerName::Sgd,
+        };
         assert_eq!(s.curve_key().title(), "nccl resnet18 ddp sgd");
     }
 }

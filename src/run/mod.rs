@@ -5,6 +5,7 @@
 pub mod checks;
 pub mod collectives;
 pub mod curve;
+pub mod family;
 pub mod fault;
 pub mod handrolled;
 pub mod nccl;
@@ -12,6 +13,7 @@ pub mod spec;
 pub mod view;
 
 pub use curve::{Batch, CurveKey, Setting, Warmup};
+pub use family::Family;
 pub use fault::Fault;
 pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};

@@ -2,8 +2,8 @@
 //! reproduced is in `RunSpec`.
 
 use super::curve::CurveKey;
+use super::family::Family;
 use super::fault::Fault;
-use super::handrolled::HandRolled;
 use super::nccl::NcclSettings;
 use crate::protocol::Backend;
 use serde::{Deserialize, Serialize};
@@ -141,6 +141,26 @@ impl Experiment {
             ),
         }
     }
+    /// Why the simulated backend cannot run it (`None`: the simulator has a worker for it).
+    pub fn no_sim_worker(self) -> Option<&'static str> {
+        Some(match self {
+            Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Allreduce => {
+                return None;
+            }
+            Experiment::Jax => {
+                "jax has no simulated worker: it needs Python with jax (--backend gloo on CPUs, nccl on GPUs)"
+            }
+            Experiment::Fsdp => {
+                "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)"
+            }
+            Experiment::Attach => {
+                "attach runs your script with real PyTorch: use --backend gloo on CPUs, nccl on GPUs"
+            }
+            Experiment::Handrolled => {
+                "handrolled has no simulated worker: it runs libtorch through tch (--backend gloo on CPUs, nccl on GPUs)"
+            }
+        })
+    }
     /// Worker processes (protocol connections) a run at k has: one JAX process drives all k
     /// devices, every other experiment has one rank per device.
     pub fn processes(self, k: u32) -> u32 {
@@ -261,17 +281,6 @@ crate::util::names!(OptimizerName {
     Sgd => "sgd",
     Adam => "adam",
 });
-
-impl OptimizerName {
-    /// The fsdp experiment measures memory, so its default carries state; the rest use the book's.
-    pub fn default_for(experiment: Experiment) -> Self {
-        if experiment == Experiment::Fsdp {
-            OptimizerName::Adam
-        } else {
-            OptimizerName::Sgd
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Hash, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
@@ -462,7 +471,9 @@ impl AttachTarget {
 /// What to launch. Everything a run needs to be reproduced is here.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunSpec {
-    pub experiment: Experiment,
+    /// The experiment and the settings that belong to it alone (fsdp's strategy, jax's
+    /// sharding, the attached script, the tch loop's variant).
+    pub family: Family,
     pub k: u32,
     pub backend: Backend,
     /// Machine profile of the simulated backend (`h200-nvlink`, `book-pcie`); `None` elsewhere.
@@ -481,21 +492,6 @@ pub struct RunSpec {
     pub data_path: DataPath,
     #[serde(default)]
     pub data_source: DataSource,
-    /// The JAX experiment's parameter layout (`Data` for every other experiment).
-    #[serde(default)]
-    pub sharding: JaxSharding,
-    /// The fsdp experiment's strategy (`Fsdp` for every other experiment, where it is unused).
-    #[serde(default)]
-    pub strategy: TorchStrategy,
-    /// The optimizer (SGD except in the fsdp experiment, which defaults to Adam).
-    #[serde(default)]
-    pub optimizer: OptimizerName,
-    /// The script of an attached run (`None` for every other experiment).
-    #[serde(default)]
-    pub attach: Option<AttachTarget>,
-    /// The hand-rolled experiment's switches (`single+star`, unused, elsewhere).
-    #[serde(default)]
-    pub hand: HandRolled,
     /// The book's TF32/cudnn.benchmark settings (`Off` where there is no PyTorch model).
     #[serde(default)]
     pub torch: TorchSettings,
@@ -506,7 +502,7 @@ impl RunSpec {
     /// warm-up), 60,000 samples, the backend's default model and profile, ddptop's NCCL defaults.
     pub fn new(experiment: Experiment, k: u32, backend: Backend) -> RunSpec {
         RunSpec {
-            experiment,
+            family: Family::of(experiment),
             k,
             backend,
             profile: (backend == Backend::Sim).then(|| DEFAULT_PROFILE.to_string()),
@@ -519,17 +515,20 @@ impl RunSpec {
             control: false,
             data_path: DataPath::Device,
             data_source: DataSource::Synthetic,
-            sharding: JaxSharding::Data,
-            strategy: TorchStrategy::Fsdp,
-            optimizer: OptimizerName::default_for(experiment),
-            attach: None,
-            hand: HandRolled::default(),
             torch: TorchSettings::for_launch(TorchSettings::Book, experiment, backend),
         }
     }
 
+    /// The family's name (`Family::experiment`).
+    pub fn experiment(&self) -> Experiment {
+        self.family.experiment()
+    }
+    /// An attached run's script.
+    pub fn attach(&self) -> Option<&AttachTarget> {
+        self.family.attach()
+    }
     pub fn per_rank_batch(&self) -> u32 {
-        match self.experiment {
+        match self.experiment() {
             Experiment::Strong => (self.batch / self.k.max(1)).max(1),
             _ => self.batch,
         }
@@ -539,11 +538,11 @@ impl RunSpec {
     }
     /// Worker processes of this run (see `Experiment::processes`).
     pub fn processes(&self) -> u32 {
-        self.experiment.processes(self.k)
+        self.experiment().processes(self.k)
     }
     /// `batch 256/rank` or `global batch 512`.
     pub fn batch_label(&self) -> String {
-        match self.experiment {
+        match self.experiment() {
             Experiment::Strong => format!("global batch {}", self.batch),
             _ => format!("batch {}/rank", self.batch),
         }

@@ -394,7 +394,7 @@ impl RunView {
         use super::spec::TorchSettings;
         let asked = match self.spec.torch {
             TorchSettings::Off
-                if !TorchSettings::applies(self.spec.experiment, self.spec.backend) =>
+                if !TorchSettings::applies(self.spec.experiment(), self.spec.backend) =>
             {
                 None
             }
@@ -476,7 +476,7 @@ impl RunView {
     /// (unknown where nothing was seen), every other run's are its spec's.
     pub fn settings(&self) -> Settings {
         let s = &self.spec;
-        if s.experiment == super::Experiment::Attach {
+        if s.experiment() == super::Experiment::Attach {
             let o = &self.observed;
             let batch = o.per_rank_batch();
             return Settings {

@@ -103,8 +103,11 @@ pub fn argv(spec: &RunSpec, data_flags: Vec<String>) -> Vec<String> {
     for (flag, value) in [
         ("--k", spec.k.to_string()),
         ("--device", device.to_string()),
-        ("--dispatch", spec.hand.dispatch.as_str().to_string()),
-        ("--reduce", spec.hand.reduce.as_str().to_string()),
+        (
+            "--dispatch",
+            spec.family.hand().dispatch.as_str().to_string(),
+        ),
+        ("--reduce", spec.family.hand().reduce.as_str().to_string()),
         ("--model", spec.model.as_str().to_string()),
         ("--batch", spec.batch.to_string()),
         ("--epochs", spec.epochs.to_string()),

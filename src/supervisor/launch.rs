@@ -370,7 +370,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 // DDPTOP_TIME_EVERY=1` times every step.
                 set("DDPTOP_TIME_EVERY", "10".into());
             }
-            if spec.experiment == Experiment::Jax && spec.backend == Backend::Gloo {
+            if spec.experiment() == Experiment::Jax && spec.backend == Backend::Gloo {
                 // XLA's CPU client has one device unless told: the mesh needs k of them.
                 set(
                     "XLA_FLAGS",
@@ -378,22 +378,18 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 );
                 set("JAX_PLATFORMS", "cpu".into());
             }
-            if let Some(a) = spec
-                .attach
-                .as_ref()
-                .filter(|_| spec.experiment == Experiment::Attach)
-            {
+            if let Some(a) = spec.attach() {
                 attach_env(spec, py, &mut set);
                 cwd = a.cwd.clone();
             }
-            if spec.experiment == Experiment::Handrolled {
+            if spec.experiment() == Experiment::Handrolled {
                 super::handrolled::prepare(spec, &py.python, &mut set)?;
             }
             if let Some(plan) = ctx.nodes {
-                if matches!(spec.experiment, Experiment::Jax | Experiment::Handrolled) {
+                if matches!(spec.experiment(), Experiment::Jax | Experiment::Handrolled) {
                     anyhow::bail!(
                         "--nodes runs torchrun on each node; the {} experiment does not use torchrun",
-                        spec.experiment.as_str()
+                        spec.experiment().as_str()
                     );
                 }
                 if plan.nproc_per_node * plan.nnodes() != spec.k {
@@ -504,7 +500,7 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
                 .clone()
                 .unwrap_or_else(|| DEFAULT_PROFILE.into()),
         ),
-        ("--experiment", spec.experiment.as_str().into()),
+        ("--experiment", spec.experiment().as_str().into()),
         ("--world-size", spec.k.to_string()),
         ("--batch", spec.batch.to_string()),
         ("--epochs", spec.epochs.to_string()),
@@ -550,11 +546,11 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String
     ]);
     let backend = ("--backend", spec.backend.as_str().to_string());
     let torch = ("--torch-settings", spec.torch.as_str().to_string());
-    match spec.experiment {
+    match spec.experiment() {
         Experiment::Weak | Experiment::Strong => {
             v.push("train".into());
             v.extend(flags([
-                ("--experiment", spec.experiment.as_str().into()),
+                ("--experiment", spec.experiment().as_str().into()),
                 ("--batch", spec.batch.to_string()),
                 ("--epochs", spec.epochs.to_string()),
                 ("--samples", spec.samples.to_string()),
@@ -584,9 +580,10 @@ fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String
         }
         Experiment::Fsdp => {
             v.push("fsdp".into());
+            let strategy = spec.family.strategy().unwrap_or_default();
             v.extend(flags([
-                ("--strategy", spec.strategy.as_str().into()),
-                ("--optimizer", spec.optimizer.as_str().into()),
+                ("--strategy", strategy.as_str().into()),
+                ("--optimizer", spec.family.optimizer().as_str().into()),
                 ("--batch", spec.batch.to_string()),
                 ("--epochs", spec.epochs.to_string()),
                 ("--samples", spec.samples.to_string()),
@@ -613,7 +610,7 @@ fn attach_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<Strin
     let mut v = py.torchrun.clone();
     v.extend(where_flags(spec, ctx));
     v.push("--monitor-interval=0.1".into());
-    if let Some(a) = &spec.attach {
+    if let Some(a) = spec.attach() {
         v.push(a.script.display().to_string());
         v.extend(a.args.iter().cloned());
     }
@@ -630,7 +627,7 @@ fn jax_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
     ];
     v.extend(flags([
         ("--k", spec.k.to_string()),
-        ("--sharding", spec.sharding.as_str().into()),
+        ("--sharding", spec.family.sharding().as_str().into()),
         ("--batch", spec.batch.to_string()),
         ("--epochs", spec.epochs.to_string()),
         ("--samples", spec.samples.to_string()),
@@ -931,7 +928,9 @@ mod tests {
             workers_dir: "/repo/workers".into(),
         };
         let mut spec = RunSpec::new(Experiment::Jax, 4, Backend::Gloo);
-        spec.sharding = crate::run::JaxSharding::Fsdp;
+        spec.family = crate::run::Family::Jax {
+            sharding: crate::run::JaxSharding::Fsdp,
+        };
         spec.model = crate::run::ModelName::Tiny;
         let cmd = command_for(&spec, &ctx(Path::new("/d"), Some(&py))).unwrap();
         assert_eq!(
@@ -971,11 +970,13 @@ mod tests {
             workers_dir: "/repo/workers".into(),
         };
         let mut spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
-        spec.attach = Some(crate::run::AttachTarget {
-            script: "/home/u/train.py".into(),
-            args: vec!["--epochs".into(), "3".into()],
-            cwd: "/home/u".into(),
-        });
+        spec.family = crate::run::Family::Attach {
+            target: Some(crate::run::AttachTarget {
+                script: "/home/u/train.py".into(),
+                args: vec!["--epochs".into(), "3".into()],
+                cwd: "/home/u".into(),
+            }),
+        };
         spec.inject = Some("hang:5".parse().unwrap());
         let cmd = command_for(&spec, &ctx(Path::new("/data/runs/r1"), Some(&py))).unwrap();
         assert_eq!(
@@ -1035,11 +1036,13 @@ mod tests {
         let mut c = ctx(Path::new("/d"), Some(&py));
         c.nodes = Some(&plan);
         let mut spec = RunSpec::new(Experiment::Attach, 4, Backend::Nccl);
-        spec.attach = Some(crate::run::AttachTarget {
-            script: "/home/u/train.py".into(),
-            args: vec![],
-            cwd: "/home/u".into(),
-        });
+        spec.family = crate::run::Family::Attach {
+            target: Some(crate::run::AttachTarget {
+                script: "/home/u/train.py".into(),
+                args: vec![],
+                cwd: "/home/u".into(),
+            }),
+        };
         let cmd = command_for(&spec, &c).unwrap();
         assert_eq!(
             cmd.argv.join(" "),

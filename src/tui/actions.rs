@@ -10,7 +10,7 @@ use crate::app::{Action, Freeze, Level, Queued, State, View};
 use crate::engine::Engine;
 use crate::plan::{self, Queue, Template};
 use crate::protocol::Command;
-use crate::run::{Experiment, NcclVar, RunSpec};
+use crate::run::{AttachTarget, Experiment, Family, NcclVar, RunSpec};
 use crate::ui::layout::PAGES;
 use std::collections::HashSet;
 
@@ -20,6 +20,8 @@ pub struct Controller {
     /// Backend, profile, model, epochs, samples of dashboard launches; the experiment, data path
     /// and NCCL settings come from `State.next`.
     pub template: Template,
+    /// The script `--attach` names: the attach family's target, and a step of the `s` cycle.
+    pub attach: Option<AttachTarget>,
     pub queue: Queue,
     /// Runs whose live probe is on (Command::ProbeOn sent).
     probing: HashSet<String>,
@@ -44,6 +46,7 @@ impl Controller {
     pub fn new(template: Template) -> Self {
         Controller {
             template,
+            attach: None,
             queue: Queue::default(),
             probing: HashSet::new(),
             tune: None,
@@ -67,7 +70,7 @@ impl Controller {
         if busy {
             let what: Vec<String> = specs
                 .iter()
-                .map(|s| format!("{} k={}", s.experiment.as_str(), s.k))
+                .map(|s| format!("{} k={}", s.experiment().as_str(), s.k))
                 .collect();
             state.push_message(
                 Level::Info,
@@ -81,12 +84,23 @@ impl Controller {
         self.queue.push(specs, sweep);
     }
 
+    /// What the dashboard launches for `experiment`: the family's defaults, and the script
+    /// for attach.
+    fn family(&self, experiment: Experiment) -> Family {
+        match experiment {
+            Experiment::Attach => Family::Attach {
+                target: self.attach.clone(),
+            },
+            e => Family::of(e),
+        }
+    }
+
     /// Plan `ks` of `experiment` and queue it, or say why not. A sweep of handrolled is the
     /// deficits set (DDP and the three hand-rolled variants at each k).
     fn plan(&mut self, state: &mut State, experiment: Experiment, ks: &[u32], sweep: bool) {
         let mut template = self.next(state);
         template.deficits = sweep && experiment == Experiment::Handrolled;
-        let planned = plan::request(&template, experiment, ks, state.max_k);
+        let planned = plan::request(&template, self.family(experiment), ks, state.max_k);
         match planned {
             Ok(p) => {
                 for n in &p.notes {
@@ -249,10 +263,7 @@ impl Controller {
                 self.plan(state, exp, &[1, 2, 4], true);
             }
             Action::SwitchExperiment => {
-                let e = state
-                    .next
-                    .experiment
-                    .next_in_cycle(self.template.attach.is_some());
+                let e = state.next.experiment.next_in_cycle(self.attach.is_some());
                 state.next.experiment = e;
                 // Said when it is chosen, not only when 1 fails: the worker must be built.
                 state.next.unavailable = (e == Experiment::Handrolled
@@ -261,7 +272,7 @@ impl Controller {
                 if let Some(why) = state.next.unavailable.clone() {
                     state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
                 }
-                let msg = e.switch_message(self.template.attach.as_ref());
+                let msg = e.switch_message(self.attach.as_ref());
                 state.push_message(Level::Info, None, msg);
             }
             Action::ToggleDataPath => {
@@ -278,7 +289,7 @@ impl Controller {
                 // A training run is active: toggle the live probe on it.
                 let target = state
                     .active_runs()
-                    .find(|r| r.spec.experiment.has_throughput())
+                    .find(|r| r.spec.experiment().has_throughput())
                     .map(|r| r.id.clone());
                 if let Some(id) = target {
                     let on = !self.probing.contains(&id);
@@ -338,7 +349,7 @@ impl Controller {
                         Err(why) => state.push_message(
                             Level::Warn,
                             None,
-                            format!("not launched: {} at {why}", spec.experiment.as_str()),
+                            format!("not launched: {} at {why}", spec.experiment().as_str()),
                         ),
                     }
                 }
@@ -352,7 +363,7 @@ impl Controller {
                         None,
                         format!(
                             "cancelled the queued {} k={} (it had not started)",
-                            spec.experiment.as_str(),
+                            spec.experiment().as_str(),
                             spec.k
                         ),
                     );

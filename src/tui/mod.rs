@@ -186,7 +186,8 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
     let themes =
         ThemeSet::load(&theme_name, &user_themes, no_color).map_err(|e| anyhow::anyhow!("{e}"))?;
     let state = setup.state(crate::paths::hostname());
-    let mut template = setup.template();
+    let template = setup.template();
+    let mut attach = None;
     if let Some((script, args)) = a.attach.split_first() {
         let cwd = std::env::current_dir()?;
         let target =
@@ -199,7 +200,7 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
             )
             .into());
         }
-        template.attach = Some(target);
+        attach = Some(target);
     }
     let mut opts = setup.opts;
     opts.sim_speed = a.sim_speed;
@@ -208,7 +209,7 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
 
     let st = engine.state_mut();
     st.push_message(Level::Info, None, setup.resolved.note.clone());
-    if let Some(a) = &template.attach {
+    if let Some(a) = &attach {
         st.next.experiment = crate::run::Experiment::Attach;
         st.next.attach = Some(a.label());
         st.push_message(
@@ -242,7 +243,8 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         Duration::from_millis(config.refresh.gpu_sample_ms),
         tx,
     );
-    let ctrl = Controller::new(template);
+    let mut ctrl = Controller::new(template);
+    ctrl.attach = attach;
     let timeline_steps = config.timeline.steps;
     let config_mouse = config.mouse;
     Ok(App {

@@ -51,7 +51,7 @@ impl DashTune {
 fn tune_k(state: &State, view: &View, experiment: Experiment) -> Result<u32, String> {
     let selected = view
         .selected_run(state)
-        .filter(|r| r.spec.experiment == experiment && r.spec.k >= 2)
+        .filter(|r| r.spec.experiment() == experiment && r.spec.k >= 2)
         .map(|r| r.spec.k);
     match selected {
         Some(k) => plan::fits(k, state.max_k).map(|()| k),

@@ -15,7 +15,7 @@ use crate::app::tune::{Board, Phase, Row, RowState, predict};
 use crate::costmodel::Profile;
 use crate::plan::Template;
 use crate::protocol::Backend;
-use crate::run::{Experiment, RunSpec, RunStatus, RunView};
+use crate::run::{Experiment, Family, RunSpec, RunStatus, RunView};
 use std::time::Instant;
 
 /// What to tune.
@@ -24,8 +24,8 @@ pub struct Plan {
     /// Everything of the runs but the candidate's settings (presets and `--env` applied; for
     /// an attached script, `attach` set).
     pub template: Template,
-    /// `Weak`, `Strong` or `Attach`.
-    pub experiment: Experiment,
+    /// `Weak`, `Strong` or `Attach` (with the script).
+    pub family: Family,
     pub k: u32,
     /// Bucket sizes to try instead of the built-in ones (empty: those).
     pub bucket_caps: Vec<f64>,
@@ -36,11 +36,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The family's plain name.
+    pub fn experiment(&self) -> Experiment {
+        self.family.experiment()
+    }
+
     /// `--repeats 3 --finalists 3 --min-gain 1 --budget 10m`, the command's defaults.
-    pub fn new(template: Template, experiment: Experiment, k: u32) -> Plan {
+    pub fn new(template: Template, family: impl Into<Family>, k: u32) -> Plan {
         Plan {
             template,
-            experiment,
+            family: family.into(),
             k,
             bucket_caps: Vec::new(),
             repeats: 3,
@@ -138,9 +143,9 @@ impl Tuning {
     /// Check the plan and hand out the prediction runs (`take_launches`).
     pub fn new(plan: Plan) -> Result<Tuning, String> {
         let t = &plan.template;
-        match plan.experiment {
+        match plan.experiment() {
             Experiment::Weak | Experiment::Strong => {}
-            Experiment::Attach if t.attach.is_some() => {}
+            Experiment::Attach if plan.family.attach().is_some() => {}
             e => {
                 return Err(format!(
                     "tune measures weak or strong scaling or an attached script, not {e}"
@@ -150,11 +155,11 @@ impl Tuning {
         if plan.k < 2 {
             return Err("tune needs k ≥ 2: at k=1 nothing communicates".into());
         }
-        let target = t.spec(plan.experiment, plan.k);
+        let target = t.spec(plan.family.clone(), plan.k);
         // The k=1 run whose compute the k-rank step keeps: weak at the target's per-rank
         // batch (for strong scaling, the global batch split k ways); the script itself at k=1.
-        let base_spec = if plan.experiment == Experiment::Attach {
-            t.spec(Experiment::Attach, 1)
+        let base_spec = if plan.experiment() == Experiment::Attach {
+            t.spec(plan.family.clone(), 1)
         } else {
             let mut b = t.clone();
             b.batch = Some(target.per_rank_batch());
@@ -171,9 +176,9 @@ impl Tuning {
                 }
             }
         }
-        let what = match &t.attach {
-            Some(a) if plan.experiment == Experiment::Attach => a.label(),
-            _ => plan.experiment.as_str().to_string(),
+        let what = match plan.family.attach() {
+            Some(a) => a.label(),
+            None => plan.experiment().as_str().to_string(),
         };
         let on = match &t.profile {
             Some(p) if t.backend == Backend::Sim => format!("sim ({p})"),
@@ -401,7 +406,7 @@ impl Tuning {
         }
         self.board.base_run = Some(run.id.clone());
         self.base_wall = (run.ended_unix.unwrap_or(run.started_unix) - run.started_unix).max(1.0);
-        if self.plan.experiment == Experiment::Attach {
+        if self.plan.experiment() == Experiment::Attach {
             self.ddp_ok = crate::app::tune::ddp_adjustable(run);
             if let Err(why) = &self.ddp_ok {
                 let line = format!(
@@ -445,7 +450,7 @@ impl Tuning {
     /// The per-rank samples of one step at k: the target's, or what the script's k=1 run
     /// showed.
     fn per_rank(&self, base: &RunView) -> Result<u32, String> {
-        if self.plan.experiment != Experiment::Attach {
+        if self.plan.experiment() != Experiment::Attach {
             return Ok(self.target.per_rank_batch());
         }
         base.observed
@@ -570,7 +575,8 @@ impl Tuning {
             for &i in &measured {
                 let mut t = self.plan.template.clone();
                 t.nccl = self.board.rows[i].cand.settings(&self.plan.template.nccl);
-                self.pending.push(t.spec(self.plan.experiment, self.plan.k));
+                self.pending
+                    .push(t.spec(self.plan.family.clone(), self.plan.k));
                 self.batch.push(Purpose::Measure(i));
             }
         }
@@ -667,7 +673,7 @@ mod tests {
         let specs = tu.take_launches();
         // gloo: the k=1 run and one all-reduce sweep (no NCCL settings to sweep).
         assert_eq!(specs.len(), 2);
-        assert_eq!(specs[1].experiment, Experiment::Allreduce);
+        assert_eq!(specs[1].experiment(), Experiment::Allreduce);
         tu.launched("r1", &specs[0]);
         let (_, _) = tu.poll(&[], 1);
         assert!(!tu.finished());
@@ -680,19 +686,20 @@ mod tests {
 
     #[test]
     fn a_script_with_its_own_comm_hook_keeps_its_ddp_settings_and_says_why() {
-        let mut t = Template::new(Backend::Gloo, None);
+        let t = Template::new(Backend::Gloo, None);
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        t.attach = Some(
-            crate::run::AttachTarget::new(
-                &dir.join("examples/train_ddp_own_hook.py"),
-                Vec::new(),
-                dir,
-            )
-            .unwrap(),
-        );
-        let mut tu = Tuning::new(Plan::new(t, Experiment::Attach, 2)).unwrap();
+        let target = crate::run::AttachTarget::new(
+            &dir.join("examples/train_ddp_own_hook.py"),
+            Vec::new(),
+            dir,
+        )
+        .unwrap();
+        let family = Family::Attach {
+            target: Some(target),
+        };
+        let mut tu = Tuning::new(Plan::new(t, family, 2)).unwrap();
         let specs = tu.take_launches();
-        assert_eq!(specs[0].experiment, Experiment::Attach);
+        assert_eq!(specs[0].experiment(), Experiment::Attach);
         assert_eq!(specs[0].k, 1);
         let mut base = finished_run(specs[0].clone(), "r1", Some(1000.0));
         base.observed.ddp_module = Some(true);

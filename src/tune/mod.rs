@@ -17,7 +17,7 @@ use crate::cli::{GlobalArgs, TuneArgs, TuneExperiment};
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::protocol::Backend;
-use crate::run::{AttachTarget, Experiment};
+use crate::run::{AttachTarget, Experiment, Family};
 use crate::util::BadInput;
 use driver::{Plan, Progress, Tuning};
 use std::sync::Arc;
@@ -106,14 +106,19 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     if let Some(n) = a.samples {
         template.samples = n;
     }
-    template.attach = attach;
     crate::headless::environment(g, &mut template, &setup, &a.preset, &a.env, None)?;
     let mut state = setup.state(crate::paths::hostname());
     // The k to tune must fit this machine (the same check `ddptop run` makes).
     plan::sweep(&template, experiment, &[a.k], state.max_k)
         .map_err(|e| BadInput(format!("{e}; use a smaller --k")))?;
     state.max_k = state.max_k.max(a.k);
-    let mut p = Plan::new(template, experiment, a.k);
+    let family = match attach {
+        Some(target) => Family::Attach {
+            target: Some(target),
+        },
+        None => Family::of(experiment),
+    };
+    let mut p = Plan::new(template, family, a.k);
     p.bucket_caps = a.bucket_caps.clone();
     p.repeats = a.repeats;
     p.finalists = a.finalists;

@@ -62,7 +62,7 @@ pub(super) fn document(t: &Tuning, note: &str, budget_s: f64) -> Value {
     let best = b
         .best_measured()
         .map(|(row, gain)| json!({"candidate": row.cand.name, "gain_pct": gain}));
-    let attach = plan.template.attach.as_ref().map(|a| {
+    let attach = plan.family.attach().map(|a| {
         let ddp_note = b
             .notes
             .iter()
@@ -80,7 +80,7 @@ pub(super) fn document(t: &Tuning, note: &str, budget_s: f64) -> Value {
         "backend": backend.as_str(),
         "simulated": backend == Backend::Sim,
         "note": note,
-        "experiment": plan.experiment.as_str(),
+        "experiment": plan.experiment().as_str(),
         "attach": attach,
         "k": plan.k,
         "k1_run": b.base_run,

@@ -4,15 +4,14 @@
 use super::driver::Tuning;
 use crate::app::tune::Saved;
 use crate::config::Config;
-use crate::run::Experiment;
 use std::path::Path;
 
 /// A preset name's part for what was tuned: the experiment, or an attached script's file stem
 /// in the characters a TOML bare key allows.
 fn subject(t: &Tuning) -> String {
     let plan = t.plan();
-    match (&plan.template.attach, plan.experiment) {
-        (Some(a), Experiment::Attach) => {
+    match plan.family.attach() {
+        Some(a) => {
             let stem = a
                 .script
                 .file_stem()
@@ -34,7 +33,7 @@ fn subject(t: &Tuning) -> String {
                 clean
             }
         }
-        (_, e) => e.as_str().to_string(),
+        None => plan.experiment().as_str().to_string(),
     }
 }
 
@@ -63,7 +62,7 @@ pub fn save(t: &mut Tuning, path: &Path, machine: &str) -> Result<Saved, String>
         &format!("tuned-{}-k{k}-{}", subject(t), date.replace('-', "")),
     );
     let target = t.target();
-    let model = match &target.attach {
+    let model = match target.attach() {
         Some(a) => format!("the script {} on {}", a.label(), target.backend.as_str()),
         None => format!(
             "{}, {} on {}",

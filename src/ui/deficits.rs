@@ -14,7 +14,7 @@ use ratatui::text::{Line, Span};
 fn active(ctx: &Ctx) -> bool {
     ctx.view
         .subject(ctx.state)
-        .is_some_and(|r| r.spec.experiment == Experiment::Handrolled)
+        .is_some_and(|r| r.spec.experiment() == Experiment::Handrolled)
 }
 
 /// Probe and Bench (always adjacent) give their union to the Deficits pane.

@@ -24,7 +24,7 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         ])
     };
     let spec = &run.spec;
-    let mut what = match &spec.attach {
+    let mut what = match spec.attach() {
         // An attached script's settings are its own: only what was seen of them.
         Some(a) => {
             let set = run.settings();
@@ -40,7 +40,7 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         }
         None => format!(
             "{}{} k={} · {} · {} · {} · {} epochs · {} samples · {} data",
-            spec.experiment.as_str(),
+            spec.experiment().as_str(),
             if spec.control { " (k=1 control)" } else { "" },
             spec.k,
             fmt::backend(spec),
@@ -112,7 +112,7 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             .collect()
     };
     out.push(kv("env", env.join("  ")));
-    if spec.experiment == crate::run::Experiment::Attach {
+    if spec.experiment() == crate::run::Experiment::Attach {
         // The user's job: say why ddptop added each variable to its environment.
         for (k, _) in run.env.iter() {
             if let Some(why) = crate::supervisor::launch::why_set(k) {
@@ -154,7 +154,7 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             Span::styled(format!("⚠ {}", c.text), t.warn),
         ]));
     }
-    if spec.attach.is_some() && run.status.is_final() {
+    if spec.attach().is_some() && run.status.is_final() {
         out.push(kv("measured", summary::attach_note(run)));
     }
     out.push(Line::from(Span::styled(

@@ -104,7 +104,7 @@ pub fn backend(spec: &RunSpec) -> String {
     } else {
         "CPU"
     };
-    match (spec.experiment, spec.backend) {
+    match (spec.experiment(), spec.backend) {
         (_, Backend::Sim) => match &spec.profile {
             Some(p) => format!("SIM {p}"),
             None => "SIM".into(),
@@ -119,7 +119,7 @@ pub fn backend(spec: &RunSpec) -> String {
 /// `backend` in four cells (the Runs pane's narrow column).
 pub fn backend_short(spec: &RunSpec) -> String {
     use crate::run::Experiment;
-    match (spec.experiment, spec.backend) {
+    match (spec.experiment(), spec.backend) {
         (_, Backend::Sim) => "SIM".into(),
         (Experiment::Jax, _) => "XLA".into(),
         (Experiment::Handrolled, _) => "copy".into(),
@@ -130,10 +130,13 @@ pub fn backend_short(spec: &RunSpec) -> String {
 /// The experiment as the Runs pane lists it: the fsdp experiment's DDP side (queued after its
 /// FSDP run at each k) says so, a probe's k=1 control has a `*`.
 pub fn experiment(spec: &RunSpec) -> String {
-    use crate::run::{Experiment, TorchStrategy};
-    let name = match (spec.experiment, spec.strategy) {
-        (Experiment::Fsdp, TorchStrategy::Ddp) => "fsdp:DDP".to_string(),
-        (e, _) => e.as_str().to_string(),
+    use crate::run::{Family, TorchStrategy};
+    let name = match &spec.family {
+        Family::Fsdp {
+            strategy: TorchStrategy::Ddp,
+            ..
+        } => "fsdp:DDP".to_string(),
+        f => f.experiment().as_str().to_string(),
     };
     if spec.control {
         format!("{name}*")

@@ -89,7 +89,9 @@ fn other_strategy(s: TorchStrategy) -> TorchStrategy {
 /// with the strategy swapped), the most recent one that reported memory.
 pub fn counterpart<'a>(state: &'a State, run: &RunView) -> Option<&'a RunView> {
     let want = RunSpec {
-        strategy: other_strategy(run.spec.strategy),
+        family: run.spec.family.with_strategy(other_strategy(
+            run.spec.family.strategy().unwrap_or_default(),
+        )),
         ..run.spec.clone()
     }
     .curve_key();
@@ -97,7 +99,7 @@ pub fn counterpart<'a>(state: &'a State, run: &RunView) -> Option<&'a RunView> {
         .runs
         .iter()
         .filter(|r| {
-            r.spec.experiment == Experiment::Fsdp
+            r.spec.experiment() == Experiment::Fsdp
                 && r.spec.k == run.spec.k
                 && r.spec.curve_key() == want
                 && r.status.shows_results()
@@ -117,7 +119,7 @@ fn comm_line(run: &RunView) -> Option<CommLine> {
     .filter_map(|op| totals.per_step(op).map(|(n, b, ms)| (op, n, b, ms)))
     .collect();
     (!ops.is_empty()).then_some(CommLine {
-        strategy: run.spec.strategy,
+        strategy: run.spec.family.strategy().unwrap_or_default(),
         ops,
     })
 }
@@ -128,16 +130,26 @@ pub fn model(state: &State, run: &RunView) -> MemoryModel {
     let mut rows = Vec::new();
     for (rank, rv) in &run.ranks {
         if let Some(m) = rv.last_memory_phase() {
-            rows.push(MemRow::of(run.spec.strategy, run, *rank, m));
+            rows.push(MemRow::of(
+                run.spec.family.strategy().unwrap_or_default(),
+                run,
+                *rank,
+                m,
+            ));
         }
         if let Some(o) = other
             && let Some(m) = o.ranks.get(rank).and_then(|x| x.last_memory_phase())
         {
-            rows.push(MemRow::of(o.spec.strategy, o, *rank, m));
+            rows.push(MemRow::of(
+                o.spec.family.strategy().unwrap_or_default(),
+                o,
+                *rank,
+                m,
+            ));
         }
     }
     let other_hint = other.is_none().then(|| {
-        let s = other_strategy(run.spec.strategy).as_str();
+        let s = other_strategy(run.spec.family.strategy().unwrap_or_default()).as_str();
         format!(
             "no {s} run at k={} with these settings to compare: ddptop run fsdp --k {} --strategy {s}",
             run.spec.k, run.spec.k
@@ -150,7 +162,7 @@ pub fn model(state: &State, run: &RunView) -> MemoryModel {
         .collect();
     MemoryModel {
         k: run.spec.k,
-        optimizer: run.spec.optimizer.as_str(),
+        optimizer: run.spec.family.optimizer().as_str(),
         rows,
         other: other.map(|o| o.id.clone()),
         other_hint,
@@ -165,7 +177,7 @@ pub fn swap_in(ctx: &Ctx, panes: &[(PaneId, Rect)]) -> Vec<(PaneId, Rect)> {
     let fsdp = ctx
         .view
         .subject(ctx.state)
-        .is_some_and(|r| r.spec.experiment == Experiment::Fsdp);
+        .is_some_and(|r| r.spec.experiment() == Experiment::Fsdp);
     if !fsdp {
         return panes.to_vec();
     }
@@ -189,16 +201,16 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let run = ctx
         .view
         .subject(ctx.state)
-        .filter(|r| r.spec.experiment == Experiment::Fsdp);
+        .filter(|r| r.spec.experiment() == Experiment::Fsdp);
     let mut title = vec![Span::raw("Memory")];
     if let Some(r) = run {
         title.push(Span::styled(
             format!(
                 " {} {} k={} {}",
                 fmt::tiny_id(&r.id),
-                r.spec.strategy.as_str(),
+                r.spec.family.strategy().unwrap_or_default().as_str(),
                 r.spec.k,
-                r.spec.optimizer.as_str()
+                r.spec.family.optimizer().as_str()
             ),
             t.dim,
         ));
@@ -379,7 +391,10 @@ mod tests {
 
     fn fsdp_run(id: &str, strategy: TorchStrategy, k: u32, per_rank: u64) -> RunView {
         let spec = RunSpec {
-            strategy,
+            family: crate::run::Family::Fsdp {
+                strategy,
+                optimizer: crate::run::OptimizerName::Adam,
+            },
             ..RunSpec::new(Experiment::Fsdp, k, Backend::Gloo)
         };
         let mut r = RunView::new(id.into(), spec, Instant::now(), 1.0);

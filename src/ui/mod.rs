@@ -115,13 +115,13 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
         PaneId::Scaling => scaling::render(ctx, r, buf),
         PaneId::Timeline => match ctx.view.subject(ctx.state) {
             // A JAX run has no bucket timeline: its receipt takes the place.
-            Some(run) if run.spec.experiment == crate::app::Experiment::Jax => {
+            Some(run) if run.spec.experiment() == crate::app::Experiment::Jax => {
                 receipt::render(ctx, run, r, buf)
             }
             _ => timeline::render(ctx, r, buf),
         },
         PaneId::Probe => match ctx.view.subject(ctx.state) {
-            Some(run) if run.spec.experiment == crate::app::Experiment::Jax => {
+            Some(run) if run.spec.experiment() == crate::app::Experiment::Jax => {
                 receipt::render_layout(ctx, run, r, buf)
             }
             _ => probe::render(ctx, r, buf),
@@ -135,8 +135,10 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
             let v = ctx.view;
             match v.selected_run(ctx.state).or_else(|| v.subject(ctx.state)) {
                 Some(run) if !run.status.shows_results() => runs::render_status(ctx, run, r, buf),
-                Some(run) if run.spec.experiment == Experiment::Probe => probe::render(ctx, r, buf),
-                Some(run) if run.spec.experiment == Experiment::Allreduce => {
+                Some(run) if run.spec.experiment() == Experiment::Probe => {
+                    probe::render(ctx, r, buf)
+                }
+                Some(run) if run.spec.experiment() == Experiment::Allreduce => {
                     bench::render(ctx, r, buf)
                 }
                 _ => scaling::render(ctx, r, buf),

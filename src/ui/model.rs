@@ -121,7 +121,7 @@ fn curve(state: &State, key: CurveKey) -> Curve {
                 efficiency: sc.as_ref().map(|s| s.efficiency),
                 baseline: sc.map(|s| s.baseline),
                 // The cost model predicts DDP weak scaling (docs/methods.md).
-                prediction: (r.spec.k > 1 && r.spec.experiment == Experiment::Weak)
+                prediction: (r.spec.k > 1 && r.spec.experiment() == Experiment::Weak)
                     .then(|| crate::app::predict::predict_run(r, &state.runs)),
             }
         })
@@ -153,39 +153,44 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
     let anchor = [view.selected_run(state), view.subject(state)]
         .into_iter()
         .flatten()
-        .find(|r| r.spec.experiment.has_throughput() && !r.spec.control)
+        .find(|r| r.spec.experiment().has_throughput() && !r.spec.control)
         .or_else(|| {
             state
                 .runs
                 .iter()
-                .filter(|r| r.spec.experiment.has_throughput() && !r.spec.control)
+                .filter(|r| r.spec.experiment().has_throughput() && !r.spec.control)
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
         });
     let Some(anchor) = anchor else {
         return Vec::new();
     };
-    if anchor.spec.experiment == Experiment::Fsdp {
+    if anchor.spec.experiment() == Experiment::Fsdp {
         return fsdp_curves(state, &anchor.spec);
     }
-    if anchor.spec.experiment == Experiment::Handrolled {
+    if anchor.spec.experiment() == Experiment::Handrolled {
         return handrolled_curves(state, &anchor.spec);
     }
-    if anchor.spec.experiment == Experiment::Attach {
+    if anchor.spec.experiment() == Experiment::Attach {
         // The user's own job: one curve per script and arguments, nothing beside it.
         return vec![curve(state, anchor.spec.curve_key())];
     }
     let setting = anchor.spec.curve_key().setting();
     let mut out = Vec::new();
-    // JAX's one-process curve sits beside DDP's at the same setting (backend, model, data).
-    for exp in [Experiment::Weak, Experiment::Strong, Experiment::Jax] {
-        let spec = if exp == anchor.spec.experiment {
+    // JAX's one-process curve sits beside DDP's at the same setting (backend, model, data); a
+    // family of its own (none today) shows its curve first, with those beside it.
+    let beside = [Experiment::Weak, Experiment::Strong, Experiment::Jax];
+    if !beside.contains(&anchor.spec.experiment()) {
+        out.push(curve(state, anchor.spec.curve_key()));
+    }
+    for exp in beside {
+        let spec = if exp == anchor.spec.experiment() {
             Some(&anchor.spec)
         } else {
             // The other experiment at the same setting: its most recent run picks the batch.
             state
                 .runs
                 .iter()
-                .filter(|r| r.spec.experiment == exp && r.spec.curve_key().setting() == setting)
+                .filter(|r| r.spec.experiment() == exp && r.spec.curve_key().setting() == setting)
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
                 .map(|r| &r.spec)
         };
@@ -200,8 +205,7 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
 /// curve at the same model, batch and data: what DDP's fixes are worth.
 fn handrolled_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
     let ddp = RunSpec {
-        experiment: Experiment::Weak,
-        hand: crate::run::HandRolled::default(),
+        family: crate::run::Family::Weak,
         ..spec.clone()
     };
     vec![
@@ -220,7 +224,7 @@ fn fsdp_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
             curve(
                 state,
                 RunSpec {
-                    strategy,
+                    family: spec.family.with_strategy(strategy),
                     ..spec.clone()
                 }
                 .curve_key(),
@@ -256,13 +260,13 @@ pub fn probe_run<'a>(state: &'a State, view: &View) -> Option<&'a RunView> {
         .into_iter()
         .flatten()
         .find(|r| {
-            !r.spec.control && (r.spec.experiment == Experiment::Probe || !r.probe.is_empty())
+            !r.spec.control && (r.spec.experiment() == Experiment::Probe || !r.probe.is_empty())
         })
         .or_else(|| {
             state
                 .runs
                 .iter()
-                .filter(|r| r.spec.experiment == Experiment::Probe && !r.spec.control)
+                .filter(|r| r.spec.experiment() == Experiment::Probe && !r.spec.control)
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
         })
 }
@@ -306,7 +310,7 @@ fn control_matches(c: &RunSpec, run: &RunSpec, key: &CurveKey) -> bool {
         return true;
     }
     // The control may carry control-specific toggles; fall back to the same setting.
-    c.experiment == run.experiment && c.curve_key().setting() == key.setting()
+    c.experiment() == run.experiment() && c.curve_key().setting() == key.setting()
 }
 
 /// Bench rows of rank 0 (or the lowest rank present), keyed by size: (busbw, algbw).
@@ -362,7 +366,7 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
     for r in state
         .runs
         .iter()
-        .filter(|r| r.spec.experiment == Experiment::Allreduce)
+        .filter(|r| r.spec.experiment() == Experiment::Allreduce)
     {
         let key = (
             r.spec.backend,

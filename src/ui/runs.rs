@@ -72,7 +72,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     let live = !run.status.is_final();
     let mut eff_narrow = None;
     let mut main_short = None;
-    let (main, eff) = match (run.spec.experiment, run.status) {
+    let (main, eff) = match (run.spec.experiment(), run.status) {
         (e, RunStatus::Completed) if e.has_throughput() => match &run.aggregate {
             Some(agg) => {
                 let main = format!(
@@ -498,7 +498,7 @@ pub fn render_status(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
         Span::styled(
             format!(
                 "{} k={} {} ",
-                run.spec.experiment.as_str(),
+                run.spec.experiment().as_str(),
                 run.spec.k,
                 fmt::backend(&run.spec)
             ),

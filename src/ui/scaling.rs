@@ -109,7 +109,9 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
         Span::styled(
             match c.key.experiment {
                 // The switches name a hand-rolled curve first: they are what tells curves apart.
-                crate::run::Experiment::Handrolled => format!("handrolled {}", c.key.hand),
+                crate::run::Experiment::Handrolled => {
+                    format!("handrolled {}", c.key.family.hand())
+                }
                 e => e.as_str().to_string(),
             },
             t.value,

@@ -102,7 +102,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             y += 1;
         }
     }
-    if run.spec.experiment == Experiment::Allreduce {
+    if run.spec.experiment() == Experiment::Allreduce {
         put_line(
             buf,
             inner,
@@ -114,7 +114,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         );
         return;
     }
-    if run.spec.experiment == Experiment::Fsdp {
+    if run.spec.experiment() == Experiment::Fsdp {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
         super::comm::render_step(ctx, run, v.timeline_rank(run), sub, buf);
         return;
@@ -383,7 +383,7 @@ pub fn gantt(
         // have none, and their legend does not claim it.
         let kernel = b.buckets.iter().any(|s| s.kernel_ms.is_some());
         let nccl = run.spec.backend == crate::protocol::Backend::Nccl
-            && run.spec.experiment != crate::run::Experiment::Handrolled;
+            && run.spec.experiment() != crate::run::Experiment::Handrolled;
         let key = match (kernel, inferred) {
             (true, true) if nccl => {
                 "k NCCL kernel time · ~ done − start (start inferred) · q queued: start − ready"

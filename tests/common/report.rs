@@ -30,9 +30,14 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         epochs: Some(2),
         samples: Some(60_000),
         data_path: Some("device".into()),
+        data_source: Some("synthetic".into()),
+        control: false,
         caveats: Vec::new(),
         settings: "defaults".into(),
+        nccl_read: BTreeMap::new(),
         torch: None,
+        torch_settings: None,
+        torch_seen: None,
         status: ddptop::run::RunStatus::Completed,
         reason: None,
         started: Timestamp(T0 + offset),
@@ -46,6 +51,9 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         versions: versions(),
         output_log: Some(format!("/data/runs/{id}/output.log")),
         stragglers: Vec::new(),
+        figures: run_doc::RunFigures::default(),
+        family: Default::default(),
+        detail: None,
     }
 }
 

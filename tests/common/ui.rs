@@ -539,7 +539,10 @@ pub fn fsdp_state(backend: Backend) -> Screen {
     }
     let mk = |n: u32, strategy: TorchStrategy, k: u32, sps: f64| {
         let mut s = spec(Experiment::Fsdp, k, backend);
-        s.strategy = strategy;
+        s.family = ddptop::run::Family::Fsdp {
+            strategy,
+            optimizer: ddptop::run::OptimizerName::Adam,
+        };
         let mut r = completed(n, s, &vec![sps; k as usize]);
         for (rank, rv) in r.ranks.iter_mut() {
             let (shard, predicted, peak) = match strategy {
