@@ -7,13 +7,17 @@ use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
-    Launch { k: u32 },
+    Launch {
+        k: u32,
+    },
     Sweep,
     SwitchExperiment,
     ToggleDataPath,
     Probe,
     Bench,
     Toggle(NcclVar),
+    /// This node or all nodes of `[nodes] hosts` for the next launches.
+    ToggleNodes,
     Rerun,
     Stop,
     NextPane,
@@ -37,7 +41,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the order the help and the hint bar list them.
-    pub const ALL: [Action; 30] = [
+    pub const ALL: [Action; 31] = [
         Action::Launch { k: 1 },
         Action::Launch { k: 2 },
         Action::Launch { k: 4 },
@@ -49,6 +53,7 @@ impl Action {
         Action::Toggle(NcclVar::TOGGLES[0]),
         Action::Toggle(NcclVar::TOGGLES[1]),
         Action::Toggle(NcclVar::TOGGLES[2]),
+        Action::ToggleNodes,
         Action::Rerun,
         Action::Stop,
         Action::NextPane,
@@ -80,6 +85,7 @@ impl Action {
             Action::ToggleDataPath => "toggle-data-path",
             Action::Probe => "probe",
             Action::Bench => "bench",
+            Action::ToggleNodes => "toggle-nodes",
             Action::Rerun => "rerun",
             Action::Stop => "stop",
             Action::NextPane => "next-pane",
@@ -119,6 +125,7 @@ impl Action {
             Action::ToggleDataPath => "device-resident data or DataLoader (next launch)",
             Action::Probe => "no_sync probe: live on the running run, or launch it",
             Action::Bench => "all-reduce bandwidth sweep",
+            Action::ToggleNodes => "launch on this node / all [nodes] hosts",
             Action::Rerun => "re-run the selected run with its settings",
             Action::Stop => "stop the selected run, or cancel a queued launch",
             Action::NextPane => "focus the next pane (tabs on small screens)",

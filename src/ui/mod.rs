@@ -335,6 +335,17 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
             l2[last].1 = compact;
         }
     }
+    // Where 1/2/4 launch: shown once the config names other nodes (`N` switches).
+    if let Some(b) = s.next.target.badge() {
+        let style = if s.next.target.broken.is_some() {
+            t.bad
+        } else if s.next.target.all {
+            t.badge
+        } else {
+            t.text
+        };
+        l2.push((1, vec![Span::styled(format!(" {b} "), style)]));
+    }
     l2.push((
         2,
         vec![if s.max_k > 0 {
