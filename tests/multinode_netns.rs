@@ -709,3 +709,90 @@ fn dcgm_exporters_stand_in_for_agents() {
     assert_no_survivors(&doc);
     nodes.assert_empty();
 }
+
+/// The dashboard's `N`: with `[nodes] hosts` naming both namespaces, `N` then `2` launches k=2
+/// across them through the same engine path as `ddptop run --nodes` (one rank per node, node
+/// B's started through the template and reporting over TCP); the screen shows the badge; `N`
+/// again brings launches back to this node. Driven by `--script` inside namespace A.
+#[test]
+fn the_dashboard_launches_across_the_configured_nodes() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.toml"),
+        format!(
+            "[nodes]\nremote = \"ip netns exec {{host}} sh -c {{cmd}}\"\nhosts = [\"{}={IP_A}\", \"{}={IP_B}\"]\nlisten = \"{IP_A}:0\"\n",
+            nodes.a, nodes.b
+        ),
+    )
+    .unwrap();
+    let dump = d.path().join("screen.txt");
+    let during = d.path().join("during.txt");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &nodes.a, bin()])
+        .args(["--backend", "gloo", "--no-mouse", "--script"])
+        .arg(format!("N,2,sleep:1,dump:{},wait-run,N", during.display()))
+        .arg("--screen-dump")
+        .arg(&dump)
+        .env("DDPTOP_DATA_DIR", d.path())
+        .env("DDPTOP_CONFIG", d.path().join("config.toml"))
+        .env("XDG_RUNTIME_DIR", d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env("GLOO_SOCKET_IFNAME", "ddp0")
+        .env("DDPTOP_SCREEN", "160x40")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let during = std::fs::read_to_string(&during).unwrap();
+    assert!(
+        during.contains(" nodes: 2 "),
+        "the badge while launching:\n{during}"
+    );
+    let end = std::fs::read_to_string(&dump).unwrap();
+    assert!(
+        end.contains(" this node "),
+        "N again: back to this node:\n{end}"
+    );
+    assert!(
+        end.contains("next launches: this node only"),
+        "the Log says so:\n{end}"
+    );
+
+    let conn = rusqlite::Connection::open_with_flags(
+        d.path().join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let (id, status, k): (String, String, u32) = conn
+        .query_row("SELECT id, status, k FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!((status.as_str(), k), ("completed", 2), "{end}");
+    // Each rank said which node it is on: one per namespace.
+    let mut hello_nodes: Vec<String> = conn
+        .prepare("SELECT body FROM events WHERE type = 'hello'")
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .flatten()
+        .filter_map(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .filter_map(|v| v["node"].as_str().map(str::to_string))
+        .collect();
+    hello_nodes.sort();
+    assert_eq!(hello_nodes, [nodes.a.clone(), nodes.b.clone()]);
+    // The recorded command is the multi-node one: node B's through the template.
+    let cmd = std::fs::read_to_string(d.path().join("runs").join(&id).join("command.txt")).unwrap();
+    assert!(
+        cmd.contains("--nnodes=2") && cmd.contains(&format!("ip netns exec {}", nodes.b)),
+        "{cmd}"
+    );
+    nodes.assert_empty();
+}
