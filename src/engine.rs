@@ -1131,6 +1131,7 @@ impl Engine {
         }
         let run_dir = l.run_dir.clone();
         self.pull_output(run);
+        self.keep_node_gpus(run);
         self.flush_events();
         let transport = nccl_log::transport_of_run(&run_dir);
         let unix = crate::util::unix_now();

@@ -482,6 +482,8 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "hang_report": r.hang_report,
         // Ranks named as holding the others back (app::straggler), in the order named.
         "stragglers": r.stragglers,
+        // Every node's GPUs when the run ended (agents or DCGM; app::nodes::nodes_json).
+        "node_gpus": crate::app::nodes::nodes_json(r),
         "torch_settings": r.spec.torch.as_str(),
         "torch_seen": r.torch_seen.map(|(m, c)| json!({"matmul_precision": m.as_str(), "cudnn_benchmark": c})),
     });

@@ -333,6 +333,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         v["probes"] = full["probes"].clone();
         v["bench"] = full["bench"].clone();
         v["hang_report"] = json!(run.hang_report);
+        v["node_gpus"] = crate::app::nodes::nodes_json(run);
         v["environ"] = json!(rec.map(|r| &r.environ));
         v["environ_why"] = json!(rec.map(|r| {
             r.environ

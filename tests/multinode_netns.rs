@@ -546,6 +546,34 @@ fn agent_run(tls: bool) {
         doc["rejected_strangers"], intruders,
         "each connection that failed the TLS handshake is counted"
     );
+    // Node B's two made-up GPUs, greyed (its agent was killed), in the run's JSON and in
+    // `show --json` from the store.
+    let greyed_b = |rows: &serde_json::Value| {
+        rows.as_array()
+            .unwrap_or_else(|| panic!("node_gpus: {rows:#}"))
+            .iter()
+            .filter(|g| g["node"] == nodes.b.as_str())
+            .map(|g| {
+                (
+                    g["gpu"].as_u64().unwrap(),
+                    g["agent"].as_str().unwrap().to_string(),
+                    g["source"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        (0, "greyed".to_string(), "fake".to_string()),
+        (1, "greyed".into(), "fake".into()),
+    ];
+    assert_eq!(greyed_b(&r["node_gpus"]), want, "{r:#}");
+    let show = Command::new(bin())
+        .args(["show", "--json", r["run_id"].as_str().unwrap()])
+        .env("DDPTOP_DATA_DIR", d.path())
+        .env("DDPTOP_CONFIG", d.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(greyed_b(&parse(&show)["node_gpus"]), want);
     assert_no_survivors(&doc);
     nodes.assert_empty();
 }
