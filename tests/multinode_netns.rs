@@ -734,6 +734,29 @@ fn dcgm_exporters_stand_in_for_agents() {
         "{:?}",
         node_events(d.path())
     );
+    // The exporter's two GPUs in the run's JSON: read over DCGM, no pids (no ranks named).
+    let rows: Vec<(u64, &str, &str, usize)> = r["node_gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["gpu"].as_u64().unwrap(),
+                g["source"].as_str().unwrap(),
+                g["node"].as_str().unwrap(),
+                g["ranks"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (0, "dcgm", nodes.b.as_str(), 0),
+            (1, "dcgm", nodes.b.as_str(), 0)
+        ],
+        "{r:#}"
+    );
+    assert_eq!(r["node_gpus"][0]["util_pct"], 87);
     assert_no_survivors(&doc);
     nodes.assert_empty();
 }
