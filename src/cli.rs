@@ -380,39 +380,33 @@ pub struct NodeArgs {
 }
 
 impl NodeArgs {
-    /// The engine's node options, the config's `[nodes]` under the flags; `None` without --nodes.
+    /// The engine's node options: the config's `[nodes]` (`NodesCfg::options`, the dashboard's
+    /// path too) under the flags; `None` without --nodes. A broken `[nodes]` table fails a
+    /// `--nodes` run with its line, and is one warning line without `--nodes`.
     pub fn options(
         &self,
         cfg: &crate::config::NodesCfg,
-    ) -> Option<crate::supervisor::nodes::NodesOptions> {
+    ) -> anyhow::Result<Option<crate::supervisor::nodes::NodesOptions>> {
         if self.nodes.is_empty() {
-            return None;
+            if let Some(b) = &cfg.broken {
+                eprintln!("ddptop: warning: {b} (only --nodes reads [nodes])");
+            }
+            return Ok(None);
         }
-        let mut o = crate::supervisor::nodes::NodesOptions::new(self.nodes.clone());
+        let mut o = cfg.options(self.nodes.clone()).map_err(|b| {
+            crate::util::BadInput(format!("{b}; fix the file or point --config elsewhere"))
+        })?;
         o.nproc_per_node = self.nproc_per_node;
-        o.listen = self.listen.or(cfg.listen);
-        o.advertise = self.advertise.clone().or_else(|| cfg.advertise.clone());
+        o.listen = self.listen.or(o.listen);
+        o.advertise = self.advertise.clone().or(o.advertise);
         o.rdzv_endpoint = self.rdzv_endpoint.clone();
-        o.remote = cfg.remote.clone();
-        o.stop = cfg.stop.clone();
-        o.tls = self.tls || cfg.tls;
-        o.gpu_source = cfg.gpu_source.clone();
-        o.sample_ms = cfg.sample_ms;
-        Some(o)
+        o.tls = self.tls || o.tls;
+        Ok(Some(o))
     }
 }
 
 fn node_name(s: &str) -> Result<String, String> {
-    let ok = |p: &str| {
-        !p.is_empty()
-            && p.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.:@[]".contains(c))
-    };
-    if s.split_once('=').map_or(ok(s), |(h, a)| ok(h) && ok(a)) {
-        Ok(s.to_string())
-    } else {
-        Err(format!("`{s}` is not a host name"))
-    }
+    crate::supervisor::nodes::check_entry(s).map(|()| s.to_string())
 }
 
 #[derive(Debug, Clone, Args)]

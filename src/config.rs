@@ -62,6 +62,9 @@ threshold = 0.9        # a rank whose busy time is below this fraction of the fa
 window = 30            # over this many recent steps (and both halves of them) is named (4..=256)
 
 [nodes]
+# The dashboard's "all nodes" target (N switches to it; 1/2/4 then launch across them): this
+# machine first, then the others, each `name` or `name=addr` as in --nodes.
+# hosts = ["gpu-a", "gpu-b"]
 # Multi-node runs (`--nodes HOST1,HOST2`, docs/multinode.md). How ddptop runs a command on
 # another node: {host} is the node's name from --nodes, {cmd} one shell command line (ssh hands
 # it to the node's shell; for an exec-style channel write `sh -c {cmd}`). Examples:
@@ -101,6 +104,7 @@ window = 30            # over this many recent steps (and both halves of them) i
 # "n" = "toggle-shm-memcpy"
 # "P" = "toggle-p2p-disable"
 # "v" = "toggle-nvls"
+# "N" = "toggle-nodes"
 # "r" = "rerun"
 # "x" = "stop"
 # "Tab" = "next-pane"
@@ -291,6 +295,12 @@ impl Default for Watchdog {
 /// `[nodes]`: how multi-node runs reach the other nodes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodesCfg {
+    /// `hosts`: the dashboard's "all nodes" launch target (`name` or `name=addr`, as
+    /// `--nodes`; this machine first). Empty: the dashboard launches on this node only.
+    pub hosts: Vec<String>,
+    /// Why `[nodes]` could not be read (file:line and the problem): multi-node launches are
+    /// refused with this line, the rest of the config applies.
+    pub broken: Option<String>,
     /// Command template with `{host}` and `{cmd}`.
     pub remote: String,
     /// Signal template with `{host}`, `{sig}`, `{pids}`, `{slurm_step}`; `None`: `kill` via `remote`.
@@ -308,6 +318,8 @@ pub struct NodesCfg {
 impl Default for NodesCfg {
     fn default() -> Self {
         NodesCfg {
+            hosts: Vec::new(),
+            broken: None,
             remote: crate::supervisor::nodes::DEFAULT_REMOTE.into(),
             stop: None,
             listen: None,
@@ -316,6 +328,29 @@ impl Default for NodesCfg {
             tls: false,
             sample_ms: 1000,
         }
+    }
+}
+
+impl NodesCfg {
+    /// The engine's node options for `entries` (`--nodes`, or `hosts`) with this table's
+    /// templates, listener and GPU source: the one path of `ddptop run --nodes` and the
+    /// dashboard's all-nodes launches. `Err`: the table is broken (its one line).
+    pub fn options(
+        &self,
+        entries: Vec<String>,
+    ) -> Result<crate::supervisor::nodes::NodesOptions, String> {
+        if let Some(b) = &self.broken {
+            return Err(b.clone());
+        }
+        let mut o = crate::supervisor::nodes::NodesOptions::new(entries);
+        o.listen = self.listen;
+        o.advertise = self.advertise.clone();
+        o.remote = self.remote.clone();
+        o.stop = self.stop.clone();
+        o.tls = self.tls;
+        o.gpu_source = self.gpu_source.clone();
+        o.sample_ms = self.sample_ms;
+        Ok(o)
     }
 }
 
@@ -443,8 +478,9 @@ struct RawConfig {
     stragglers: RawStragglers,
     #[serde(default)]
     keys: BTreeMap<Spanned<String>, Spanned<String>>,
-    #[serde(default)]
-    nodes: RawNodes,
+    /// Read on its own (`RawNodesDoc`): a broken `[nodes]` table costs multi-node launches only.
+    #[serde(default, rename = "nodes")]
+    _nodes: Option<toml::Value>,
     #[serde(default)]
     presets: BTreeMap<String, BTreeMap<String, Spanned<EnvValue>>>,
 }
@@ -479,9 +515,18 @@ struct RawStragglers {
     window: Option<Spanned<usize>>,
 }
 
+/// The whole file read again for `[nodes]` alone (the other tables are `RawConfig`'s), so that
+/// its errors keep their file:line.
+#[derive(Deserialize)]
+struct RawNodesDoc {
+    #[serde(default)]
+    nodes: RawNodes,
+}
+
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawNodes {
+    hosts: Option<Spanned<Vec<Spanned<String>>>>,
     remote: Option<Spanned<String>>,
     stop: Option<Spanned<String>>,
     listen: Option<Spanned<String>>,
@@ -489,6 +534,75 @@ struct RawNodes {
     gpu_source: Option<Spanned<String>>,
     dcgm_url: Option<Spanned<String>>,
     tls: Option<bool>,
+}
+
+/// `[nodes]` of the config text: the node list and how to reach the nodes. An error names the
+/// file and line, as the rest of the file's do.
+fn parse_nodes(text: &str, path: &Path, sample_ms: u64) -> Result<NodesCfg, ConfigError> {
+    let raw = toml::from_str::<RawNodesDoc>(text)
+        .map_err(|e| ConfigError::from_toml(path, text, &e))?
+        .nodes;
+    let err =
+        |span: std::ops::Range<usize>, msg: String| ConfigError::at(path, text, Some(span), &msg);
+    let mut n = NodesCfg::default();
+    if let Some(hosts) = raw.hosts {
+        let span = hosts.span();
+        for h in hosts.into_inner() {
+            crate::supervisor::nodes::check_entry(h.get_ref())
+                .map_err(|m| err(h.span(), format!("[nodes] hosts: {m}")))?;
+            n.hosts.push(h.into_inner());
+        }
+        if n.hosts.len() == 1 {
+            return Err(err(
+                span,
+                "[nodes] hosts names one node: list this machine first, then the others".into(),
+            ));
+        }
+    }
+    if let Some(t) = raw.remote {
+        let words =
+            crate::supervisor::launch::split_template(t.get_ref()).map_err(|m| err(t.span(), m))?;
+        if !words.iter().any(|w| w.contains("{cmd}")) {
+            return Err(err(
+                t.span(),
+                "[nodes] remote needs {cmd} (and usually {host}), e.g. \"ssh {host} -- {cmd}\""
+                    .into(),
+            ));
+        }
+        n.remote = t.into_inner();
+    }
+    if let Some(t) = raw.stop {
+        crate::supervisor::launch::split_template(t.get_ref()).map_err(|m| err(t.span(), m))?;
+        n.stop = Some(t.into_inner());
+    }
+    if let Some(l) = raw.listen {
+        n.listen = Some(l.get_ref().parse().map_err(|_| {
+            err(
+                l.span(),
+                format!(
+                    "[nodes] listen = {:?} is not IP:PORT (e.g. \"0.0.0.0:0\")",
+                    l.get_ref()
+                ),
+            )
+        })?);
+    }
+    n.advertise = raw.advertise;
+    n.tls = raw.tls.unwrap_or(false);
+    n.sample_ms = sample_ms;
+    n.gpu_source = crate::supervisor::nodes::parse_gpu_source(
+        raw.gpu_source.as_ref().map(|s| s.get_ref().as_str()),
+        raw.dcgm_url.as_ref().map(|s| s.get_ref().as_str()),
+    )
+    .map_err(|m| {
+        let span = raw
+            .gpu_source
+            .as_ref()
+            .or(raw.dcgm_url.as_ref())
+            .map(|s| s.span())
+            .unwrap_or_default();
+        err(span, m)
+    })?;
+    Ok(n)
 }
 
 #[derive(Deserialize)]
@@ -637,50 +751,12 @@ impl Config {
             }
             cfg.stragglers.window = v.into_inner();
         }
-        if let Some(t) = raw.nodes.remote {
-            let words = crate::supervisor::launch::split_template(t.get_ref())
-                .map_err(|m| err(t.span(), m))?;
-            if !words.iter().any(|w| w.contains("{cmd}")) {
-                return Err(err(
-                    t.span(),
-                    "[nodes] remote needs {cmd} (and usually {host}), e.g. \"ssh {host} -- {cmd}\""
-                        .into(),
-                ));
-            }
-            cfg.nodes.remote = t.into_inner();
+        // A broken `[nodes]` is one line where it is used (the dashboard's log and its node
+        // key, `--nodes`); everything else in the file still applies.
+        match parse_nodes(text, path, cfg.refresh.gpu_sample_ms) {
+            Ok(n) => cfg.nodes = n,
+            Err(e) => cfg.nodes.broken = Some(e.to_string()),
         }
-        if let Some(t) = raw.nodes.stop {
-            crate::supervisor::launch::split_template(t.get_ref()).map_err(|m| err(t.span(), m))?;
-            cfg.nodes.stop = Some(t.into_inner());
-        }
-        if let Some(l) = raw.nodes.listen {
-            cfg.nodes.listen = Some(l.get_ref().parse().map_err(|_| {
-                err(
-                    l.span(),
-                    format!(
-                        "[nodes] listen = {:?} is not IP:PORT (e.g. \"0.0.0.0:0\")",
-                        l.get_ref()
-                    ),
-                )
-            })?);
-        }
-        cfg.nodes.advertise = raw.nodes.advertise;
-        cfg.nodes.tls = raw.nodes.tls.unwrap_or(false);
-        cfg.nodes.sample_ms = cfg.refresh.gpu_sample_ms;
-        cfg.nodes.gpu_source = crate::supervisor::nodes::parse_gpu_source(
-            raw.nodes.gpu_source.as_ref().map(|s| s.get_ref().as_str()),
-            raw.nodes.dcgm_url.as_ref().map(|s| s.get_ref().as_str()),
-        )
-        .map_err(|m| {
-            let span = raw
-                .nodes
-                .gpu_source
-                .as_ref()
-                .or(raw.nodes.dcgm_url.as_ref())
-                .map(|s| s.span())
-                .unwrap_or_default();
-            err(span, m)
-        })?;
         for (key, action) in raw.keys {
             let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
             let name = action.get_ref().trim();
@@ -796,15 +872,48 @@ mod tests {
             Config::default().nodes.remote,
             "ssh -o BatchMode=yes {host} -- {cmd}"
         );
-        let e =
-            Config::parse("[nodes]\nremote = \"ssh {host}\"\n", Path::new("c.toml")).unwrap_err();
-        assert!(
-            e.to_string().contains("needs {cmd}") && e.line == Some(2),
-            "{e}"
-        );
-        let e = Config::parse("[nodes]\nlisten = \"nowhere\"\n", Path::new("c.toml")).unwrap_err();
-        assert!(e.to_string().contains("not IP:PORT"), "{e}");
-        assert!(Config::parse("[nodes]\nremot = \"x\"\n", Path::new("c.toml")).is_err());
+        // A broken [nodes] is one line (file:line) kept for where nodes are used; the rest of
+        // the file applies.
+        let broken = |text: &str| {
+            let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+            assert_eq!(cfg.nodes.hosts, Vec::<String>::new());
+            cfg.nodes.broken.expect("broken")
+        };
+        let e = broken("theme = \"light\"\n[nodes]\nremote = \"ssh {host}\"\n");
+        assert!(e.contains("needs {cmd}") && e.contains("c.toml:3:"), "{e}");
+        assert!(broken("[nodes]\nlisten = \"nowhere\"\n").contains("not IP:PORT"));
+        assert!(broken("[nodes]\nremot = \"x\"\n").contains("remot"));
+        assert!(broken("nodes = 3\n").contains("c.toml"));
+        let cfg = Config::parse(
+            "theme = \"light\"\n[nodes]\nremot = \"x\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(cfg.theme, "light", "the rest of the file applies");
+        assert!(cfg.nodes.options(vec!["a".into(), "b".into()]).is_err());
+        // Other tables' errors still fail the file.
+        assert!(Config::parse("them = 1\n[nodes]\n", Path::new("c.toml")).is_err());
+    }
+
+    #[test]
+    fn nodes_hosts_are_the_dashboards_all_nodes_target() {
+        let text = "[nodes]\nhosts = [\"gpu-a\", \"gpu-b=10.0.0.2\"]\ntls = true\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        assert_eq!(cfg.nodes.hosts, ["gpu-a", "gpu-b=10.0.0.2"]);
+        let o = cfg.nodes.options(cfg.nodes.hosts.clone()).unwrap();
+        assert_eq!(o.hosts, ["gpu-a", "gpu-b"]);
+        assert_eq!(o.addrs, [None, Some("10.0.0.2".into())]);
+        assert!(o.tls);
+        for (bad, says) in [
+            ("hosts = [\"gpu-a\"]", "names one node"),
+            ("hosts = [\"gpu-a\", \"-oProxyCommand=x\"]", "c.toml:2:"),
+            ("hosts = [\"gpu-a\", \"b c\"]", "not a host name"),
+            ("hosts = \"gpu-a,gpu-b\"", "c.toml:2:"),
+        ] {
+            let cfg = Config::parse(&format!("[nodes]\n{bad}\n"), Path::new("c.toml")).unwrap();
+            let e = cfg.nodes.broken.unwrap_or_default();
+            assert!(e.contains(says) && !e.contains('\n'), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -834,8 +943,9 @@ mod tests {
                 "only with gpu_source = \"dcgm\"",
             ),
         ] {
-            let e = Config::parse(&format!("[nodes]\n{bad}\n"), Path::new("c.toml")).unwrap_err();
-            assert!(e.to_string().contains(says), "{bad}: {e}");
+            let cfg = Config::parse(&format!("[nodes]\n{bad}\n"), Path::new("c.toml")).unwrap();
+            let e = cfg.nodes.broken.unwrap_or_default();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 

@@ -124,6 +124,9 @@ pub struct Engine {
     tcp: Option<TcpServer>,
     /// Its certificate's fingerprint when the channel is TLS (`--tls`).
     tls_fingerprint: Option<String>,
+    /// Launches go across `opts.nodes` (when it names nodes) or on this machine only: the
+    /// dashboard's launch target (`set_all_nodes`); always on for `ddptop run --nodes`.
+    all_nodes: bool,
 }
 
 impl Engine {
@@ -147,6 +150,7 @@ impl Engine {
             last_deadline: None,
             tcp: None,
             tls_fingerprint: None,
+            all_nodes: true,
             opts,
         };
         if engine.opts.history > 0 {
@@ -180,9 +184,21 @@ impl Engine {
         self.tcp.as_ref().map(|t| t.addr)
     }
 
+    /// The dashboard's launch target: the next launches go across `EngineOptions::nodes` (the
+    /// same path as `ddptop run --nodes`) or stay on this machine. Runs already going keep
+    /// their own plan.
+    pub fn set_all_nodes(&mut self, on: bool) {
+        self.all_nodes = on;
+    }
+
+    /// The nodes the next launch goes across, if any.
+    fn launch_nodes(&self) -> Option<&NodesOptions> {
+        self.opts.nodes.as_ref().filter(|_| self.all_nodes)
+    }
+
     /// Start the TCP listener (once) and plan a multi-node launch of world size `k`.
     fn node_plan(&mut self, k: u32) -> anyhow::Result<Option<NodePlan>> {
-        let Some(o) = self.opts.nodes.clone() else {
+        let Some(o) = self.launch_nodes().cloned() else {
             return Ok(None);
         };
         if self.tcp.is_none() {
@@ -484,7 +500,7 @@ impl Engine {
             .map(str::to_string)
             .or_else(|| std::env::var("CUDA_VISIBLE_DEVICES").ok());
         // This machine's share of a multi-node run: its torchrun agent's processes only.
-        let local_k = match &self.opts.nodes {
+        let local_k = match self.launch_nodes() {
             Some(n) => n
                 .nproc_per_node
                 .unwrap_or(spec.k / n.hosts.len().max(1) as u32)
@@ -1115,6 +1131,7 @@ impl Engine {
         }
         let run_dir = l.run_dir.clone();
         self.pull_output(run);
+        self.keep_node_gpus(run);
         self.flush_events();
         let transport = nccl_log::transport_of_run(&run_dir);
         let unix = crate::util::unix_now();

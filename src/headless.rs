@@ -108,7 +108,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         first_steps_timeout: a.first_steps_timeout,
         stop_on_hang: true,
         teardown_timeout: a.teardown_timeout,
-        nodes: a.nodes.options(&setup.config.nodes),
+        nodes: a.nodes.options(&setup.config.nodes)?,
     };
     execute(g, setup, template, family, &note, drive).await
 }
@@ -155,7 +155,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
         first_steps_timeout: a.first_steps_timeout,
         stop_on_hang: a.stop_on_hang,
         teardown_timeout: None,
-        nodes: a.nodes.options(&setup.config.nodes),
+        nodes: a.nodes.options(&setup.config.nodes)?,
     };
     let family = Family::Attach {
         target: Some(target),

@@ -197,7 +197,7 @@ pub struct KeyMap {
 }
 
 /// The default bindings, in the order the help screen lists them.
-pub const DEFAULT_KEYS: [(&str, Action); 37] = [
+pub const DEFAULT_KEYS: [(&str, Action); 38] = [
     ("1", Action::Launch { k: 1 }),
     ("2", Action::Launch { k: 2 }),
     ("4", Action::Launch { k: 4 }),
@@ -211,6 +211,7 @@ pub const DEFAULT_KEYS: [(&str, Action); 37] = [
     ("n", Action::Toggle(NcclVar::ShmUseCudaMemcpy)),
     ("P", Action::Toggle(NcclVar::P2pDisable)),
     ("v", Action::Toggle(NcclVar::NvlsEnable)),
+    ("N", Action::ToggleNodes),
     ("r", Action::Rerun),
     ("x", Action::Stop),
     ("Tab", Action::NextPane),

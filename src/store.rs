@@ -564,7 +564,7 @@ impl Store {
         // and the last log lines: enough to redraw, cheap with hundreds of stored runs.
         let mut stmt = self.conn.prepare_cached(
             "SELECT type, body FROM events WHERE run_id=?1 AND (
-                 type IN ('probe','bench','hlo','check','result','straggler')
+                 type IN ('probe','bench','hlo','check','result','straggler','node_gpus')
                  OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type IN ('buckets','comm')
                             GROUP BY rank, type)
                  OR (type='memory' AND ?2)
@@ -585,6 +585,11 @@ impl Store {
                 "straggler" => {
                     if let Ok(s) = serde_json::from_str::<crate::run::view::Straggler>(&body) {
                         run.stragglers.push(s);
+                    }
+                }
+                "node_gpus" => {
+                    if let Ok(rows) = serde_json::from_str(&body) {
+                        run.node_gpus = rows;
                     }
                 }
                 "ddptop" => {

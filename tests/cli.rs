@@ -344,3 +344,62 @@ fn an_unbuilt_handrolled_worker_is_bad_setup_with_a_build_line_for_this_python()
     );
     assert!(out.stdout.is_empty(), "nothing ran");
 }
+
+/// A broken `[nodes]` table alone: the dashboard starts and says it in one Log line, a run
+/// without `--nodes` goes on with one warning line, a `--nodes` run is refused with the line
+/// (exit 2). Other tables' errors still refuse everything.
+#[test]
+fn a_broken_nodes_table_is_one_line_and_the_rest_works() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.toml"),
+        "theme = \"light\"\n[nodes]\nhosts = [\"here\", \"there\"]\nlisten = \"nowhere\"\n",
+    )
+    .unwrap();
+    let out = ddptop(d.path())
+        .env("DDPTOP_SCREEN", "200x60")
+        .args(["--backend", "sim", "--no-mouse", "--script", "N"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        screen.contains("theme light"),
+        "the rest applies:\n{screen}"
+    );
+    assert!(screen.contains("nodes: config error"), "{screen}");
+    assert!(
+        screen.contains("config.toml:4:") && screen.contains("not IP:PORT"),
+        "{screen}"
+    );
+
+    let (out, doc) = sim_json(d.path(), &["weak", "--k", "1", "--epochs", "1"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(doc["runs"][0]["node_gpus"], serde_json::json!([]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warned: Vec<&str> = err.lines().filter(|l| l.contains("[nodes]")).collect();
+    assert_eq!(warned.len(), 1, "{err}");
+    assert!(warned[0].contains("config.toml:4:"), "{err}");
+
+    let out = ddptop(d.path())
+        .args([
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--backend",
+            "sim",
+            "--nodes",
+            "a,b",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("config error")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].contains("config.toml:4:10") && said[0].contains("not IP:PORT"),
+        "{err}"
+    );
+}

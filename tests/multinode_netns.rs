@@ -546,6 +546,34 @@ fn agent_run(tls: bool) {
         doc["rejected_strangers"], intruders,
         "each connection that failed the TLS handshake is counted"
     );
+    // Node B's two made-up GPUs, greyed (its agent was killed), in the run's JSON and in
+    // `show --json` from the store.
+    let greyed_b = |rows: &serde_json::Value| {
+        rows.as_array()
+            .unwrap_or_else(|| panic!("node_gpus: {rows:#}"))
+            .iter()
+            .filter(|g| g["node"] == nodes.b.as_str())
+            .map(|g| {
+                (
+                    g["gpu"].as_u64().unwrap(),
+                    g["agent"].as_str().unwrap().to_string(),
+                    g["source"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        (0, "greyed".to_string(), "fake".to_string()),
+        (1, "greyed".into(), "fake".into()),
+    ];
+    assert_eq!(greyed_b(&r["node_gpus"]), want, "{r:#}");
+    let show = Command::new(bin())
+        .args(["show", "--json", r["run_id"].as_str().unwrap()])
+        .env("DDPTOP_DATA_DIR", d.path())
+        .env("DDPTOP_CONFIG", d.path().join("config.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(greyed_b(&parse(&show)["run"]["node_gpus"]), want);
     assert_no_survivors(&doc);
     nodes.assert_empty();
 }
@@ -706,6 +734,116 @@ fn dcgm_exporters_stand_in_for_agents() {
         "{:?}",
         node_events(d.path())
     );
+    // The exporter's two GPUs in the run's JSON: read over DCGM, no pids (no ranks named).
+    let rows: Vec<(u64, &str, &str, usize)> = r["node_gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["gpu"].as_u64().unwrap(),
+                g["source"].as_str().unwrap(),
+                g["node"].as_str().unwrap(),
+                g["ranks"].as_array().unwrap().len(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (0, "dcgm", nodes.b.as_str(), 0),
+            (1, "dcgm", nodes.b.as_str(), 0)
+        ],
+        "{r:#}"
+    );
+    assert_eq!(r["node_gpus"][0]["util_pct"], 87);
     assert_no_survivors(&doc);
+    nodes.assert_empty();
+}
+
+/// The dashboard's `N`: with `[nodes] hosts` naming both namespaces, `N` then `2` launches k=2
+/// across them through the same engine path as `ddptop run --nodes` (one rank per node, node
+/// B's started through the template and reporting over TCP); the screen shows the badge; `N`
+/// again brings launches back to this node. Driven by `--script` inside namespace A.
+#[test]
+fn the_dashboard_launches_across_the_configured_nodes() {
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let Some(nodes) = Nodes::create() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.toml"),
+        format!(
+            "[nodes]\nremote = \"ip netns exec {{host}} sh -c {{cmd}}\"\nhosts = [\"{}={IP_A}\", \"{}={IP_B}\"]\nlisten = \"{IP_A}:0\"\n",
+            nodes.a, nodes.b
+        ),
+    )
+    .unwrap();
+    let dump = d.path().join("screen.txt");
+    let during = d.path().join("during.txt");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &nodes.a, bin()])
+        .args(["--backend", "gloo", "--no-mouse", "--script"])
+        .arg(format!("N,2,sleep:1,dump:{},wait-run,N", during.display()))
+        .arg("--screen-dump")
+        .arg(&dump)
+        .env("DDPTOP_DATA_DIR", d.path())
+        .env("DDPTOP_CONFIG", d.path().join("config.toml"))
+        .env("XDG_RUNTIME_DIR", d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env("GLOO_SOCKET_IFNAME", "ddp0")
+        .env("DDPTOP_SCREEN", "160x40")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let during = std::fs::read_to_string(&during).unwrap();
+    assert!(
+        during.contains(" nodes: 2 "),
+        "the badge while launching:\n{during}"
+    );
+    let end = std::fs::read_to_string(&dump).unwrap();
+    assert!(
+        end.contains(" this node "),
+        "N again: back to this node:\n{end}"
+    );
+    assert!(
+        end.contains("next launches: this node only"),
+        "the Log says so:\n{end}"
+    );
+
+    let conn = rusqlite::Connection::open_with_flags(
+        d.path().join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let (id, status, k): (String, String, u32) = conn
+        .query_row("SELECT id, status, k FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!((status.as_str(), k), ("completed", 2), "{end}");
+    // Each rank said which node it is on: one per namespace.
+    let mut hello_nodes: Vec<String> = conn
+        .prepare("SELECT body FROM events WHERE type = 'hello'")
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .flatten()
+        .filter_map(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+        .filter_map(|v| v["node"].as_str().map(str::to_string))
+        .collect();
+    hello_nodes.sort();
+    assert_eq!(hello_nodes, [nodes.a.clone(), nodes.b.clone()]);
+    // The recorded command is the multi-node one: node B's through the template.
+    let cmd = std::fs::read_to_string(d.path().join("runs").join(&id).join("command.txt")).unwrap();
+    assert!(
+        cmd.contains("--nnodes=2") && cmd.contains(&format!("ip netns exec {}", nodes.b)),
+        "{cmd}"
+    );
     nodes.assert_empty();
 }

@@ -36,6 +36,61 @@ async fn actions() {
     launches_queue_one_at_a_time_and_stop_drops_the_sweep().await;
     probe_launches_the_probe_then_its_control_and_keeps_focus().await;
     details_zoom_and_gloo_toggles().await;
+    the_node_switch_takes_launches_through_the_engines_node_path().await;
+}
+
+/// `N` with `[nodes] hosts`: the engine's launches go across the nodes (a k that does not split
+/// over them is refused by the multi-node plan, as `ddptop run --nodes` refuses it), k≤ counts
+/// both nodes, the badge follows; `N` again brings launches back here. Without hosts: one line.
+async fn the_node_switch_takes_launches_through_the_engines_node_path() {
+    use ddptop::app::target::LaunchTarget;
+    let d = tempfile::tempdir().unwrap();
+    let mut opts = EngineOptions::new(d.path().to_path_buf());
+    opts.history = 0;
+    opts.sim_speed = 50.0;
+    let mut nodes = ddptop::supervisor::nodes::NodesOptions::new(vec!["a".into(), "b".into()]);
+    nodes.listen = Some("127.0.0.1:0".parse().unwrap());
+    opts.nodes = Some(nodes);
+    let mut st = State::new(HostInfo {
+        hostname: "a".into(),
+        backend: ddptop::run::HostBackend::Gloo,
+        ..Default::default()
+    });
+    st.max_k = 2;
+    let mut e = Engine::start(opts, st).unwrap();
+    e.set_all_nodes(false);
+    let mut c = Controller::new(Template::new(Backend::Sim, None));
+    let mut v = View::default();
+
+    c.handle(&mut e, &mut v, Action::ToggleNodes);
+    assert!(last_msg(&e).starts_with("no other nodes: add hosts = [\"a\", \"OTHER-HOST\"]"));
+    assert_eq!(e.state().max_k, 2);
+
+    e.state_mut().next.target = LaunchTarget {
+        hosts: vec!["a".into(), "b".into()],
+        local_max_k: 2,
+        ..Default::default()
+    };
+    c.handle(&mut e, &mut v, Action::ToggleNodes);
+    assert!(e.state().next.target.all, "{}", last_msg(&e));
+    assert_eq!(e.state().max_k, 4, "k≤ counts both nodes");
+    assert_eq!(e.state().next.target.badge().as_deref(), Some("nodes: 2"));
+    c.handle(&mut e, &mut v, Action::Launch { k: 1 });
+    assert!(
+        last_msg(&e).contains("k=1 does not split evenly over 2 nodes"),
+        "the multi-node plan read the launch: {}",
+        last_msg(&e)
+    );
+    assert!(e.state().runs.is_empty());
+
+    c.handle(&mut e, &mut v, Action::ToggleNodes);
+    assert_eq!(last_msg(&e), "next launches: this node only");
+    assert_eq!(e.state().max_k, 2);
+    c.handle(&mut e, &mut v, Action::Launch { k: 1 });
+    assert_eq!(e.state().runs.len(), 1, "{}", last_msg(&e));
+    let id = e.state().runs[0].id.clone();
+    e.wait_final(&id).await;
+    e.shutdown(false).await;
 }
 
 /// Enter opens the selected run's details and focuses it, Esc closes them (then the help, the

@@ -224,3 +224,46 @@ fn a_lost_agent_greys_its_node_and_says_why() {
     assert!(!st.runs[0].status.is_final());
     insta::assert_snapshot!(t.backend());
 }
+
+/// The header's second line says where `1`/`2`/`4` launch once the config names other nodes:
+/// `this node`, then after `N` `nodes: 3 (tls)` (and k≤ across them); nothing without hosts.
+#[test]
+fn the_header_badge_says_where_launches_go() {
+    use ddptop::app::target::LaunchTarget;
+    let mut st = State::new(HostInfo {
+        hostname: "gpu-a".into(),
+        ..Default::default()
+    });
+    st.max_k = 8;
+    let header = |st: &State| {
+        text(&draw(st, 120, 30))
+            .lines()
+            .take(2)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let none = header(&st);
+    assert!(
+        !none.contains("this node") && !none.contains("nodes:"),
+        "{none}"
+    );
+    st.next.target = LaunchTarget {
+        hosts: vec!["gpu-a".into(), "gpu-b".into(), "gpu-c=10.0.0.3".into()],
+        tls: true,
+        local_max_k: 8,
+        ..Default::default()
+    };
+    let here = header(&st);
+    assert!(
+        here.contains(" this node ") && here.contains("k≤8"),
+        "{here}"
+    );
+    st.next.target.toggle("gpu-a", 0, false).unwrap();
+    st.max_k = st.next.target.max_k();
+    let all = header(&st);
+    assert!(
+        all.contains(" nodes: 3 (tls) ") && all.contains("k≤24"),
+        "{all}"
+    );
+    insta::assert_snapshot!(format!("{here}\n---\n{all}"));
+}

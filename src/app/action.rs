@@ -7,7 +7,9 @@ use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
-    Launch { k: u32 },
+    Launch {
+        k: u32,
+    },
     Sweep,
     SwitchExperiment,
     ToggleDataPath,
@@ -16,6 +18,8 @@ pub enum Action {
     Tune,
     SaveTuned,
     Toggle(NcclVar),
+    /// This node or all nodes of `[nodes] hosts` for the next launches.
+    ToggleNodes,
     Rerun,
     Stop,
     NextPane,
@@ -39,7 +43,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, in the order the help and the hint bar list them.
-    pub const ALL: [Action; 32] = [
+    pub const ALL: [Action; 33] = [
         Action::Launch { k: 1 },
         Action::Launch { k: 2 },
         Action::Launch { k: 4 },
@@ -53,6 +57,7 @@ impl Action {
         Action::Toggle(NcclVar::TOGGLES[0]),
         Action::Toggle(NcclVar::TOGGLES[1]),
         Action::Toggle(NcclVar::TOGGLES[2]),
+        Action::ToggleNodes,
         Action::Rerun,
         Action::Stop,
         Action::NextPane,
@@ -86,6 +91,7 @@ impl Action {
             Action::Bench => "bench",
             Action::Tune => "tune",
             Action::SaveTuned => "save-tuned",
+            Action::ToggleNodes => "toggle-nodes",
             Action::Rerun => "rerun",
             Action::Stop => "stop",
             Action::NextPane => "next-pane",
@@ -127,6 +133,7 @@ impl Action {
             Action::Bench => "all-reduce bandwidth sweep",
             Action::Tune => "tune DDP/NCCL settings (live table; again: hide)",
             Action::SaveTuned => "save the tuning's winner as a config preset",
+            Action::ToggleNodes => "launch on this node / all [nodes] hosts",
             Action::Rerun => "re-run the selected run with its settings",
             Action::Stop => "stop the selected run, or cancel a queued launch",
             Action::NextPane => "focus the next pane (tabs on small screens)",

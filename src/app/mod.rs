@@ -16,6 +16,7 @@ pub mod reduce;
 pub mod state;
 pub mod straggler;
 pub mod summary;
+pub mod target;
 pub mod tune;
 pub mod view;
 

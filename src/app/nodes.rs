@@ -8,6 +8,7 @@ use super::state::State;
 use crate::gpu::{GpuSample, GpuView, HISTORY, ProcStat};
 use crate::protocol::agent::{AgentHello, GpuSourceKind, NodeGpu, NodeSample};
 use crate::run::RankView;
+use crate::run::view::NodeGpuRow;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -242,6 +243,74 @@ pub fn node_gpu_owners<'a>(state: &'a State, n: &NodeGpus, gpu: &GpuView) -> Vec
         .collect()
 }
 
+/// Every node's GPU rows of `run`, when it has other nodes' GPUs (agents or DCGM): this
+/// machine's GPUs first (`local`), then each node's, `live` or `greyed`, with the ranks on each.
+/// Empty for a run on one node.
+pub fn gpu_rows(state: &State, run: &str) -> Vec<NodeGpuRow> {
+    let others: Vec<&NodeGpus> = state.nodes.iter().filter(|n| n.run == run).collect();
+    let Some(view) = state.run(run).filter(|_| !others.is_empty()) else {
+        return Vec::new();
+    };
+    let row =
+        |node: &str, g: &GpuView, ranks: Vec<u32>, agent: &str, lost, source: &str| NodeGpuRow {
+            node: node.to_string(),
+            gpu: g.index,
+            name: g.name.clone(),
+            util_pct: g.util_pct,
+            mem_used_bytes: g.mem_used,
+            mem_total_bytes: g.mem_total,
+            power_w: g.power_w,
+            ranks,
+            agent: agent.to_string(),
+            lost,
+            source: source.to_string(),
+        };
+    // This machine's node name as the run's ranks give it (`--nodes`), else the host name.
+    let here = view
+        .ranks
+        .values()
+        .find(|r| !r.remote)
+        .and_then(|r| r.node.clone())
+        .unwrap_or_else(|| state.host.hostname.clone());
+    let mut rows: Vec<NodeGpuRow> = state
+        .gpus
+        .iter()
+        .map(|g| {
+            let ranks = view
+                .ranks
+                .values()
+                .filter(|r| !r.remote && r.pid.is_some_and(|p| g.pids.contains(&p)))
+                .map(|r| r.rank)
+                .collect();
+            row(&here, g, ranks, "local", None, "nvml")
+        })
+        .collect();
+    for n in others {
+        let agent = if n.lost.is_some() { "greyed" } else { "live" };
+        for g in &n.gpus {
+            let ranks = node_gpu_owners(state, n, g)
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect();
+            rows.push(row(
+                &n.node,
+                g,
+                ranks,
+                agent,
+                n.lost.clone(),
+                n.source.as_str(),
+            ));
+        }
+    }
+    rows
+}
+
+/// The run document's `node_gpus` (`run --json`, `show --json`): the rows kept when the run
+/// ended, an empty list for a one-node run.
+pub fn nodes_json(run: &crate::run::RunView) -> serde_json::Value {
+    serde_json::to_value(&run.node_gpus).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,5 +454,83 @@ mod tests {
         assert_eq!(node_pids(&st, "r1", "b"), [42]);
         let n = st.nodes[0].clone();
         assert_eq!(node_gpu_owners(&st, &n, &n.gpus[0]), [("r1", 1)]);
+    }
+
+    #[test]
+    fn gpu_rows_list_every_nodes_gpus_with_their_ranks_and_agent_state() {
+        let mut st = state_with_run();
+        assert!(gpu_rows(&st, "r1").is_empty(), "no other node: no rows");
+        st.host.hostname = "host-a".into();
+        let mut here = GpuView::default();
+        here.latest.index = 0;
+        here.latest.util_pct = Some(77);
+        here.latest.pids = vec![10];
+        st.gpus.push(here);
+        for (rank, pid, node, remote) in [(0, 10, "a", false), (1, 42, "b", true)] {
+            st.runs[0].ranks.insert(
+                rank,
+                RankView {
+                    rank,
+                    pid: Some(pid),
+                    node: Some(node.into()),
+                    remote,
+                    ..Default::default()
+                },
+            );
+        }
+        agent_hello(&mut st, "r1", &hello("b"));
+        agent_hello(&mut st, "r1", &hello("c"));
+        let s = |pids: Vec<u32>| NodeSample {
+            t: 1.0,
+            gpus: vec![NodeGpu {
+                pids,
+                power_w: Some(300.5),
+                mem_used: Some(5),
+                ..gpu(0, 50)
+            }],
+            ..Default::default()
+        };
+        apply_node_sample(&mut st, "r1", "b", s(vec![42]), Instant::now());
+        apply_node_sample(&mut st, "r1", "c", s(vec![]), Instant::now());
+        agent_gone(&mut st, "r1", "c", "its connection closed");
+        let rows = gpu_rows(&st, "r1");
+        let brief: Vec<(&str, u32, &[u32], &str)> = rows
+            .iter()
+            .map(|r| (r.node.as_str(), r.gpu, r.ranks.as_slice(), r.agent.as_str()))
+            .collect();
+        assert_eq!(
+            brief,
+            [
+                ("a", 0, &[0u32][..], "local"),
+                ("b", 0, &[1u32][..], "live"),
+                ("c", 0, &[][..], "greyed"),
+            ]
+        );
+        assert_eq!(rows[0].util_pct, Some(77));
+        assert_eq!(
+            (rows[1].power_w, rows[1].mem_used_bytes),
+            (Some(300.5), Some(5))
+        );
+        assert_eq!(rows[1].source, "fake");
+        assert_eq!(rows[2].lost.as_deref(), Some("its connection closed"));
+        // Kept with the run and written as the document's `node_gpus`.
+        st.runs[0].node_gpus = rows;
+        let v = nodes_json(&st.runs[0]);
+        assert_eq!(v[1]["node"], "b");
+        assert_eq!(v[1]["ranks"], serde_json::json!([1]));
+        assert_eq!(v[2]["agent"], "greyed");
+        assert_eq!(
+            nodes_json(&RunView::new(
+                "r2".into(),
+                RunSpec::new(
+                    crate::run::Experiment::Weak,
+                    1,
+                    crate::protocol::Backend::Gloo
+                ),
+                Instant::now(),
+                0.0,
+            )),
+            serde_json::json!([])
+        );
     }
 }

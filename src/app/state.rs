@@ -45,6 +45,8 @@ pub struct LaunchPrefs {
     /// Why the next experiment cannot launch on this machine, said where it is chosen (the
     /// hand-rolled worker not built: the command that builds it).
     pub unavailable: Option<String>,
+    /// This node or all of `[nodes] hosts` (`N`; `app::target`).
+    pub target: super::target::LaunchTarget,
 }
 
 /// A launch waiting its turn: the dashboard's copy of `plan::Queue` (which owns them), so the
@@ -114,6 +116,7 @@ impl State {
                 attach: None,
                 preset: None,
                 unavailable: None,
+                target: Default::default(),
             },
             proc_stats: BTreeMap::new(),
             max_k: 0,

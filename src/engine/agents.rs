@@ -223,6 +223,25 @@ impl Engine {
         }
     }
 
+    /// A multi-node run's GPU rows on every node as it ends, kept with the run (`node_gpus`)
+    /// before its nodes leave the GPU pane: what `run --json` and `show --json` list.
+    pub(super) fn keep_node_gpus(&mut self, run: &str) {
+        let rows = nodes::gpu_rows(&self.state, run);
+        if rows.is_empty() {
+            return;
+        }
+        self.pending.push(EventRow {
+            run_id: run.to_string(),
+            unix: crate::util::unix_now(),
+            rank: None,
+            kind: "node_gpus".into(),
+            body: serde_json::to_string(&rows).unwrap_or_default(),
+        });
+        if let Some(v) = self.state.run_mut(run) {
+            v.node_gpus = rows;
+        }
+    }
+
     /// Stored with the run: `node_agent` events (connected, sampled, lost), for reports and
     /// tests of a headless run.
     fn node_event(&mut self, run: &str, node: &str, state: &str, gpus: Option<u32>) {

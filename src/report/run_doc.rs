@@ -100,6 +100,9 @@ pub struct RunDetail {
     pub bad_lines: u64,
     pub rejected_connections: u64,
     pub hang_report: Vec<String>,
+    /// Every node's GPUs when the run ended (agents or DCGM; `app::nodes::nodes_json`); `[]`
+    /// for a run on one node.
+    pub node_gpus: Value,
     /// The probe's synced/no_sync medians (completed probe runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probe: Option<Value>,
@@ -130,6 +133,7 @@ impl RunDetail {
             bad_lines: r.bad_lines(),
             rejected_connections: r.rejected,
             hang_report: r.hang_report.clone(),
+            node_gpus: crate::app::nodes::nodes_json(r),
             ..RunDetail::default()
         };
         match r.spec.experiment() {

@@ -81,6 +81,29 @@ pub struct PhaseSample {
     pub comm_ms: Option<f64>,
 }
 
+/// One GPU of a multi-node run's node as it was when the run ended (`app::nodes::gpu_rows`):
+/// kept with the run (`node_gpus` event) for `run --json` and `show --json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeGpuRow {
+    pub node: String,
+    pub gpu: u32,
+    pub name: Option<String>,
+    pub util_pct: Option<u32>,
+    pub mem_used_bytes: Option<u64>,
+    pub mem_total_bytes: Option<u64>,
+    pub power_w: Option<f64>,
+    /// The run's ranks whose pid is on this GPU (this machine's pids for this machine's GPUs,
+    /// the node's own for another node's).
+    pub ranks: Vec<u32>,
+    /// `local` (this machine, sampled here), `live` (its agent or exporter reporting) or
+    /// `greyed` (lost: the figures are its last ones).
+    pub agent: String,
+    /// Why a greyed node is greyed.
+    pub lost: Option<String>,
+    /// Where the figures come from: `nvml`, `dcgm`, or `fake` (made up for tests, SIMULATED).
+    pub source: String,
+}
+
 /// A rank named as a straggler: its score, the phase its time goes to, and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Straggler {
@@ -262,6 +285,8 @@ pub struct RunView {
     pub observed: Observed,
     /// Ranks named as stragglers during the run, in the order named (`app::straggler`).
     pub stragglers: Vec<Straggler>,
+    /// A multi-node run's GPUs on every node when it ended (empty for one-node runs).
+    pub node_gpus: Vec<NodeGpuRow>,
     /// When the straggler score was last assessed (at most a few times a second).
     pub stragglers_assessed: Option<Instant>,
     /// What NCCL's profiler plugin reported (`app::collectives`); live only, not stored.
@@ -467,6 +492,7 @@ impl RunView {
             caveats: Vec::new(),
             observed: Observed::default(),
             stragglers: Vec::new(),
+            node_gpus: Vec::new(),
             stragglers_assessed: None,
             collectives: Default::default(),
         }

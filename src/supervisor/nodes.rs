@@ -223,6 +223,25 @@ pub fn check_host(host: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// One node as `--nodes` and `[nodes] hosts` write it: `name` or `name=addr`, each a host
+/// name or address (letters, digits, `-_.:@[]`), not starting with `-`.
+pub fn check_entry(entry: &str) -> Result<(), String> {
+    let ok = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:@[]".contains(c))
+    };
+    let (host, addr) = match entry.split_once('=') {
+        Some((h, a)) => (h, Some(a)),
+        None => (entry, None),
+    };
+    if !ok(host) || !addr.is_none_or(ok) {
+        return Err(format!("`{entry}` is not a host name"));
+    }
+    check_host(host)?;
+    addr.map_or(Ok(()), check_host)
+}
+
 fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
         format!("[{host}]:{port}")

@@ -251,6 +251,10 @@ impl Controller {
     }
 
     fn handle_inner(&mut self, engine: &mut Engine, view: &mut View, action: Action) -> Flow {
+        if action == Action::ToggleNodes {
+            self.toggle_nodes(engine);
+            return Flow::Continue;
+        }
         let python = engine.python().map(std::path::Path::to_path_buf);
         let state = engine.state_mut();
         match action {
@@ -340,6 +344,8 @@ impl Controller {
                     format!("{} is an NCCL setting: gloo runs don't read it", var.name()),
                 ),
             Action::Toggle(var) => toggle(state, var),
+            // Handled above: it holds the engine's switch.
+            Action::ToggleNodes => {}
             Action::Rerun => match view.selected_run(state) {
                 Some(r) => {
                     let mut spec = r.spec.clone();
@@ -477,6 +483,25 @@ impl Controller {
             Action::Quit => return Flow::Quit,
         }
         Flow::Continue
+    }
+
+    /// `N`: this node or all of `[nodes] hosts` for the next launches. The engine takes the
+    /// switch (its launches then take the path of `ddptop run --nodes`), the state the badge and
+    /// the k limit; a refusal is one line and changes nothing.
+    fn toggle_nodes(&mut self, engine: &mut Engine) {
+        let queued = self.queue.len();
+        let state = engine.state_mut();
+        let simulated = state.host.backend.is_simulated();
+        let host = state.host.hostname.clone();
+        match state.next.target.toggle(&host, queued, simulated) {
+            Ok(msg) => {
+                state.max_k = state.next.target.max_k();
+                let all = state.next.target.all;
+                state.push_message(Level::Info, None, msg);
+                engine.set_all_nodes(all);
+            }
+            Err(why) => state.push_message(Level::Warn, None, why),
+        }
     }
 
     /// Nothing running and nothing queued (for `--script`'s `wait-run`).

@@ -205,10 +205,24 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
     let mut opts = setup.opts;
     opts.sim_speed = a.sim_speed;
     let config = setup.config;
+    let mut state = state;
+    state.next.target = launch_target(&config, state.max_k);
+    // The config's nodes are the engine's; launches stay on this node until `N` says otherwise.
+    opts.nodes = (!config.nodes.hosts.is_empty())
+        .then(|| config.nodes.options(config.nodes.hosts.clone()).ok())
+        .flatten();
     let mut engine = Engine::start(opts, state)?;
+    engine.set_all_nodes(false);
 
     let st = engine.state_mut();
     st.push_message(Level::Info, None, setup.resolved.note.clone());
+    if let Some(b) = &config.nodes.broken {
+        st.push_message(
+            Level::Warn,
+            None,
+            format!("{b}; launches stay on this node, the rest of the config applies"),
+        );
+    }
     if let Some(a) = &attach {
         st.next.experiment = crate::run::Experiment::Attach;
         st.next.attach = Some(a.label());
@@ -262,6 +276,18 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         preset_idx: usize::MAX,
         mouse: config_mouse && !a.no_mouse,
     })
+}
+
+/// The dashboard's launch target from the config's `[nodes]` (this node at first).
+fn launch_target(config: &Config, local_max_k: u32) -> model::target::LaunchTarget {
+    model::target::LaunchTarget {
+        hosts: config.nodes.hosts.clone(),
+        tls: config.nodes.tls,
+        broken: config.nodes.broken.clone(),
+        config: config.path.as_ref().map(|p| p.display().to_string()),
+        all: false,
+        local_max_k,
+    }
 }
 
 /// Entry point for `ddptop` with no subcommand. Returns the exit code.

@@ -345,6 +345,17 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
             l2[last].1 = compact;
         }
     }
+    // Where 1/2/4 launch: shown once the config names other nodes (`N` switches).
+    if let Some(b) = s.next.target.badge() {
+        let style = if s.next.target.broken.is_some() {
+            t.bad
+        } else if s.next.target.all {
+            t.badge
+        } else {
+            t.text
+        };
+        l2.push((1, vec![Span::styled(format!(" {b} "), style)]));
+    }
     l2.push((
         2,
         vec![if s.max_k > 0 {
@@ -465,7 +476,7 @@ fn hints(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
 
 /// Actions the help screen lists on one line, with the line's description: siblings whose keys
 /// read best together (and keep the screen inside 80×24: at most 21 lines of at most 78 columns).
-const HELP_GROUPS: [(&[Action], &str); 7] = [
+const HELP_GROUPS: [(&[Action], &str); 8] = [
     (
         &[
             Action::Launch { k: 1 },
@@ -506,6 +517,10 @@ const HELP_GROUPS: [(&[Action], &str); 7] = [
     (
         &[Action::Tune, Action::SaveTuned],
         "tune DDP/NCCL settings (live table) / keep the winner",
+    ),
+    (
+        &[Action::Help, Action::Quit],
+        "this help / quit (stops runs unless --detach)",
     ),
 ];
 
