@@ -1549,6 +1549,7 @@ mod tests {
             loss: None,
             fused: None,
             every: None,
+            t_bwd: None,
         }
     }
 

@@ -273,7 +273,7 @@ pub struct BucketColl {
 }
 
 /// The communicator of a rank with the most all-reduces: DDP's default process group.
-fn main_comm(run: &RunView, rank: u32) -> Option<&CommView> {
+pub(crate) fn main_comm(run: &RunView, rank: u32) -> Option<&CommView> {
     let p = run.collectives.ranks.get(&rank)?;
     p.comms
         .values()

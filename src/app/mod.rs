@@ -9,6 +9,7 @@ pub mod collectives;
 pub mod deficits;
 pub mod equality;
 pub mod gpus;
+pub mod nccl_timeline;
 pub mod nodes;
 pub mod predict;
 pub mod progress;

@@ -6,6 +6,7 @@
 use super::fmt;
 use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, put_line};
+use crate::app::nccl_timeline::TimelineSource;
 use crate::app::predict::{self, TimelineStats};
 use crate::app::summary::overlap_pct;
 use crate::app::view::same_step;
@@ -121,13 +122,34 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
     if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-        gantt(ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, sub, buf);
+        let src = Source {
+            source: f.source,
+            fallback: None,
+        };
+        gantt(
+            ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, &src, sub, buf,
+        );
         return;
     }
     let rank = v.timeline_rank(run);
     let rv = run.ranks.get(&rank);
+    let choice = crate::app::nccl_timeline::choose(run, rank);
+    let src = Source {
+        source: choice.source,
+        fallback: choice.fallback.clone(),
+    };
+    if let Some(pb) = &choice.buckets {
+        // NCCL's collectives matched a step: that step, not a median of the hook's steps.
+        let step = rv.and_then(|r| same_step(r, pb));
+        let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
+        let (opt_ms, data_ms) = (step.map(|s| s.opt_ms), step.map(|s| s.data_ms));
+        gantt(ctx, run, pb, None, opt_ms, data_ms, &src, sub, buf);
+        return;
+    }
     let Some(b) = rv.and_then(|r| r.buckets.as_ref()) else {
-        let msg = if run.status.is_final() {
+        let msg = if let Some(f) = &src.fallback {
+            format!("rank {rank}: no bucket timeline ({f})")
+        } else if run.status.is_final() {
             format!("rank {rank} reported no bucket timeline")
         } else {
             format!("rank {rank}: waiting for the first complete step (] picks another rank)")
@@ -142,9 +164,25 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     // The median over the last N steps (one step is noise); `f` freezes a single step instead.
     let stats = rv.and_then(|r| predict::timeline_stats(r, v.timeline_window()));
     match &stats {
-        Some(st) => gantt(ctx, run, &st.median, Some(st), opt_ms, data_ms, sub, buf),
-        None => gantt(ctx, run, b, None, opt_ms, data_ms, sub, buf),
+        Some(st) => gantt(
+            ctx,
+            run,
+            &st.median,
+            Some(st),
+            opt_ms,
+            data_ms,
+            &src,
+            sub,
+            buf,
+        ),
+        None => gantt(ctx, run, b, None, opt_ms, data_ms, &src, sub, buf),
     }
+}
+
+/// Which instrument the bars come from, and why not NCCL's profiler when it reported.
+pub struct Source {
+    pub source: TimelineSource,
+    pub fallback: Option<String>,
 }
 
 /// Draw the chart for one step (or, with `stats`, the median step of a window) into `r`.
@@ -156,6 +194,7 @@ pub fn gantt(
     stats: Option<&TimelineStats>,
     opt_ms: Option<f64>,
     data_ms: Option<f64>,
+    src: &Source,
     r: Rect,
     buf: &mut Buffer,
 ) {
@@ -171,8 +210,15 @@ pub fn gantt(
         ),
         _ => format!("step {}", b.step),
     };
-    let mut info = vec![
-        Span::styled(what, t.value),
+    // The bars' instrument, always said and said first: the two differ in what "ready" and
+    // "start" are (docs/profiler.md).
+    let mut info = vec![Span::styled(what, t.value)];
+    if !run.is_simulated() {
+        // A simulated run's bars are the simulator's (its SIMULATED badge says so).
+        info.push(Span::styled(" · ", t.dim));
+        info.push(Span::styled(src.source.label(), t.label));
+    }
+    info.extend([
         Span::styled(
             format!(
                 " · {} buckets {} · ",
@@ -204,7 +250,7 @@ pub fn gantt(
             },
             t.dim,
         ),
-    ];
+    ]);
     let inferred = predict::is_inferred(b);
     if inferred {
         info.push(Span::styled(" · start inferred", t.warn));
@@ -219,6 +265,9 @@ pub fn gantt(
     }
     if b.rebuilt {
         info.push(Span::styled(" · buckets rebuilt", t.dim));
+    }
+    if let Some(f) = &src.fallback {
+        info.push(Span::styled(format!(" · {f}"), t.warn));
     }
     put_line(buf, r, y, &Line::from(info));
     y += 1;
