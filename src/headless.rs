@@ -485,6 +485,8 @@ fn run_json(r: &RunView, state: &State, context: &[RunView]) -> Value {
         "torch_settings": r.spec.torch.as_str(),
         "torch_seen": r.torch_seen.map(|(m, c)| json!({"matmul_precision": m.as_str(), "cudnn_benchmark": c})),
     });
+    // NCCL's profiler plugin: the one builder the report and `show --json` use too.
+    v["collectives"] = crate::app::coll_store::collectives_json(r);
     if let Some((data, step)) = summary::data_wait(r) {
         v["step_ms_median"] = json!(step);
         v["data_wait_ms_median"] = json!(data);

@@ -267,6 +267,10 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     run.status = status;
     run.reason = reason;
     run.ended_unix = Some(unix);
+    // What is stored of NCCL's profiler plugin (the live batches are not).
+    if let Some(s) = crate::app::coll_store::summarize(run) {
+        run.coll_summary = Some(s);
+    }
 }
 
 #[cfg(test)]

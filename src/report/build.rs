@@ -75,6 +75,7 @@ pub fn run_info(run: &RunView, rec: Option<&LaunchRecord>) -> RunInfo {
         versions: run.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
         stragglers: run.stragglers.clone(),
+        collectives: crate::app::coll_store::collectives_json(run),
     }
 }
 

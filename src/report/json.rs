@@ -92,6 +92,7 @@ pub fn run(r: &RunInfo) -> Value {
         "output_log": r.output_log,
         "caveats": r.caveats,
         "stragglers": r.stragglers,
+        "collectives": r.collectives,
     })
 }
 

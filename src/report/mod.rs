@@ -238,6 +238,9 @@ pub struct RunInfo {
     pub output_log: Option<String>,
     /// Ranks named as holding the others back, in the order named (`app::straggler`).
     pub stragglers: Vec<crate::run::view::Straggler>,
+    /// NCCL's profiler plugin's collectives and what timed the buckets
+    /// (`app::coll_store::collectives_json`; null without either).
+    pub collectives: serde_json::Value,
 }
 
 /// A setting for a table: its value, or `unknown`.

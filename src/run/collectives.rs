@@ -89,6 +89,9 @@ pub struct CollSummary {
     /// The first rank's collectives per training step, beside the HLO receipt.
     #[serde(default)]
     pub per_step: Vec<StepCount>,
+    /// What the Timeline drew its buckets from at the end: `nccl_profiler` or `comm_hook`.
+    #[serde(default)]
+    pub timeline_source: Option<String>,
 }
 
 /// One process rank's collectives, all its communicators together.

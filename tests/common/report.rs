@@ -46,6 +46,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         versions: versions(),
         output_log: Some(format!("/data/runs/{id}/output.log")),
         stragglers: Vec::new(),
+        collectives: serde_json::Value::Null,
     }
 }
 
