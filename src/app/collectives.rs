@@ -378,19 +378,33 @@ pub fn per_step(run: &RunView) -> Vec<PerStep> {
         }?;
         Some((s.count, s.total_bytes))
     };
-    b.1.iter()
-        .map(|(f, t)| {
-            let before = a.1.get(f).copied().unwrap_or_default();
-            PerStep {
-                func: f.clone(),
-                count: (t.count - before.count) as f64 / steps as f64,
-                bytes: (t.bytes - before.bytes) as f64 / steps as f64,
+    let mut out: Vec<PerStep> =
+        b.1.iter()
+            .map(|(f, t)| {
+                let before = a.1.get(f).copied().unwrap_or_default();
+                PerStep {
+                    func: f.clone(),
+                    count: (t.count - before.count) as f64 / steps as f64,
+                    bytes: (t.bytes - before.bytes) as f64 / steps as f64,
+                    steps,
+                    receipt: receipt(f),
+                }
+            })
+            .filter(|p| p.count > 0.0 || p.receipt.is_some())
+            .collect();
+    // A kind the receipt lists that NCCL never ran is a mismatch too, not a missing line.
+    for f in ["all_reduce", "all_gather", "reduce_scatter"] {
+        if let Some(r) = receipt(f).filter(|r| r.0 > 0 && !b.1.contains_key(f)) {
+            out.push(PerStep {
+                func: f.to_string(),
+                count: 0.0,
+                bytes: 0.0,
                 steps,
-                receipt: receipt(f),
-            }
-        })
-        .filter(|p| p.count > 0.0 || p.receipt.is_some())
-        .collect()
+                receipt: Some(r),
+            });
+        }
+    }
+    out
 }
 
 /// One process rank's line in the collectives view.
@@ -741,6 +755,26 @@ mod tests {
         assert_eq!(ar.matches(), Some(true));
         // The parameter broadcast before step 1 is not a step's.
         assert!(p.iter().all(|p| p.func != "broadcast"));
+    }
+
+    #[test]
+    fn executed_collectives_that_differ_from_the_receipt_are_a_mismatch() {
+        // The same executed step against a receipt of two all-reduces and one all-gather: the
+        // all-reduce count differs, and the all-gather XLA wrote was never run.
+        let (mut r, t0) = run(Experiment::Jax, 2);
+        let fixture = include_str!("../../tests/fixtures/nccl/jax_k2.jsonl").replace(
+            r#""ops":{"all_reduce":{"count":1,"largest_elems":11175818,"total_elems":11175818,"total_bytes":44703272}}"#,
+            r#""ops":{"all_reduce":{"count":2,"largest_elems":11175818,"total_elems":11175818,"total_bytes":44703272},"all_gather":{"count":1,"largest_elems":8,"total_elems":8,"total_bytes":32}}"#,
+        );
+        feed(&mut r, t0, &fixture);
+        let p = per_step(&r);
+        let ar = p.iter().find(|p| p.func == "all_reduce").unwrap();
+        assert_eq!(
+            (ar.receipt, ar.matches()),
+            (Some((2, 44703272)), Some(false))
+        );
+        let ag = p.iter().find(|p| p.func == "all_gather").unwrap();
+        assert_eq!((ag.count, ag.matches()), (0.0, Some(false)));
     }
 
     #[test]
