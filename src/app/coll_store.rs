@@ -160,6 +160,33 @@ mod tests {
     }
 
     #[test]
+    fn a_stored_run_shows_its_aggregate_in_the_collectives_view() {
+        let live = fed(
+            Experiment::Attach,
+            include_str!("../../tests/fixtures/nccl/ddp_steps_k2.jsonl"),
+        );
+        let mut stored = fed(Experiment::Attach, "");
+        stored.coll_summary = summarize(&live);
+        stored.status = crate::run::RunStatus::Completed;
+        let m = crate::app::collectives::model(&stored, Instant::now()).unwrap();
+        assert_eq!(
+            m.note.as_deref(),
+            Some("as stored with the run: totals, no in-flight collectives")
+        );
+        assert_eq!(m.ranks[0].last_done, "all_reduce #2064");
+        assert_eq!(
+            (m.funcs[0].func.as_str(), m.funcs[0].count),
+            ("all_reduce", 7)
+        );
+        assert_eq!(m.algos, "ring/simple 7");
+        // The stored run's JSON carries the live run's per-rank aggregate.
+        assert_eq!(
+            collectives_json(&stored)["ranks"],
+            collectives_json(&live)["ranks"]
+        );
+    }
+
+    #[test]
     fn a_run_without_the_plugin_has_no_collectives() {
         let r = fed(Experiment::Weak, "");
         assert_eq!(summarize(&r), None);

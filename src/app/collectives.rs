@@ -466,7 +466,7 @@ pub fn plugin_on(run: &RunView) -> bool {
 /// the run was launched without the plugin and nothing came from one.
 pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
     let cs = &run.collectives;
-    if cs.is_empty() && !plugin_on(run) {
+    if cs.is_empty() && !plugin_on(run) && run.coll_summary.is_none() {
         return None;
     }
     let mut m = CollectivesModel::default();
@@ -474,10 +474,12 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
         m.note = Some(NO_COLLECTIVES_K1.to_string());
         return Some(m);
     }
+    if let Some(s) = run.coll_summary.as_ref().filter(|_| cs.is_empty()) {
+        return Some(stored_model(s));
+    }
     if cs.is_empty() {
         m.note = Some(if run.status.is_final() {
-            "NCCL profiler plugin set on the launch; its collectives are shown live and not stored"
-                .into()
+            "NCCL profiler plugin set on the launch; no rank's plugin reported a collective".into()
         } else {
             "NCCL profiler plugin set on the launch; no rank's plugin has connected yet (NCCL loads it at its first communicator)".into()
         });
@@ -580,6 +582,69 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
     }
     m.per_step = per_step(run);
     Some(m)
+}
+
+/// The view of a finished run from what was stored: the per-rank aggregate, without in-flight
+/// collectives, verdicts or buckets (those are live only).
+fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
+    let mut m = CollectivesModel {
+        note: Some("as stored with the run: totals, no in-flight collectives".into()),
+        ..CollectivesModel::default()
+    };
+    for (rank, r) in &s.ranks {
+        m.ranks.push(RankRow {
+            rank: *rank,
+            last_done: r
+                .last_seq
+                .iter()
+                .map(|(f, s)| format!("{f} #{s}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            inflight: None,
+            loss: (r.dropped + r.lost > 0)
+                .then(|| format!("dropped {} · lost {}", r.dropped, r.lost)),
+        });
+    }
+    if let Some(r0) = s.ranks.values().next() {
+        m.funcs = r0
+            .funcs
+            .iter()
+            .map(|(f, x)| FuncRow {
+                func: f.clone(),
+                count: x.count,
+                bytes: x.bytes,
+                kernel_ms: x.kernel_ms,
+            })
+            .collect();
+        m.algos = r0
+            .algos
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(" · ");
+        m.sizes = r0
+            .busbw
+            .iter()
+            .map(|b| SizeRow {
+                func: b.func.clone(),
+                from_bytes: b.from_bytes,
+                n: b.n,
+                busbw_gbs: b.busbw_gbs,
+            })
+            .collect();
+    }
+    m.per_step = s
+        .per_step
+        .iter()
+        .map(|p| PerStep {
+            func: p.func.clone(),
+            count: p.count,
+            bytes: p.bytes,
+            steps: p.steps,
+            receipt: p.receipt,
+        })
+        .collect();
+    m
 }
 
 #[cfg(test)]
