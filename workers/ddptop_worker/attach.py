@@ -510,9 +510,9 @@ class Session:
 
         bwd_end = "opt0" if "opt0" in m else "opt1"
         step_ms, data_ms = span("start", "opt1"), span("start", "fwd0")
-        every: dict[str, Any] = {"every": self.time_every} if self.time_every > 1 else {}
+        extra: dict[str, Any] = {"every": self.time_every} if self.time_every > 1 else {}
         if sm.info.get("t_bwd") is not None:
-            every["t_bwd"] = sm.info["t_bwd"]
+            extra["t_bwd"] = sm.info["t_bwd"]
         self.client.send(
             "step",
             step=info.step,
@@ -526,7 +526,7 @@ class Session:
             data_ms=data_ms,
             step_ms=step_ms,
             timing=sm.info["timing"],
-            **every,
+            **extra,
         )
         self.account.add(info, step_ms, data_ms)
         records = [r for r in (sm.buckets or []) if r.done is not None]
