@@ -434,9 +434,11 @@ fn the_timeline_draws_nccls_collectives_and_names_its_source() {
         ddptop::app::reduce::apply_worker(r, &msg, now);
     }
     let s = text(&draw(&st, 160, 45));
-    assert!(s.contains("step 12 · NCCL profiler · 3 buckets"), "{s}");
+    assert!(s.contains("rank 0 · NCCL profiler"), "{s}");
+    assert!(s.contains("step 12 · 3 buckets 44.7 MB"), "{s}");
     // Without the plugin's collectives the same pane has nothing to draw and says so.
     st.runs[0].collectives = Default::default();
     let s = text(&draw(&st, 160, 45));
-    assert!(!s.contains("NCCL profiler ·"), "{s}");
+    assert!(!s.contains("rank 0 · NCCL profiler"), "{s}");
+    assert!(s.contains("rank 0 · comm hook (CUDA events)"), "{s}");
 }

@@ -6,7 +6,6 @@
 use super::fmt;
 use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, put_line};
-use crate::app::nccl_timeline::TimelineSource;
 use crate::app::predict::{self, TimelineStats};
 use crate::app::summary::overlap_pct;
 use crate::app::view::same_step;
@@ -57,6 +56,16 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             ),
             t.dim,
         ));
+    }
+    // The bars' instrument, always said (in the title, where it costs no figure its room): the
+    // two differ in what "ready" and "start" are (docs/profiler.md). A simulated run's bars are
+    // the simulator's (its SIMULATED badge says so).
+    if let Some(r) = run.filter(|r| !r.is_simulated() && r.spec.experiment != Experiment::Fsdp) {
+        let source = match frozen.filter(|f| f.run_id == r.id) {
+            Some(f) => f.source,
+            None => crate::app::nccl_timeline::choose(r, v.timeline_rank(r)).source,
+        };
+        title.push(Span::styled(format!(" · {}", source.label()), t.label));
     }
     if frozen.is_some() {
         title.push(Span::raw(" "));
@@ -122,32 +131,25 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
     if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-        let src = Source {
-            source: f.source,
-            fallback: None,
-        };
         gantt(
-            ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, &src, sub, buf,
+            ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, None, sub, buf,
         );
         return;
     }
     let rank = v.timeline_rank(run);
     let rv = run.ranks.get(&rank);
     let choice = crate::app::nccl_timeline::choose(run, rank);
-    let src = Source {
-        source: choice.source,
-        fallback: choice.fallback.clone(),
-    };
+    let fallback = choice.fallback.as_deref();
     if let Some(pb) = &choice.buckets {
         // NCCL's collectives matched a step: that step, not a median of the hook's steps.
         let step = rv.and_then(|r| same_step(r, pb));
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
         let (opt_ms, data_ms) = (step.map(|s| s.opt_ms), step.map(|s| s.data_ms));
-        gantt(ctx, run, pb, None, opt_ms, data_ms, &src, sub, buf);
+        gantt(ctx, run, pb, None, opt_ms, data_ms, None, sub, buf);
         return;
     }
     let Some(b) = rv.and_then(|r| r.buckets.as_ref()) else {
-        let msg = if let Some(f) = &src.fallback {
+        let msg = if let Some(f) = fallback {
             format!("rank {rank}: no bucket timeline ({f})")
         } else if run.status.is_final() {
             format!("rank {rank} reported no bucket timeline")
@@ -171,18 +173,12 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             Some(st),
             opt_ms,
             data_ms,
-            &src,
+            fallback,
             sub,
             buf,
         ),
-        None => gantt(ctx, run, b, None, opt_ms, data_ms, &src, sub, buf),
+        None => gantt(ctx, run, b, None, opt_ms, data_ms, fallback, sub, buf),
     }
-}
-
-/// Which instrument the bars come from, and why not NCCL's profiler when it reported.
-pub struct Source {
-    pub source: TimelineSource,
-    pub fallback: Option<String>,
 }
 
 /// Draw the chart for one step (or, with `stats`, the median step of a window) into `r`.
@@ -194,7 +190,7 @@ pub fn gantt(
     stats: Option<&TimelineStats>,
     opt_ms: Option<f64>,
     data_ms: Option<f64>,
-    src: &Source,
+    fallback: Option<&str>,
     r: Rect,
     buf: &mut Buffer,
 ) {
@@ -213,11 +209,6 @@ pub fn gantt(
     // The bars' instrument, always said and said first: the two differ in what "ready" and
     // "start" are (docs/profiler.md).
     let mut info = vec![Span::styled(what, t.value)];
-    if !run.is_simulated() {
-        // A simulated run's bars are the simulator's (its SIMULATED badge says so).
-        info.push(Span::styled(" · ", t.dim));
-        info.push(Span::styled(src.source.label(), t.label));
-    }
     info.extend([
         Span::styled(
             format!(
@@ -266,7 +257,8 @@ pub fn gantt(
     if b.rebuilt {
         info.push(Span::styled(" · buckets rebuilt", t.dim));
     }
-    if let Some(f) = &src.fallback {
+    // Why NCCL's profiler is not the source although it reported (the title names the source).
+    if let Some(f) = fallback {
         info.push(Span::styled(format!(" · {f}"), t.warn));
     }
     put_line(buf, r, y, &Line::from(info));
