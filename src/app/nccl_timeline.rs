@@ -169,7 +169,14 @@ pub fn choose(run: &RunView, rank: u32) -> Choice {
         .ranks
         .get(&rank)
         .is_some_and(|p| !p.comms.is_empty());
-    let fallback = reported.then(|| {
+    // Said only where the plugin was to be the source (an attached rank chose it, or the worker
+    // marks its steps): ddptop's own workers keep their hook and send no marks.
+    let expected = run.comm_timing == Some(crate::protocol::CommTiming::NcclProfiler)
+        || run
+            .ranks
+            .get(&rank)
+            .is_some_and(|r| !r.recent_bwd.is_empty());
+    let fallback = (reported && expected).then(|| {
         let why = if run.ranks.get(&rank).is_none_or(|r| r.recent_bwd.is_empty()) {
             "no step marks from the worker"
         } else if layout(run, rank).is_empty() {
@@ -307,5 +314,13 @@ mod tests {
             c.fallback.as_deref(),
             Some("NCCL profiler: no step marks from the worker")
         );
+        // A worker that keeps its hook (ddptop's own: no plan.comm_timing, no marks) is not
+        // told off for it.
+        let own_worker: Vec<&str> = no_marks
+            .lines()
+            .filter(|l| !l.contains("\"plan\""))
+            .collect();
+        let c = choose(&feed(&own_worker.join("\n")), 0);
+        assert_eq!((c.source, c.fallback), (TimelineSource::CommHook, None));
     }
 }
