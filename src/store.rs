@@ -72,7 +72,8 @@ CREATE TABLE IF NOT EXISTS runs (
     caveats_json TEXT NOT NULL DEFAULT '[]',
     observed_json TEXT,
     comm_timing TEXT,
-    collectives_json TEXT
+    collectives_json TEXT,
+    instrument TEXT
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -265,6 +266,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         // NCCL's profiler plugin (docs/profiler.md): older runs had none stored.
         ("comm_timing", "TEXT"),
         ("collectives_json", "TEXT"),
+        // How much an attached script was measured (`show`'s "measured" line needs it).
+        ("instrument", "TEXT"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -477,7 +480,8 @@ impl Store {
               speedup=?8, efficiency=?9, transport=?10, pids_json=?11, bad_lines=?12, rejected=?13,
               hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
               baseline_run=?18, gpus_shared=?19, nccl_read_json=?20, caveats_json=?21,
-              observed_json=?22, comm_timing=?23, collectives_json=?24 WHERE id=?1",
+              observed_json=?22, comm_timing=?23, collectives_json=?24,
+              instrument=?25 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -508,6 +512,9 @@ impl Store {
                 run.coll_summary
                     .as_ref()
                     .map(serde_json::to_string)
+                    .transpose()?,
+                run.instrument
+                    .map(|i| serde_json::to_value(i).map(|v| v.as_str().unwrap_or("").to_string()))
                     .transpose()?,
             ],
         )?;
@@ -827,6 +834,9 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
             )
         })?;
     }
+    run.instrument = r
+        .get::<_, Option<String>>("instrument")?
+        .and_then(|s| serde_json::from_value(serde_json::Value::String(s)).ok());
     run.comm_timing = r
         .get::<_, Option<String>>("comm_timing")?
         .as_deref()
@@ -1235,7 +1245,8 @@ mod tests {
         c.execute_batch(
             "ALTER TABLE runs DROP COLUMN data_path;
              ALTER TABLE runs DROP COLUMN comm_timing;
-             ALTER TABLE runs DROP COLUMN collectives_json;",
+             ALTER TABLE runs DROP COLUMN collectives_json;
+             ALTER TABLE runs DROP COLUMN instrument;",
         )
         .unwrap();
         drop(c);
@@ -1266,6 +1277,7 @@ mod tests {
         let mut run = RunView::new("p".into(), s, std::time::Instant::now(), 1.0);
         run.status = RunStatus::Completed;
         run.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
+        run.instrument = Some(crate::protocol::Instrument::Full);
         let mut r0 = RankSummary {
             dropped: 2,
             ..RankSummary::default()
@@ -1306,6 +1318,7 @@ mod tests {
             loaded.comm_timing,
             Some(crate::protocol::CommTiming::NcclProfiler)
         );
+        assert_eq!(loaded.instrument, Some(crate::protocol::Instrument::Full));
         // A damaged column is named, not read as "no collectives".
         store
             .conn
