@@ -24,6 +24,15 @@ impl TimelineSource {
         }
     }
 
+    /// The label for a run on `backend`: the hook times with host timers where there is no GPU
+    /// (gloo), with CUDA events on NCCL.
+    pub fn label_on(self, backend: crate::protocol::Backend) -> &'static str {
+        match (self, backend) {
+            (TimelineSource::CommHook, crate::protocol::Backend::Gloo) => "comm hook (host timers)",
+            _ => self.label(),
+        }
+    }
+
     /// The JSON/store spelling.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -303,6 +312,23 @@ mod tests {
             .collect();
         let c = choose(&feed(&hook_only.join("\n")), 0);
         assert_eq!((c.source, c.fallback), (TimelineSource::CommHook, None));
+    }
+
+    #[test]
+    fn the_hooks_label_says_its_clock() {
+        use crate::protocol::Backend;
+        assert_eq!(
+            TimelineSource::CommHook.label_on(Backend::Nccl),
+            "comm hook (CUDA events)"
+        );
+        assert_eq!(
+            TimelineSource::CommHook.label_on(Backend::Gloo),
+            "comm hook (host timers)"
+        );
+        assert_eq!(
+            TimelineSource::NcclProfiler.label_on(Backend::Nccl),
+            "NCCL profiler"
+        );
     }
 
     #[test]

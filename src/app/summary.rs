@@ -95,7 +95,7 @@ pub fn attach_note(r: &RunView) -> String {
                 "steps and samples measured, buckets by ddptop's NCCL profiler plugin (DDP's own all-reduce, no ddptop comm hook)"
             }
             Some(crate::protocol::CommTiming::CommHook) => {
-                "steps, samples and buckets measured (buckets: ddptop's comm hook, CUDA events)"
+                "steps, samples and buckets measured (buckets: ddptop's comm hook)"
             }
             None => "steps, samples and buckets measured",
         },
@@ -387,6 +387,6 @@ mod attach_note_tests {
             attach_note(&r)
         );
         r.comm_timing = Some(crate::protocol::CommTiming::CommHook);
-        assert!(attach_note(&r).contains("buckets: ddptop's comm hook, CUDA events"));
+        assert!(attach_note(&r).contains("buckets: ddptop's comm hook)"));
     }
 }

@@ -65,7 +65,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             Some(f) => f.source,
             None => crate::app::nccl_timeline::choose(r, v.timeline_rank(r)).source,
         };
-        title.push(Span::styled(format!(" · {}", source.label()), t.label));
+        let label = source.label_on(r.spec.backend);
+        title.push(Span::styled(format!(" · {label}"), t.label));
     }
     if frozen.is_some() {
         title.push(Span::raw(" "));
