@@ -1566,6 +1566,7 @@ mod tests {
             loss: None,
             fused: None,
             every: None,
+            t_bwd: None,
         }
     }
 

@@ -160,6 +160,7 @@ fn step_msg(rank: u32, step: u64, t: f64) -> WorkerMsg {
         loss: None,
         fused: None,
         every: None,
+        t_bwd: None,
     })
 }
 

@@ -71,7 +71,10 @@ CREATE TABLE IF NOT EXISTS runs (
     gpus_shared TEXT,
     nccl_read_json TEXT NOT NULL DEFAULT '{}',
     caveats_json TEXT NOT NULL DEFAULT '[]',
-    observed_json TEXT
+    observed_json TEXT,
+    comm_timing TEXT,
+    collectives_json TEXT,
+    instrument TEXT
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -264,6 +267,11 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         // The family and its own settings as one JSON object (`run::Family`); rows without
         // it are read from the per-family columns above (`family`).
         ("family_json", "TEXT"),
+        // NCCL's profiler plugin (docs/profiler.md): older runs had none stored.
+        ("comm_timing", "TEXT"),
+        ("collectives_json", "TEXT"),
+        // How much an attached script was measured (`show`'s "measured" line needs it).
+        ("instrument", "TEXT"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -462,7 +470,8 @@ impl Store {
               speedup=?8, efficiency=?9, transport=?10, pids_json=?11, bad_lines=?12, rejected=?13,
               hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
               baseline_run=?18, gpus_shared=?19, nccl_read_json=?20, caveats_json=?21,
-              observed_json=?22 WHERE id=?1",
+              observed_json=?22, comm_timing=?23, collectives_json=?24,
+              instrument=?25 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -488,6 +497,14 @@ impl Store {
                 // Only an attached run has observed settings (the others' are their spec's).
                 (run.spec.experiment() == Experiment::Attach)
                     .then(|| serde_json::to_string(&run.observed))
+                    .transpose()?,
+                run.comm_timing.map(|c| c.as_str()),
+                run.coll_summary
+                    .as_ref()
+                    .map(serde_json::to_string)
+                    .transpose()?,
+                run.instrument
+                    .map(|i| serde_json::to_value(i).map(|v| v.as_str().unwrap_or("").to_string()))
                     .transpose()?,
             ],
         )?;
@@ -847,6 +864,21 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
                 spec_id(r)
             )
         })?;
+    }
+    run.instrument = r
+        .get::<_, Option<String>>("instrument")?
+        .and_then(|s| serde_json::from_value(serde_json::Value::String(s)).ok());
+    run.comm_timing = r
+        .get::<_, Option<String>>("comm_timing")?
+        .as_deref()
+        .and_then(crate::protocol::CommTiming::parse);
+    if let Some(text) = r.get::<_, Option<String>>("collectives_json")? {
+        run.coll_summary = Some(serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "run {} in the database has an unreadable collectives_json: {e}",
+                spec_id(r)
+            )
+        })?);
     }
     run.versions = json_col(r, "versions_json")?;
     run.hang_report = json_col(r, "hang_report_json")?;
@@ -1330,8 +1362,13 @@ mod tests {
         let path = dir.path().join("runs.db");
         drop(Store::open(&path).unwrap());
         let c = Connection::open(&path).unwrap();
-        c.execute_batch("ALTER TABLE runs DROP COLUMN data_path")
-            .unwrap();
+        c.execute_batch(
+            "ALTER TABLE runs DROP COLUMN data_path;
+             ALTER TABLE runs DROP COLUMN comm_timing;
+             ALTER TABLE runs DROP COLUMN collectives_json;
+             ALTER TABLE runs DROP COLUMN instrument;",
+        )
+        .unwrap();
         drop(c);
         let store = Store::open(&path).unwrap();
         let s = RunSpec {
@@ -1342,6 +1379,75 @@ mod tests {
         assert_eq!(
             store.load_runs(1).unwrap()[0].spec.data_path,
             DataPath::Loader
+        );
+        // A run stored before the NCCL profiler plugin: nothing of it.
+        let old = &store.load_runs(1).unwrap()[0];
+        assert_eq!((old.comm_timing, &old.coll_summary), (None, &None));
+    }
+
+    #[test]
+    fn the_nccl_profilers_collectives_round_trip() {
+        use crate::run::collectives::{
+            BusbwClass, CollSummary, FuncSummary, RankSummary, StepCount,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = RunSpec::new(Experiment::Attach, 2, Backend::Nccl);
+        insert(&store, "p", &s, dir.path());
+        let mut run = RunView::new("p".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        run.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
+        run.instrument = Some(crate::protocol::Instrument::Full);
+        let mut r0 = RankSummary {
+            dropped: 2,
+            ..RankSummary::default()
+        };
+        r0.funcs.insert(
+            "all_reduce".into(),
+            FuncSummary {
+                count: 7,
+                bytes: 89406548,
+                kernel_ms: 0.62,
+            },
+        );
+        r0.algos.insert("ring/simple".into(), 7);
+        r0.last_seq.insert("all_reduce".into(), 2064);
+        r0.busbw.push(BusbwClass {
+            func: "all_reduce".into(),
+            from_bytes: 16 << 20,
+            n: 2,
+            busbw_gbs: Some(150.4),
+        });
+        let summary = CollSummary {
+            ranks: [(0, r0.clone()), (1, r0)].into_iter().collect(),
+            per_step: vec![StepCount {
+                func: "all_reduce".into(),
+                count: 1.0,
+                bytes: 44703272.0,
+                steps: 10,
+                receipt: Some((1, 44703272)),
+                matches: Some(true),
+            }],
+            timeline_source: Some("nccl_profiler".into()),
+        };
+        run.coll_summary = Some(summary.clone());
+        store.finalize(&run, None).unwrap();
+        let loaded = &store.load_runs(1).unwrap()[0];
+        assert_eq!(loaded.coll_summary.as_ref(), Some(&summary));
+        assert_eq!(
+            loaded.comm_timing,
+            Some(crate::protocol::CommTiming::NcclProfiler)
+        );
+        assert_eq!(loaded.instrument, Some(crate::protocol::Instrument::Full));
+        // A damaged column is named, not read as "no collectives".
+        store
+            .conn
+            .execute("UPDATE runs SET collectives_json = '{' WHERE id = 'p'", [])
+            .unwrap();
+        let err = store.load_runs(1).unwrap_err().to_string();
+        assert!(
+            err.contains("run p") && err.contains("collectives_json"),
+            "{err}"
         );
     }
 

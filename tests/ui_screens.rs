@@ -415,3 +415,31 @@ fn memory_pane_on_cpu_says_the_peak_is_unavailable() {
     assert!(s.contains("RS(=AR on gloo)"), "{s}");
     insta::assert_snapshot!(t.backend());
 }
+
+#[test]
+fn the_timeline_draws_nccls_collectives_and_names_its_source() {
+    // A k=2 NCCL run fed the plugin's messages of two DDP steps (tests/fixtures/nccl/
+    // ddp_steps_k2.jsonl, hand-written in the plugin's format) and no hook timeline.
+    let mut st = fixtures::hung_run();
+    let r = &mut st.runs[0];
+    r.status = ddptop::app::RunStatus::Running;
+    r.reason = None;
+    r.hang_report.clear();
+    for rv in r.ranks.values_mut() {
+        rv.buckets = None;
+        rv.recent_buckets.clear();
+    }
+    let now = std::time::Instant::now();
+    for line in include_str!("fixtures/nccl/ddp_steps_k2.jsonl").lines() {
+        let msg = ddptop::protocol::parse_worker(line).unwrap();
+        ddptop::app::reduce::apply_worker(r, &msg, now);
+    }
+    let s = text(&draw(&st, 160, 45));
+    assert!(s.contains("rank 0 · NCCL profiler"), "{s}");
+    assert!(s.contains("step 12 · 3 buckets 44.7 MB"), "{s}");
+    // Without the plugin's collectives the same pane has nothing to draw and says so.
+    st.runs[0].collectives = Default::default();
+    let s = text(&draw(&st, 160, 45));
+    assert!(!s.contains("rank 0 · NCCL profiler"), "{s}");
+    assert!(s.contains("rank 0 · comm hook (CUDA events)"), "{s}");
+}

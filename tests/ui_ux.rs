@@ -262,6 +262,7 @@ fn header_keeps_frozen_and_the_settings_at_80_columns() {
         buckets: buckets(0, 120),
         opt_ms: None,
         data_ms: None,
+        source: ddptop::app::nccl_timeline::TimelineSource::CommHook,
     }));
     let s = text(&draw(&st, 80, 24));
     let line = s.lines().nth(1).unwrap();

@@ -10,9 +10,14 @@
 #   agree     (2 GPUs) per-bucket all-reduce kernel time from the plugin vs c10d's collective
 #             timing (TORCH_NCCL_ENABLE_TIMING=1, flight recorder), median over ≥ 20 steps,
 #             scripts/device/profiler_agree.py (target within 10%)
+#   timeline  (2 GPUs) `ddptop attach --k 2 --backend nccl -- examples/train_ddp.py` with the
+#             plugin on: the run's JSON says comm_timing and timeline_source "nccl_profiler"
+#             (the Timeline's buckets came from NCCL's collectives), the log says no ddptop comm
+#             hook was installed and no `buckets` message came; the same attach with
+#             --no-nccl-profiler falls back to the comm hook (timeline_source "comm_hook")
 #   hang      (2 GPUs) `--inject hang:30` and the book's deadlock (P2P off + SHM memcpy): the
 #             run's hang report must carry the plugin's "which rank, which collective" line
-# ONLY (default "one") picks parts. Needs .carry/ddptop and .carry/libnccl_profiler_ddptop.so
+# ONLY (default "one") picks parts: one, overhead, agree, timeline, hang. Needs .carry/ddptop and .carry/libnccl_profiler_ddptop.so
 # (or target/release/). Raw --json of every run, NCCL logs and the plugin's lines in $OUT/raw, a
 # summary in $OUT/profiler.log.
 set -u
@@ -104,6 +109,34 @@ esac
 case " $ONLY " in *" agree "*)
   timeout -k 5 600 python3 scripts/device/profiler_agree.py --plugin "$PLUGIN" --steps 40 --out "$OUT/raw/agree" \
     2>&1 | tee -a "$OUT/profiler.log"
+  ;;
+esac
+
+case " $ONLY " in *" timeline "*)
+  EX=(examples/train_ddp.py --samples 20000)
+  # Not run(): --json must come before `--` (after it, it would be the script's argument).
+  timeout -k 5 300 "$B" attach --k 2 --backend nccl --json -- "${EX[@]}" > "$OUT/raw/attach_plugin.json" 2> "$OUT/raw/attach_plugin.stderr"
+  log "attach_plugin rc=$?"
+  timeout -k 5 300 "$B" --no-nccl-profiler attach --k 2 --backend nccl --json -- "${EX[@]}" > "$OUT/raw/attach_hook.json" 2> "$OUT/raw/attach_hook.stderr"
+  log "attach_hook rc=$?"
+  for n in attach_plugin attach_hook; do
+    python3 - "$OUT/raw/$n.json" "$n" <<'PY' 2>&1 | tee -a "$OUT/profiler.log"
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+c = r.get("collectives") or {}
+want = "nccl_profiler" if sys.argv[2] == "attach_plugin" else "comm_hook"
+print(f"   {sys.argv[2]}: status {r['status']} comm_timing {c.get('comm_timing')} timeline_source {c.get('timeline_source')}")
+ok = c.get("comm_timing") == want and c.get("timeline_source") == want
+print(f"   {'PASS' if ok else 'FAIL'} {sys.argv[2]}: buckets timed by {want}")
+if want == "nccl_profiler":
+    ar = ((c.get("ranks") or {}).get("0") or {}).get("funcs", {}).get("all_reduce", {})
+    print(f"   rank 0 all_reduce count {ar.get('count')} bytes {ar.get('bytes')}")
+PY
+  done
+  id=$(rundir "$OUT/raw/attach_plugin.json")
+  "$B" show "$id" > "$OUT/raw/attach_plugin.show.txt" 2>&1
+  check "attach on NCCL with the plugin: no ddptop comm hook installed (show's measured line)" grep -q "no ddptop comm hook" "$OUT/raw/attach_plugin.show.txt"
+  check "attach on NCCL with the plugin: DDPTOP_NCCL_PLUGIN=1 on the launch" grep -q "DDPTOP_NCCL_PLUGIN" "$OUT/raw/attach_plugin.show.txt"
   ;;
 esac
 

@@ -273,7 +273,7 @@ pub struct BucketColl {
 }
 
 /// The communicator of a rank with the most all-reduces: DDP's default process group.
-fn main_comm(run: &RunView, rank: u32) -> Option<&CommView> {
+pub(crate) fn main_comm(run: &RunView, rank: u32) -> Option<&CommView> {
     let p = run.collectives.ranks.get(&rank)?;
     p.comms
         .values()
@@ -378,19 +378,33 @@ pub fn per_step(run: &RunView) -> Vec<PerStep> {
         }?;
         Some((s.count, s.total_bytes))
     };
-    b.1.iter()
-        .map(|(f, t)| {
-            let before = a.1.get(f).copied().unwrap_or_default();
-            PerStep {
-                func: f.clone(),
-                count: (t.count - before.count) as f64 / steps as f64,
-                bytes: (t.bytes - before.bytes) as f64 / steps as f64,
+    let mut out: Vec<PerStep> =
+        b.1.iter()
+            .map(|(f, t)| {
+                let before = a.1.get(f).copied().unwrap_or_default();
+                PerStep {
+                    func: f.clone(),
+                    count: (t.count - before.count) as f64 / steps as f64,
+                    bytes: (t.bytes - before.bytes) as f64 / steps as f64,
+                    steps,
+                    receipt: receipt(f),
+                }
+            })
+            .filter(|p| p.count > 0.0 || p.receipt.is_some())
+            .collect();
+    // A kind the receipt lists that NCCL never ran is a mismatch too, not a missing line.
+    for f in ["all_reduce", "all_gather", "reduce_scatter"] {
+        if let Some(r) = receipt(f).filter(|r| r.0 > 0 && !b.1.contains_key(f)) {
+            out.push(PerStep {
+                func: f.to_string(),
+                count: 0.0,
+                bytes: 0.0,
                 steps,
-                receipt: receipt(f),
-            }
-        })
-        .filter(|p| p.count > 0.0 || p.receipt.is_some())
-        .collect()
+                receipt: Some(r),
+            });
+        }
+    }
+    out
 }
 
 /// One process rank's line in the collectives view.
@@ -452,7 +466,7 @@ pub fn plugin_on(run: &RunView) -> bool {
 /// the run was launched without the plugin and nothing came from one.
 pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
     let cs = &run.collectives;
-    if cs.is_empty() && !plugin_on(run) {
+    if cs.is_empty() && !plugin_on(run) && run.coll_summary.is_none() {
         return None;
     }
     let mut m = CollectivesModel::default();
@@ -460,10 +474,12 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
         m.note = Some(NO_COLLECTIVES_K1.to_string());
         return Some(m);
     }
+    if let Some(s) = run.coll_summary.as_ref().filter(|_| cs.is_empty()) {
+        return Some(stored_model(s));
+    }
     if cs.is_empty() {
         m.note = Some(if run.status.is_final() {
-            "NCCL profiler plugin set on the launch; its collectives are shown live and not stored"
-                .into()
+            "NCCL profiler plugin set on the launch; no rank's plugin reported a collective".into()
         } else {
             "NCCL profiler plugin set on the launch; no rank's plugin has connected yet (NCCL loads it at its first communicator)".into()
         });
@@ -566,6 +582,69 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
     }
     m.per_step = per_step(run);
     Some(m)
+}
+
+/// The view of a finished run from what was stored: the per-rank aggregate, without in-flight
+/// collectives, verdicts or buckets (those are live only).
+fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
+    let mut m = CollectivesModel {
+        note: Some("as stored with the run: totals, no in-flight collectives".into()),
+        ..CollectivesModel::default()
+    };
+    for (rank, r) in &s.ranks {
+        m.ranks.push(RankRow {
+            rank: *rank,
+            last_done: r
+                .last_seq
+                .iter()
+                .map(|(f, s)| format!("{f} #{s}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            inflight: None,
+            loss: (r.dropped + r.lost > 0)
+                .then(|| format!("dropped {} · lost {}", r.dropped, r.lost)),
+        });
+    }
+    if let Some(r0) = s.ranks.values().next() {
+        m.funcs = r0
+            .funcs
+            .iter()
+            .map(|(f, x)| FuncRow {
+                func: f.clone(),
+                count: x.count,
+                bytes: x.bytes,
+                kernel_ms: x.kernel_ms,
+            })
+            .collect();
+        m.algos = r0
+            .algos
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(" · ");
+        m.sizes = r0
+            .busbw
+            .iter()
+            .map(|b| SizeRow {
+                func: b.func.clone(),
+                from_bytes: b.from_bytes,
+                n: b.n,
+                busbw_gbs: b.busbw_gbs,
+            })
+            .collect();
+    }
+    m.per_step = s
+        .per_step
+        .iter()
+        .map(|p| PerStep {
+            func: p.func.clone(),
+            count: p.count,
+            bytes: p.bytes,
+            steps: p.steps,
+            receipt: p.receipt,
+        })
+        .collect();
+    m
 }
 
 #[cfg(test)]
@@ -741,6 +820,26 @@ mod tests {
         assert_eq!(ar.matches(), Some(true));
         // The parameter broadcast before step 1 is not a step's.
         assert!(p.iter().all(|p| p.func != "broadcast"));
+    }
+
+    #[test]
+    fn executed_collectives_that_differ_from_the_receipt_are_a_mismatch() {
+        // The same executed step against a receipt of two all-reduces and one all-gather: the
+        // all-reduce count differs, and the all-gather XLA wrote was never run.
+        let (mut r, t0) = run(Experiment::Jax, 2);
+        let fixture = include_str!("../../tests/fixtures/nccl/jax_k2.jsonl").replace(
+            r#""ops":{"all_reduce":{"count":1,"largest_elems":11175818,"total_elems":11175818,"total_bytes":44703272}}"#,
+            r#""ops":{"all_reduce":{"count":2,"largest_elems":11175818,"total_elems":11175818,"total_bytes":44703272},"all_gather":{"count":1,"largest_elems":8,"total_elems":8,"total_bytes":32}}"#,
+        );
+        feed(&mut r, t0, &fixture);
+        let p = per_step(&r);
+        let ar = p.iter().find(|p| p.func == "all_reduce").unwrap();
+        assert_eq!(
+            (ar.receipt, ar.matches()),
+            (Some((2, 44703272)), Some(false))
+        );
+        let ag = p.iter().find(|p| p.func == "all_gather").unwrap();
+        assert_eq!((ag.count, ag.matches()), (0.0, Some(false)));
     }
 
     #[test]

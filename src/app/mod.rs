@@ -5,10 +5,12 @@
 //! help and scripting, `summary` derives the figures (aggregates, speedups, probe medians).
 
 pub mod action;
+pub mod coll_store;
 pub mod collectives;
 pub mod deficits;
 pub mod equality;
 pub mod gpus;
+pub mod nccl_timeline;
 pub mod nodes;
 pub mod predict;
 pub mod progress;

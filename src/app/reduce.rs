@@ -107,6 +107,12 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                     rank.recent_samples.pop_front();
                 }
             }
+            if let Some(t) = s.t_bwd {
+                rank.recent_bwd.push_back((s.step, t));
+                while rank.recent_bwd.len() > crate::run::view::BWD_MARKS {
+                    rank.recent_bwd.pop_front();
+                }
+            }
             rank.last_step = Some(s.clone());
             crate::app::straggler::record_step(rank, s);
             if run.spec.experiment() == Experiment::Attach {
@@ -162,6 +168,16 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Plan(p) => {
             if rank_id == 0 {
                 run.total_steps = p.total_steps;
+            }
+            if let Some(c) = p.comm_timing {
+                // Ranks decide alike (same backend, same environment); the hook is the fallback
+                // any one rank falling back makes the run's.
+                if run.comm_timing != Some(crate::protocol::CommTiming::CommHook) {
+                    run.comm_timing = Some(c);
+                }
+            }
+            if let Some(b) = p.bucket_bytes.as_ref().filter(|b| !b.is_empty()) {
+                run.bucket_bytes = b.clone();
             }
         }
         WorkerMsg::Log(l) => {
@@ -256,6 +272,10 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     run.status = status;
     run.reason = reason;
     run.ended_unix = Some(unix);
+    // What is stored of NCCL's profiler plugin (the live batches are not).
+    if let Some(s) = crate::app::coll_store::summarize(run) {
+        run.coll_summary = Some(s);
+    }
 }
 
 #[cfg(test)]

@@ -723,6 +723,7 @@ mod tests {
             loss: None,
             fused: None,
             every: None,
+            t_bwd: None,
         };
         record_step(&mut r, &step(7));
         record_step(&mut r, &step(8));

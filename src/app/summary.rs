@@ -90,7 +90,15 @@ pub fn attach_note(r: &RunView) -> String {
         Some(crate::protocol::Instrument::Full) if r.observed.ddp_module == Some(false) => {
             "steps only (no DDP module: no samples or buckets)"
         }
-        Some(crate::protocol::Instrument::Full) => "steps, samples and buckets measured",
+        Some(crate::protocol::Instrument::Full) => match r.comm_timing {
+            Some(crate::protocol::CommTiming::NcclProfiler) => {
+                "steps and samples measured, buckets by ddptop's NCCL profiler plugin (DDP's own all-reduce, no ddptop comm hook)"
+            }
+            Some(crate::protocol::CommTiming::CommHook) => {
+                "steps, samples and buckets measured (buckets: ddptop's comm hook)"
+            }
+            None => "steps, samples and buckets measured",
+        },
         Some(crate::protocol::Instrument::StepsOnly) => "steps only (the script's own comm hook)",
         Some(crate::protocol::Instrument::Off) => "instrumentation off (see the log)",
         None => "no rank connected",
@@ -363,5 +371,22 @@ mod attach_note_tests {
             rank.step = 50;
         }
         assert!(attach_note(&r).contains("trained independently (50 optimizer steps each"));
+    }
+
+    #[test]
+    fn the_instrument_that_timed_the_buckets_is_named() {
+        let spec = RunSpec::new(Experiment::Attach, 2, Backend::Nccl);
+        let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
+        r.observed.process_group = Some(true);
+        r.observed.ddp_module = Some(true);
+        r.instrument = Some(crate::protocol::Instrument::Full);
+        r.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
+        assert!(
+            attach_note(&r).contains("buckets by ddptop's NCCL profiler plugin"),
+            "{}",
+            attach_note(&r)
+        );
+        r.comm_timing = Some(crate::protocol::CommTiming::CommHook);
+        assert!(attach_note(&r).contains("buckets: ddptop's comm hook)"));
     }
 }

@@ -14,6 +14,7 @@ pub struct FrozenStep {
     pub buckets: Buckets,
     pub opt_ms: Option<f64>,
     pub data_ms: Option<f64>,
+    pub source: crate::app::nccl_timeline::TimelineSource,
 }
 
 /// The timeline follows the run, or holds one step.
@@ -153,7 +154,9 @@ impl View {
         let Some(rv) = run.ranks.get(&rank) else {
             return false;
         };
-        let Some(b) = rv.buckets.clone() else {
+        // The step the pane draws: NCCL's when its collectives matched, else the hook's.
+        let choice = crate::app::nccl_timeline::choose(run, rank);
+        let Some(b) = choice.buckets.or_else(|| rv.buckets.clone()) else {
             return false;
         };
         self.freeze = Freeze::Frozen(Box::new(FrozenStep {
@@ -161,6 +164,7 @@ impl View {
             rank,
             opt_ms: same_step(rv, &b).map(|s| s.opt_ms),
             data_ms: same_step(rv, &b).map(|s| s.data_ms),
+            source: choice.source,
             buckets: b,
         }));
         true

@@ -248,6 +248,11 @@ pub struct Step {
     /// since the previous step message, so throughput from step messages stays right.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every: Option<u32>,
+    /// Host time (the clock of `t`, CLOCK_MONOTONIC) at which the DDP module's forward returned
+    /// and backward began on the host: the origin of the step's bucket timeline when its
+    /// all-reduces come from NCCL's profiler plugin (docs/profiler.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_bwd: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -433,6 +438,40 @@ pub struct Plan {
     pub steps_per_epoch: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
+    /// What times DDP's bucket all-reduces on this rank (attach mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_timing: Option<CommTiming>,
+    /// DDP's bucket sizes in all-reduce order, once rebuilt: sent when no comm hook reports them
+    /// (the NCCL profiler plugin times the buckets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_bytes: Option<Vec<u64>>,
+}
+
+/// What times DDP's bucket all-reduces (`plan.comm_timing`; docs/profiler.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommTiming {
+    /// ddptop's comm hook in place of DDP's all-reduce, CUDA events around each bucket.
+    CommHook,
+    /// DDP's own all-reduce, untouched; NCCL's profiler plugin reports each collective.
+    NcclProfiler,
+}
+
+impl CommTiming {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommTiming::CommHook => "comm_hook",
+            CommTiming::NcclProfiler => "nccl_profiler",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "comm_hook" => Some(CommTiming::CommHook),
+            "nccl_profiler" => Some(CommTiming::NcclProfiler),
+            _ => None,
+        }
+    }
 }
 
 /// An explicit collective (`comm.ops[].op`).

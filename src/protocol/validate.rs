@@ -247,6 +247,9 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             if s.every == Some(0) {
                 return Err(ProtocolError::ZeroEvery);
             }
+            if let Some(x) = s.t_bwd {
+                t(x)?;
+            }
         }
         WorkerMsg::Buckets(b) => {
             t(b.t)?;
@@ -332,6 +335,9 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             t(m.t)?;
             count("total_steps", m.total_steps.unwrap_or(0), COUNT)?;
             count("steps_per_epoch", m.steps_per_epoch.unwrap_or(0), COUNT)?;
+            for b in m.bucket_bytes.iter().flatten() {
+                count("bucket_bytes", *b, BYTES)?;
+            }
         }
         WorkerMsg::Comm(c) => {
             t(c.t)?;

@@ -264,6 +264,9 @@ pub struct RunInfo {
     pub output_log: Option<String>,
     /// Ranks named as holding the others back, in the order named (`app::straggler`).
     pub stragglers: Vec<crate::run::view::Straggler>,
+    /// NCCL's profiler plugin's collectives and what timed the buckets
+    /// (`app::coll_store::collectives_json`; null without either).
+    pub collectives: serde_json::Value,
     #[serde(flatten)]
     pub figures: run_doc::RunFigures,
     /// The family's own settings (`Family::settings`: fsdp `strategy`, `optimizer`; jax

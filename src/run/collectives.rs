@@ -79,3 +79,61 @@ impl Collectives {
         self.ranks.is_empty()
     }
 }
+
+/// What is stored with a finished run of the plugin's collectives (docs/profiler.md "What is
+/// stored"): per process rank a compact aggregate, and the collectives per step (JAX). The live
+/// batches, the recent collectives and the in-flight lists are not stored.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CollSummary {
+    pub ranks: BTreeMap<u32, RankSummary>,
+    /// The first rank's collectives per training step, beside the HLO receipt.
+    #[serde(default)]
+    pub per_step: Vec<StepCount>,
+    /// What the Timeline drew its buckets from at the end: `nccl_profiler` or `comm_hook`.
+    #[serde(default)]
+    pub timeline_source: Option<String>,
+}
+
+/// One process rank's collectives, all its communicators together.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RankSummary {
+    /// Per function: count, bytes, summed GPU kernel time.
+    pub funcs: BTreeMap<String, FuncSummary>,
+    /// `ring/simple` → collectives (of those the plugin listed).
+    pub algos: BTreeMap<String, u64>,
+    /// Bus bandwidth per function and size class.
+    pub busbw: Vec<BusbwClass>,
+    /// Per function, the latest completed sequence number (the highest over communicators).
+    pub last_seq: BTreeMap<String, u64>,
+    pub dropped: u64,
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FuncSummary {
+    pub count: u64,
+    pub bytes: u64,
+    pub kernel_ms: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct BusbwClass {
+    pub func: String,
+    /// Lower bound of the class, bytes (a power of two).
+    pub from_bytes: u64,
+    pub n: u64,
+    pub busbw_gbs: Option<f64>,
+}
+
+/// One function's collectives per step, averaged over `steps`, with the receipt's figures.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepCount {
+    pub func: String,
+    pub count: f64,
+    pub bytes: f64,
+    pub steps: u64,
+    /// The HLO receipt's (count, bytes) for this function, when it has one.
+    pub receipt: Option<(u64, u64)>,
+    /// The count per step rounds to the receipt's; `None` without a receipt.
+    pub matches: Option<bool>,
+}

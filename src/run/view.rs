@@ -62,7 +62,13 @@ pub struct RankView {
     /// The phases of recent steps, oldest first (at most `PHASE_HISTORY`), for the straggler
     /// score: a step's comm wait arrives in the buckets message that follows it.
     pub recent_phases: VecDeque<PhaseSample>,
+    /// (step, host time backward began) of recent timed steps, oldest first (at most
+    /// `BWD_MARKS`): where each step's bucket all-reduces start among NCCL's collectives.
+    pub recent_bwd: VecDeque<(u64, f64)>,
 }
+
+/// Steps of backward starts kept per rank (the plugin's batches lag the steps by ≤ 1 s).
+pub const BWD_MARKS: usize = 32;
 
 /// Steps of phase figures kept per rank: more than any straggler window reads.
 pub const PHASE_HISTORY: usize = 256;
@@ -264,6 +270,12 @@ pub struct RunView {
     /// How much an attached script is measured (`hello.instrument`, then the bootstrap's
     /// `instrument: steps_only` / `instrumentation off` log lines); `None` for ddptop's workers.
     pub instrument: Option<crate::protocol::Instrument>,
+    /// What timed DDP's bucket all-reduces (an attached rank's `plan.comm_timing`): ddptop's
+    /// comm hook, or DDP's own all-reduce seen through NCCL's profiler plugin.
+    pub comm_timing: Option<crate::protocol::CommTiming>,
+    /// The NCCL profiler plugin's collectives as stored with a finished run (a live run derives
+    /// it from `collectives`: `app::coll_store::summary`).
+    pub coll_summary: Option<crate::run::collectives::CollSummary>,
     /// The JAX receipt: the collectives in the compiled step and the arrays' layouts.
     pub hlo: Option<Hlo>,
     /// Equality checks the worker made (JAX: the first-step loss at k=1 against k).
@@ -482,6 +494,8 @@ impl RunView {
             live: true,
             sweep: None,
             instrument: None,
+            comm_timing: None,
+            coll_summary: None,
             hlo: None,
             checks: Vec::new(),
             device_memory: BTreeMap::new(),

@@ -228,6 +228,8 @@ impl Sim<'_> {
             epochs,
             steps_per_epoch: per_epoch,
             phase: Some(phase),
+            comm_timing: None,
+            bucket_bytes: None,
         }));
     }
 
@@ -283,6 +285,7 @@ impl Sim<'_> {
             fused: None,
             loss: None,
             every: None,
+            t_bwd: None,
         }));
         step_ms
     }

@@ -417,6 +417,13 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
     for (k, v) in spec.nccl.launch_env() {
         env.insert(k.to_string(), v.map(str::to_string));
     }
+    // Tell the workers that NCCL loads ddptop's plugin (not a plugin of the user's own `--env`,
+    // which won above): attach then leaves DDP's all-reduce alone on NCCL and the plugin times
+    // the buckets (docs/profiler.md).
+    let ours = ctx.nccl_profiler.map(|p| p.display().to_string());
+    if ours.is_some() && env.get(super::nccl_profiler::ENV).cloned().flatten() == ours {
+        env.insert(super::nccl_profiler::ON_ENV.into(), Some("1".into()));
+    }
     Ok(CommandLine { argv, env, cwd })
 }
 
@@ -437,6 +444,9 @@ pub fn why_set(var: &str) -> Option<&'static str> {
         "NCCL_DEBUG" => "NCCL's INFO log: the transport it chose and the variables it read",
         "NCCL_PROFILER_PLUGIN" => {
             "ddptop's NCCL profiler plugin: every collective from NCCL (--no-nccl-profiler: off)"
+        }
+        "DDPTOP_NCCL_PLUGIN" => {
+            "NCCL loads ddptop's plugin: attach leaves DDP's all-reduce and your comm hooks alone"
         }
         "NCCL_DEBUG_FILE" => "that log goes to the run directory, not to your output",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING" => {
@@ -879,6 +889,15 @@ mod tests {
             Some("/opt/ddptop/libnccl_profiler_ddptop.so"),
             "NCCL launches load ddptop's profiler plugin"
         );
+        assert_eq!(env("DDPTOP_NCCL_PLUGIN").as_deref(), Some("1"));
+        // A plugin of the user's own wins, and the workers are not told ddptop's is loaded.
+        let mut own = spec.clone();
+        own.nccl.set(
+            "NCCL_PROFILER_PLUGIN",
+            Some("/x/libnccl-profiler-inspector.so".into()),
+        );
+        let own_cmd = command_for(&own, &ctx(dir, Some(&py))).unwrap();
+        assert_eq!(own_cmd.env.get("DDPTOP_NCCL_PLUGIN"), None);
         assert_eq!(env("PYTHONPATH").as_deref(), Some("/repo/workers"));
         // GPU runs time 1 step in 10 after warm-up, unless ddptop's own environment says.
         if std::env::var_os("DDPTOP_TIME_EVERY").is_none() {
@@ -908,7 +927,8 @@ mod tests {
         let spec = RunSpec::new(Experiment::Allreduce, 2, Backend::Gloo);
         let cmd = command_for(&spec, &ctx(dir, Some(&py))).unwrap();
         assert!(
-            !cmd.env.contains_key("NCCL_PROFILER_PLUGIN"),
+            !cmd.env.contains_key("NCCL_PROFILER_PLUGIN")
+                && !cmd.env.contains_key("DDPTOP_NCCL_PLUGIN"),
             "gloo runs have no NCCL to profile"
         );
         let argv = cmd.argv.join(" ");

@@ -6,6 +6,10 @@ use std::path::{Path, PathBuf};
 
 /// The variable NCCL reads.
 pub const ENV: &str = "NCCL_PROFILER_PLUGIN";
+/// Set to `1` on a launch whose NCCL loads ddptop's plugin (not the user's own): the attach
+/// bootstrap then leaves DDP's all-reduce alone on NCCL (workers/ddptop_worker/attach.py).
+/// Not `DDPTOP_NCCL_PROFILER`, which names the plugin's file for ddptop itself.
+pub const ON_ENV: &str = "DDPTOP_NCCL_PLUGIN";
 /// The file `cargo build` makes (Cargo's library names cannot hold `-`), and the name NCCL
 /// itself looks for when `NCCL_PROFILER_PLUGIN=ddptop` (`libnccl-profiler-<name>.so`).
 pub const FILES: [&str; 2] = ["libnccl_profiler_ddptop.so", "libnccl-profiler-ddptop.so"];

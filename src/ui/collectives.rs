@@ -31,7 +31,9 @@ pub fn lines(t: &Theme, m: &CollectivesModel) -> Vec<Line<'static>> {
     ])];
     if let Some(n) = &m.note {
         out.push(Line::from(Span::styled(format!("  {n}"), t.dim)));
-        return out;
+        if m.ranks.is_empty() {
+            return out;
+        }
     }
     if let Some(v) = &m.verdict {
         out.push(Line::from(vec![

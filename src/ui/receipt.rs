@@ -45,6 +45,27 @@ pub struct ReceiptView {
     pub changed_after: Vec<String>,
     /// Whether an `after` layout was reported at all.
     pub has_after: bool,
+    /// What NCCL's profiler plugin saw XLA execute per step, against the receipt (live, or as
+    /// stored with the run); empty without the plugin.
+    pub executed: Vec<crate::run::collectives::StepCount>,
+}
+
+/// One executed kind beside the receipt: `all_reduce 1.00/step · 44.7 MB · 10 steps: matches
+/// the receipt (1 × 44.7 MB)`, and whether it matches (`None`: the receipt has no such kind).
+pub fn executed_line(s: &crate::run::collectives::StepCount) -> (String, Option<bool>) {
+    let head = format!(
+        "{} {:.2}/step · {} · {} steps",
+        s.func,
+        s.count,
+        mb(s.bytes as u64),
+        s.steps
+    );
+    let tail = match (s.receipt, s.matches) {
+        (Some((n, b)), Some(true)) => format!(": matches the receipt ({n} × {})", mb(b)),
+        (Some((n, b)), _) => format!(": MISMATCH, the receipt says {n} × {}", mb(b)),
+        (None, _) => ": not in the receipt".to_string(),
+    };
+    (head + &tail, s.matches)
 }
 
 pub fn view(run: &RunView) -> Option<ReceiptView> {
@@ -115,6 +136,9 @@ pub fn view(run: &RunView) -> Option<ReceiptView> {
         layouts,
         changed_after,
         has_after,
+        executed: crate::app::coll_store::summary(run)
+            .map(|s| s.per_step)
+            .unwrap_or_default(),
     })
 }
 
@@ -207,6 +231,19 @@ pub fn render(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
         Span::styled("combined by ", t.label),
         Span::styled(combined, t.text),
     ]));
+    // Beside what XLA wrote, what NCCL ran (its profiler plugin), one line per kind.
+    for s in &v.executed {
+        let (text, ok) = executed_line(s);
+        let style = match ok {
+            Some(true) => t.good,
+            Some(false) => t.bad,
+            None => t.text,
+        };
+        lines.push(Line::from(vec![
+            Span::styled("executed (NCCL) ", t.label),
+            Span::styled(text, style),
+        ]));
+    }
     match &v.equality {
         Some(e) => {
             let style = match e.verdict {
@@ -359,6 +396,34 @@ mod tests {
             .to_vec();
         assert_eq!(named("batch", &rows)[0], "┌batch──┐");
         assert_eq!(named("fc.kernel", &rows)[..2], ["fc.kernel", "┌───────┐"]);
+    }
+
+    #[test]
+    fn executed_collectives_read_beside_the_receipt() {
+        use crate::run::collectives::StepCount;
+        let mut s = StepCount {
+            func: "all_reduce".into(),
+            count: 1.0,
+            bytes: 44703272.0,
+            steps: 10,
+            receipt: Some((1, 44703272)),
+            matches: Some(true),
+        };
+        assert_eq!(
+            executed_line(&s),
+            (
+                "all_reduce 1.00/step · 44.7 MB · 10 steps: matches the receipt (1 × 44.7 MB)"
+                    .to_string(),
+                Some(true)
+            )
+        );
+        s.receipt = Some((2, 44703272));
+        s.matches = Some(false);
+        assert!(
+            executed_line(&s)
+                .0
+                .ends_with("MISMATCH, the receipt says 2 × 44.7 MB")
+        );
     }
 
     #[test]

@@ -57,6 +57,17 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             t.dim,
         ));
     }
+    // The bars' instrument, always said (in the title, where it costs no figure its room): the
+    // two differ in what "ready" and "start" are (docs/profiler.md). A simulated run's bars are
+    // the simulator's (its SIMULATED badge says so).
+    if let Some(r) = run.filter(|r| !r.is_simulated() && r.spec.experiment() != Experiment::Fsdp) {
+        let source = match frozen.filter(|f| f.run_id == r.id) {
+            Some(f) => f.source,
+            None => crate::app::nccl_timeline::choose(r, v.timeline_rank(r)).source,
+        };
+        let label = source.label_on(r.spec.backend);
+        title.push(Span::styled(format!(" · {label}"), t.label));
+    }
     if frozen.is_some() {
         title.push(Span::raw(" "));
         title.push(Span::styled(" FROZEN ", t.frozen));
@@ -121,13 +132,27 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     }
     if let Some(f) = frozen.filter(|f| f.run_id == run.id) {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-        gantt(ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, sub, buf);
+        gantt(
+            ctx, run, &f.buckets, None, f.opt_ms, f.data_ms, None, sub, buf,
+        );
         return;
     }
     let rank = v.timeline_rank(run);
     let rv = run.ranks.get(&rank);
+    let choice = crate::app::nccl_timeline::choose(run, rank);
+    let fallback = choice.fallback.as_deref();
+    if let Some(pb) = &choice.buckets {
+        // NCCL's collectives matched a step: that step, not a median of the hook's steps.
+        let step = rv.and_then(|r| same_step(r, pb));
+        let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
+        let (opt_ms, data_ms) = (step.map(|s| s.opt_ms), step.map(|s| s.data_ms));
+        gantt(ctx, run, pb, None, opt_ms, data_ms, None, sub, buf);
+        return;
+    }
     let Some(b) = rv.and_then(|r| r.buckets.as_ref()) else {
-        let msg = if run.status.is_final() {
+        let msg = if let Some(f) = fallback {
+            format!("rank {rank}: no bucket timeline ({f})")
+        } else if run.status.is_final() {
             format!("rank {rank} reported no bucket timeline")
         } else {
             format!("rank {rank}: waiting for the first complete step (] picks another rank)")
@@ -142,8 +167,18 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     // The median over the last N steps (one step is noise); `f` freezes a single step instead.
     let stats = rv.and_then(|r| predict::timeline_stats(r, v.timeline_window()));
     match &stats {
-        Some(st) => gantt(ctx, run, &st.median, Some(st), opt_ms, data_ms, sub, buf),
-        None => gantt(ctx, run, b, None, opt_ms, data_ms, sub, buf),
+        Some(st) => gantt(
+            ctx,
+            run,
+            &st.median,
+            Some(st),
+            opt_ms,
+            data_ms,
+            fallback,
+            sub,
+            buf,
+        ),
+        None => gantt(ctx, run, b, None, opt_ms, data_ms, fallback, sub, buf),
     }
 }
 
@@ -156,6 +191,7 @@ pub fn gantt(
     stats: Option<&TimelineStats>,
     opt_ms: Option<f64>,
     data_ms: Option<f64>,
+    fallback: Option<&str>,
     r: Rect,
     buf: &mut Buffer,
 ) {
@@ -171,8 +207,10 @@ pub fn gantt(
         ),
         _ => format!("step {}", b.step),
     };
-    let mut info = vec![
-        Span::styled(what, t.value),
+    // The bars' instrument, always said and said first: the two differ in what "ready" and
+    // "start" are (docs/profiler.md).
+    let mut info = vec![Span::styled(what, t.value)];
+    info.extend([
         Span::styled(
             format!(
                 " · {} buckets {} · ",
@@ -204,7 +242,7 @@ pub fn gantt(
             },
             t.dim,
         ),
-    ];
+    ]);
     let inferred = predict::is_inferred(b);
     if inferred {
         info.push(Span::styled(" · start inferred", t.warn));
@@ -219,6 +257,10 @@ pub fn gantt(
     }
     if b.rebuilt {
         info.push(Span::styled(" · buckets rebuilt", t.dim));
+    }
+    // Why NCCL's profiler is not the source although it reported (the title names the source).
+    if let Some(f) = fallback {
+        info.push(Span::styled(format!(" · {f}"), t.warn));
     }
     put_line(buf, r, y, &Line::from(info));
     y += 1;

@@ -159,6 +159,7 @@ pub fn step(rank: u32, step: u64) -> Step {
         fused: None,
         loss: None,
         every: None,
+        t_bwd: None,
     }
 }
 

@@ -44,6 +44,8 @@ from .timing import (
 )
 
 ATTACHED_PID_ENV = "DDPTOP_ATTACHED_PID"  # the same name as in ddptop_bootstrap/sitecustomize.py
+# Set to 1 by ddptop when NCCL loads ddptop's profiler plugin (supervisor::nccl_profiler::ON_ENV).
+NCCL_PLUGIN_ENV = "DDPTOP_NCCL_PLUGIN"
 REBUILD_MIN_STEPS = 2  # DDP's iteration 0 runs on one bucket; the rebuild happens before step 2
 REBUILD_GIVE_UP_STEPS = 8  # then time whatever layout there is, marked rebuilt:false
 MEMORY_EVERY = 50
@@ -77,6 +79,16 @@ class DdpRecord:
     user_hook: str | None = None  # name of the script's own comm hook
     timer: BucketTimer | None = None
     layout: list[int] | None = None
+
+
+def comm_timing(backend: str | None, env: Any) -> str:
+    """What times DDP's bucket all-reduces (docs/profiler.md): `nccl_profiler` when DDP runs on
+    NCCL and NCCL loads ddptop's profiler plugin (ddptop set DDPTOP_NCCL_PLUGIN=1): then no comm
+    hook is installed, DDP's own all-reduce and the script's own comm hooks run untouched, and
+    the plugin reports each bucket's collective. Else `comm_hook`: ddptop's timing hook (gloo has
+    no NCCL to profile; a plugin of the user's own does not report to ddptop)."""
+    on = str(env.get(NCCL_PLUGIN_ENV, "")) == "1"
+    return "nccl_profiler" if backend == "nccl" and on else "comm_hook"
 
 
 def _hello_backend(local_rank: int) -> tuple[str, str]:
@@ -131,6 +143,9 @@ class Session:
         self.pid = os.getpid()
         self.hooks_on = False  # the torch hooks do something (else they pass through)
         self.instrument = "full"
+        self.comm_timing = "comm_hook"  # set per watched DDP module: comm_timing()
+        self.layout_sent = False  # plan.bucket_bytes, when the plugin times the buckets
+        self.cur_t_bwd: float | None = None  # host time backward began (the plugin's step cut)
         self.handles: list[Any] = []
         self.records: weakref.WeakKeyDictionary[DDP, DdpRecord] = weakref.WeakKeyDictionary()
         self.watched: weakref.ref[DDP] | None = None
@@ -301,7 +316,11 @@ class Session:
             device = next((p.device for p in ddp.parameters()), torch.device("cpu"))
         self.clock = clock_for(device)
         self.restart_step()
-        if rec.user_hook is not None:
+        backend = hooks.backend_of(ddp)
+        self.comm_timing = comm_timing(backend, os.environ)
+        if self.comm_timing == "nccl_profiler":
+            pass  # no hook: DDP's all-reduce (and any hook of the script's) stays as it is
+        elif rec.user_hook is not None:
             self.steps_only(rec.user_hook)
         elif self.instrument == "full":
             rec.timer = BucketTimer(
@@ -313,7 +332,12 @@ class Session:
             int(p.numel() * p.element_size()) for p in ddp.parameters() if p.requires_grad
         )
         self.model_size = (params, grad_bytes)  # for the result: the module is gone by exit
-        backend = hooks.backend_of(ddp)
+        if self.comm_timing == "nccl_profiler":
+            self.client.log(
+                "info",
+                "buckets timed by ddptop's NCCL profiler plugin: DDP's own all-reduce and any "
+                "comm hook of the script's run untouched (no ddptop comm hook)",
+            )
         self.client.log(
             "info",
             f"DDP module watched: {params} params, {grad_bytes} gradient bytes on {device}, "
@@ -324,14 +348,19 @@ class Session:
             if backend != hello_backend:
                 self.client.log("warn", f"the script runs backend {backend}, ddptop expected "
                                 f"{hello_backend} (hello says {hello_backend})")
-        self.client.send("plan", **protocol.plan_fields(None))
+        self.client.send("plan", **protocol.plan_fields(None, comm_timing=self.comm_timing))
 
     def own_comm_hook(self, ddp: DDP, name: str) -> None:
         rec = self.records.get(ddp)
         if rec is None:
             return
         rec.user_hook = name
-        if rec.watched:
+        if rec.watched and self.comm_timing == "nccl_profiler":
+            # Nothing of ddptop's is in the reducer: the script's hook runs as written, and its
+            # NCCL collectives still reach the plugin.
+            self.log_once("own_hook_plugin", "info", f"the script's own DDP comm hook ({name}) "
+                          "runs untouched; buckets timed by the NCCL profiler plugin")
+        elif rec.watched:
             self.steps_only(name)
 
     def steps_only(self, name: str) -> None:
@@ -358,6 +387,7 @@ class Session:
 
     def start_step(self) -> None:
         self.cur = StepMarks()
+        self.cur_t_bwd = None
         n = self.step_no + 1
         self.cur_timed = is_timed(n, self.time_every)
         self.cur_forwarded = False
@@ -406,6 +436,9 @@ class Session:
     def on_forward_post(self, module: DDP) -> None:
         if torch.is_grad_enabled() and module.training and "fwd0" in self.cur.marks:
             self.cur.marks["fwd1"] = self.clock.mark()
+            if self.comm_timing == "nccl_profiler":
+                # The plugin's clock (CLOCK_MONOTONIC, as `t`): cuts NCCL's all-reduces into steps.
+                self.cur_t_bwd = time.monotonic()
 
     def _is_primary(self, opt: torch.optim.Optimizer) -> bool:
         if self.primary_opt is None or self.primary_opt() is None:
@@ -457,6 +490,7 @@ class Session:
                 "info": info,
                 "timing": self.clock.method,
                 "samples": self.unreported_samples,  # every step since the last message
+                "t_bwd": self.cur_t_bwd,
             }
             self.unreported_samples = 0
             self.pending.push(self.cur)
@@ -480,7 +514,9 @@ class Session:
 
         bwd_end = "opt0" if "opt0" in m else "opt1"
         step_ms, data_ms = span("start", "opt1"), span("start", "fwd0")
-        every = {"every": self.time_every} if self.time_every > 1 else {}
+        extra: dict[str, Any] = {"every": self.time_every} if self.time_every > 1 else {}
+        if sm.info.get("t_bwd") is not None:
+            extra["t_bwd"] = sm.info["t_bwd"]
         self.client.send(
             "step",
             step=info.step,
@@ -494,7 +530,7 @@ class Session:
             data_ms=data_ms,
             step_ms=step_ms,
             timing=sm.info["timing"],
-            **every,
+            **extra,
         )
         self.account.add(info, step_ms, data_ms)
         records = [r for r in (sm.buckets or []) if r.done is not None]
@@ -540,6 +576,8 @@ class Session:
                               "optimizer steps only")
             return
         ddp, rec = wr
+        if self.comm_timing == "nccl_profiler" and not self.layout_sent:
+            self.send_layout(ddp)
         bt = rec.timer
         if bt is not None and self.instrument == "full" and rec.registered and not bt.recording:
             if self.step_no >= REBUILD_MIN_STEPS:
@@ -566,6 +604,24 @@ class Session:
                 peak_bytes=int(torch.cuda.max_memory_allocated(dev)),
                 strategy="ddp",
             )
+
+    def send_layout(self, ddp: DDP) -> None:
+        """The plugin's buckets are matched against DDP's layout (bucket index order, which is
+        DDP's all-reduce order): sent once DDP reports it rebuilt, or as it is after a while."""
+        if self.step_no < REBUILD_MIN_STEPS:
+            return
+        layout = rebuilt_bucket_sizes(ddp)
+        if layout is None and self.step_no < REBUILD_GIVE_UP_STEPS:
+            return
+        self.layout_sent = True
+        if not layout:
+            self.client.log("warn", "DDP reported no bucket layout: the Timeline cannot match "
+                            "NCCL's all-reduces to buckets")
+            return
+        self.layout = layout
+        self.client.send(
+            "plan", **protocol.plan_fields(None, comm_timing=self.comm_timing, bucket_bytes=layout)
+        )
 
     def maybe_fault(self) -> None:
         f = self.fault

@@ -127,6 +127,7 @@ def dict_of(value: Check) -> Check:
 BACKENDS: Final = ("nccl", "gloo", "sim", "xla", "copy")
 WORKERS: Final = ("train", "probe", "allreduce", "sim", "handrolled", "fsdp", "jax", "attach")
 INSTRUMENTS: Final = ("full", "steps_only", "off")
+COMM_TIMINGS: Final = ("comm_hook", "nccl_profiler")  # plan.comm_timing: what times the buckets
 MATMUL_PRECISIONS: Final = ("highest", "high", "medium")
 PHASES: Final = ("init", "ddp_init", "train", "probe", "bench", "compile", "autotune", "done")
 TIMINGS: Final = ("cuda_events", "host", "profiler", "model")
@@ -340,7 +341,12 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
 WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
     "hello": {"devices": pos_int, "instrument": opt(one_of(*INSTRUMENTS)), "node": opt_string},
     "heartbeat": {"phase": opt(one_of(*PHASES)), "cpu_s": opt_nonneg, "coll": opt(COLL_STATE)},
-    "step": {"fused": opt(boolean), "loss": opt(finite), "every": opt(pos_int)},
+    "step": {
+        "fused": opt(boolean),
+        "loss": opt(finite),
+        "every": opt(pos_int),
+        "t_bwd": opt(nonneg),
+    },
     "probe": {"live": opt(boolean)},
     "buckets": {"start_inferred": opt(boolean)},
     "memory": {
@@ -373,6 +379,8 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "epochs": opt_uint,
         "steps_per_epoch": opt_uint,
         "phase": opt(one_of(*PHASES)),
+        "comm_timing": opt(one_of(*COMM_TIMINGS)),
+        "bucket_bytes": opt(list_of(uint)),
     },
     "check": {"note": opt_string},
     "nccl_hello": {"node": opt_string},
@@ -494,10 +502,19 @@ def plan_fields(
     epochs: int | None = None,
     steps_per_epoch: int | None = None,
     phase: str | None = "train",
+    comm_timing: str | None = None,
+    bucket_bytes: list[int] | None = None,
 ) -> dict[str, Any]:
-    """`plan`: total_steps None means unknown (attach mode)."""
+    """`plan`: total_steps None means unknown (attach mode); `comm_timing` says what times DDP's
+    buckets, `bucket_bytes` their layout when no comm hook reports it (docs/profiler.md)."""
     fields: dict[str, Any] = {"total_steps": total_steps}
-    for key, value in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch), ("phase", phase)):
+    for key, value in (
+        ("epochs", epochs),
+        ("steps_per_epoch", steps_per_epoch),
+        ("phase", phase),
+        ("comm_timing", comm_timing),
+        ("bucket_bytes", bucket_bytes),
+    ):
         if value is not None:
             fields[key] = value
     return _checked("plan", fields)
