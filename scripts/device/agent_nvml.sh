@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 28: the GPU agent on a real GPU node (one node is enough). Not run yet: written without
-# access to a GPU machine.
+# Issue 28: the GPU agent on a real GPU node (one node is enough). Run on one H200 on 2026-12-01:
+# docs/results/raw/2026-12-01-h200x1-agent/ (there with the stand-in at .carry/nodes/).
 #  1. `ddptop agent` against real NVML (no --fake-gpus), through scripts/agent_cost.py's stand-in
 #     for ddptop's listener: its CPU % and RSS at 1000 ms and 250 ms, as the fake-GPU figures in
 #     docs/multinode.md were measured, plus its last node_sample line of each period.
