@@ -113,11 +113,14 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                     rank.recent_bwd.pop_front();
                 }
             }
+            let previous = rank.last_step.as_ref().map(|p| p.step);
             rank.last_step = Some(s.clone());
             crate::app::straggler::record_step(rank, s);
             if run.spec.experiment() == Experiment::Attach {
                 // The script's batch as its steps showed it (ddptop sets none of its settings).
-                *run.observed.step_samples.entry(s.samples).or_default() += 1;
+                if let Some(batch) = one_step_samples(s, previous) {
+                    *run.observed.step_samples.entry(batch).or_default() += 1;
+                }
                 run.observed.steps = run.observed.steps.max(s.step);
             }
         }
@@ -276,6 +279,17 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     if let Some(s) = crate::app::coll_store::summarize(run) {
         run.coll_summary = Some(s);
     }
+}
+
+/// Samples of one step of a `step` message: with `every` N > 1 (attach times 1 step in N) the
+/// message counts every sample since the rank's previous one, so it is divided by the steps in
+/// between; `None` where that is not known (no previous message) or not one batch size.
+fn one_step_samples(s: &crate::protocol::Step, previous: Option<u64>) -> Option<u64> {
+    if s.every.unwrap_or(1) <= 1 {
+        return Some(s.samples);
+    }
+    let covered = s.step.checked_sub(previous?).filter(|n| *n > 0)?;
+    (s.samples % covered == 0).then(|| s.samples / covered)
 }
 
 #[cfg(test)]
@@ -445,6 +459,47 @@ mod tests {
         assert_eq!(run.observed.epochs, None, "set_epoch never called: unknown");
         apply_worker(&mut run, &result(1, true), now);
         assert!(!run.observed.independent(), "one rank had a process group");
+    }
+
+    #[test]
+    fn an_attached_runs_batch_from_steps_timed_one_in_ten_is_one_steps_samples() {
+        // Seen on an H200 (attach sets DDPTOP_TIME_EVERY=10 on GPUs): a batch of 32 was shown
+        // as 320, the samples of the ten steps one message covers.
+        let now = Instant::now();
+        let mut run = RunView::new(
+            "r".into(),
+            RunSpec::new(Experiment::Attach, 1, Backend::Nccl),
+            now,
+            0.0,
+        );
+        let step = |step: u64, samples: u64, every: &str| {
+            crate::protocol::parse_worker(&format!(
+                r#"{{"v":1,"type":"step","rank":0,"step":{step},"epoch":0,"t":3.0,"warmup":false,"sync":true,"samples":{samples},"fwd_ms":1,"bwd_ms":1,"opt_ms":1,"data_ms":0.1,"step_ms":3,"timing":"host"{every}}}"#
+            ))
+            .unwrap()
+        };
+        // Warm-up steps 1-3 one message each, then steps 4-10 in one, then 11-20, 21-30.
+        for (n, samples, every) in [
+            (1, 32, ""),
+            (2, 32, ""),
+            (3, 32, ""),
+            (10, 224, r#","every":10"#),
+            (20, 320, r#","every":10"#),
+            (30, 320, r#","every":10"#),
+        ] {
+            apply_worker(&mut run, &step(n, samples, every), now);
+        }
+        assert_eq!(run.observed.per_rank_batch(), Some(32));
+        assert_eq!(run.observed.step_samples.get(&320), None);
+        // A first message with `every` and nothing before it: its batch is not known.
+        let mut fresh = RunView::new(
+            "s".into(),
+            RunSpec::new(Experiment::Attach, 1, Backend::Nccl),
+            now,
+            0.0,
+        );
+        apply_worker(&mut fresh, &step(10, 320, r#","every":10"#), now);
+        assert_eq!(fresh.observed.per_rank_batch(), None);
     }
 
     #[test]
