@@ -289,7 +289,9 @@ fn one_step_samples(s: &crate::protocol::Step, previous: Option<u64>) -> Option<
         return Some(s.samples);
     }
     let covered = s.step.checked_sub(previous?).filter(|n| *n > 0)?;
-    (s.samples % covered == 0).then(|| s.samples / covered)
+    s.samples
+        .is_multiple_of(covered)
+        .then(|| s.samples / covered)
 }
 
 #[cfg(test)]
