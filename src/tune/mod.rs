@@ -108,16 +108,16 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     }
     crate::headless::environment(g, &mut template, &setup, &a.preset, &a.env, None)?;
     let mut state = setup.state(crate::paths::hostname());
-    // The k to tune must fit this machine (the same check `ddptop run` makes).
-    plan::sweep(&template, experiment, &[a.k], state.max_k)
-        .map_err(|e| BadInput(format!("{e}; use a smaller --k")))?;
-    state.max_k = state.max_k.max(a.k);
     let family = match attach {
         Some(target) => Family::Attach {
             target: Some(target),
         },
         None => Family::of(experiment),
     };
+    // The k to tune must fit this machine (the same check `ddptop run` makes).
+    plan::sweep(&template, family.clone(), &[a.k], state.max_k)
+        .map_err(|e| BadInput(format!("{e}; use a smaller --k")))?;
+    state.max_k = state.max_k.max(a.k);
     let mut p = Plan::new(template, family, a.k);
     p.bucket_caps = a.bucket_caps.clone();
     p.repeats = a.repeats;
