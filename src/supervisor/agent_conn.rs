@@ -6,7 +6,7 @@
 //! rows are greyed from that moment, and the run goes on.
 
 use super::SupEvent;
-use super::socket::{REFUSED, Registry, Via, write_line};
+use super::socket::{Registry, Via, refuse, write_line};
 use crate::protocol::agent::{AgentHello, AgentMsg, NodeSample, ToAgent, parse_agent};
 use crate::protocol::{ControlMsg, ErrorCode, LineReader, ReadOutcome};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -62,18 +62,8 @@ pub(crate) async fn serve_agent<R, W>(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit_agent(&hello, tx) {
-        let answer = if code == ErrorCode::BadToken {
-            REFUSED.to_string()
-        } else {
-            msg.clone()
-        };
-        let _ = write_line(&mut wr, &err(code, answer)).await;
-        let _ = events
-            .send(SupEvent::Rejected {
-                run: Some(hello.run_id.clone()),
-                detail: format!("agent of node {}: {msg}{from}", hello.node),
-            })
-            .await;
+        let detail = format!("agent of node {}: {msg}{from}", hello.node);
+        refuse(&mut wr, &events, &hello.run_id, (code, msg), detail).await;
         return;
     }
     hello.token.clear();

@@ -4,7 +4,7 @@
 //! commands, and its closing says nothing about the rank (the worker's connection does).
 
 use super::SupEvent;
-use super::socket::{MAX_ERROR_REPLIES, REFUSED, Registry, Via, write_line};
+use super::socket::{MAX_ERROR_REPLIES, Registry, Via, refuse, write_line};
 use crate::protocol::{
     ControlMsg, ErrorCode, LineReader, NcclHello, ReadOutcome, WorkerMsg, parse_worker,
 };
@@ -25,18 +25,8 @@ pub(crate) async fn serve<R, W>(
     let from = via.suffix();
     let (tx, mut rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit_profiler(&hello, tx) {
-        let answer = if code == ErrorCode::BadToken {
-            REFUSED.to_string()
-        } else {
-            msg.clone()
-        };
-        let _ = write_line(&mut wr, &ControlMsg::Error { code, msg: answer }).await;
-        let _ = events
-            .send(SupEvent::Rejected {
-                run: Some(hello.run_id.clone()),
-                detail: format!("NCCL profiler of rank {}: {msg}{from}", hello.rank),
-            })
-            .await;
+        let detail = format!("NCCL profiler of rank {}: {msg}{from}", hello.rank);
+        refuse(&mut wr, &events, &hello.run_id, (code, msg), detail).await;
         return;
     }
     lines.set_max(crate::protocol::MAX_LINE_BYTES);

@@ -464,18 +464,8 @@ pub(crate) async fn serve_conn<R, W>(
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit(&hello, tx, via) {
-        let answer = if code == ErrorCode::BadToken {
-            REFUSED.to_string()
-        } else {
-            msg.clone()
-        };
-        let _ = write_line(&mut wr, &reject(code, answer)).await;
-        let _ = events
-            .send(SupEvent::Rejected {
-                run: Some(hello.run_id.clone()),
-                detail: format!("rank {}: {msg}{from}", hello.rank),
-            })
-            .await;
+        let detail = format!("rank {}: {msg}{from}", hello.rank);
+        refuse(&mut wr, &events, &hello.run_id, (code, msg), detail).await;
         return;
     }
     // Admitted: a rank's lines may be as long as the protocol allows.
@@ -593,6 +583,30 @@ async fn flush_bad(
         })
         .await;
     *pending = 0;
+}
+
+/// Refuse an admission (a rank, an NCCL profiler or a node agent): the peer hears only
+/// `REFUSED` for a token or run that does not match, so a guess learns nothing; ddptop's record
+/// gets `detail`, the full reason.
+pub(crate) async fn refuse<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    events: &mpsc::Sender<SupEvent>,
+    run: &str,
+    (code, msg): (ErrorCode, String),
+    detail: String,
+) {
+    let msg = if code == ErrorCode::BadToken {
+        REFUSED.to_string()
+    } else {
+        msg
+    };
+    let _ = write_line(wr, &ControlMsg::Error { code, msg }).await;
+    let _ = events
+        .send(SupEvent::Rejected {
+            run: Some(run.to_string()),
+            detail,
+        })
+        .await;
 }
 
 pub(crate) async fn write_line<W: AsyncWrite + Unpin>(
