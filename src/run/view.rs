@@ -301,6 +301,9 @@ pub struct RunView {
     pub node_gpus: Vec<NodeGpuRow>,
     /// When the straggler score was last assessed (at most a few times a second).
     pub stragglers_assessed: Option<Instant>,
+    /// Ranks found slow but not yet named: the window's end step when first found slow
+    /// (`app::straggler::update` names a rank once it stays slow for `CONFIRM` of a window).
+    pub stragglers_pending: BTreeMap<u32, u64>,
     /// What NCCL's profiler plugin reported (`app::collectives`); live only, not stored.
     pub collectives: super::collectives::Collectives,
 }
@@ -508,6 +511,7 @@ impl RunView {
             stragglers: Vec::new(),
             node_gpus: Vec::new(),
             stragglers_assessed: None,
+            stragglers_pending: BTreeMap::new(),
             collectives: Default::default(),
         }
     }
