@@ -128,7 +128,8 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             crate::app::straggler::record_buckets(rank, b);
             rank.buckets = Some(b.clone());
             rank.recent_buckets.push_back(b.clone());
-            while rank.recent_buckets.len() > crate::run::MAX_BUCKET_HISTORY {
+            let cap = crate::run::view::bucket_history_cap(rank.rank, run.spec.k);
+            while rank.recent_buckets.len() > cap {
                 rank.recent_buckets.pop_front();
             }
         }

@@ -55,24 +55,54 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
                 let line = std::mem::take(&mut self.buf);
                 return Ok(finish(line));
             }
-            let (take, found) = match available.iter().position(|&b| b == b'\n') {
-                Some(i) => (i, true),
-                None => (available.len(), false),
-            };
-            if self.buf.len() + take > self.max {
-                let consumed = if found { take + 1 } else { take };
-                self.inner.consume(consumed);
-                self.buf.clear();
-                return Ok(ReadOutcome::TooLong);
-            }
-            self.buf.extend_from_slice(&available[..take]);
-            self.inner.consume(if found { take + 1 } else { take });
-            if found {
-                let line = std::mem::take(&mut self.buf);
-                return Ok(finish(line));
+            let (consumed, out) = take_line(&mut self.buf, available, self.max);
+            self.inner.consume(consumed);
+            if let Some(out) = out {
+                return Ok(out);
             }
         }
     }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> LineReader<tokio::io::BufReader<R>> {
+    /// The next line when it is already whole in the read buffer, without reading (no system
+    /// call, no waiting): what a connection takes after a read before it waits again.
+    pub fn next_buffered(&mut self) -> Option<ReadOutcome> {
+        let available = self.inner.buffer();
+        if !available.contains(&b'\n') {
+            return None;
+        }
+        let (consumed, out) = take_line(&mut self.buf, available, self.max);
+        std::pin::Pin::new(&mut self.inner).consume(consumed);
+        out
+    }
+}
+
+/// Take bytes up to the next newline from `available` (after what `buf` holds of the line):
+/// how many bytes to consume, and the line when it is complete (or too long).
+fn take_line(buf: &mut Vec<u8>, available: &[u8], max: usize) -> (usize, Option<ReadOutcome>) {
+    let (take, found) = match available.iter().position(|&b| b == b'\n') {
+        Some(i) => (i, true),
+        None => (available.len(), false),
+    };
+    let consumed = if found { take + 1 } else { take };
+    if buf.len() + take > max {
+        buf.clear();
+        return (consumed, Some(ReadOutcome::TooLong));
+    }
+    if !found {
+        buf.extend_from_slice(&available[..take]);
+        return (consumed, None);
+    }
+    // A line whole in the read buffer is copied once, into a string of its size (taking
+    // `buf` would leave it empty and regrow it, line after line).
+    let line = if buf.is_empty() {
+        available[..take].to_vec()
+    } else {
+        buf.extend_from_slice(&available[..take]);
+        std::mem::take(buf)
+    };
+    (consumed, Some(finish(line)))
 }
 
 fn finish(mut line: Vec<u8>) -> ReadOutcome {

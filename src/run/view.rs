@@ -14,6 +14,22 @@ pub const MAX_LOG_TAIL: usize = 200;
 /// Bucket timelines kept per rank: the timeline's median window (`[timeline] steps`) reads at
 /// most this many.
 pub const MAX_BUCKET_HISTORY: usize = 500;
+/// Bucket timelines kept over all ranks but rank 0 (whose full history the prediction reads):
+/// a rank keeps `BUCKET_BUDGET / k`, at least the default timeline window and at most
+/// `MAX_BUCKET_HISTORY`. At 1,024 ranks 500 timelines each were ~150 MB; now 64 each. A
+/// `[timeline] steps` above that shows fewer steps for such a rank (the pane says how many).
+pub const BUCKET_BUDGET: usize = 65_536;
+
+/// How many bucket timelines `rank` of a `k`-rank run keeps.
+pub fn bucket_history_cap(rank: u32, k: u32) -> usize {
+    if rank == 0 {
+        return MAX_BUCKET_HISTORY;
+    }
+    (BUCKET_BUDGET / k.max(1) as usize).clamp(
+        crate::app::predict::DEFAULT_TIMELINE_STEPS,
+        MAX_BUCKET_HISTORY,
+    )
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct RankView {

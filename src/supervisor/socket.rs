@@ -4,7 +4,6 @@
 
 use super::{Received, SupEvent};
 use crate::protocol::{ControlMsg, ErrorCode, LineReader, ReadOutcome, WorkerMsg, parse_worker};
-use futures::FutureExt;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -543,9 +542,9 @@ pub(crate) async fn serve_conn<R, W>(
                         }
                     }
                     if taken < MAX_BATCH {
-                        // Only what needs no waiting (`next_line` keeps a partial line for the
-                        // next call, so dropping it unfinished loses nothing).
-                        next = lines.next_line().now_or_never();
+                        // Only whole lines already read: no waiting, and no read that would
+                        // find nothing (the next wake-up reads what comes).
+                        next = lines.next_buffered().map(Ok);
                     }
                 }
                 if !batch.is_empty() {
