@@ -96,6 +96,21 @@ pub fn median(xs: &[f64]) -> Option<f64> {
     })
 }
 
+/// The median of a slice in linear time, reordering it in place; `None` when empty.
+pub fn median_in_place(v: &mut [f64]) -> Option<f64> {
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    let (below, mid, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let mid = *mid;
+    Some(if n % 2 == 1 {
+        mid
+    } else {
+        (below.iter().copied().fold(f64::NEG_INFINITY, f64::max) + mid) / 2.0
+    })
+}
+
 /// (min, median, max) of a NaN-free slice in linear time (it is reordered); `None` when empty.
 /// The Ranks pane's summary takes this over every rank on each frame.
 pub fn min_median_max(v: &mut [f64]) -> Option<(f64, f64, f64)> {
@@ -127,6 +142,15 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_median_in_place_is_the_sorted_median() {
+        for n in 0..40usize {
+            let v: Vec<f64> = (0..n).map(|i| ((i * 37 + 11) % 23) as f64 * 0.5).collect();
+            let mut w = v.clone();
+            assert_eq!(super::median_in_place(&mut w), super::median(&v), "n={n}");
+        }
+    }
 
     #[test]
     fn min_median_max_matches_a_full_sort() {

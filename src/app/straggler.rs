@@ -86,8 +86,7 @@ impl RankScore {
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    crate::util::median(&xs).unwrap_or(0.0)
+    crate::util::median_in_place(&mut xs).unwrap_or(0.0)
 }
 
 fn phases_of(s: &PhaseSample) -> [f64; 4] {
@@ -129,6 +128,28 @@ fn usable(rank: &RankView, last: u64, n: usize) -> Vec<PhaseSample> {
 /// rank whose forward is slow from its own compute keeps it. Moved from forward to the comm
 /// wait (bwd is raised as much, so that backward without its comm wait stays the same).
 fn forward_waits(samples: &mut [(u32, Vec<PhaseSample>)]) {
+    // Usually every rank's window holds the same steps: then a step is a column, no map needed
+    // (at 1,024 ranks the map was most of an assessment).
+    let same_steps = samples.windows(2).all(|w| {
+        w[0].1.len() == w[1].1.len() && w[0].1.iter().zip(&w[1].1).all(|(a, b)| a.step == b.step)
+    });
+    if same_steps {
+        let len = samples.first().map_or(0, |(_, v)| v.len());
+        for i in 0..len {
+            let min_fwd = samples
+                .iter()
+                .map(|(_, v)| v[i].fwd_ms)
+                .fold(f64::INFINITY, f64::min);
+            let max_data = samples
+                .iter()
+                .map(|(_, v)| v[i].data_ms)
+                .fold(0.0, f64::max);
+            for (_, v) in samples.iter_mut() {
+                move_wait(&mut v[i], min_fwd, max_data);
+            }
+        }
+        return;
+    }
     let mut by_step: BTreeMap<u64, Vec<(usize, usize)>> = BTreeMap::new();
     for (r, (_, v)) in samples.iter().enumerate() {
         for (i, s) in v.iter().enumerate() {
@@ -146,13 +167,16 @@ fn forward_waits(samples: &mut [(u32, Vec<PhaseSample>)]) {
             .map(|&(r, i)| samples[r].1[i].data_ms)
             .fold(0.0, f64::max);
         for &(r, i) in at {
-            let s = &mut samples[r].1[i];
-            let wait = (s.fwd_ms - min_fwd).min(max_data - s.data_ms).max(0.0);
-            s.fwd_ms -= wait;
-            s.bwd_ms += wait;
-            s.comm_ms = Some(s.comm_ms.unwrap_or(0.0) + wait);
+            move_wait(&mut samples[r].1[i], min_fwd, max_data);
         }
     }
+}
+
+fn move_wait(s: &mut PhaseSample, min_fwd: f64, max_data: f64) {
+    let wait = (s.fwd_ms - min_fwd).min(max_data - s.data_ms).max(0.0);
+    s.fwd_ms -= wait;
+    s.bwd_ms += wait;
+    s.comm_ms = Some(s.comm_ms.unwrap_or(0.0) + wait);
 }
 
 /// Score every rank, once each has a full window (`None` before, or with fewer than 2 ranks).
