@@ -145,8 +145,9 @@ fn hang_is_detected_within_the_threshold_and_stopped() {
 
 #[test]
 fn a_slow_first_step_is_not_a_hang() {
-    // Every rank's first step burns 25 s of CPU (as cudnn.benchmark's autotuning does), well
-    // past the 10 s steady threshold: the first-steps allowance (120 s) waits it out.
+    // Every rank's first step burns 8 s of CPU (as cudnn.benchmark's autotuning does), well
+    // past the 3 s steady threshold (`--hang-floor 3`): the first-steps allowance (120 s)
+    // waits it out.
     let d = tempfile::tempdir().unwrap();
     let (out, doc) = sim_json(
         d.path(),
@@ -157,7 +158,9 @@ fn a_slow_first_step_is_not_a_hang() {
             "--samples",
             "20000",
             "--inject",
-            "slowstart:25",
+            "slowstart:8",
+            "--hang-floor",
+            "3",
         ],
     );
     assert!(out.status.success(), "{doc:#}");

@@ -12,7 +12,7 @@ use crate::util::median;
 use serde::Serialize;
 
 /// Steps the timeline's median covers unless config.toml's `[timeline] steps` says otherwise.
-pub const DEFAULT_TIMELINE_STEPS: usize = 50;
+pub use crate::run::view::DEFAULT_TIMELINE_STEPS;
 
 /// Median of a quantity over steps, with its range.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -19,16 +19,15 @@ pub const MAX_BUCKET_HISTORY: usize = 500;
 /// `MAX_BUCKET_HISTORY`. At 1,024 ranks 500 timelines each were ~150 MB; now 64 each. A
 /// `[timeline] steps` above that shows fewer steps for such a rank (the pane says how many).
 pub const BUCKET_BUDGET: usize = 65_536;
+/// The timeline's median window by default (`[timeline] steps`); the least any rank keeps.
+pub const DEFAULT_TIMELINE_STEPS: usize = 50;
 
 /// How many bucket timelines `rank` of a `k`-rank run keeps.
 pub fn bucket_history_cap(rank: u32, k: u32) -> usize {
     if rank == 0 {
         return MAX_BUCKET_HISTORY;
     }
-    (BUCKET_BUDGET / k.max(1) as usize).clamp(
-        crate::app::predict::DEFAULT_TIMELINE_STEPS,
-        MAX_BUCKET_HISTORY,
-    )
+    (BUCKET_BUDGET / k.max(1) as usize).clamp(DEFAULT_TIMELINE_STEPS, MAX_BUCKET_HISTORY)
 }
 
 #[derive(Debug, Clone, Default)]
