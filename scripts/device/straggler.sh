@@ -5,7 +5,11 @@
 #   shared   a second process (a matmul loop) competing for GPU 1, started here and stopped here
 #            by its pid, then `--shared-gpus run weak --k 2`: rank 1 named (forward/backward),
 #            its evidence ending "its GPU 1 runs 1 other process" (the GPU clause)
-# ONLY (default "healthy slow shared") picks parts. Needs .carry/ddptop (or target/release/ddptop).
+#   attach_healthy / attach_slow  `attach --k 2` of examples/train_ddp.py on NCCL with ddptop's
+#            profiler plugin (no comm hook: the comm waits come from NCCL's all-reduces,
+#            `straggler::comm_from_plugin`), without and with `--inject slow:1:1.5`: nobody, then
+#            rank 1 "data wait"; needs .carry/libnccl_profiler_ddptop.so beside the binary
+# ONLY (default "healthy slow shared attach_healthy attach_slow") picks parts. Needs .carry/ddptop (or target/release/ddptop).
 # Raw --json of every run in $OUT/raw, nvidia-smi clocks/power/temperature sampled during each run
 # in $OUT/raw/NAME.smi.csv (to check the evidence's GPU clause), a summary in $OUT/straggler.log.
 set -u
@@ -28,23 +32,29 @@ if not r.get("stragglers"):
     print("   stragglers: none")
 PY
 }
-run() {  # run NAME GLOBAL_FLAGS -- ARGS...
+run() {  # run NAME GLOBAL_FLAGS -- SUBCOMMAND ARGS...
   local name=$1; shift; local g=(); while [ "$1" != "--" ]; do g+=("$1"); shift; done; shift
   local f="$OUT/raw/$name" t0; t0=$(date +%s)
   nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,power.limit,temperature.gpu,utilization.gpu \
     --format=csv -lms 500 > "$f.smi.csv" 2>/dev/null &
   local smi=$!
-  log "$name: ddptop ${g[*]} run $* --json"
-  timeout -k 5 300 "$B" "${g[@]}" run "$@" --json > "$f.json" 2> "$f.stderr"
+  log "$name: ddptop ${g[*]} $* --json"
+  # --json right after the subcommand: attach's script arguments follow its `--`.
+  timeout -k 5 300 "$B" "${g[@]}" "$1" --json "${@:2}" > "$f.json" 2> "$f.stderr"
   local rc=$?
   kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
   log "$name rc=$rc wall=$(( $(date +%s) - t0 )) s"
   summary "$f.json"
 }
-ONLY=${ONLY:-healthy slow shared}
-case " $ONLY " in *" healthy "*) run healthy -- weak --k 2 --backend nccl --samples "$SAMPLES";; esac
-case " $ONLY " in *" slow "*) run slow -- weak --k 2 --backend nccl --samples "$SAMPLES" \
+ONLY=${ONLY:-healthy slow shared attach_healthy attach_slow}
+case " $ONLY " in *" healthy "*) run healthy -- run weak --k 2 --backend nccl --samples "$SAMPLES";; esac
+case " $ONLY " in *" slow "*) run slow -- run weak --k 2 --backend nccl --samples "$SAMPLES" \
   --inject slow:1:1.5;; esac
+EX=(examples/train_ddp.py --samples 40000 --epochs 2)
+case " $ONLY " in *" attach_healthy "*) run attach_healthy -- attach --k 2 --backend nccl \
+  -- "${EX[@]}";; esac
+case " $ONLY " in *" attach_slow "*) run attach_slow -- attach --k 2 --backend nccl \
+  --inject slow:1:1.5 -- "${EX[@]}";; esac
 case " $ONLY " in *" shared "*)
   # The competitor: back-to-back 8k matmuls on GPU 1 until stopped (its pid, below).
   CUDA_VISIBLE_DEVICES=1 "$DDPTOP_PYTHON" -c '
@@ -55,7 +65,7 @@ while True:
 ' > "$OUT/raw/competitor.log" 2>&1 &
   comp=$!
   sleep 10  # its CUDA context and first kernels
-  run shared --shared-gpus -- weak --k 2 --backend nccl --samples "$SAMPLES"
+  run shared --shared-gpus -- run weak --k 2 --backend nccl --samples "$SAMPLES"
   kill "$comp"; wait "$comp" 2>/dev/null;;
 esac
 log "GPU compute processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"

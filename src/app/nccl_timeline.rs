@@ -163,6 +163,46 @@ pub fn plugin_step(run: &RunView, rank: u32) -> Option<Buckets> {
     None
 }
 
+/// The comm wait NCCL's collectives show for each of `steps` of `rank` that matched its buckets:
+/// (step, exposed ms), the time from its last bucket's call to the last all-reduce's end, as
+/// the hook's `buckets` message gives it. A rank that waits for a slow peer waits there; the
+/// slow rank hardly does. Steps without a mark or whose all-reduces have not all arrived are
+/// left out.
+pub fn plugin_comm_waits(run: &RunView, rank: u32, steps: &[u64]) -> Vec<(u64, f64)> {
+    let Some(rv) = run.ranks.get(&rank) else {
+        return Vec::new();
+    };
+    let buckets = layout(run, rank);
+    let Some(comm) = super::collectives::main_comm(run, rank) else {
+        return Vec::new();
+    };
+    let ars: Vec<&NcclColl> = comm
+        .recent
+        .iter()
+        .filter(|c| c.func == "all_reduce")
+        .collect();
+    let marks: Vec<(u64, f64)> = rv.recent_bwd.iter().copied().collect();
+    let mut out = Vec::new();
+    for (i, (step, t0)) in marks.iter().enumerate() {
+        if !steps.contains(step) {
+            continue;
+        }
+        // Only a step whose successor began: its all-reduces are all in by then.
+        let Some(t1) = marks.get(i + 1).map(|m| m.1) else {
+            continue;
+        };
+        let in_step: Vec<&NcclColl> = ars
+            .iter()
+            .copied()
+            .filter(|c| c.t_call >= *t0 && c.t_call < t1)
+            .collect();
+        if let Some(m) = match_step(&in_step, &buckets) {
+            out.push((*step, timeline(*step, *t0, &m, &buckets).exposed_ms));
+        }
+    }
+    out
+}
+
 /// What the Timeline pane draws for `rank`: the plugin's step when one matched, else the hook's
 /// data (with why, when the plugin did report collectives).
 pub fn choose(run: &RunView, rank: u32) -> Choice {

@@ -427,6 +427,7 @@ pub fn update(
     now_s: f64,
     gpus: &[GpuView],
 ) -> Vec<String> {
+    comm_from_plugin(run);
     let Some(scores) = assess(&run.ranks, cfg) else {
         return Vec::new();
     };
@@ -476,6 +477,39 @@ pub fn update(
         }
     }
     named
+}
+
+/// A rank timed by NCCL's profiler plugin (an attached NCCL job: no comm hook, so no `buckets`
+/// messages) gets each step's comm wait from the plugin's all-reduces instead. Without it every
+/// rank's busy time would include its wait for the others — equal on all ranks of a synchronous
+/// step — and a slow rank could never be told from the ranks that wait for it.
+fn comm_from_plugin(run: &mut RunView) {
+    let ids: Vec<u32> = run
+        .ranks
+        .values()
+        .filter(|r| r.buckets.is_none() && run.collectives.ranks.contains_key(&r.rank))
+        .map(|r| r.rank)
+        .collect();
+    for id in ids {
+        let missing: Vec<u64> = run.ranks[&id]
+            .recent_phases
+            .iter()
+            .filter(|s| s.comm_ms.is_none())
+            .map(|s| s.step)
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let waits = crate::app::nccl_timeline::plugin_comm_waits(run, id, &missing);
+        let Some(rank) = run.ranks.get_mut(&id) else {
+            continue;
+        };
+        for (step, ms) in waits {
+            if let Some(s) = rank.recent_phases.iter_mut().rev().find(|s| s.step == step) {
+                s.comm_ms = Some(ms);
+            }
+        }
+    }
 }
 
 /// The fold of one step or buckets message into a rank's phase history.
@@ -764,6 +798,100 @@ mod tests {
         let mut run = run_of(vec![rank(0, 80, 1.0, 8.0, 0.02, &mut rng), slow]);
         assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
         assert_eq!(run.stragglers[0].rank, 1);
+    }
+
+    /// Two attached NCCL ranks timed by the profiler plugin (no `buckets` messages): rank 1
+    /// waits 30 ms for data each step; rank 0 waits those 30 ms in its last all-reduce, inside
+    /// its backward. `plugin` false: the same run without the plugin's collectives.
+    fn plugin_run(plugin: bool) -> RunView {
+        use crate::protocol::NcclColl;
+        use crate::run::collectives::{CollTotals, CommView, PluginRank};
+        let steps = 60u64;
+        let mut ranks = Vec::new();
+        for id in 0..2u32 {
+            let mut r = RankView {
+                rank: id,
+                ..Default::default()
+            };
+            let (data, bwd, last_wait_ms) = if id == 1 {
+                (31.0, 21.0, 1.0)
+            } else {
+                (1.0, 50.0, 30.0)
+            };
+            let mut comm = CommView::default();
+            for step in 1..=steps {
+                let t0 = step as f64 * 0.1;
+                r.recent_bwd.push_back((step, t0));
+                r.recent_phases.push_back(PhaseSample {
+                    step,
+                    data_ms: data,
+                    fwd_ms: 10.0,
+                    bwd_ms: bwd,
+                    opt_ms: 5.0,
+                    comm_ms: None,
+                });
+                for (count, call, kernel_ms) in [(1000u64, 0.010, 1.0), (500, 0.020, last_wait_ms)]
+                {
+                    comm.recent.push_back(NcclColl {
+                        func: "all_reduce".into(),
+                        seq: comm.recent.len() as u64,
+                        count,
+                        bytes: 4 * count,
+                        dtype: "float32".into(),
+                        algo: "ring".into(),
+                        proto: "simple".into(),
+                        channels: 2,
+                        t_call: t0 + call,
+                        t_kernel: Some(t0 + call),
+                        t_end: t0 + call + kernel_ms / 1e3,
+                        kernel_us: Some(kernel_ms * 1e3),
+                        partial: false,
+                    });
+                }
+            }
+            comm.totals.insert(
+                "all_reduce".into(),
+                CollTotals {
+                    count: 2 * steps,
+                    ..Default::default()
+                },
+            );
+            ranks.push((r, comm));
+        }
+        let mut run = run_of(ranks.iter().map(|(r, _)| r.clone()).collect());
+        run.bucket_bytes = vec![4000, 2000];
+        if plugin {
+            for (r, comm) in ranks {
+                let mut p = PluginRank::default();
+                p.comms.insert("c1/0".into(), comm);
+                run.collectives.ranks.insert(r.rank, p);
+            }
+        }
+        run
+    }
+
+    #[test]
+    fn an_attached_rank_timed_by_nccls_plugin_is_named_from_its_collectives() {
+        let cfg = StragglerConfig::default();
+        let mut run = plugin_run(true);
+        let lines = replay(&mut run, &cfg, 1.0, &[]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        let s = &run.stragglers[0];
+        assert_eq!((s.rank, s.phase.as_str()), (1, "data wait"), "{s:?}");
+        assert!((0.5..0.6).contains(&s.score), "{}", s.score);
+        // The waits came from the all-reduces: 30 ms on the waiting rank, 1 ms on the slow one.
+        assert!(
+            s.evidence.contains("the others wait 30.0 ms for it"),
+            "{}",
+            s.evidence
+        );
+        let r0 = &run.ranks[&0].recent_phases;
+        let c = r0.iter().rev().nth(2).and_then(|p| p.comm_ms).unwrap();
+        assert!((c - 30.0).abs() < 1e-6, "{c}");
+        // Without the plugin's collectives every rank's step is as long as the others': no
+        // comm wait to take out, and the slow rank cannot be told from the one waiting for it.
+        let mut blind = plugin_run(false);
+        assert!(replay(&mut blind, &cfg, 1.0, &[]).is_empty());
     }
 
     #[test]
