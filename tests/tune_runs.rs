@@ -415,7 +415,11 @@ fn an_unmodified_script_is_tuned_through_attach_over_gloo() {
         .unwrap();
     let doc: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert!(out.status.success(), "{doc:#}");
+    assert!(
+        out.status.success(),
+        "{doc:#}\n{}",
+        failed_run_logs(d.path(), &doc)
+    );
     assert_eq!(doc["experiment"], "attach");
     assert_eq!(doc["attach"]["script"], script);
     // The tutorial script leaves DDP's arguments to DDP: the bucket size is tuned.
@@ -487,4 +491,28 @@ fn tune_attach_input_errors_are_one_line() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(says), "{args:?}: {err}");
     }
+}
+
+/// The last lines of every failed run's output log (a rank's crash is there, not in the JSON).
+fn failed_run_logs(data: &std::path::Path, doc: &Value) -> String {
+    let mut out = String::new();
+    for c in doc["candidates"].as_array().into_iter().flatten() {
+        for f in c["failed"].as_array().into_iter().flatten() {
+            let id = f
+                .as_str()
+                .unwrap_or("")
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            let log = data.join("runs").join(id).join("output.log");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(40).collect();
+            out.push_str(&format!("--- {}:\n", log.display()));
+            for l in tail.into_iter().rev() {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }

@@ -328,17 +328,37 @@ impl Tuning {
                 }
                 Some(Purpose::Measure(i)) => {
                     let row = &mut self.board.rows[i];
+                    let mut retry = false;
                     match sps_of(run) {
                         Ok(s) => row.measured.push(run.id.clone(), s),
                         Err(e) => {
+                            // One failed run may be the machine's (a rank killed, a port
+                            // taken): the candidate gets one more run, and the failure stays
+                            // in its record. A second failure is the setting's.
+                            retry = row.failed.is_empty() && !self.cancelled;
                             said.push(Progress::Note(format!(
-                                "tune: {} did not measure: {e}",
-                                row.cand.name
+                                "tune: {} did not measure: {e}{}",
+                                row.cand.name,
+                                if retry {
+                                    "; measuring it once more"
+                                } else {
+                                    ""
+                                }
                             )));
                             row.failed.push(e);
                         }
                     }
-                    row.state = if !row.failed.is_empty() {
+                    if retry {
+                        row.planned += 1;
+                        let mut t = self.plan.template.clone();
+                        t.nccl = row.cand.settings(&self.plan.template.nccl);
+                        self.pending
+                            .push(t.spec(self.plan.family.clone(), self.plan.k));
+                        self.batch.push(Purpose::Measure(i));
+                    }
+                    row.state = if row.failed.len() >= 2
+                        || (!row.failed.is_empty() && !retry && self.cancelled)
+                    {
                         RowState::Failed
                     } else if row.runs_done() >= row.planned {
                         RowState::Done
@@ -590,7 +610,7 @@ impl Tuning {
     fn finish(&mut self) {
         let rows = &self.board.rows;
         let finalists: Vec<(usize, &decide::Measured)> = (1..rows.len())
-            .filter(|&i| rows[i].finalist && rows[i].failed.is_empty())
+            .filter(|&i| rows[i].finalist && rows[i].state != RowState::Failed)
             .map(|i| (i, &rows[i].measured))
             .collect();
         // Cancelled before the default was measured: there is nothing to say.
@@ -664,6 +684,78 @@ mod tests {
             Phase::Failed(why) => assert!(why.contains("did not complete"), "{why}"),
             p => panic!("{p:?}"),
         }
+    }
+
+    #[test]
+    fn a_failed_measurement_is_run_once_more_and_a_second_failure_is_the_settings() {
+        let t = Template::new(Backend::Sim, None);
+        let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
+        let base = tu.take_launches().remove(0);
+        tu.launched("r0", &base);
+        let mut runs = vec![finished_run(base, "r0", Some(1000.0))];
+        tu.poll(&runs, 0);
+        let measure = tu.take_launches();
+        assert!(
+            measure.len() >= 2,
+            "the default and a finalist: {}",
+            measure.len()
+        );
+        // The default measures; the finalist's run fails once, then measures.
+        for (i, spec) in measure.iter().enumerate() {
+            let id = format!("m{i}");
+            tu.launched(&id, spec);
+            let sps = if i == 1 { None } else { Some(2000.0) };
+            runs.push(finished_run(spec.clone(), &id, sps));
+        }
+        let (said, _) = tu.poll(&runs, 0);
+        assert!(
+            said.iter()
+                .any(|p| matches!(p, Progress::Note(l) if l.ends_with("measuring it once more"))),
+            "{said:?}"
+        );
+        let retry = tu.take_launches();
+        assert_eq!(retry.len(), 1);
+        assert!(!tu.finished());
+        tu.launched("again", &retry[0]);
+        runs.push(finished_run(retry[0].clone(), "again", Some(2100.0)));
+        tu.poll(&runs, 0);
+        assert!(tu.finished());
+        let row = tu
+            .board()
+            .rows
+            .iter()
+            .find(|r| r.failed.len() == 1)
+            .unwrap();
+        assert_eq!(row.state, RowState::Done);
+        // Every planned repeat measured, plus the failed run that was made up for.
+        assert_eq!(row.measured.repeats() + 1, row.planned);
+        assert_eq!(row.runs_done(), row.planned);
+
+        // The same tuning where the second run fails too: the candidate failed.
+        let t = Template::new(Backend::Sim, None);
+        let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
+        let base = tu.take_launches().remove(0);
+        tu.launched("r0", &base);
+        let mut runs = vec![finished_run(base, "r0", Some(1000.0))];
+        tu.poll(&runs, 0);
+        for (i, spec) in tu.take_launches().iter().enumerate() {
+            let id = format!("m{i}");
+            tu.launched(&id, spec);
+            runs.push(finished_run(spec.clone(), &id, (i != 1).then_some(2000.0)));
+        }
+        tu.poll(&runs, 0);
+        let retry = tu.take_launches();
+        tu.launched("again", &retry[0]);
+        runs.push(finished_run(retry[0].clone(), "again", None));
+        let (said, _) = tu.poll(&runs, 0);
+        assert!(tu.finished(), "{said:?}");
+        let row = tu
+            .board()
+            .rows
+            .iter()
+            .find(|r| !r.failed.is_empty())
+            .unwrap();
+        assert_eq!((row.state, row.failed.len()), (RowState::Failed, 2));
     }
 
     #[test]

@@ -174,7 +174,12 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     } else {
         print!("{}", output::text_table(&doc));
     }
-    let failed = tuning.board().rows.iter().any(|r| !r.failed.is_empty());
+    // A candidate whose failed run was measured again on retry is not a failure.
+    let failed = tuning
+        .board()
+        .rows
+        .iter()
+        .any(|r| r.state == crate::app::tune::RowState::Failed);
     Ok(if was_interrupted {
         130
     } else if failed {
