@@ -134,33 +134,58 @@ pub fn timeline(step: u64, t_bwd: f64, colls: &[&NcclColl], buckets: &[(u32, u64
     }
 }
 
-/// The latest step of `rank` whose all-reduces NCCL reported and match its buckets: the steps'
-/// backward starts (`step.t_bwd`) cut the main communicator's recent all-reduces into steps,
-/// newest first (the newest step's may not have arrived yet).
-pub fn plugin_step(run: &RunView, rank: u32) -> Option<Buckets> {
-    let rv = run.ranks.get(&rank)?;
-    let buckets = layout(run, rank);
-    let comm = super::collectives::main_comm(run, rank)?;
-    let ars: Vec<&NcclColl> = comm
-        .recent
-        .iter()
-        .filter(|c| c.func == "all_reduce")
-        .collect();
-    let marks: Vec<(u64, f64)> = rv.recent_bwd.iter().copied().collect();
-    for (i, (step, t0)) in marks.iter().enumerate().rev() {
-        let t1 = marks.get(i + 1).map_or(f64::INFINITY, |m| m.1);
-        let in_step: Vec<&NcclColl> = ars
+/// A rank's marked steps against its main communicator's recent all-reduces: the steps'
+/// backward starts (`step.t_bwd`) cut the all-reduces into steps, matched to the buckets.
+struct MarkedSteps<'a> {
+    rank: u32,
+    buckets: Vec<(u32, u64)>,
+    ars: Vec<&'a NcclColl>,
+    marks: Vec<(u64, f64)>,
+}
+
+impl<'a> MarkedSteps<'a> {
+    fn of(run: &'a RunView, rank: u32) -> Option<Self> {
+        let rv = run.ranks.get(&rank)?;
+        let comm = super::collectives::main_comm(run, rank)?;
+        Some(MarkedSteps {
+            rank,
+            buckets: layout(run, rank),
+            ars: comm
+                .recent
+                .iter()
+                .filter(|c| c.func == "all_reduce")
+                .collect(),
+            marks: rv.recent_bwd.iter().copied().collect(),
+        })
+    }
+
+    /// Whether mark `i` has a successor: the step's all-reduces are then all in.
+    fn complete(&self, i: usize) -> bool {
+        i + 1 < self.marks.len()
+    }
+
+    /// Mark `i`'s bucket timeline, when its all-reduces match the buckets.
+    fn timeline(&self, i: usize) -> Option<Buckets> {
+        let (step, t0) = self.marks[i];
+        let t1 = self.marks.get(i + 1).map_or(f64::INFINITY, |m| m.1);
+        let in_step: Vec<&NcclColl> = self
+            .ars
             .iter()
             .copied()
-            .filter(|c| c.t_call >= *t0 && c.t_call < t1)
+            .filter(|c| c.t_call >= t0 && c.t_call < t1)
             .collect();
-        if let Some(m) = match_step(&in_step, &buckets) {
-            let mut b = timeline(*step, *t0, &m, &buckets);
-            b.rank = rank;
-            return Some(b);
-        }
+        let m = match_step(&in_step, &self.buckets)?;
+        let mut b = timeline(step, t0, &m, &self.buckets);
+        b.rank = self.rank;
+        Some(b)
     }
-    None
+}
+
+/// The latest step of `rank` whose all-reduces NCCL reported and match its buckets, newest
+/// first (the newest step's may not have arrived yet).
+pub fn plugin_step(run: &RunView, rank: u32) -> Option<Buckets> {
+    let s = MarkedSteps::of(run, rank)?;
+    (0..s.marks.len()).rev().find_map(|i| s.timeline(i))
 }
 
 /// The comm wait NCCL's collectives show for each of `steps` of `rank` that matched its buckets:
@@ -169,38 +194,14 @@ pub fn plugin_step(run: &RunView, rank: u32) -> Option<Buckets> {
 /// slow rank hardly does. Steps without a mark or whose all-reduces have not all arrived are
 /// left out.
 pub fn plugin_comm_waits(run: &RunView, rank: u32, steps: &[u64]) -> Vec<(u64, f64)> {
-    let Some(rv) = run.ranks.get(&rank) else {
+    let Some(s) = MarkedSteps::of(run, rank) else {
         return Vec::new();
     };
-    let buckets = layout(run, rank);
-    let Some(comm) = super::collectives::main_comm(run, rank) else {
-        return Vec::new();
-    };
-    let ars: Vec<&NcclColl> = comm
-        .recent
-        .iter()
-        .filter(|c| c.func == "all_reduce")
-        .collect();
-    let marks: Vec<(u64, f64)> = rv.recent_bwd.iter().copied().collect();
-    let mut out = Vec::new();
-    for (i, (step, t0)) in marks.iter().enumerate() {
-        if !steps.contains(step) {
-            continue;
-        }
-        // Only a step whose successor began: its all-reduces are all in by then.
-        let Some(t1) = marks.get(i + 1).map(|m| m.1) else {
-            continue;
-        };
-        let in_step: Vec<&NcclColl> = ars
-            .iter()
-            .copied()
-            .filter(|c| c.t_call >= *t0 && c.t_call < t1)
-            .collect();
-        if let Some(m) = match_step(&in_step, &buckets) {
-            out.push((*step, timeline(*step, *t0, &m, &buckets).exposed_ms));
-        }
-    }
-    out
+    (0..s.marks.len())
+        .filter(|&i| s.complete(i) && steps.contains(&s.marks[i].0))
+        .filter_map(|i| s.timeline(i))
+        .map(|b| (b.step, b.exposed_ms))
+        .collect()
 }
 
 /// What the Timeline pane draws for `rank`: the plugin's step when one matched, else the hook's
