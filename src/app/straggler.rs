@@ -135,18 +135,11 @@ fn forward_waits(samples: &mut [(u32, Vec<PhaseSample>)]) {
     });
     if same_steps {
         let len = samples.first().map_or(0, |(_, v)| v.len());
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(samples.len());
         for i in 0..len {
-            let min_fwd = samples
-                .iter()
-                .map(|(_, v)| v[i].fwd_ms)
-                .fold(f64::INFINITY, f64::min);
-            let max_data = samples
-                .iter()
-                .map(|(_, v)| v[i].data_ms)
-                .fold(0.0, f64::max);
-            for (_, v) in samples.iter_mut() {
-                move_wait(&mut v[i], min_fwd, max_data);
-            }
+            at.clear();
+            at.extend((0..samples.len()).map(|r| (r, i)));
+            move_waits(samples, &at);
         }
         return;
     }
@@ -158,17 +151,23 @@ fn forward_waits(samples: &mut [(u32, Vec<PhaseSample>)]) {
     }
     let n = samples.len();
     for at in by_step.values().filter(|at| at.len() == n) {
-        let min_fwd = at
-            .iter()
-            .map(|&(r, i)| samples[r].1[i].fwd_ms)
-            .fold(f64::INFINITY, f64::min);
-        let max_data = at
-            .iter()
-            .map(|&(r, i)| samples[r].1[i].data_ms)
-            .fold(0.0, f64::max);
-        for &(r, i) in at {
-            move_wait(&mut samples[r].1[i], min_fwd, max_data);
-        }
+        move_waits(samples, at);
+    }
+}
+
+/// One step on every rank (`at`: rank, sample index): each rank's forward above the step's
+/// quickest, up to how much later the latest rank's data let it arrive, moves to its comm wait.
+fn move_waits(samples: &mut [(u32, Vec<PhaseSample>)], at: &[(usize, usize)]) {
+    let min_fwd = at
+        .iter()
+        .map(|&(r, i)| samples[r].1[i].fwd_ms)
+        .fold(f64::INFINITY, f64::min);
+    let max_data = at
+        .iter()
+        .map(|&(r, i)| samples[r].1[i].data_ms)
+        .fold(0.0, f64::max);
+    for &(r, i) in at {
+        move_wait(&mut samples[r].1[i], min_fwd, max_data);
     }
 }
 
