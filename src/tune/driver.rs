@@ -350,11 +350,6 @@ impl Tuning {
                     }
                     if retry {
                         row.planned += 1;
-                        let mut t = self.plan.template.clone();
-                        t.nccl = row.cand.settings(&self.plan.template.nccl);
-                        self.pending
-                            .push(t.spec(self.plan.family.clone(), self.plan.k));
-                        self.batch.push(Purpose::Measure(i));
                     }
                     row.state = if row.failed.len() >= 2
                         || (!row.failed.is_empty() && !retry && self.cancelled)
@@ -365,6 +360,11 @@ impl Tuning {
                     } else {
                         RowState::Measuring
                     };
+                    if retry {
+                        let spec = self.measure_spec(i);
+                        self.pending.push(spec);
+                        self.batch.push(Purpose::Measure(i));
+                    }
                 }
                 None => {}
             }
@@ -593,10 +593,8 @@ impl Tuning {
         self.read = 0;
         for _ in 0..repeats {
             for &i in &measured {
-                let mut t = self.plan.template.clone();
-                t.nccl = self.board.rows[i].cand.settings(&self.plan.template.nccl);
-                self.pending
-                    .push(t.spec(self.plan.family.clone(), self.plan.k));
+                let spec = self.measure_spec(i);
+                self.pending.push(spec);
                 self.batch.push(Purpose::Measure(i));
             }
         }
@@ -604,6 +602,13 @@ impl Tuning {
             done: 0,
             total: self.batch.len(),
         };
+    }
+
+    /// A measured run of row `i`'s candidate at the tuning's k.
+    fn measure_spec(&self, i: usize) -> RunSpec {
+        let mut t = self.plan.template.clone();
+        t.nccl = self.board.rows[i].cand.settings(&self.plan.template.nccl);
+        t.spec(self.plan.family.clone(), self.plan.k)
     }
 
     /// Decide from what was measured.
