@@ -1,6 +1,27 @@
-# Sourced by scripts/bench and scripts/device/scale.sh: time to the dashboard's first frame on
-# a pseudo-terminal. Needs $bin (ddptop), $tmp (a scratch directory), $py (DDPTOP_PYTHON, may be
+# Sourced by scripts/bench and scripts/device/scale.sh: time to the dashboard's first frame,
+# without a terminal (script_frame) and on a pseudo-terminal (tty_frame). Needs $bin (ddptop), $tmp (a scratch directory), $py (DDPTOP_PYTHON, may be
 # empty) and ms() (milliseconds since a `date +%s%N` stamp).
+# Time to first frame without a terminal: the dashboard (--script, 120x40 in memory) writes its
+# first screen to a file; from exec until that file has content, a fresh data directory each
+# time. `script_frame NAME TRIES [FLAGS...]` prints the best of TRIES in ms; fails when no
+# screen was written.
+script_frame() {
+    local name=$1 tries=$2 best=999999 i f t v pid
+    shift 2
+    for i in $(seq "$tries"); do
+        f="$tmp/$name$i.txt"
+        t=$(date +%s%N)
+        DDPTOP_PYTHON="$py" "$bin" --data-dir "$tmp/$name.data$i" "$@" --script "dump:$f" >/dev/null 2>&1 &
+        pid=$!
+        while [ ! -s "$f" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
+        v=$(ms "$t")
+        wait "$pid" || true
+        [ -s "$f" ] || { echo "no first frame written ($name)" >&2; return 1; }
+        (( v < best )) && best=$v
+    done
+    echo "$best"
+}
+
 # Time to first frame on a terminal: the dashboard under `script` (a pseudo-terminal of 120x40),
 # from its exec until the frame's text ("ddptop", the border's title; the log's first line is
 # script's own header) is on the terminal; then it is hung up. The dashboard draws its first

@@ -25,15 +25,7 @@ ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
     arg=""; [ "$mode" != auto ] && arg="--backend $mode"
     echo "first frame on a terminal, $mode: $(tty_frame "$mode" "$arg") ms (best of 3)"
   done
-  best=999999
-  for i in 1 2; do
-    f="$tmp/auto$i.txt"; t=$(date +%s%N)
-    DDPTOP_PYTHON="$py" "$bin" --data-dir "$tmp/adata$i" --script "dump:$f" >/dev/null 2>&1 &
-    pid=$!
-    while [ ! -s "$f" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.002; done
-    v=$(ms "$t"); wait "$pid" || true
-    (( v < best )) && best=$v
-  done
+  best=$(script_frame auto 2)
   echo "--script first screen, backend auto: $best ms (best of 2)"
 } > "$OUT/first_frame.txt" 2>&1
 
