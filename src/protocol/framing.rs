@@ -66,12 +66,10 @@ impl<R: AsyncBufRead + Unpin> LineReader<R> {
 
 impl<R: tokio::io::AsyncRead + Unpin> LineReader<tokio::io::BufReader<R>> {
     /// The next line when it is already whole in the read buffer, without reading (no system
-    /// call, no waiting): what a connection takes after a read before it waits again.
+    /// call, no waiting): what a connection takes after a read before it waits again. A
+    /// partial line moves into `buf`, as `next_line` would move it.
     pub fn next_buffered(&mut self) -> Option<ReadOutcome> {
         let available = self.inner.buffer();
-        if !available.contains(&b'\n') {
-            return None;
-        }
         let (consumed, out) = take_line(&mut self.buf, available, self.max);
         std::pin::Pin::new(&mut self.inner).consume(consumed);
         out
@@ -118,6 +116,19 @@ fn finish(mut line: Vec<u8>) -> ReadOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn buffered_lines_are_taken_without_reading_and_a_partial_one_waits() {
+        let input: &[u8] = b"a\nb\nc";
+        let mut r = LineReader::new(tokio::io::BufReader::new(input));
+        // The first read fills the buffer with all three lines' bytes.
+        assert_eq!(r.next_line().await.unwrap(), ReadOutcome::Line("a".into()));
+        assert_eq!(r.next_buffered(), Some(ReadOutcome::Line("b".into())));
+        // "c" has no newline yet: nothing whole, and it is kept for the next read.
+        assert_eq!(r.next_buffered(), None);
+        assert_eq!(r.next_line().await.unwrap(), ReadOutcome::Line("c".into()));
+        assert_eq!(r.next_line().await.unwrap(), ReadOutcome::Eof);
+    }
 
     async fn read_all(input: &[u8], max: usize) -> Vec<ReadOutcome> {
         let mut r = LineReader::with_max(tokio::io::BufReader::with_capacity(7, input), max);
