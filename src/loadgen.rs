@@ -200,15 +200,19 @@ fn heartbeat_msg(rank: u32, step: u64, t: f64) -> WorkerMsg {
     })
 }
 
-fn send(w: &mut UnixStream, msg: &WorkerMsg) -> std::io::Result<()> {
-    let mut line = msg.to_line();
-    line.push('\n');
-    w.write_all(line.as_bytes())
+/// `msgs` in one write, as the Python client sends a step and its buckets (`send_many`).
+fn send(w: &mut UnixStream, msgs: &[WorkerMsg]) -> std::io::Result<()> {
+    let mut lines = String::new();
+    for m in msgs {
+        lines.push_str(&m.to_line());
+        lines.push('\n');
+    }
+    w.write_all(lines.as_bytes())
 }
 
 /// The load generator: connect `ranks` ranks to `socket` with the run's token, then every
-/// 1/`steps_per_s` s send each rank's `step` and `buckets`, and each rank a `heartbeat` once a
-/// second (spread over the ranks), for `duration`. Writes block when ddptop reads slower than
+/// 1/`steps_per_s` s send each rank's `step` and `buckets` (one write, as the client sends
+/// them), and each rank a `heartbeat` once a second (spread over the ranks), for `duration`. Writes block when ddptop reads slower than
 /// this sends (nothing is dropped on the way: the socket is a stream).
 pub fn generate(
     socket: &Path,
@@ -221,7 +225,7 @@ pub fn generate(
     let mut conns = Vec::with_capacity(ranks as usize);
     for rank in 0..ranks {
         let mut s = UnixStream::connect(socket)?;
-        send(&mut s, &hello(rank, ranks, token, run))?;
+        send(&mut s, &[hello(rank, ranks, token, run)])?;
         let mut answer = String::new();
         BufReader::new(s.try_clone()?).read_line(&mut answer)?;
         if !answer.contains("\"welcome\"") {
@@ -247,13 +251,13 @@ pub fn generate(
         let step = round + 1;
         let t = start.elapsed().as_secs_f64();
         for (rank, c) in (0u32..).zip(conns.iter_mut()) {
-            send(c, &step_msg(rank, step, t))?;
-            send(c, &buckets_msg(rank, step, t))?;
+            send(c, &[step_msg(rank, step, t), buckets_msg(rank, step, t)])?;
             st.steps += 1;
             st.buckets += 1;
             // Once a second per rank, the ranks spread over the second's rounds.
             if round % per_s == u64::from(rank) % per_s {
-                send(c, &heartbeat_msg(rank, step, t))?;
+                // Its own write: the client's heartbeat thread sends it.
+                send(c, &[heartbeat_msg(rank, step, t)])?;
                 st.heartbeats += 1;
             }
         }

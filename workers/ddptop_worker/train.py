@@ -19,6 +19,7 @@ import argparse
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -255,23 +256,31 @@ class Trainer:
         self.last_loss = loss
 
     def emit(self, sm: StepMarks) -> None:
-        m, info = sm.marks, sm.info
+        """The step's line, and its buckets' when they were timed, in one write."""
+        info = sm.info
         step_no = int(info["step"])
         every = int(info["every"])
         extra = {"every": every} if every > 1 else {}
-        self.client.send(
-            "step",
-            step=step_no,
-            epoch=info["epoch"],
-            warmup=info["warmup"],
-            sync=True,
-            samples=info["samples"],
+        step = {
+            "step": step_no,
+            "epoch": info["epoch"],
+            "warmup": info["warmup"],
+            "sync": True,
+            "samples": info["samples"],
             **step_figures(sm),
-            timing=self.clock.method,
+            "timing": self.clock.method,
             **extra,
-        )
+        }
+        msgs: list[tuple[str, dict[str, Any]]] = [("step", step)]
+        buckets = self.buckets_fields(sm, step_no)
+        if buckets is not None:
+            msgs.append(("buckets", buckets))
+        self.client.send_many(msgs)
+
+    def buckets_fields(self, sm: StepMarks, step_no: int) -> dict[str, Any] | None:
+        """The step's `buckets` message fields, or None when its buckets were not timed."""
         if sm.buckets is None or step_no % self.s.buckets_every != 0:
-            return
+            return None
         assert self.btimer is not None
         self.btimer.resolve_kernels(sm.buckets)
         if self.btimer.kernel_error is not None:
@@ -281,9 +290,10 @@ class Trainer:
                 "inferred from now on",
             )
             self.btimer.kernel_error = None
-        spans, bwd_compute, exposed = bucket_timeline(sm.buckets, m["bwd0"], m["bwd1"])
+        marks = sm.marks
+        spans, bwd_compute, exposed = bucket_timeline(sm.buckets, marks["bwd0"], marks["bwd1"])
         if not spans:
-            return
+            return None
         buckets = []
         for sp in spans:
             b = {
@@ -296,15 +306,14 @@ class Trainer:
             if sp.kernel_ms is not None:
                 b["kernel_ms"] = sp.kernel_ms
             buckets.append(b)
-        self.client.send(
-            "buckets",
-            step=step_no,
-            rebuilt=self.layout is not None,
-            bwd_compute_ms=bwd_compute,
-            exposed_ms=exposed,
-            start_inferred=start_inferred(spans),
-            buckets=buckets,
-        )
+        return {
+            "step": step_no,
+            "rebuilt": self.layout is not None,
+            "bwd_compute_ms": bwd_compute,
+            "exposed_ms": exposed,
+            "start_inferred": start_inferred(spans),
+            "buckets": buckets,
+        }
 
     def flush(self, force: bool = False) -> None:
         for sm in self.pending.pop_ready(force_all=force):

@@ -222,6 +222,35 @@ def test_send_adds_common_fields_and_is_thread_safe(server: FakeDdptop) -> None:
     assert server.bad == []
 
 
+def test_send_many_is_one_write_in_order(server: FakeDdptop) -> None:
+    """A step and its buckets go out in one write: ddptop takes them in one read (issue 30)."""
+    c = connect()
+    try:
+        writes: list[bytes] = []
+
+        class Spy:
+            def __init__(self, sock: object) -> None:
+                self.sock = sock
+
+            def sendall(self, data: bytes) -> None:
+                writes.append(data)
+                self.sock.sendall(data)  # type: ignore[attr-defined]
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self.sock, name)
+
+        c._sock = Spy(c._sock)  # type: ignore[assignment]
+        c.send_many([("log", {"level": "info", "msg": "first"}), ("log", {"level": "info", "msg": "second"})])
+        assert len(writes) == 1 and writes[0].count(b"\n") == 2
+        assert server.wait_for(lambda: len(server.messages("log")) == 2)
+        assert [m["msg"] for m in server.messages("log")] == ["first", "second"]
+        c.send_many([])
+        assert len(writes) == 1
+    finally:
+        c.close()
+    assert server.bad == []
+
+
 def test_commands_are_received(server: FakeDdptop, tmp_path: object) -> None:
     c = connect()
     c.fr_dir = str(tmp_path)
