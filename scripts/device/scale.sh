@@ -4,10 +4,11 @@
 #  1. First frame on a pseudo-terminal (scripts/first_frame.sh, the method of scripts/bench),
 #     backend auto (ddptop asks Python for torch and CUDA and starts NVML), sim and gloo; and the
 #     `--script` first screen with backend auto, which waits for detection (best of 2).
-#  2. `scale` bench binaries of two commits, interleaved (base, new, new, base) at
-#     $RANKS ranks x 20 steps/s, 10 s each, JSON lines.
-# Carried: .carry/ddptop (release, stripped), .carry/scale-new and .carry/scale-base (the
-# `scale` bench binaries, stripped). Output under $OUT: first_frame.txt, scale.jsonl, table.txt.
+#  2. `scale` bench binaries of several commits, interleaved ($ARMS, then the same in reverse;
+#     default "base new") at $RANKS ranks x 20 steps/s, 10 s each, JSON lines.
+# Carried: .carry/ddptop (release, stripped), .carry/scale-ARM for each arm (the `scale` bench
+# binaries, stripped). FIRST_FRAME=0 skips part 1. Output under $OUT: first_frame.txt,
+# scale.jsonl, table.txt.
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
@@ -18,7 +19,7 @@ py=${DDPTOP_PYTHON:-$(command -v python3 || true)}
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 . scripts/first_frame.sh
 
-{
+[ "${FIRST_FRAME:-1}" = 1 ] && {
   echo "host: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(nvidia-smi -L 2>&1 | head -2 | tr '\n' ' ')"
   echo "python: $py ($("$py" -c 'import torch; print(torch.__version__)' 2>&1))"
   for mode in auto sim gloo; do
@@ -30,7 +31,9 @@ ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 } > "$OUT/first_frame.txt" 2>&1
 
 : > "$OUT/scale.jsonl"
-for arm in base new new base; do
+ARMS=${ARMS:-base new}
+order="$ARMS $(echo $ARMS | tr ' ' '\n' | tac | tr '\n' ' ')"
+for arm in $order; do
   b=$PWD/.carry/scale-$arm
   [ -x "$b" ] || continue
   "$b" --bench --ranks "$RANKS" --rate 20 --seconds 10 --json 2>>"$OUT/scale.err" |
@@ -38,12 +41,14 @@ for arm in base new new base; do
 done
 python3 - "$OUT/scale.jsonl" > "$OUT/table.txt" <<'PY'
 import json, sys
-print("%-5s %6s %10s %9s %9s %9s %8s %8s" % ("arm", "ranks", "lines/s", "dropped", "CPU%", "us/line", "RSS MiB", "p99 ms"))
+print("%-6s %6s %10s %9s %9s %9s %8s %8s" % ("arm", "ranks", "lines/s", "dropped", "CPU%", "us/line", "RSS MiB", "p99 ms"))
 for line in open(sys.argv[1]):
     d = json.loads(line); a, r = d["arm"], d["row"]
     s = r["sent"]; sent = s["steps"] + s["buckets"] + s["heartbeats"]
     rate = sent / max(s["seconds"], 1e-9)
-    print("%-5s %6d %10.0f %9d %9.1f %9.2f %8.1f %8.2f" % (a, r["ranks"], rate, sent - r["received"],
-          r["cpu_pct"], r["cpu_pct"] / 100 / rate * 1e6, r["rss_bytes"] / 2**20, r["frame_p99_ms"]))
+    # CPU seconds of the window over the lines sent (the window can be longer than the load).
+    us = r["cpu_pct"] / 100 * r["wall_s"] / sent * 1e6
+    print("%-6s %6d %10.0f %9d %9.1f %9.2f %8.1f %8.2f" % (a, r["ranks"], rate, sent - r["received"],
+          r["cpu_pct"], us, r["rss_bytes"] / 2**20, r["frame_p99_ms"]))
 PY
-cat "$OUT/first_frame.txt" "$OUT/table.txt"
+cat "$OUT/first_frame.txt" 2>/dev/null; cat "$OUT/table.txt"

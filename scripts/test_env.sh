@@ -1,0 +1,21 @@
+# Sourced by scripts/test and scripts/test-cpu (from the repository root): the venv the tests
+# need (created on first use) and the environment they run in.
+VENV=${DDPTOP_VENV:-.venv}
+if ! "$VENV/bin/python" -c "import torch, pytest, numpy" 2>/dev/null; then
+  echo "scripts/test: installing torch==2.11.0, pytest, numpy into $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.11.0 pytest numpy
+fi
+# The jax worker's optional dependencies (CPU wheels, about 750 MB); its tests and `ddptop run
+# jax` on the CPU use 4 fake XLA host devices.
+if ! "$VENV/bin/python" -c "import jax, flax, optax" 2>/dev/null; then
+  echo "scripts/test: installing jax[cpu]==0.10.2, flax==0.12.8, optax==0.2.8 into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "jax[cpu]==0.10.2" flax==0.12.8 optax==0.2.8
+fi
+export XLA_FLAGS="${XLA_FLAGS:---xla_force_host_platform_device_count=4}"
+export DDPTOP_PYTHON="$PWD/$VENV/bin/python"
+# The tch worker (workers/handrolled, not a default member) builds against the venv's torch
+# (LIBTORCH_USE_PYTORCH=1 asks the python3 on PATH) and runs with torch/lib on LD_LIBRARY_PATH.
+export LIBTORCH_USE_PYTORCH=1
+TORCH_LIB="$("$DDPTOP_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))')/lib"
+build_path="$PWD/$VENV/bin:$PATH"
