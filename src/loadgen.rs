@@ -212,8 +212,9 @@ fn send(w: &mut UnixStream, msgs: &[WorkerMsg]) -> std::io::Result<()> {
 
 /// The load generator: connect `ranks` ranks to `socket` with the run's token, then every
 /// 1/`steps_per_s` s send each rank's `step` and `buckets` (one write, as the client sends
-/// them), and each rank a `heartbeat` once a second (spread over the ranks), for `duration`. Writes block when ddptop reads slower than
-/// this sends (nothing is dropped on the way: the socket is a stream).
+/// them), and each rank a `heartbeat` once a second (spread over the ranks), for `duration`.
+/// Writes block when ddptop reads slower than this sends (nothing is dropped on the way: the
+/// socket is a stream).
 pub fn generate(
     socket: &Path,
     token: &str,
