@@ -107,6 +107,30 @@ struct Launch {
     known_pids: HashMap<u32, procs::Known>,
 }
 
+impl Launch {
+    /// A launch just started from `run_dir` (process group `pgid`), on this machine only and
+    /// holding no GPU locks: nothing has exited, stopped or said `bye` yet.
+    fn new(pgid: Option<u32>, run_dir: PathBuf) -> Launch {
+        Launch {
+            pgid,
+            output: OutputTail::new(&run_dir),
+            run_dir,
+            exit: None,
+            ending: None,
+            stopping: false,
+            hung_at: None,
+            transport_read: None,
+            results: HashSet::new(),
+            all_bye_at: None,
+            _gpus: None,
+            plan: None,
+            remote: Vec::new(),
+            agents: Vec::new(),
+            known_pids: HashMap::new(),
+        }
+    }
+}
+
 /// Another node's torchrun agent, started through the node template.
 struct RemoteNode {
     /// The local channel process (ssh, `ip netns exec`, srun) leads its own process group.

@@ -255,8 +255,6 @@ mod tests {
     use crate::protocol::Backend;
     use crate::run::{Experiment, RunSpec, RunView};
     use crate::supervisor::Exit;
-    use crate::supervisor::output::OutputTail;
-    use std::collections::{HashMap, HashSet};
 
     /// A launched run whose view the watchdog has nothing to say about (no start instant), so
     /// only its teardown deadline counts; its launcher is still there.
@@ -272,21 +270,8 @@ mod tests {
         e.launches.insert(
             id.into(),
             Launch {
-                pgid: None,
-                run_dir: dir.to_path_buf(),
-                output: OutputTail::new(dir),
-                exit: None,
-                ending: None,
-                stopping: false,
-                hung_at: None,
-                transport_read: None,
-                results: HashSet::new(),
                 all_bye_at,
-                _gpus: None,
-                plan: None,
-                remote: Vec::new(),
-                agents: Vec::new(),
-                known_pids: HashMap::new(),
+                ..Launch::new(None, dir.to_path_buf())
             },
         );
     }

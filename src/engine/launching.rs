@@ -11,11 +11,9 @@ use crate::store::NewRun;
 use crate::supervisor::gpu_guard;
 use crate::supervisor::launch::{self, LaunchContext, NodePlan};
 use crate::supervisor::nodes::NodesOptions;
-use crate::supervisor::output::OutputTail;
 use crate::supervisor::socket::new_token;
 use crate::supervisor::tcp::TcpServer;
 use crate::supervisor::{Exit, SupEvent};
-use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 impl Engine {
@@ -188,21 +186,11 @@ impl Engine {
         self.launches.insert(
             id.clone(),
             Launch {
-                pgid,
-                output: OutputTail::new(&run_dir),
-                run_dir,
-                exit: None,
-                ending: None,
-                stopping: false,
-                hung_at: None,
-                transport_read: None,
-                results: HashSet::new(),
-                all_bye_at: None,
                 _gpus: gpus_lease,
                 plan,
                 remote,
                 agents: node_agents,
-                known_pids: HashMap::new(),
+                ..Launch::new(pgid, run_dir)
             },
         );
         if let Some(i) = self
@@ -378,6 +366,7 @@ mod tests {
     use crate::protocol::Backend;
     use crate::run::{Experiment, ModelName};
     use crate::store::Store;
+    use std::collections::HashSet;
 
     /// The launch path refuses, with the reason on screen, what cannot run: a k beyond the
     /// machine and a model the simulator does not have. Nothing is stored or left running.

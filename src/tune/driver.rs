@@ -691,14 +691,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_failed_measurement_is_run_once_more_and_a_second_failure_is_the_settings() {
+    /// A simulated tuning whose k=1 run measured 1,000 samples/s: its measured runs are next.
+    fn past_the_k1_run() -> (Tuning, Vec<RunView>) {
         let t = Template::new(Backend::Sim, None);
         let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
         let base = tu.take_launches().remove(0);
         tu.launched("r0", &base);
-        let mut runs = vec![finished_run(base, "r0", Some(1000.0))];
+        let runs = vec![finished_run(base, "r0", Some(1000.0))];
         tu.poll(&runs, 0);
+        (tu, runs)
+    }
+
+    #[test]
+    fn a_failed_measurement_is_run_once_more_and_a_second_failure_is_the_settings() {
+        let (mut tu, mut runs) = past_the_k1_run();
         let measure = tu.take_launches();
         assert!(
             measure.len() >= 2,
@@ -737,12 +743,7 @@ mod tests {
         assert_eq!(row.runs_done(), row.planned);
 
         // The same tuning where the second run fails too: the candidate failed.
-        let t = Template::new(Backend::Sim, None);
-        let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
-        let base = tu.take_launches().remove(0);
-        tu.launched("r0", &base);
-        let mut runs = vec![finished_run(base, "r0", Some(1000.0))];
-        tu.poll(&runs, 0);
+        let (mut tu, mut runs) = past_the_k1_run();
         for (i, spec) in tu.take_launches().iter().enumerate() {
             let id = format!("m{i}");
             tu.launched(&id, spec);

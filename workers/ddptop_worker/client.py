@@ -470,7 +470,7 @@ class Client:
                 write_line(f"ddptop_worker: dropped a {msg.get('type')} message: {e}", sys.stderr)
         if not lines:
             return
-        data = lines[0] if len(lines) == 1 else b"".join(lines)
+        data = b"".join(lines)
         with self._send_lock:
             sock = self._sock
             if sock is None or self._closed:
