@@ -2,7 +2,7 @@
 //! otherwise, and says which it picked and why.
 
 use crate::protocol::Backend;
-use crate::supervisor::launch::{PythonEnv, find_python, probe_torch};
+use crate::supervisor::launch::{PythonEnv, find_python, probe_torch, probe_torch_installed};
 use std::path::Path;
 
 /// The backend asked for (`--backend`): one of the three, or `auto` to pick by what torch sees.
@@ -40,8 +40,14 @@ pub fn resolve(
             note: "backend sim: SIMULATED (cost model + noise)".into(),
         });
     }
-    let torch = find_python(python, workers, torchrun)
-        .and_then(|py| probe_torch(&py.python).map(|t| (py, t)));
+    // An explicit gloo asks torch nothing about CUDA: finding it installed is enough, and
+    // saves each `ddptop run --backend gloo` the seconds of importing it.
+    let probe = match arg {
+        BackendChoice::Gloo => probe_torch_installed,
+        _ => probe_torch,
+    };
+    let torch =
+        find_python(python, workers, torchrun).and_then(|py| probe(&py.python).map(|t| (py, t)));
     match (arg, torch) {
         (BackendChoice::Auto, Err(why)) => Ok(Resolved {
             backend: Backend::Sim,
@@ -70,6 +76,7 @@ pub fn resolve(
                 (BackendChoice::Auto, _) => {
                     format!("backend auto → gloo (CPU): torch {version} sees no GPU")
                 }
+                (_, Backend::Gloo) => format!("backend gloo (CPU): torch {version}"),
                 _ => format!(
                     "backend {}: torch {version}, {gpus} GPU(s)",
                     backend.as_str()

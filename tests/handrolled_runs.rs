@@ -16,7 +16,11 @@ fn prerequisites() -> Option<(String, PathBuf)> {
         .filter(|p| !p.is_empty())
         .filter(|p| {
             std::process::Command::new(p)
-                .args(["-c", "import torch"])
+                // Found, not imported (2 s of CPU; the worker loads libtorch itself).
+                .args([
+                    "-c",
+                    "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)",
+                ])
                 .output()
                 .is_ok_and(|o| o.status.success())
         });

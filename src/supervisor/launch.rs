@@ -382,6 +382,18 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 attach_env(spec, py, &mut set);
                 cwd = a.cwd.clone();
             }
+            let torchrun = !matches!(spec.experiment(), Experiment::Jax | Experiment::Handrolled);
+            if spec.backend == Backend::Gloo
+                && torchrun
+                && std::env::var_os("OMP_NUM_THREADS").is_none()
+            {
+                // torchrun gives each rank one OpenMP thread only when it starts more than one
+                // on its node. The same at every k keeps a CPU curve a comparison of k, not of
+                // thread counts (k=1 had every core), and ranks of a multi-node run that share
+                // a machine's cores (one per node) from oversubscribing them, which spun
+                // OpenMP threads at 3x the CPU of a run. The user's own setting wins.
+                set("OMP_NUM_THREADS", "1".into());
+            }
             if spec.experiment() == Experiment::Handrolled {
                 super::handrolled::prepare(spec, &py.python, &mut set)?;
             }
@@ -483,11 +495,6 @@ fn attach_env(spec: &RunSpec, py: &PythonEnv, set: &mut impl FnMut(&str, String)
     if spec.backend == Backend::Gloo {
         // The script picks its own backend; tutorial scripts pick gloo when torch sees no GPU.
         set("CUDA_VISIBLE_DEVICES", String::new());
-        // torchrun gives each rank one OpenMP thread only when k > 1; the same at every k keeps
-        // the CPU curve a comparison of k (unless the user's own setting says otherwise).
-        if std::env::var_os("OMP_NUM_THREADS").is_none() {
-            set("OMP_NUM_THREADS", "1".into());
-        }
     }
 }
 
@@ -803,9 +810,39 @@ pub fn find_python(
 }
 
 /// What torch sees: (torch version, CUDA device count). Err when python or torch is missing.
+/// Imports torch (2–3 s of CPU): only where the GPU count decides something (`--backend auto`
+/// or `nccl`); see [`probe_torch_installed`].
 pub fn probe_torch(py: &Path) -> Result<(String, u32), String> {
+    probe(
+        py,
+        "import torch;print(torch.__version__);print(torch.cuda.device_count() if torch.cuda.is_available() else 0)",
+    )
+}
+
+/// Where torch is installed, without importing it: its version (`torch/version.py`, the text
+/// `torch.__version__` comes from, else the package metadata) and 0 GPUs. For `--backend gloo`,
+/// which does not ask CUDA anything: the workers import torch themselves, and a torch that is
+/// installed but broken fails their run with its own last line.
+pub fn probe_torch_installed(py: &Path) -> Result<(String, u32), String> {
+    probe(py, PROBE_INSTALLED)
+}
+
+const PROBE_INSTALLED: &str = "\
+import importlib.util as u, importlib.metadata as m, os, sys
+s = u.find_spec('torch')
+if s is None or not s.origin:
+    sys.exit(1)
+ns = {}
+try:
+    exec(open(os.path.join(os.path.dirname(s.origin), 'version.py')).read(), ns)
+except Exception:
+    pass
+print(ns.get('__version__') or m.version('torch'))
+print(0)";
+
+fn probe(py: &Path, code: &str) -> Result<(String, u32), String> {
     let out = std::process::Command::new(py)
-        .args(["-c", "import torch;print(torch.__version__);print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"])
+        .args(["-c", code])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", py.display()))?;
@@ -884,6 +921,20 @@ mod tests {
         );
         assert_eq!(env("NCCL_NVLS_ENABLE").as_deref(), Some("0"));
         assert_eq!(env("NCCL_P2P_DISABLE").as_deref(), Some("1"));
+        // GPU ranks keep torch's own thread count; gloo ranks get one OpenMP thread each at
+        // every k (unless this process has its own OMP_NUM_THREADS, which then wins).
+        assert_eq!(env("OMP_NUM_THREADS"), None);
+        if std::env::var_os("OMP_NUM_THREADS").is_none() {
+            for k in [1, 2] {
+                let gloo = RunSpec::new(Experiment::Weak, k, Backend::Gloo);
+                let cmd = command_for(&gloo, &ctx(dir, Some(&py))).unwrap();
+                assert_eq!(
+                    cmd.env.get("OMP_NUM_THREADS").cloned().flatten().as_deref(),
+                    Some("1"),
+                    "k={k}"
+                );
+            }
+        }
         assert_eq!(
             env("NCCL_PROFILER_PLUGIN").as_deref(),
             Some("/opt/ddptop/libnccl_profiler_ddptop.so"),
@@ -1136,6 +1187,57 @@ mod tests {
                 "--env NCCL_NVLS_ENABLE=0 --env NCCL_SHM_USE_CUDA_MEMCPY=1 --inject hang:5"
             ),
             "{argv}"
+        );
+    }
+
+    /// A python whose only packages are in `dir` (`-S`: no site-packages of its own).
+    fn python_with_only(dir: &Path, name: &str) -> Option<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let runs = std::process::Command::new("python3")
+            .arg("-c")
+            .arg("1")
+            .output();
+        if !runs.is_ok_and(|o| o.status.success()) {
+            assert!(std::env::var_os("CI").is_none(), "CI has python3");
+            return None;
+        }
+        let wrapper = dir.join(name);
+        let script = format!(
+            "#!/bin/sh\nPYTHONPATH='{}' exec python3 -S \"$@\"\n",
+            dir.join("site").display()
+        );
+        std::fs::write(&wrapper, script).unwrap();
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(wrapper)
+    }
+
+    /// `--backend gloo` finds torch and its version without importing it (seconds of CPU per
+    /// launch): a torch whose import fails still answers, and a missing one is the usual error.
+    #[test]
+    fn an_installed_torch_is_found_without_importing_it() {
+        let d = tempfile::tempdir().unwrap();
+        let torch = d.path().join("site/torch");
+        std::fs::create_dir_all(&torch).unwrap();
+        std::fs::write(
+            torch.join("__init__.py"),
+            "raise ImportError('the probe must not import torch')\n",
+        )
+        .unwrap();
+        std::fs::write(torch.join("version.py"), "__version__ = '9.9.9+probe'\n").unwrap();
+        let Some(py) = python_with_only(d.path(), "py") else {
+            return;
+        };
+        assert_eq!(
+            probe_torch_installed(&py),
+            Ok(("9.9.9+probe".to_string(), 0))
+        );
+        assert!(probe_torch(&py).is_err(), "the full probe imports torch");
+
+        std::fs::remove_dir_all(&torch).unwrap();
+        let e = probe_torch_installed(&py).unwrap_err();
+        assert!(
+            e.ends_with("cannot import torch (pip install torch==2.11.0)"),
+            "{e}"
         );
     }
 }

@@ -72,15 +72,19 @@ pub fn assert_no_survivors(doc: &Value) {
     assert!(alive.is_empty(), "processes left behind: {alive:?}");
 }
 
-/// The python in DDPTOP_PYTHON when it can `import {modules}`. On CI (CI=1) a missing one is a
-/// failure; elsewhere the test says it is skipped and gets None.
+/// The python in DDPTOP_PYTHON when it has `{modules}` (comma-separated) installed. On CI (CI=1)
+/// a missing one is a failure; elsewhere the test says it is skipped and gets None. Found, not
+/// imported: importing torch costs 2 s of CPU, and every test that launches torch asked.
 pub fn python_importing(modules: &str) -> Option<String> {
     let py = std::env::var("DDPTOP_PYTHON")
         .ok()
         .filter(|p| !p.is_empty());
+    let code = format!(
+        "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m.strip()) for m in {modules:?}.split(',')) else 1)"
+    );
     let ok = py.as_ref().is_some_and(|p| {
         Command::new(p)
-            .args(["-c", &format!("import {modules}")])
+            .args(["-c", &code])
             .output()
             .is_ok_and(|o| o.status.success())
     });

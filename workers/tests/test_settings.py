@@ -19,6 +19,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return cli._parser().parse_args(argv)
 
 
+def test_probe_blocks_default_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DDPTOP_PROBE_BLOCKS", "3")
+    assert probe.ProbeSettings.from_args(parse(["probe"])).blocks == 3
+    assert probe.ProbeSettings.from_args(parse(["probe", "--blocks", "5"])).blocks == 5
+    monkeypatch.delenv("DDPTOP_PROBE_BLOCKS")
+    assert probe.ProbeSettings.from_args(parse(["probe"])).blocks == 15
+    monkeypatch.setenv("DDPTOP_PROBE_BLOCKS", "three")
+    s = probe.ProbeSettings.from_args(parse(["probe"]))
+    with pytest.raises(WorkerError, match="DDPTOP_PROBE_BLOCKS"):
+        s.check()
+
+
 def test_train_settings_hold_every_option(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DDPTOP_DATASET_DIR", raising=False)
     monkeypatch.delenv("DDPTOP_TIME_EVERY", raising=False)
@@ -116,5 +128,6 @@ def test_stdout_and_error_lines_are_single_writes(monkeypatch: pytest.MonkeyPatc
     assert all(w.endswith("\n") and w.count("\n") == 1 for w in out.writes), out.writes
     rc = cli.main(["probe", "--batch", "0", "--backend", "gloo"])
     assert rc == 1
-    assert err.writes == ["ddptop_worker probe (rank 0): error: --batch, --blocks and --block-steps "
-                          "must be >= 1, --warmup-steps >= 0\n"]
+    assert err.writes == ["ddptop_worker probe (rank 0): error: --batch, --blocks "
+                          "(DDPTOP_PROBE_BLOCKS) and --block-steps must be >= 1, "
+                          "--warmup-steps >= 0\n"]
