@@ -172,6 +172,7 @@ def test_raising_script_behaves_as_without_bootstrap(server: FakeDdptop) -> None
     assert [m["step"] for m in by_rank(server, "step")[1]] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.timing
 def test_injected_hang_keeps_heartbeats_then_deadman_ends_it(server: FakeDdptop) -> None:
     env = server.env(PYTHONPATH=ATTACH_PATH, DDPTOP_BACKEND="gloo", DDP_BACKEND="gloo",
                      DDPTOP_INJECT="hang:4")

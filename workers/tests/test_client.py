@@ -297,6 +297,7 @@ print("still alive", flush=True)
 """
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("mode,tcp", [("default", False), ("ignore-term", False), ("default", True)])
 def test_deadman_switch_exits_promptly(mode: str, tcp: bool) -> None:
     """Also over TCP: a rank on another node whose connection to ddptop drops ends itself."""

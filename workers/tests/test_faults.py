@@ -55,6 +55,7 @@ def test_slow_targets_its_rank_only() -> None:
     assert not any(f.due(s, r, 2) for s in range(20) for r in range(2))
 
 
+@pytest.mark.timing
 def test_slow_rank_sleeps_factor_minus_one_of_its_own_step() -> None:
     pacer = SlowRank(1.5)
     work = 0.02
@@ -142,6 +143,7 @@ def test_a_silent_rank_stops_heartbeats_and_stays_alive(kind: str) -> None:
     assert not any(_alive(h["pid"]) for h in srv.hellos())
 
 
+@pytest.mark.timing
 def test_slowstart_burns_cpu_on_every_rank_before_the_first_step_only() -> None:
     f = Fault.parse("slowstart:1")
     assert f == Fault("slowstart", 1)

@@ -46,6 +46,7 @@ def test_without_a_process_group_there_is_no_evidence() -> None:
     assert inflight.coll_state() is None
 
 
+@pytest.mark.timing
 def test_a_gloo_all_reduce_waiting_for_its_peer_is_pending() -> None:
     """Two ranks in threads of one process would share the recorder; use a real 2-process
     group: rank 1 enters its all-reduce 3 s late, rank 0 reads its own recorder meanwhile."""

@@ -194,6 +194,7 @@ def test_train_probe_on_off_then_stop(server: FakeDdptop) -> None:
         assert len(by_rank(server, "step")[r]) < 20000 // 2 // 16  # stopped early
 
 
+@pytest.mark.timing
 def test_deadman_ends_a_real_run(server: FakeDdptop) -> None:
     args = ["train", "--model", "tiny", "--samples", "20000", "--batch", "16", "--backend", "gloo"]
     proc = subprocess.Popen(launcher(2) + args, env=server.env(PYTHONPATH=WORKERS),
@@ -275,6 +276,7 @@ def test_default_sweep_sizes() -> None:
     assert s[0] == 1024 and s[-1] == 268435456 and 67108864 in s and len(s) == 10  # 64 MiB is on the x4 grid already
 
 
+@pytest.mark.timing
 def test_nccl_without_cuda_fails_clearly(server: FakeDdptop) -> None:
     t0 = time.monotonic()
     p = run(server, ["train", "--model", "tiny", "--backend", "nccl"], nproc=0)
