@@ -1,7 +1,7 @@
 """The test binaries of a `cargo test --no-run --message-format=json` build, one per line:
 `name<TAB>kind<TAB>executable<TAB>package directory`, in cargo's order. Reads the JSON messages
 on stdin. Used by scripts/test-rust, which runs them as `cargo test` would (from the package's
-directory) but in two lanes."""
+directory) but in lanes."""
 
 from __future__ import annotations
 

@@ -11,19 +11,7 @@ use std::path::PathBuf;
 
 /// (python with torch, the worker binary), or None when this machine cannot run the test.
 fn prerequisites() -> Option<(String, PathBuf)> {
-    let py = std::env::var("DDPTOP_PYTHON")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .filter(|p| {
-            std::process::Command::new(p)
-                // Found, not imported (2 s of CPU; the worker loads libtorch itself).
-                .args([
-                    "-c",
-                    "import importlib.util as u, sys; sys.exit(u.find_spec('torch') is None)",
-                ])
-                .output()
-                .is_ok_and(|o| o.status.success())
-        });
+    let py = python_with("torch");
     let worker = std::path::Path::new(bin())
         .with_file_name("ddptop-handrolled")
         .canonicalize()

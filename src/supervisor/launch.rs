@@ -382,6 +382,8 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 attach_env(spec, py, &mut set);
                 cwd = a.cwd.clone();
             }
+            // JAX and the tch worker start their own processes; every other experiment runs
+            // under torchrun.
             let torchrun = !matches!(spec.experiment(), Experiment::Jax | Experiment::Handrolled);
             if spec.backend == Backend::Gloo
                 && torchrun
@@ -398,7 +400,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 super::handrolled::prepare(spec, &py.python, &mut set)?;
             }
             if let Some(plan) = ctx.nodes {
-                if matches!(spec.experiment(), Experiment::Jax | Experiment::Handrolled) {
+                if !torchrun {
                     anyhow::bail!(
                         "--nodes runs torchrun on each node; the {} experiment does not use torchrun",
                         spec.experiment().as_str()

@@ -73,22 +73,10 @@ pub fn assert_no_survivors(doc: &Value) {
 }
 
 /// The python in DDPTOP_PYTHON when it has `{modules}` (comma-separated) installed. On CI (CI=1)
-/// a missing one is a failure; elsewhere the test says it is skipped and gets None. Found, not
-/// imported: importing torch costs 2 s of CPU, and every test that launches torch asked.
+/// a missing one is a failure; elsewhere the test says it is skipped and gets None.
 pub fn python_importing(modules: &str) -> Option<String> {
-    let py = std::env::var("DDPTOP_PYTHON")
-        .ok()
-        .filter(|p| !p.is_empty());
-    let code = format!(
-        "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m.strip()) for m in {modules:?}.split(',')) else 1)"
-    );
-    let ok = py.as_ref().is_some_and(|p| {
-        Command::new(p)
-            .args(["-c", &code])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if ok {
+    let py = python_with(modules);
+    if py.is_some() {
         return py;
     }
     assert!(
@@ -97,6 +85,23 @@ pub fn python_importing(modules: &str) -> Option<String> {
     );
     eprintln!("SKIPPED: set DDPTOP_PYTHON to a python with {modules} to run this test");
     None
+}
+
+/// The python in DDPTOP_PYTHON when it has `{modules}` (comma-separated) installed, else None.
+/// Found, not imported: importing torch costs 2 s of CPU, and every test that launches torch
+/// asks.
+pub fn python_with(modules: &str) -> Option<String> {
+    let py = std::env::var("DDPTOP_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())?;
+    let code = format!(
+        "import importlib.util as u, sys; sys.exit(0 if all(u.find_spec(m.strip()) for m in {modules:?}.split(',')) else 1)"
+    );
+    Command::new(&py)
+        .args(["-c", &code])
+        .output()
+        .is_ok_and(|o| o.status.success())
+        .then_some(py)
 }
 
 /// Tests that time ranks against each other (stragglers) take this alone; the others of their
