@@ -273,10 +273,12 @@ pub struct RunArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = count_u32)]
     pub batch: Option<u32>,
     /// Epochs; the first is warm-up and never counted (with 1, the only epoch is timed,
-    /// warm-up included: such runs form a curve of their own).
-    #[arg(long, default_value_t = 2, allow_negative_numbers = true, value_parser = count_u32)]
-    pub epochs: u32,
-    /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo].
+    /// warm-up included: such runs form a curve of their own) [default: 2, or the config's
+    /// `[launch] epochs`].
+    #[arg(long, allow_negative_numbers = true, value_parser = count_u32)]
+    pub epochs: Option<u32>,
+    /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo; or the config's
+    /// `[launch] samples`].
     #[arg(long, allow_negative_numbers = true, value_parser = count_u64)]
     pub samples: Option<u64>,
     /// Model: the book's ResNet-18, or a tiny CNN (default on gloo, where ResNet-18 is slow).
@@ -658,9 +660,11 @@ pub struct TuneArgs {
     /// Batch: per rank for weak (default 256), global for strong (default 512).
     #[arg(long, value_parser = count_u32)]
     pub batch: Option<u32>,
-    #[arg(long, default_value_t = 2, value_parser = count_u32)]
-    pub epochs: u32,
-    /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo].
+    /// Epochs, the first of them warm-up [default: 2, or the config's `[launch] epochs`].
+    #[arg(long, value_parser = count_u32)]
+    pub epochs: Option<u32>,
+    /// Samples per epoch, split across ranks [default: 60000; 8192 on gloo; or the config's
+    /// `[launch] samples`].
     #[arg(long, value_parser = count_u64)]
     pub samples: Option<u64>,
     /// Bucket sizes to try (MiB, comma-separated) instead of 1, 5, 10, 50, 100, 1024 and a

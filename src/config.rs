@@ -46,6 +46,13 @@ gpu_sample_ms = 1000   # NVML and worker CPU/RSS sampling period, ms (minimum 25
 max_fps = 20           # redraws per second at most after a key or click (1..120); new data from
                        # the runs is drawn at most 4 times a second; nothing is redrawn while idle
 
+[launch]
+# Samples per epoch and epochs of the dashboard's launches (1/2/4, a sweep) and of `ddptop run`
+# and `ddptop tune` without --samples/--epochs. Default: 60000 samples (8192 on gloo, where CPUs
+# are slow) and 2 epochs, the first of them warm-up.
+# samples = 8192
+# epochs = 2
+
 [timeline]
 steps = 50             # the Timeline pane shows the median of the last N steps (20..=500); f freezes one
 
@@ -252,6 +259,15 @@ impl Default for Refresh {
     }
 }
 
+/// `[launch]`: the size of a launch when the command line does not say.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LaunchCfg {
+    /// Samples per epoch (`None`: the backend's default).
+    pub samples: Option<u64>,
+    /// Epochs, the first of them warm-up (`None`: 2).
+    pub epochs: Option<u32>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineCfg {
     /// Steps the Timeline pane's median covers (20..=500).
@@ -368,6 +384,7 @@ pub struct Config {
     pub nccl_profiler: bool,
     pub keys: KeyMap,
     pub refresh: Refresh,
+    pub launch: LaunchCfg,
     pub timeline: TimelineCfg,
     pub watchdog: Watchdog,
     pub stragglers: crate::app::straggler::StragglerConfig,
@@ -390,6 +407,7 @@ impl Default for Config {
             nccl_profiler: true,
             keys: KeyMap::default(),
             refresh: Refresh::default(),
+            launch: LaunchCfg::default(),
             timeline: TimelineCfg::default(),
             watchdog: Watchdog::default(),
             stragglers: Default::default(),
@@ -471,6 +489,8 @@ struct RawConfig {
     #[serde(default)]
     refresh: RawRefresh,
     #[serde(default)]
+    launch: RawLaunch,
+    #[serde(default)]
     timeline: RawTimeline,
     #[serde(default)]
     watchdog: RawWatchdog,
@@ -490,6 +510,13 @@ struct RawConfig {
 struct RawRefresh {
     gpu_sample_ms: Option<Spanned<u64>>,
     max_fps: Option<Spanned<u32>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLaunch {
+    samples: Option<Spanned<i64>>,
+    epochs: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -700,6 +727,38 @@ impl Config {
             }
             cfg.refresh.max_fps = v.into_inner();
         }
+        if let Some(v) = raw.launch.samples {
+            cfg.launch.samples = Some(
+                u64::try_from(*v.get_ref())
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        err(
+                            v.span(),
+                            format!(
+                                "[launch] samples = {} must be a positive whole number",
+                                v.get_ref()
+                            ),
+                        )
+                    })?,
+            );
+        }
+        if let Some(v) = raw.launch.epochs {
+            cfg.launch.epochs = Some(
+                u32::try_from(*v.get_ref())
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| {
+                        err(
+                            v.span(),
+                            format!(
+                                "[launch] epochs = {} must be a whole number from 1",
+                                v.get_ref()
+                            ),
+                        )
+                    })?,
+            );
+        }
         if let Some(v) = raw.timeline.steps {
             if !(20..=crate::run::MAX_BUCKET_HISTORY).contains(v.get_ref()) {
                 return Err(err(
@@ -854,6 +913,35 @@ mod tests {
         ] {
             let text = format!("[stragglers]\n{bad}\n");
             assert!(Config::parse(&text, Path::new("c.toml")).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn launch_table_sizes_launches_and_checks_them() {
+        let cfg = Config::parse(
+            "[launch]\nsamples = 2048\nepochs = 3\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.launch,
+            LaunchCfg {
+                samples: Some(2048),
+                epochs: Some(3)
+            }
+        );
+        assert_eq!(Config::default().launch, LaunchCfg::default());
+        for (bad, says) in [
+            ("samples = 0", "samples = 0 must be a positive whole number"),
+            ("samples = -5", "samples = -5 must be"),
+            ("epochs = 0", "epochs = 0 must be a whole number from 1"),
+            ("epochs = 5000000000", "epochs = 5000000000 must be"),
+            ("sample = 10", "sample"),
+        ] {
+            let e = Config::parse(&format!("[launch]\n{bad}\n"), Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says) && e.contains("c.toml:2:"), "{bad}: {e}");
         }
     }
 

@@ -48,7 +48,9 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
         return Err(BadInput(SIM_MODEL_ONLY.into()).into());
     }
     template.batch = a.batch;
-    template.epochs = a.epochs.max(1);
+    if let Some(e) = a.epochs {
+        template.epochs = e.max(1);
+    }
     if let Some(n) = a.samples {
         template.samples = n;
     }

@@ -124,11 +124,18 @@ impl Setup {
         state
     }
 
-    /// The launch template for this backend and profile, everything else at its default.
+    /// The launch template for this backend and profile, sized by the config's `[launch]`,
+    /// everything else at its default.
     pub fn template(&self) -> Template {
         let mut t = Template::new(self.resolved.backend, self.profile.clone());
         if !self.config.book_settings {
             t.torch = TorchSettings::Off;
+        }
+        if let Some(n) = self.config.launch.samples {
+            t.samples = n;
+        }
+        if let Some(e) = self.config.launch.epochs {
+            t.epochs = e;
         }
         t
     }

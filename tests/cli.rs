@@ -403,3 +403,44 @@ fn a_broken_nodes_table_is_one_line_and_the_rest_works() {
         "{err}"
     );
 }
+
+#[test]
+fn the_configs_launch_table_sizes_runs_and_the_command_line_wins() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("config.toml"),
+        "[launch]\nsamples = 3000\nepochs = 3\n",
+    )
+    .unwrap();
+    let (out, doc) = sim_json(d.path(), &["weak", "--k", "1"]);
+    assert!(out.status.success(), "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(
+        (&r["samples"], &r["epochs"]),
+        (&3000.into(), &3.into()),
+        "{r:#}"
+    );
+    let (out, doc) = sim_json(
+        d.path(),
+        &["weak", "--k", "1", "--samples", "2000", "--epochs", "2"],
+    );
+    assert!(out.status.success(), "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(
+        (&r["samples"], &r["epochs"]),
+        (&2000.into(), &2.into()),
+        "{r:#}"
+    );
+    // A bad value is the config's one line, naming the file and line.
+    std::fs::write(d.path().join("config.toml"), "[launch]\nsamples = 0\n").unwrap();
+    let out = ddptop(d.path())
+        .args(["run", "weak", "--k", "1", "--backend", "sim"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("config.toml:2:") && err.contains("[launch] samples = 0"),
+        "{err}"
+    );
+}

@@ -775,7 +775,8 @@ fn the_dashboard_launches_across_the_configured_nodes() {
     std::fs::write(
         d.path().join("config.toml"),
         format!(
-            "[nodes]\nremote = \"ip netns exec {{host}} sh -c {{cmd}}\"\nhosts = [\"{}={IP_A}\", \"{}={IP_B}\"]\nlisten = \"{IP_A}:0\"\n",
+            // A quarter of gloo's default run: the test is where the ranks run, not how long.
+            "[launch]\nsamples = 2048\n[nodes]\nremote = \"ip netns exec {{host}} sh -c {{cmd}}\"\nhosts = [\"{}={IP_A}\", \"{}={IP_B}\"]\nlisten = \"{IP_A}:0\"\n",
             nodes.a, nodes.b
         ),
     )
@@ -821,12 +822,13 @@ fn the_dashboard_launches_across_the_configured_nodes() {
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
     )
     .unwrap();
-    let (id, status, k): (String, String, u32) = conn
-        .query_row("SELECT id, status, k FROM runs", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    let (id, status, k, samples): (String, String, u32, i64) = conn
+        .query_row("SELECT id, status, k, samples FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })
         .unwrap();
     assert_eq!((status.as_str(), k), ("completed", 2), "{end}");
+    assert_eq!(samples, 2048, "the config's [launch] samples");
     // Each rank said which node it is on: one per namespace.
     let mut hello_nodes: Vec<String> = conn
         .prepare("SELECT body FROM events WHERE type = 'hello'")

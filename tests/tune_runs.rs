@@ -209,7 +209,7 @@ fn a_short_tune_over_gloo_runs_real_ddp_with_other_bucket_sizes() {
             "--model",
             "tiny",
             "--samples",
-            "2048",
+            "1024",
             "--batch",
             "32",
             "--bucket-caps",

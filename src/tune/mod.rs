@@ -102,7 +102,9 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
         return Err(BadInput(crate::headless::SIM_MODEL_ONLY.into()).into());
     }
     template.batch = a.batch;
-    template.epochs = a.epochs.max(1);
+    if let Some(e) = a.epochs {
+        template.epochs = e.max(1);
+    }
     if let Some(n) = a.samples {
         template.samples = n;
     }
