@@ -66,16 +66,20 @@ fn crash_exits_with_code_3_and_no_bye() {
 fn hang_keeps_heartbeats_without_progress_until_ddptop_goes_away() {
     let srv = FakeDdptop::start(0.1);
     let mut child = srv.spawn(&ARGS, &[("DDPTOP_INJECT", "hang:2")]);
+    let is_fault = |l: &common::Line| l.msg["msg"] == "injected fault hang:2";
     srv.wait_for("the injected fault", Duration::from_secs(120), |l| {
-        l.iter()
-            .any(|l| l.msg["type"] == "log" && l.msg["msg"] == "injected fault hang:2")
+        l.iter().any(|l| l.msg["type"] == "log" && is_fault(l))
     });
-    let t_fault = Instant::now();
+    // The worker's own clock, not arrival: rank 0's connection is not rank 1's, and on a busy
+    // machine a heartbeat rank 0 sent before the fault could be read after its log line.
+    let t_fault = srv.of_type("log").into_iter().find(is_fault).unwrap().msg["t"]
+        .as_f64()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(800));
     let late: Vec<_> = srv
         .of_type("heartbeat")
         .into_iter()
-        .filter(|h| h.at > t_fault)
+        .filter(|h| h.msg["t"].as_f64().unwrap() > t_fault)
         .collect();
     for rank in 0..2u64 {
         let hb: Vec<_> = late.iter().filter(|h| h.msg["rank"] == rank).collect();
