@@ -492,6 +492,39 @@ mod tests {
     use crate::run::{AttachTarget, JaxSharding, OptimizerName};
 
     #[test]
+    fn the_configs_launch_table_sizes_the_template() {
+        let setup = |launch: crate::config::LaunchCfg| Setup {
+            config: Config {
+                launch,
+                ..Config::default()
+            },
+            resolved: Resolved {
+                backend: Backend::Gloo,
+                python: None,
+                torch: None,
+                gpus: 0,
+                note: String::new(),
+            },
+            profile: None,
+            opts: EngineOptions::new(std::path::PathBuf::from("/nonexistent")),
+        };
+        let t = setup(Default::default()).template();
+        assert_eq!((t.samples, t.epochs), (8_192, 2), "gloo's defaults");
+        let t = setup(crate::config::LaunchCfg {
+            samples: Some(2048),
+            epochs: Some(3),
+        })
+        .template();
+        assert_eq!((t.samples, t.epochs), (2048, 3));
+        let spec = t.spec(Experiment::Weak, 2);
+        assert_eq!(
+            (spec.samples, spec.epochs),
+            (2048, 3),
+            "and every launch of it"
+        );
+    }
+
+    #[test]
     fn k_beyond_the_gpus_is_left_out_with_a_reason() {
         let t = Template::new(Backend::Nccl, None);
         let p = sweep(&t, Experiment::Weak, &[1, 2, 4], 2).unwrap();
