@@ -21,9 +21,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::signal::unix::{SignalKind, signal};
 
-/// The sim's cost model is ResNet-18's: a curve labelled with another model would be a lie.
-pub(crate) const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
-
 pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     let experiment = a.experiment;
     // The config supplies python/torchrun paths, watchdog thresholds and presets. A broken file
@@ -38,22 +35,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     )?;
     let note = setup.resolved.note.clone();
     eprintln!("ddptop: {note}");
-    let mut template = setup.template();
-    if let Some(m) = a.model {
-        template.model = m;
-    }
-    if template.backend == crate::protocol::Backend::Sim
-        && template.model != crate::run::ModelName::Resnet18
-    {
-        return Err(BadInput(SIM_MODEL_ONLY.into()).into());
-    }
-    template.batch = a.batch;
-    if let Some(e) = a.epochs {
-        template.epochs = e.max(1);
-    }
-    if let Some(n) = a.samples {
-        template.samples = n;
-    }
+    let mut template = setup.template_with(a.model, a.batch, a.samples, a.epochs)?;
     template.data_path = a.data_path;
     // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
     template.fsdp_pairs = a.strategy.is_none();

@@ -131,13 +131,29 @@ impl Setup {
         if !self.config.book_settings {
             t.torch = TorchSettings::Off;
         }
-        if let Some(n) = self.config.launch.samples {
-            t.samples = n;
-        }
-        if let Some(e) = self.config.launch.epochs {
-            t.epochs = e;
-        }
+        t.size(self.config.launch.samples, self.config.launch.epochs);
         t
+    }
+
+    /// The template of a command-line launch (`ddptop run`, `ddptop tune`): [`Self::template`]
+    /// with the command line's model, batch and size on top.
+    pub fn template_with(
+        &self,
+        model: Option<ModelName>,
+        batch: Option<u32>,
+        samples: Option<u64>,
+        epochs: Option<u32>,
+    ) -> Result<Template, BadInput> {
+        let mut t = self.template();
+        if let Some(m) = model {
+            t.model = m;
+        }
+        if t.backend == Backend::Sim && t.model != ModelName::Resnet18 {
+            return Err(BadInput(crate::run::SIM_MODEL_ONLY.into()));
+        }
+        t.batch = batch;
+        t.size(samples, epochs);
+        Ok(t)
     }
 }
 
@@ -245,6 +261,16 @@ impl Template {
             fsdp_pairs: true,
             deficits: false,
             torch: TorchSettings::Book,
+        }
+    }
+
+    /// Samples per epoch and epochs, where given (the config's `[launch]`, a command line).
+    pub fn size(&mut self, samples: Option<u64>, epochs: Option<u32>) {
+        if let Some(n) = samples {
+            self.samples = n;
+        }
+        if let Some(e) = epochs {
+            self.epochs = e;
         }
     }
 

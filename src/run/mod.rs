@@ -19,7 +19,8 @@ pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};
 pub use spec::{
     AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, Experiment, HostBackend, JaxSharding,
-    ModelName, OptimizerName, RunSpec, RunStatus, TorchSettings, TorchStrategy, fits,
+    ModelName, OptimizerName, RunSpec, RunStatus, SIM_MODEL_ONLY, TorchSettings, TorchStrategy,
+    fits,
 };
 pub use view::{
     Aggregate, Caveat, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, Observed,

@@ -294,6 +294,10 @@ crate::util::names!(ModelName {
     Tiny => "tiny",
 });
 
+/// Why the simulated backend refuses any model but ResNet-18: its cost model is ResNet-18's, and
+/// a curve labelled with another model would be a lie.
+pub const SIM_MODEL_ONLY: &str = "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl";
+
 impl ModelName {
     /// The book's ResNet-18 on GPUs and in simulation; the tiny CNN for gloo on CPUs, where a
     /// ResNet-18 epoch takes many minutes.

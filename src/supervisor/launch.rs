@@ -503,9 +503,7 @@ fn attach_env(spec: &RunSpec, py: &PythonEnv, set: &mut impl FnMut(&str, String)
 /// `ddptop worker sim …`: the launcher of the simulated ranks.
 fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> {
     if spec.model != crate::run::ModelName::Resnet18 {
-        anyhow::bail!(
-            "the simulated backend models ResNet-18 only (its buckets and step times come from the book's measurements); drop --model or use --backend gloo/nccl"
-        );
+        anyhow::bail!(crate::run::SIM_MODEL_ONLY);
     }
     let mut v = vec![
         std::env::current_exe()?.display().to_string(),

@@ -16,7 +16,6 @@ pub use crate::app::tune::{decide, predict, space};
 use crate::cli::{GlobalArgs, TuneArgs, TuneExperiment};
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
-use crate::protocol::Backend;
 use crate::run::{AttachTarget, Experiment, Family};
 use crate::util::BadInput;
 use driver::{Plan, Progress, Tuning};
@@ -94,20 +93,7 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     if !a.json {
         eprintln!("ddptop: {note}");
     }
-    let mut template = setup.template();
-    if let Some(m) = a.model {
-        template.model = m;
-    }
-    if template.backend == Backend::Sim && template.model != crate::run::ModelName::Resnet18 {
-        return Err(BadInput(crate::headless::SIM_MODEL_ONLY.into()).into());
-    }
-    template.batch = a.batch;
-    if let Some(e) = a.epochs {
-        template.epochs = e.max(1);
-    }
-    if let Some(n) = a.samples {
-        template.samples = n;
-    }
+    let mut template = setup.template_with(a.model, a.batch, a.samples, a.epochs)?;
     crate::headless::environment(g, &mut template, &setup, &a.preset, &a.env, None)?;
     let mut state = setup.state(crate::paths::hostname());
     let family = match attach {
