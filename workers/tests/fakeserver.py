@@ -18,6 +18,13 @@ TOKEN = "ab" * 32
 RUN_ID = "r20261130-011500-test"
 
 
+def last_types(msgs: list[dict[str, Any]], n: int = 2) -> list[str]:
+    """The types of a rank's last `n` lines, heartbeats left out: the beat thread runs until
+    `close()`, so a beat may fall between `result` and `bye` when the teardown between them
+    (destroy_process_group, a barrier) takes longer than one interval on a busy machine."""
+    return [m["type"] for m in msgs if m["type"] != "heartbeat"][-n:]
+
+
 @dataclass
 class Conn:
     sock: socket.socket

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import REPO, WORKERS
-from fakeserver import FakeDdptop
+from fakeserver import FakeDdptop, last_types
 
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 BOOTSTRAP = os.path.join(WORKERS, "ddptop_bootstrap")
@@ -91,7 +91,7 @@ def test_example_unmodified_full_instrumentation(server: FakeDdptop) -> None:
     steps, buckets, epochs = by_rank(server, "step"), by_rank(server, "buckets"), by_rank(server, "epoch")
     for r in (0, 1):
         msgs = server.messages(rank=r)
-        assert [m["type"] for m in msgs][-2:] == ["result", "bye"] and msgs[-1]["reason"] == "done"
+        assert last_types(msgs) == ["result", "bye"] and msgs[-1]["reason"] == "done"
         (plan,) = by_rank(server, "plan")[r]
         assert plan["total_steps"] is None
         s = steps[r]

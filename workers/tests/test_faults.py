@@ -9,7 +9,7 @@ import time
 
 import pytest
 from conftest import WORKERS
-from fakeserver import FakeDdptop
+from fakeserver import FakeDdptop, last_types
 from test_train_gloo import launcher
 
 from ddptop_worker.faults import Fault, SlowRank
@@ -114,7 +114,7 @@ def test_teardown_hang_after_every_bye() -> None:
         assert all(_alive(h["pid"]) for h in srv.hellos())
         for r in (0, 1):
             msgs = srv.messages(rank=r)
-            assert [m["type"] for m in msgs][-2:] == ["result", "bye"] and msgs[-1]["reason"] == "done"
+            assert last_types(msgs) == ["result", "bye"] and msgs[-1]["reason"] == "done"
     finally:
         _stop(proc)
         srv.stop()

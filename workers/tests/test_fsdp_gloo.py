@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import WORKERS
-from fakeserver import FakeDdptop
+from fakeserver import FakeDdptop, last_types
 
 from ddptop_worker import memory, models
 from ddptop_worker.fsdp import shard_units, unit_params
@@ -69,8 +69,8 @@ def test_both_strategies_complete(runs: dict[str, Run]) -> None:
         assert all(h["worker"] == "fsdp" and h["backend"] == "gloo" for h in srv.hellos())
         for r in range(K):
             msgs = srv.messages(rank=r)
-            assert [m["type"] for m in msgs[-2:]] == ["result", "bye"] and msgs[-1]["reason"] == "done"
-            res = msgs[-2]
+            assert last_types(msgs) == ["result", "bye"] and msgs[-1]["reason"] == "done"
+            (res,) = by_rank(srv, "result")[r]
             assert res["experiment"] == "fsdp" and res["optimizer"] == "adam"
             assert res["strategy"] == strategy and res["timed_epochs"] == 1 and res["samples_per_s"] > 0
             (plan,) = by_rank(srv, "plan")[r]
