@@ -32,6 +32,7 @@ const ROUND_MAX: usize = 1024;
 mod agents;
 mod hangs;
 mod ingest;
+mod latest;
 mod launching;
 mod stopping;
 
@@ -156,6 +157,10 @@ pub struct Engine {
     last_round: Option<Instant>,
     launches: HashMap<String, Launch>,
     pending: Vec<EventRow>,
+    /// Each rank's latest timeline, written to the database every few seconds (`latest`).
+    latest: latest::LatestTimelines,
+    /// The archive's last write error, shown once until it changes.
+    archive_error: Option<String>,
     last_flush: Instant,
     /// The last watchdog/teardown deadline the engine woke for.
     last_deadline: Option<Instant>,
@@ -188,6 +193,8 @@ impl Engine {
             last_round: None,
             launches: HashMap::new(),
             pending: Vec::new(),
+            latest: latest::LatestTimelines::default(),
+            archive_error: None,
             last_flush: Instant::now(),
             last_deadline: None,
             tcp: None,
@@ -350,6 +357,7 @@ impl Engine {
                 + Duration::from_secs(10);
             self.drive(Some(deadline), |e| !e.has_active_runs()).await;
         }
+        self.latest.take_all(&mut self.pending);
         self.flush_events();
     }
 

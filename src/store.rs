@@ -13,9 +13,13 @@ use crate::run::{Family, HandRolled, TorchSettings};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
+mod archive;
+pub use archive::StepArchive;
+
 pub struct Store {
     conn: Connection,
     pub path: PathBuf,
+    archive: StepArchive,
 }
 
 const SCHEMA: &str = r#"
@@ -169,79 +173,10 @@ impl EventRow {
     }
 }
 
-/// The row type of a pack of `kind` messages (`step_pack`, `buckets_pack`).
-pub fn pack_kind(kind: &str) -> String {
+/// The row type under which an earlier ddptop packed `kind` messages (`step_pack`,
+/// `buckets_pack`: a JSON array of lines per flush); counted, never written now.
+fn pack_kind(kind: &str) -> String {
     format!("{kind}_pack")
-}
-
-/// Packed per-step rows: every `step` message, and every `buckets` message of a rank other
-/// than 0 except its last in the batch. What stays a row of its own is what `load_details`
-/// reads back: rank 0's timelines (the timeline's median window, the cost model), each rank's
-/// latest timeline, and every other kind. A pack's body is a JSON array of the messages as
-/// received, in arrival order; its `unix` is its last message's.
-fn pack_rows(rows: &[EventRow]) -> (Vec<&EventRow>, Vec<EventRow>) {
-    use std::collections::HashMap;
-    let mut last_buckets: HashMap<(&str, u32), usize> = HashMap::new();
-    for (i, e) in rows.iter().enumerate() {
-        if e.kind == "buckets"
-            && let Some(rank) = e.rank
-        {
-            last_buckets.insert((e.run_id.as_str(), rank), i);
-        }
-    }
-    let packed = |i: usize, e: &EventRow| match (e.kind.as_str(), e.rank) {
-        ("step", _) => true,
-        ("buckets", Some(rank)) => {
-            rank != 0 && last_buckets.get(&(e.run_id.as_str(), rank)) != Some(&i)
-        }
-        _ => false,
-    };
-    let mut single = Vec::new();
-    // Each pack's lines gathered first and joined once: a flush at 1,024 ranks packs ~3 MB of
-    // lines, and growing one string line by line copied it over and over (6% of the engine's
-    // CPU there).
-    let mut groups: Vec<(&EventRow, f64, Vec<&str>)> = Vec::new();
-    for (i, e) in rows.iter().enumerate() {
-        if !packed(i, e) {
-            single.push(e);
-            continue;
-        }
-        match groups
-            .iter_mut()
-            .find(|(first, ..)| first.run_id == e.run_id && first.kind == e.kind)
-        {
-            Some((_, unix, bodies)) => {
-                *unix = e.unix;
-                bodies.push(&e.body);
-            }
-            None => groups.push((e, e.unix, vec![e.body.as_str()])),
-        }
-    }
-    let packs = groups
-        .into_iter()
-        .map(|(first, unix, bodies)| EventRow {
-            run_id: first.run_id.clone(),
-            unix,
-            rank: None,
-            kind: pack_kind(&first.kind),
-            body: json_array(&bodies),
-        })
-        .collect();
-    (single, packs)
-}
-
-/// `[a,b,…]` of JSON texts, in one allocation of its size.
-fn json_array(items: &[&str]) -> String {
-    let mut out = String::with_capacity(items.iter().map(|s| s.len() + 1).sum::<usize>() + 1);
-    out.push('[');
-    for (i, s) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(s);
-    }
-    out.push(']');
-    out
 }
 
 /// What is written when a run starts.
@@ -346,9 +281,11 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
         migrate(&conn)?;
+        let runs_dir = path.parent().unwrap_or(Path::new(".")).join("runs");
         let store = Store {
             conn,
             path: path.to_path_buf(),
+            archive: StepArchive::new(runs_dir),
         };
         store.mark_orphaned_runs()?;
         Ok(store)
@@ -435,23 +372,18 @@ impl Store {
         Ok(())
     }
 
-    /// Write a batch of events in one transaction. The per-step messages of a run go into one
-    /// pack row per kind and batch ([`pack_rows`]): a row each cost most of ddptop's CPU at
-    /// hundreds of ranks.
+    /// Write a batch of events in one transaction (the per-step lines go to the archive,
+    /// [`StepArchive`], not here).
     pub fn add_events(&mut self, rows: &[EventRow]) -> anyhow::Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (single, packs) = pack_rows(rows);
         let tx = self.conn.transaction()?;
         {
             let mut stmt = tx.prepare_cached(
                 "INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,?3,?4,?5)",
             )?;
-            for p in &packs {
-                stmt.execute(params![p.run_id, p.unix, None::<u32>, p.kind, p.body])?;
-            }
-            for e in single {
+            for e in rows {
                 stmt.execute(params![e.run_id, e.unix, e.rank, e.kind, e.body])?;
             }
         }
@@ -459,8 +391,20 @@ impl Store {
         Ok(())
     }
 
-    /// How many `kind` messages of `run` are stored, in rows of their own and in packs.
+    /// The archive of the runs' per-step lines (`runs/<id>/steps.jsonl` beside the database).
+    pub fn archive(&mut self) -> &mut StepArchive {
+        &mut self.archive
+    }
+
+    /// How many `kind` messages of `run` are stored. `step` and `buckets`: the lines of the
+    /// run's archive when it has one (every one of them is there); otherwise, for runs stored
+    /// before the archive, rows of their own and the packs an earlier ddptop wrote.
     pub fn stored_messages(&self, run: &str, kind: &str) -> anyhow::Result<u64> {
+        if matches!(kind, "step" | "buckets")
+            && let Some(n) = self.archive.count(run, kind)?
+        {
+            return Ok(n);
+        }
         let n: i64 = self.conn.query_row(
             "SELECT (SELECT COUNT(*) FROM events WHERE run_id=?1 AND type=?2)
                   + (SELECT COALESCE(SUM(json_array_length(body)), 0) FROM events
@@ -1111,76 +1055,36 @@ mod tests {
         assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 50);
     }
 
-    /// Lines as received: steps and the older timelines of ranks other than 0 go into packs,
-    /// nothing is lost, and what `load_details` reads back is as before.
+    /// A run stored before the archive: its per-step messages are rows and packs (a JSON
+    /// array of lines per flush), and both are counted.
     #[test]
-    fn per_step_lines_are_packed_and_every_one_is_kept() {
+    fn runs_without_an_archive_count_their_rows_and_packs() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
-        let s = spec();
-        insert(&store, "r", &s, dir.path());
-        let step = |rank: u32, step: u64| {
-            format!(
-                r#"{{"v":1,"type":"step","rank":{rank},"step":{step},"epoch":1,"t":1.0,"warmup":false,"sync":true,"samples":8,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"host","extra":"kept"}}"#
-            )
+        insert(&store, "r", &spec(), dir.path());
+        let row = |kind: &str, body: &str| EventRow {
+            run_id: "r".into(),
+            unix: 1.0,
+            rank: None,
+            kind: kind.into(),
+            body: body.into(),
         };
-        let buckets = |rank: u32, step: u64| {
-            format!(
-                r#"{{"v":1,"type":"buckets","rank":{rank},"step":{step},"t":1.0,"rebuilt":true,"bwd_compute_ms":2.0,"exposed_ms":0.1,"buckets":[{{"index":0,"bytes":64,"ready_ms":1.0,"start_ms":1.0,"done_ms":1.5}}]}}"#
-            )
-        };
-        let row = |line: String| {
-            let msg = crate::protocol::parse_worker(&line).unwrap();
-            EventRow::from_line("r", &msg, line).unwrap()
-        };
-        for batch in [1..=10u64, 11..=25] {
-            let mut rows = Vec::new();
-            for n in batch {
-                for rank in 0..3 {
-                    rows.push(row(step(rank, n)));
-                    rows.push(row(buckets(rank, n)));
-                }
-            }
-            store.add_events(&rows).unwrap();
-        }
-        assert_eq!(store.stored_messages("r", "step").unwrap(), 75);
-        assert_eq!(store.stored_messages("r", "buckets").unwrap(), 75);
-        let singles = |kind: &str| -> i64 {
-            store
-                .conn
-                .query_row(
-                    "SELECT COUNT(*) FROM events WHERE run_id='r' AND type=?1",
-                    [kind],
-                    |r| r.get(0),
-                )
-                .unwrap()
-        };
-        // Rank 0's every timeline and each other rank's last one per batch stay rows.
-        assert_eq!(singles("buckets"), 25 + 2 * 2);
-        assert_eq!(singles("step"), 0);
-        assert_eq!(singles("step_pack"), 2);
-        let pack: String = store
-            .conn
-            .query_row(
-                "SELECT body FROM events WHERE type='step_pack' ORDER BY seq LIMIT 1",
-                [],
-                |r| r.get(0),
-            )
+        store
+            .add_events(&[
+                row("step", r#"{"v":1,"type":"step"}"#),
+                row(
+                    "step_pack",
+                    r#"[{"v":1,"type":"step"},{"v":1,"type":"step"}]"#,
+                ),
+                row("buckets_pack", r#"[{"v":1,"type":"buckets"}]"#),
+            ])
             .unwrap();
-        let first: Vec<serde_json::Value> = serde_json::from_str(&pack).unwrap();
-        assert_eq!(first.len(), 30);
-        assert_eq!(first[0]["extra"], "kept", "the line is stored as received");
-        let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
-        run.status = RunStatus::Completed;
-        store.finalize(&run, None).unwrap();
-        let l = &store.load_runs(5).unwrap()[0];
-        assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 25);
-        let history: Vec<u64> = l.ranks[&0].recent_buckets.iter().map(|b| b.step).collect();
-        assert_eq!(
-            history,
-            (1..=25).collect::<Vec<u64>>(),
-            "rank 0's every timeline"
-        );
+        assert_eq!(store.stored_messages("r", "step").unwrap(), 3);
+        assert_eq!(store.stored_messages("r", "buckets").unwrap(), 1);
+        // With an archive, the archive counts (it holds every one).
+        store.archive().push("r", r#"{"v":1,"type":"step"}"#);
+        store.archive().flush().unwrap();
+        assert_eq!(store.stored_messages("r", "step").unwrap(), 1);
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl Engine {
             }
         }
         let row = match line {
-            Some(line) => EventRow::from_line(run, msg, line),
+            Some(line) => self.keep_line(run, msg, line, now),
             None => EventRow::from_msg(run, msg),
         };
         if let Some(row) = row {
@@ -263,8 +263,48 @@ impl Engine {
         }
     }
 
+    /// Where a line as received is kept: every step and timeline in the run's archive
+    /// (`store::StepArchive`); of the timelines, rank 0's also as rows (the Timeline pane's
+    /// median window and the cost model read them back) and each other rank's latest every few
+    /// seconds (`latest`); every other kind as a row.
+    fn keep_line(
+        &mut self,
+        run: &str,
+        msg: &WorkerMsg,
+        line: String,
+        now: Instant,
+    ) -> Option<EventRow> {
+        match msg {
+            WorkerMsg::Step(_) => {
+                self.store.archive().push(run, &line);
+                None
+            }
+            WorkerMsg::Buckets(b) => {
+                self.store.archive().push(run, &line);
+                if b.rank == 0 {
+                    EventRow::from_line(run, msg, line)
+                } else {
+                    self.latest.hold(run, b.rank, line, now);
+                    None
+                }
+            }
+            _ => EventRow::from_line(run, msg, line),
+        }
+    }
+
     pub(super) fn flush_events(&mut self) {
         self.last_flush = Instant::now();
+        self.latest.take_due(self.last_flush, &mut self.pending);
+        match self.store.archive().flush() {
+            Ok(()) => self.archive_error = None,
+            Err(e) => {
+                let text = format!("step archive: {e}");
+                if self.archive_error.as_ref() != Some(&text) {
+                    self.state.push_message(Level::Error, None, text.clone());
+                    self.archive_error = Some(text);
+                }
+            }
+        }
         if self.pending.is_empty() {
             return;
         }
@@ -380,6 +420,84 @@ mod tests {
         assert_eq!(stored.len(), 1);
         assert_eq!(stored[0].id, id);
         assert_eq!(stored[0].status, RunStatus::Completed);
+    }
+
+    /// Every step and timeline goes to the run's archive as received; the database keeps
+    /// rank 0's every timeline and each other rank's latest (held, written at the run's end
+    /// here), and what `load_runs` reads back is what it read when they were all rows.
+    #[tokio::test]
+    async fn per_step_lines_go_to_the_archive_and_the_database_keeps_what_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = engine(dir.path());
+        let (id, _token) = e
+            .open_external(RunSpec::new(Experiment::Weak, 3, Backend::Sim))
+            .unwrap();
+        for rank in 0..3 {
+            let hello = Hello::new(
+                rank,
+                3,
+                "host".into(),
+                format!("sim:{rank}"),
+                CommBackend::Sim,
+                WorkerKind::Sim,
+            );
+            e.apply(worker(&id, WorkerMsg::Hello(hello)));
+        }
+        let received = |line: String| crate::supervisor::Received {
+            msg: crate::protocol::parse_worker(&line).unwrap(),
+            line,
+        };
+        for n in 1..=25u64 {
+            let mut lines = Vec::new();
+            for rank in 0..3 {
+                lines.push(received(format!(
+                    r#"{{"v":1,"type":"step","rank":{rank},"step":{n},"epoch":1,"t":1.0,"warmup":false,"sync":true,"samples":8,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"host","extra":"kept"}}"#
+                )));
+                lines.push(received(format!(
+                    r#"{{"v":1,"type":"buckets","rank":{rank},"step":{n},"t":1.0,"rebuilt":true,"bwd_compute_ms":2.0,"exposed_ms":0.1,"buckets":[{{"index":0,"bytes":64,"ready_ms":1.0,"start_ms":1.0,"done_ms":1.5}}]}}"#
+                )));
+            }
+            e.apply(SupEvent::Lines {
+                run: id.clone(),
+                lines,
+            });
+            if n == 10 {
+                e.flush_events();
+            }
+        }
+        e.close_external(&id, RunStatus::Completed);
+        let db = dir.path().join("runs.db");
+        let store = Store::open(&db).unwrap();
+        assert_eq!(store.stored_messages(&id, "step").unwrap(), 75);
+        assert_eq!(store.stored_messages(&id, "buckets").unwrap(), 75);
+        let archive = dir.path().join("runs").join(&id).join("steps.jsonl");
+        let first = std::fs::read_to_string(&archive).unwrap();
+        let first = first.lines().next().unwrap();
+        assert!(
+            first.contains(r#""step":1,"#) && first.ends_with(r#""extra":"kept"}"#),
+            "as received: {first}"
+        );
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let rows = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+        assert_eq!(rows("SELECT COUNT(*) FROM events WHERE type='step'"), 0);
+        assert_eq!(
+            rows("SELECT COUNT(*) FROM events WHERE type='buckets' AND rank=0"),
+            25
+        );
+        // The mid-run flush came before the period: the others' latest, once, at the end.
+        assert_eq!(
+            rows("SELECT COUNT(*) FROM events WHERE type='buckets' AND rank>0"),
+            2
+        );
+        let l = &store.load_runs(5).unwrap()[0];
+        assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 25);
+        assert_eq!(l.ranks[&2].buckets.as_ref().unwrap().step, 25);
+        let history: Vec<u64> = l.ranks[&0].recent_buckets.iter().map(|b| b.step).collect();
+        assert_eq!(
+            history,
+            (1..=25).collect::<Vec<u64>>(),
+            "rank 0's every timeline"
+        );
     }
 
     /// Only the variables the run sets are judged: a removed one (`None`) is nothing NCCL could

@@ -237,6 +237,7 @@ impl Engine {
     #[doc(hidden)]
     pub fn close_external(&mut self, run: &str, status: RunStatus) {
         self.server.registry.close_run(run);
+        self.latest.take_run(run, &mut self.pending);
         self.flush_events();
         let unix = crate::util::unix_now();
         if let Some(view) = self.state.run_mut(run) {

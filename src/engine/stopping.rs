@@ -266,6 +266,7 @@ impl Engine {
         let run_dir = l.run_dir.clone();
         self.pull_output(run);
         self.keep_node_gpus(run);
+        self.latest.take_run(run, &mut self.pending);
         self.flush_events();
         let transport = nccl_log::transport_of_run(&run_dir);
         let unix = crate::util::unix_now();
