@@ -40,6 +40,14 @@ impl Default for StragglerConfig {
 /// How often the engine assesses a live run: the window moves by a few steps in between.
 pub const ASSESS_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// How often a live run of `ranks` ranks is assessed: `ASSESS_EVERY` up to 256 ranks, then
+/// stretched so that the assessment, linear in the ranks, costs no more a second than at 256
+/// (it was 7% of the engine's CPU at 1,024 ranks every 200 ms), at most 1 s: a straggler is
+/// confirmed over several steps anyway, so it is named at most 0.8 s later.
+pub fn assess_every(ranks: usize) -> std::time::Duration {
+    ASSESS_EVERY * ranks.div_ceil(256).clamp(1, 5) as u32
+}
+
 /// The first steps of a run: compile, autotune, bucket rebuild. Their times say nothing of a
 /// rank's pace, and one slow first step must not weigh in a window.
 pub const SKIP_STEPS: u64 = 3;
@@ -1094,5 +1102,15 @@ mod tests {
         assert_eq!(nccl_evidence(&run, 1), None);
         // Without the plugin's data (off, or gloo): nothing.
         assert_eq!(nccl_evidence(&run_on_gpus(3), 2), None);
+    }
+
+    #[test]
+    fn large_runs_are_assessed_less_often_and_never_under_once_a_second() {
+        use std::time::Duration;
+        assert_eq!(assess_every(2), ASSESS_EVERY);
+        assert_eq!(assess_every(256), ASSESS_EVERY);
+        assert_eq!(assess_every(257), Duration::from_millis(400));
+        assert_eq!(assess_every(1024), Duration::from_millis(800));
+        assert_eq!(assess_every(100_000), Duration::from_secs(1));
     }
 }

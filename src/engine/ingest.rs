@@ -135,9 +135,9 @@ impl Engine {
         // a few times a second, not per message: a fast sim sends thousands a second,
         // and a window of tens of steps moves little in 200 ms.
         if matches!(msg, WorkerMsg::Step(_) | WorkerMsg::Buckets(_))
-            && view
-                .stragglers_assessed
-                .is_none_or(|t| now.duration_since(t) >= crate::app::straggler::ASSESS_EVERY)
+            && view.stragglers_assessed.is_none_or(|t| {
+                now.duration_since(t) >= crate::app::straggler::assess_every(view.ranks.len())
+            })
         {
             view.stragglers_assessed = Some(now);
             let since = view
