@@ -509,6 +509,13 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(log) = &info.output_log {
         rows.push(("output log", log.clone()));
     }
+    if let Some(steps) = rec
+        .map(|r| r.run_dir.join(crate::store::ARCHIVE_FILE))
+        .filter(|p| p.exists())
+    {
+        let what = "every step and timeline line, as received";
+        rows.push(("steps", format!("{} ({what})", steps.display())));
+    }
     for l in &run.hang_report {
         rows.push(("evidence", l.clone()));
     }

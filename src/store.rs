@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
 mod archive;
-pub use archive::StepArchive;
+pub use archive::{FILE as ARCHIVE_FILE, StepArchive};
 
 pub struct Store {
     conn: Connection,

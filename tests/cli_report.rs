@@ -132,6 +132,17 @@ fn report_show_runs_and_diff_read_the_store() {
     let text = ok(data, &["show", &k2]);
     assert!(text.contains(&format!("vs k=1 run {k1}")), "{text}");
     assert!(text.contains("output log") && text.contains("output.log"));
+    // Every step line the sim's ranks sent, in the run's archive.
+    let steps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("steps"))
+        .and_then(|l| l.trim().split(' ').next())
+        .unwrap_or_else(|| panic!("no steps row: {text}"));
+    let archived = std::fs::read_to_string(steps).unwrap();
+    assert!(
+        archived.lines().any(|l| l.contains(r#""type":"step""#)),
+        "{steps}"
+    );
     let doc = json_of(data, &["show", &k2, "--json"]);
     assert_eq!(doc["kind"], "run");
     assert_eq!(doc["run"]["run_id"], k2.as_str());

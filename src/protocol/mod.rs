@@ -1,11 +1,9 @@
 //! Protocol v1: the JSON Lines messages between workers and ddptop (see docs/protocol.md).
 //!
 //! `messages` holds the serde types, `validate` the rules serde cannot express (ranges,
-//! finiteness), `framing` the newline framing with its hard line limit, `fast` a reader of the
-//! per-step messages that leaves anything unusual to serde.
+//! finiteness), `framing` the newline framing with its hard line limit.
 
 pub mod agent;
-mod fast;
 pub mod framing;
 pub mod messages;
 pub mod nccl;

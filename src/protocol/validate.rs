@@ -115,18 +115,11 @@ fn canonical_kind(line: &str) -> Option<&str> {
 
 /// The typed message of a line whose `type` is `kind`. The hot messages (a step, its buckets,
 /// a heartbeat: all but a few lines of a run) go straight into their struct; serde's tagged
-/// enum would first buffer every key and value of the line to find the tag. A step and its
-/// buckets are read by `fast` when it can, by serde otherwise.
+/// enum would first buffer every key and value of the line to find the tag.
 fn typed(kind: &str, line: &str) -> serde_json::Result<WorkerMsg> {
     Ok(match kind {
-        "step" => WorkerMsg::Step(match super::fast::step(line) {
-            Some(s) => s,
-            None => serde_json::from_str(line)?,
-        }),
-        "buckets" => WorkerMsg::Buckets(match super::fast::buckets(line) {
-            Some(b) => b,
-            None => serde_json::from_str(line)?,
-        }),
+        "step" => WorkerMsg::Step(serde_json::from_str(line)?),
+        "buckets" => WorkerMsg::Buckets(serde_json::from_str(line)?),
         "heartbeat" => WorkerMsg::Heartbeat(serde_json::from_str(line)?),
         _ => serde_json::from_str(line)?,
     })

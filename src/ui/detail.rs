@@ -225,6 +225,13 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             out.push(kv("output", dir.join("output.log").display().to_string()));
             out.push(kv("command", dir.join("command.txt").display().to_string()));
             out.push(kv(
+                "steps",
+                format!(
+                    "{} (every step and timeline line, as received)",
+                    dir.join(crate::store::ARCHIVE_FILE).display()
+                ),
+            ));
+            out.push(kv(
                 "dumps",
                 format!(
                     "{} (flight-recorder fr_rank*, written when a run hangs)",
