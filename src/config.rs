@@ -53,6 +53,11 @@ max_fps = 20           # redraws per second at most after a key or click (1..120
 # samples = 8192
 # epochs = 2
 
+[store]
+# The most MiB of per-step lines kept per run in runs/<id>/steps.jsonl (every step and timeline
+# line, as received); 0 keeps them all. 1,024 ranks send ~13 MB/s. Default 4096.
+# archive_max_mb = 4096
+
 [timeline]
 steps = 50             # the Timeline pane shows the median of the last N steps (20..=500); f freezes one
 
@@ -268,6 +273,31 @@ pub struct LaunchCfg {
     pub epochs: Option<u32>,
 }
 
+/// `[store]`: what the data directory keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreCfg {
+    /// The most MiB one run's step archive (`runs/<id>/steps.jsonl`) may hold; 0: no limit.
+    pub archive_max_mb: u64,
+}
+
+/// The default archive bound: ~5 minutes of a 1,024-rank job, ~20 hours of 8 ranks.
+pub const ARCHIVE_MAX_MB: u64 = 4096;
+
+impl Default for StoreCfg {
+    fn default() -> Self {
+        StoreCfg {
+            archive_max_mb: ARCHIVE_MAX_MB,
+        }
+    }
+}
+
+impl StoreCfg {
+    /// The limit in bytes (`None`: none).
+    pub fn archive_limit(&self) -> Option<u64> {
+        (self.archive_max_mb > 0).then(|| self.archive_max_mb.saturating_mul(1 << 20))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineCfg {
     /// Steps the Timeline pane's median covers (20..=500).
@@ -385,6 +415,7 @@ pub struct Config {
     pub keys: KeyMap,
     pub refresh: Refresh,
     pub launch: LaunchCfg,
+    pub store: StoreCfg,
     pub timeline: TimelineCfg,
     pub watchdog: Watchdog,
     pub stragglers: crate::app::straggler::StragglerConfig,
@@ -408,6 +439,7 @@ impl Default for Config {
             keys: KeyMap::default(),
             refresh: Refresh::default(),
             launch: LaunchCfg::default(),
+            store: StoreCfg::default(),
             timeline: TimelineCfg::default(),
             watchdog: Watchdog::default(),
             stragglers: Default::default(),
@@ -491,6 +523,8 @@ struct RawConfig {
     #[serde(default)]
     launch: RawLaunch,
     #[serde(default)]
+    store: RawStore,
+    #[serde(default)]
     timeline: RawTimeline,
     #[serde(default)]
     watchdog: RawWatchdog,
@@ -517,6 +551,12 @@ struct RawRefresh {
 struct RawLaunch {
     samples: Option<Spanned<i64>>,
     epochs: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    archive_max_mb: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -753,6 +793,18 @@ impl Config {
                 )
             })?);
         }
+        if let Some(v) = &raw.store.archive_max_mb {
+            cfg.store.archive_max_mb = u64::try_from(*v.get_ref()).map_err(|_| {
+                err(
+                    v.span(),
+                    format!(
+                        "[store] archive_max_mb = {} must be 0 (no limit) or a positive number \
+                         of MiB",
+                        v.get_ref()
+                    ),
+                )
+            })?;
+        }
         if let Some(v) = raw.timeline.steps {
             if !(20..=crate::run::MAX_BUCKET_HISTORY).contains(v.get_ref()) {
                 return Err(err(
@@ -938,6 +990,29 @@ mod tests {
             let e = Config::parse(&format!("[launch]\n{bad}\n"), Path::new("c.toml"))
                 .unwrap_err()
                 .to_string();
+            assert!(e.contains(says) && e.contains("c.toml:2:"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn store_table_bounds_the_step_archive_and_checks_it() {
+        let parse = |t: &str| Config::parse(t, Path::new("c.toml"));
+        assert_eq!(
+            Config::default().store.archive_limit(),
+            Some(ARCHIVE_MAX_MB << 20)
+        );
+        let cfg = parse("[store]\narchive_max_mb = 10\n").unwrap();
+        assert_eq!(cfg.store.archive_limit(), Some(10 << 20));
+        let cfg = parse("[store]\narchive_max_mb = 0\n").unwrap();
+        assert_eq!(cfg.store.archive_limit(), None, "0: no limit");
+        for (bad, says) in [
+            (
+                "archive_max_mb = -1",
+                "archive_max_mb = -1 must be 0 (no limit) or a positive",
+            ),
+            ("archive_mb = 1", "archive_mb"),
+        ] {
+            let e = parse(&format!("[store]\n{bad}\n")).unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("c.toml:2:"), "{bad}: {e}");
         }
     }

@@ -59,6 +59,8 @@ pub struct EngineOptions {
     pub stragglers: crate::app::straggler::StragglerConfig,
     /// ddptop's NCCL profiler plugin for NCCL launches (`None`: off).
     pub nccl_profiler: Option<PathBuf>,
+    /// The most bytes of one run's step archive (`[store] archive_max_mb`; `None`: no limit).
+    pub archive_limit: Option<u64>,
 }
 
 impl EngineOptions {
@@ -76,6 +78,7 @@ impl EngineOptions {
             nodes: None,
             stop_attached_on_hang: false,
             nccl_profiler: None,
+            archive_limit: crate::config::StoreCfg::default().archive_limit(),
         }
     }
 }
@@ -177,7 +180,8 @@ impl Engine {
     pub fn start(opts: EngineOptions, state: State) -> anyhow::Result<Engine> {
         procs::raise_nofile_limit();
         std::fs::create_dir_all(&opts.data_dir)?;
-        let store = Store::open(&opts.data_dir.join("runs.db"))?;
+        let mut store = Store::open(&opts.data_dir.join("runs.db"))?;
+        store.archive().set_limit(opts.archive_limit);
         let (tx, rx) = mpsc::channel(8192);
         let server = SocketServer::start(&crate::paths::runtime_parent(), tx.clone())?;
         let mut state = state;

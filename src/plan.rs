@@ -100,6 +100,7 @@ pub fn setup(
     opts.watchdog.first_steps_s = config.watchdog.first_steps_s;
     opts.stop_attached_on_hang = config.watchdog.stop_attached_on_hang;
     opts.stragglers = config.stragglers;
+    opts.archive_limit = config.store.archive_limit();
     opts.nccl_profiler = (config.nccl_profiler && !g.no_nccl_profiler)
         .then(crate::supervisor::nccl_profiler::find)
         .flatten();

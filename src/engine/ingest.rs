@@ -296,7 +296,18 @@ impl Engine {
         self.last_flush = Instant::now();
         self.latest.take_due(self.last_flush, &mut self.pending);
         match self.store.archive().flush() {
-            Ok(()) => self.archive_error = None,
+            Ok(full) => {
+                self.archive_error = None;
+                for f in full {
+                    let text = format!(
+                        "the step archive reached {} MiB ([store] archive_max_mb): later step \
+                         and timeline lines of this run are not archived",
+                        f.limit >> 20
+                    );
+                    self.pending.push(EventRow::note(&f.run, &text));
+                    self.state.push_message(Level::Warn, Some(&f.run), text);
+                }
+            }
             Err(e) => {
                 let text = format!("step archive: {e}");
                 if self.archive_error.as_ref() != Some(&text) {
@@ -498,6 +509,60 @@ mod tests {
             (1..=25).collect::<Vec<u64>>(),
             "rank 0's every timeline"
         );
+    }
+
+    /// A run whose archive reaches `[store] archive_max_mb` is told so once, on screen and in
+    /// the run's stored log, and keeps running.
+    #[tokio::test]
+    async fn a_full_step_archive_is_said_once_and_the_run_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = engine(dir.path());
+        e.store.archive().set_limit(Some(1 << 20));
+        let (id, _token) = e
+            .open_external(RunSpec::new(Experiment::Weak, 1, Backend::Sim))
+            .unwrap();
+        let hello = Hello::new(
+            0,
+            1,
+            "host".into(),
+            "sim:0".into(),
+            CommBackend::Sim,
+            WorkerKind::Sim,
+        );
+        e.apply(worker(&id, WorkerMsg::Hello(hello)));
+        for n in 1..=4000u64 {
+            let line = format!(
+                r#"{{"v":1,"type":"step","rank":0,"step":{n},"epoch":1,"t":1.0,"warmup":false,"sync":true,"samples":8,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"host","pad":"{}"}}"#,
+                "x".repeat(200)
+            );
+            let msg = crate::protocol::parse_worker(&line).unwrap();
+            e.apply(SupEvent::Lines {
+                run: id.clone(),
+                lines: vec![crate::supervisor::Received { msg, line }],
+            });
+            if n % 1000 == 0 {
+                e.flush_events();
+            }
+        }
+        let said = |e: &Engine| {
+            e.state()
+                .messages
+                .iter()
+                .filter(|m| m.text.contains("step archive reached 1 MiB"))
+                .count()
+        };
+        assert_eq!(said(&e), 1);
+        assert_eq!(
+            e.state().run(&id).unwrap().ranks[&0].step,
+            4000,
+            "the run goes on"
+        );
+        e.close_external(&id, RunStatus::Completed);
+        let archive = dir.path().join("runs").join(&id).join("steps.jsonl");
+        let size = std::fs::metadata(&archive).unwrap().len();
+        assert!(size <= 1 << 20 && size > (1 << 20) - 400, "{size}");
+        let stored = Store::open(&dir.path().join("runs.db")).unwrap();
+        assert!(stored.stored_messages(&id, "step").unwrap() < 4000);
     }
 
     /// Only the variables the run sets are judged: a removed one (`None`) is nothing NCCL could
