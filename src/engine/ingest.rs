@@ -358,6 +358,18 @@ mod tests {
         }
     }
 
+    /// A sim rank's `hello` in a run of `k`.
+    fn hello(rank: u32, k: u32) -> WorkerMsg {
+        WorkerMsg::Hello(Hello::new(
+            rank,
+            k,
+            "host".into(),
+            format!("sim:{rank}"),
+            CommBackend::Sim,
+            WorkerKind::Sim,
+        ))
+    }
+
     fn step(rank: u32, step: u64) -> Step {
         Step {
             rank,
@@ -390,15 +402,7 @@ mod tests {
         let (id, _token) = e.open_external(spec).unwrap();
         assert_eq!(e.state().run(&id).unwrap().status, RunStatus::Starting);
         for rank in 0..2 {
-            let hello = Hello::new(
-                rank,
-                2,
-                "host".into(),
-                format!("sim:{rank}"),
-                CommBackend::Sim,
-                WorkerKind::Sim,
-            );
-            assert!(e.apply(worker(&id, WorkerMsg::Hello(hello))));
+            assert!(e.apply(worker(&id, hello(rank, 2))));
         }
         let run = e.state().run(&id).unwrap();
         assert_eq!(run.status, RunStatus::Running);
@@ -444,15 +448,7 @@ mod tests {
             .open_external(RunSpec::new(Experiment::Weak, 3, Backend::Sim))
             .unwrap();
         for rank in 0..3 {
-            let hello = Hello::new(
-                rank,
-                3,
-                "host".into(),
-                format!("sim:{rank}"),
-                CommBackend::Sim,
-                WorkerKind::Sim,
-            );
-            e.apply(worker(&id, WorkerMsg::Hello(hello)));
+            e.apply(worker(&id, hello(rank, 3)));
         }
         let received = |line: String| crate::supervisor::Received {
             msg: crate::protocol::parse_worker(&line).unwrap(),
@@ -521,15 +517,7 @@ mod tests {
         let (id, _token) = e
             .open_external(RunSpec::new(Experiment::Weak, 1, Backend::Sim))
             .unwrap();
-        let hello = Hello::new(
-            0,
-            1,
-            "host".into(),
-            "sim:0".into(),
-            CommBackend::Sim,
-            WorkerKind::Sim,
-        );
-        e.apply(worker(&id, WorkerMsg::Hello(hello)));
+        e.apply(worker(&id, hello(0, 1)));
         for n in 1..=4000u64 {
             let line = format!(
                 r#"{{"v":1,"type":"step","rank":0,"step":{n},"epoch":1,"t":1.0,"warmup":false,"sync":true,"samples":8,"fwd_ms":1.0,"bwd_ms":2.0,"opt_ms":0.5,"data_ms":0.1,"step_ms":3.6,"timing":"host","pad":"{}"}}"#,
