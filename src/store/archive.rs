@@ -139,10 +139,11 @@ impl StepArchive {
         let Some(path) = self.path(run).filter(|p| p.exists()) else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(&path)?;
+        // Line by line: an archive can be gigabytes.
+        use std::io::BufRead;
         let mut n = 0;
-        for line in text.lines() {
-            if kind_of(line).as_deref() == Some(kind) {
+        for line in std::io::BufReader::new(std::fs::File::open(&path)?).lines() {
+            if kind_of(&line?).as_deref() == Some(kind) {
                 n += 1;
             }
         }
