@@ -302,7 +302,7 @@ fn a_slow_rank_of_an_attached_script_is_named_and_a_healthy_one_is_not() {
             &[&["--k", "2"], flags].concat(),
             &[&script, "--samples", "4096", "--hidden", "256"],
         );
-        assert!(ok, "{doc:#}");
+        assert!(ok, "{doc:#}\n{}", output_tails(&doc));
         let r = doc["runs"][0].clone();
         assert_eq!(r["status"], "completed", "{r:#}");
         r

@@ -245,7 +245,7 @@ fn gloo_slow_rank_is_named_and_a_healthy_run_names_nobody() {
         let out = c.output().unwrap();
         let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        assert!(out.status.success(), "{doc:#}");
+        assert!(out.status.success(), "{doc:#}\n{}", output_tails(&doc));
         assert_no_survivors(&doc);
         doc["runs"][0].clone()
     };

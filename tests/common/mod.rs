@@ -121,3 +121,24 @@ pub fn cpu_shared() -> std::sync::RwLockReadGuard<'static, ()> {
 pub fn cpu_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
     CPU.write().unwrap_or_else(|e| e.into_inner())
 }
+
+/// The last lines of every run's `output.log` in a run document, for a failure's message: the
+/// log lives in the test's temporary directory, which is gone once the test has failed.
+#[allow(dead_code)]
+pub fn output_tails(doc: &Value) -> String {
+    let mut out = String::new();
+    for r in doc["runs"].as_array().into_iter().flatten() {
+        let Some(path) = r["output_log"].as_str() else {
+            continue;
+        };
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"));
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        out.push_str(&format!("--- {path} (last {} lines)\n", tail.len()));
+        for l in tail {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
