@@ -398,7 +398,7 @@ async fn execute(
     let runs_dir = engine
         .store_path()
         .parent()
-        .map(|d| d.join("runs"))
+        .map(crate::paths::runs_dir)
         .unwrap_or_default();
     let output_log = |id: &str| runs_dir.join(id).join("output.log");
     if let Some(list) = doc["runs"].as_array_mut() {

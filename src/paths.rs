@@ -15,6 +15,12 @@ pub fn data_dir(flag: Option<&std::path::Path>) -> PathBuf {
         .unwrap_or_else(|| std::env::temp_dir().join("ddptop-data"))
 }
 
+/// Where the runs' directories live in a data directory: `<data dir>/runs`, one `<run id>`
+/// directory each (output.log, command.txt, NCCL logs, flight-recorder dumps, steps.jsonl).
+pub fn runs_dir(data_dir: &std::path::Path) -> PathBuf {
+    data_dir.join("runs")
+}
+
 /// `--config` > `DDPTOP_CONFIG` > `$XDG_CONFIG_HOME/ddptop/config.toml`.
 pub fn config_file(flag: Option<&std::path::Path>) -> PathBuf {
     if let Some(p) = flag {

@@ -513,7 +513,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         .map(|r| r.run_dir.join(crate::store::ARCHIVE_FILE))
         .filter(|p| p.exists())
     {
-        let what = "every step and timeline line, as received";
+        let what = crate::store::ARCHIVE_WHAT;
         rows.push(("steps", format!("{} ({what})", steps.display())));
     }
     for l in &run.hang_report {

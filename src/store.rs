@@ -14,7 +14,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
 mod archive;
-pub use archive::{FILE as ARCHIVE_FILE, StepArchive};
+pub use archive::{FILE as ARCHIVE_FILE, StepArchive, WHAT as ARCHIVE_WHAT};
 
 pub struct Store {
     conn: Connection,
@@ -281,7 +281,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
         conn.execute_batch(SCHEMA)?;
         migrate(&conn)?;
-        let runs_dir = path.parent().unwrap_or(Path::new(".")).join("runs");
+        let runs_dir = crate::paths::runs_dir(path.parent().unwrap_or(Path::new(".")));
         let store = Store {
             conn,
             path: path.to_path_buf(),

@@ -34,7 +34,7 @@ impl Engine {
         if let Some(note) = gpus_lease.as_ref().and_then(|l| l.unlocked.clone()) {
             self.state.push_message(Level::Warn, Some(&id), note);
         }
-        let run_dir = self.opts.data_dir.join("runs").join(&id);
+        let run_dir = crate::paths::runs_dir(&self.opts.data_dir).join(&id);
         std::fs::create_dir_all(&run_dir)?;
         let token = new_token();
         let plan = self.node_plan(spec.k)?;
@@ -210,7 +210,7 @@ impl Engine {
     #[doc(hidden)]
     pub fn open_external(&mut self, spec: RunSpec) -> anyhow::Result<(String, String)> {
         let id = new_run_id();
-        let run_dir = self.opts.data_dir.join("runs").join(&id);
+        let run_dir = crate::paths::runs_dir(&self.opts.data_dir).join(&id);
         std::fs::create_dir_all(&run_dir)?;
         let token = new_token();
         let started_unix = crate::util::unix_now();

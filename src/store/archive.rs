@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 /// The archive's file name in a run's directory.
 pub const FILE: &str = "steps.jsonl";
 
+/// What the archive holds, as the run details and `ddptop show` describe it.
+pub const WHAT: &str = "every step and timeline line, as received";
+
 pub struct StepArchive {
     runs_dir: PathBuf,
     /// Bytes a run's archive may grow to (`[store] archive_max_mb`); `None`: no limit.

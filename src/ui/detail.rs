@@ -220,15 +220,20 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     for l in &run.hang_report {
         out.push(kv("evidence", l.clone()));
     }
-    match s.data_dir.as_ref().map(|d| d.join("runs").join(&run.id)) {
+    match s
+        .data_dir
+        .as_ref()
+        .map(|d| crate::paths::runs_dir(d).join(&run.id))
+    {
         Some(dir) => {
             out.push(kv("output", dir.join("output.log").display().to_string()));
             out.push(kv("command", dir.join("command.txt").display().to_string()));
             out.push(kv(
                 "steps",
                 format!(
-                    "{} (every step and timeline line, as received)",
-                    dir.join(crate::store::ARCHIVE_FILE).display()
+                    "{} ({})",
+                    dir.join(crate::store::ARCHIVE_FILE).display(),
+                    crate::store::ARCHIVE_WHAT
                 ),
             ));
             out.push(kv(
