@@ -76,6 +76,57 @@ impl<R: tokio::io::AsyncRead + Unpin> LineReader<tokio::io::BufReader<R>> {
     }
 }
 
+impl<R: tokio::io::AsyncRead + Unpin> LineReader<tokio::io::BufReader<R>> {
+    /// The reader and every byte read from it but not yet returned as a line (the start of a
+    /// partial line, then what the read buffer holds): how a connection moves on to another
+    /// reader without losing what its peer sent right after the handshake.
+    pub fn into_parts(self) -> (R, Vec<u8>) {
+        let mut rest = self.buf;
+        rest.extend_from_slice(self.inner.buffer());
+        (self.inner.into_inner(), rest)
+    }
+}
+
+/// Newline framing over bytes that come in chunks, without any reader (the paced reader
+/// thread's connections): the same limit and outcomes as [`LineReader`].
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl LineSplitter {
+    pub fn new(max: usize) -> LineSplitter {
+        LineSplitter {
+            buf: Vec::new(),
+            max,
+        }
+    }
+
+    /// Hand every outcome that `chunk` completes to `out`, in order, until `out` says stop
+    /// (returns false). Returns whether it was told to stop.
+    pub fn push(&mut self, mut chunk: &[u8], mut out: impl FnMut(ReadOutcome) -> bool) -> bool {
+        while !chunk.is_empty() {
+            let (consumed, outcome) = take_line(&mut self.buf, chunk, self.max);
+            chunk = &chunk[consumed..];
+            if let Some(o) = outcome
+                && !out(o)
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// At the end of the stream: a trailing partial line without newline is still a line.
+    pub fn finish(&mut self) -> ReadOutcome {
+        if self.buf.is_empty() {
+            ReadOutcome::Eof
+        } else {
+            finish(std::mem::take(&mut self.buf))
+        }
+    }
+}
+
 /// Take bytes up to the next newline from `available` (after what `buf` holds of the line):
 /// how many bytes to consume, and the line when it is complete (or too long).
 fn take_line(buf: &mut Vec<u8>, available: &[u8], max: usize) -> (usize, Option<ReadOutcome>) {
@@ -117,6 +168,57 @@ fn finish(mut line: Vec<u8>) -> ReadOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn split_all(s: &mut LineSplitter, chunk: &[u8]) -> Vec<ReadOutcome> {
+        let mut v = Vec::new();
+        s.push(chunk, |o| {
+            v.push(o);
+            true
+        });
+        v
+    }
+
+    #[test]
+    fn the_splitter_joins_lines_across_chunks_and_keeps_a_trailing_one_for_the_end() {
+        let mut s = LineSplitter::new(16);
+        assert_eq!(split_all(&mut s, b"ab"), vec![]);
+        assert_eq!(
+            split_all(&mut s, b"c\r\nd\ne"),
+            vec![
+                ReadOutcome::Line("abc".into()),
+                ReadOutcome::Line("d".into())
+            ]
+        );
+        assert_eq!(s.finish(), ReadOutcome::Line("e".into()));
+        assert_eq!(s.finish(), ReadOutcome::Eof);
+    }
+
+    #[test]
+    fn the_splitter_holds_lines_to_its_limit_and_stops_when_told() {
+        let mut s = LineSplitter::new(4);
+        assert_eq!(split_all(&mut s, b"abc"), vec![]);
+        assert_eq!(split_all(&mut s, b"de\n"), vec![ReadOutcome::TooLong]);
+        assert_eq!(split_all(&mut s, b"\xff\n"), vec![ReadOutcome::BadUtf8]);
+        let mut seen = 0;
+        let stopped = s.push(b"a\nb\nc\n", |_| {
+            seen += 1;
+            seen < 2
+        });
+        assert!(stopped);
+        assert_eq!(seen, 2);
+    }
+
+    #[tokio::test]
+    async fn into_parts_gives_back_what_was_read_but_not_taken() {
+        let input: &[u8] = b"hello\nstep 1\nste";
+        let mut r = LineReader::new(tokio::io::BufReader::new(input));
+        assert_eq!(
+            r.next_line().await.unwrap(),
+            ReadOutcome::Line("hello".into())
+        );
+        let (_, rest) = r.into_parts();
+        assert_eq!(rest, b"step 1\nste");
+    }
 
     #[tokio::test]
     async fn buffered_lines_are_taken_without_reading_and_a_partial_one_waits() {

@@ -9,7 +9,7 @@ pub mod messages;
 pub mod nccl;
 pub mod validate;
 
-pub use framing::{LineReader, MAX_LINE_BYTES, ReadOutcome};
+pub use framing::{LineReader, LineSplitter, MAX_LINE_BYTES, ReadOutcome};
 pub use messages::*;
 pub use nccl::{NcclBatch, NcclColl, NcclFuncSum, NcclHello, NcclInflight};
 pub use validate::{ProtocolError, parse_control, parse_worker};

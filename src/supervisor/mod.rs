@@ -7,12 +7,14 @@ pub mod flight;
 pub mod gpu_guard;
 pub mod handrolled;
 pub mod launch;
+pub mod lines;
 pub mod nccl_log;
 pub mod nccl_profiler;
 pub mod nodes;
 pub mod output;
 pub mod procs;
 pub mod profiler_conn;
+pub mod reader;
 pub mod socket;
 pub mod tcp;
 pub mod tls;
@@ -66,8 +68,9 @@ pub enum SupEvent {
     /// A validated message from an authenticated connection (including its `hello`).
     /// (Boxed: a worker message is far larger than the other events.)
     Worker { run: String, msg: Box<WorkerMsg> },
-    /// Validated messages that one authenticated connection had ready at once, in order, each
-    /// with its line as received (the store keeps the line instead of re-serializing it).
+    /// Validated messages that authenticated connections of one run had ready at once (one
+    /// connection's, or every rank's of a round of the paced reader), each rank's in order,
+    /// each with its line as received (the store keeps the line instead of re-serializing it).
     Lines { run: String, lines: Vec<Received> },
     /// Bad lines dropped on an authenticated connection since the last report.
     BadLines {

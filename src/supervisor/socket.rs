@@ -2,6 +2,8 @@
 //! `hello` first, duplicate ranks refused. Connection tasks forward validated messages to the
 //! engine and write commands back.
 
+use super::lines::{LineCheck, Verdict};
+use super::reader::{Handoff, Reader, Stream};
 use super::{Received, SupEvent};
 use crate::protocol::{ControlMsg, ErrorCode, LineReader, ReadOutcome, WorkerMsg, parse_worker};
 use std::collections::{HashMap, HashSet};
@@ -31,7 +33,12 @@ struct RunAuth {
 }
 
 #[derive(Clone, Default)]
-pub struct Registry(Arc<Mutex<HashMap<String, RunAuth>>>);
+pub struct Registry {
+    runs: Arc<Mutex<HashMap<String, RunAuth>>>,
+    /// The paced reader that serves the admitted plain sockets: told when a command waits or
+    /// a run's connections should close.
+    reader: Arc<std::sync::OnceLock<Reader>>,
+}
 
 impl Registry {
     pub fn open_run(&self, run: &str, token: &str, world_size: u32) {
@@ -60,16 +67,21 @@ impl Registry {
             a.profilers.clear();
             a.agents.clear();
         }
+        self.wake_reader();
     }
 
     /// Send a command to every connected rank of a run; returns how many got it.
     pub fn command(&self, run: &str, msg: ControlMsg) -> usize {
-        let g = self.lock();
-        let Some(a) = g.get(run) else { return 0 };
-        a.senders
-            .values()
-            .filter(|s| s.send(msg.clone()).is_ok())
-            .count()
+        let sent = {
+            let g = self.lock();
+            let Some(a) = g.get(run) else { return 0 };
+            a.senders
+                .values()
+                .filter(|s| s.send(msg.clone()).is_ok())
+                .count()
+        };
+        self.wake_reader();
+        sent
     }
 
     /// The peer address of a rank that connected over TCP; `None` for a local (Unix) rank.
@@ -78,7 +90,18 @@ impl Registry {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunAuth>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.runs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The paced reader of this registry's plain sockets (started with the Unix socket server).
+    pub(crate) fn reader(&self) -> Option<&Reader> {
+        self.reader.get()
+    }
+
+    fn wake_reader(&self) {
+        if let Some(r) = self.reader.get() {
+            r.wake();
+        }
     }
 
     /// Admit a `hello`, or say why not.
@@ -186,7 +209,7 @@ impl Registry {
         }
     }
 
-    fn drop_sender(&self, run: &str, rank: u32) {
+    pub(crate) fn drop_sender(&self, run: &str, rank: u32) {
         if let Some(a) = self.lock().get_mut(run) {
             a.senders.remove(&rank);
         }
@@ -244,6 +267,9 @@ pub struct SocketServer {
 impl Drop for SocketServer {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(r) = self.registry.reader() {
+            r.stop();
+        }
         let _ = std::fs::remove_file(&self.path);
         // Written beside the socket by a multi-node run; the directory only goes when empty.
         let _ = std::fs::remove_file(self.dir.join(TCP_ADDR_FILE));
@@ -279,8 +305,9 @@ impl SocketServer {
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let registry = Registry::default();
-        let reg = registry.clone();
-        let task = tokio::spawn(accept_loop(listener, reg, events));
+        let reader = Reader::start(registry.clone(), events.clone())?;
+        let _ = registry.reader.set(reader.clone());
+        let task = tokio::spawn(accept_loop(listener, registry.clone(), events, reader));
         Ok(SocketServer {
             dir,
             path,
@@ -336,11 +363,16 @@ fn remove_stale_dirs(parent: &Path) {
     }
 }
 
-async fn accept_loop(listener: UnixListener, reg: Registry, events: mpsc::Sender<SupEvent>) {
+async fn accept_loop(
+    listener: UnixListener,
+    reg: Registry,
+    events: mpsc::Sender<SupEvent>,
+    reader: Reader,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(serve(stream, reg.clone(), events.clone()));
+                tokio::spawn(serve(stream, reg.clone(), events.clone(), reader.clone()));
             }
             // EMFILE and friends: back off instead of spinning.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -350,21 +382,14 @@ async fn accept_loop(listener: UnixListener, reg: Registry, events: mpsc::Sender
 
 /// The one answer to an unknown run, a wrong token or a finished run.
 pub(crate) const REFUSED: &str = "no such run, or the token does not match";
-/// Longest line before `hello` is admitted: a hello is a few hundred bytes, and until the
-/// token is checked a stranger must not make ddptop hold the 1 MiB a rank's line may take.
 pub const MAX_HELLO_BYTES: usize = 8 << 10;
 
-/// How long a connection may sit before sending its `hello`.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Lines read per wake-up, and so handed to the engine in one event, at most. The engine's
-/// channel is bounded in events (8192), so this bounds what can wait in it, in lines, when the
-/// engine falls behind (at 16, 1,024 ranks on an overloaded machine held 70 MB more); a rank's
-/// usual burst is its step, its buckets and sometimes a heartbeat.
+/// Lines a TLS connection's task hands the engine per event at most.
 const MAX_BATCH: usize = 4;
-/// Error answers per connection; later bad lines are only counted.
-pub(crate) const MAX_ERROR_REPLIES: u64 = 16;
+pub(crate) use super::lines::MAX_ERROR_REPLIES;
 
-async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>) {
+async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>, reader: Reader) {
     let (rd, mut wr) = stream.into_split();
     let peer_uid = wr.as_ref().peer_cred().map(|c| c.uid()).ok();
     if peer_uid != Some(nix::unistd::getuid().as_raw()) {
@@ -381,10 +406,54 @@ async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>
             .await;
         return;
     }
-    serve_conn(rd, wr, Via::Unix, reg, events).await;
+    let Some(a) = handshake(rd, wr, Via::Unix, &reg, &events).await else {
+        return;
+    };
+    let (rd, rest) = a.lines.into_parts();
+    let stream = rd
+        .reunite(a.wr)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|s| s.into_std());
+    let stream = stream.map(|s| Stream::Unix(mio::net::UnixStream::from_std(s)));
+    hand_off(
+        stream,
+        rest,
+        (a.check, a.rx),
+        Box::new(()),
+        &reg,
+        &events,
+        &reader,
+    )
+    .await;
 }
 
-/// How a connection reached ddptop: the local Unix socket, or TCP from another node (its peer).
+/// Give an admitted connection's socket to the paced reader (`reader`), with the bytes its
+/// handshake read past the hello; a socket that cannot be moved ends the connection.
+pub(crate) async fn hand_off(
+    stream: std::io::Result<Stream>,
+    rest: Vec<u8>,
+    (check, control): (LineCheck, mpsc::UnboundedReceiver<ControlMsg>),
+    guard: Box<dyn Send>,
+    reg: &Registry,
+    events: &mpsc::Sender<SupEvent>,
+    reader: &Reader,
+) {
+    match stream {
+        Ok(stream) => reader.hand_off(Handoff {
+            stream,
+            rest,
+            check,
+            control,
+            guard,
+        }),
+        Err(_) => {
+            reg.drop_sender(&check.run, check.rank);
+            let (run, rank) = (check.run, check.rank);
+            let _ = events.send(SupEvent::Disconnected { run, rank }).await;
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
     Unix,
@@ -392,8 +461,6 @@ pub enum Via {
 }
 
 impl Via {
-    /// Where it came from, for a log line's end: nothing for the local socket,
-    /// ` (tcp from ADDR)` for another node.
     pub(crate) fn suffix(self) -> String {
         match self {
             Via::Unix => String::new(),
@@ -402,16 +469,26 @@ impl Via {
     }
 }
 
-/// One authenticated connection, whatever carries it (Unix socket or TCP): `hello` first within
-/// `HELLO_TIMEOUT`, the token checked in constant time, then validated lines forwarded and
-/// commands written back, with the same line limit and garbage counting on every transport.
-pub(crate) async fn serve_conn<R, W>(
+/// A worker connection past its handshake: admitted to its run, welcomed, its hello given to
+/// the engine.
+pub(crate) struct Admitted<R, W> {
+    pub lines: LineReader<BufReader<R>>,
+    pub wr: W,
+    pub check: LineCheck,
+    pub rx: mpsc::UnboundedReceiver<ControlMsg>,
+}
+
+/// The first line decides what the connection is: a node agent's or the NCCL profiler
+/// plugin's connection is served here to its end (`None`); a worker's hello is checked against
+/// its run and welcomed (`Some`); anything else is refused (`None`).
+pub(crate) async fn handshake<R, W>(
     rd: R,
     mut wr: W,
     via: Via,
-    reg: Registry,
-    events: mpsc::Sender<SupEvent>,
-) where
+    reg: &Registry,
+    events: &mpsc::Sender<SupEvent>,
+) -> Option<Admitted<R, W>>
+where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
@@ -419,29 +496,31 @@ pub(crate) async fn serve_conn<R, W>(
     let from = via.suffix();
     let mut lines = LineReader::with_max(BufReader::new(rd), MAX_HELLO_BYTES);
     let first = tokio::time::timeout(HELLO_TIMEOUT, lines.next_line()).await;
+    let (reg, events) = (reg.clone(), events.clone());
     let hello = match first {
-        // A node agent (`ddptop agent`), not a rank: served by its own loop.
         Ok(Ok(ReadOutcome::Line(l))) if crate::protocol::agent::is_agent_hello(&l) => {
-            return super::agent_conn::serve_agent(&l, lines, wr, via, reg, events).await;
+            super::agent_conn::serve_agent(&l, lines, wr, via, reg, events).await;
+            return None;
         }
         Ok(Ok(ReadOutcome::Line(l))) => match parse_worker(&l) {
             Ok(WorkerMsg::Hello(h)) => h,
             Ok(WorkerMsg::NcclHello(h)) => {
-                return super::profiler_conn::serve(h, lines, wr, via, reg, events).await;
+                super::profiler_conn::serve(h, lines, wr, via, reg, events).await;
+                return None;
             }
             Ok(other) => {
                 let detail = format!("first line was `{}`, not hello{from}", other.type_name());
                 let _ =
                     write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
                 let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
-                return;
+                return None;
             }
             Err(e) => {
                 let detail = format!("first line is not a valid hello: {e}{from}");
                 let _ =
                     write_line(&mut wr, &reject(ErrorCode::ExpectedHello, detail.clone())).await;
                 let _ = events.send(SupEvent::Rejected { run: None, detail }).await;
-                return;
+                return None;
             }
         },
         Ok(Ok(ReadOutcome::TooLong)) => {
@@ -456,18 +535,16 @@ pub(crate) async fn serve_conn<R, W>(
                     detail: format!("first line over 8 KiB{from}"),
                 })
                 .await;
-            return;
+            return None;
         }
-        // Idle, EOF, bad UTF-8 or I/O error before hello: just close.
-        _ => return,
+        _ => return None,
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     if let Err((code, msg)) = reg.admit(&hello, tx, via) {
         let detail = format!("rank {}: {msg}{from}", hello.rank);
         refuse(&mut wr, &events, &hello.run_id, (code, msg), detail).await;
-        return;
+        return None;
     }
-    // Admitted: a rank's lines may be as long as the protocol allows.
     lines.set_max(crate::protocol::MAX_LINE_BYTES);
     let run = hello.run_id.clone();
     let rank = hello.rank;
@@ -478,7 +555,7 @@ pub(crate) async fn serve_conn<R, W>(
     };
     if write_line(&mut wr, &welcome).await.is_err() {
         reg.drop_sender(&run, rank);
-        return;
+        return None;
     }
     let _ = events
         .send(SupEvent::Worker {
@@ -486,72 +563,88 @@ pub(crate) async fn serve_conn<R, W>(
             msg: Box::new(WorkerMsg::Hello(hello)),
         })
         .await;
+    Some(Admitted {
+        lines,
+        wr,
+        check: LineCheck::new(run, rank),
+        rx,
+    })
+}
 
-    let mut bad: u64 = 0;
-    let mut pending_bad: u64 = 0;
-    let mut last_error = String::new();
+/// A worker connection served by its own task, from handshake to end (TLS connections: their
+/// TLS state lives in the task; every plain socket goes to the paced reader instead).
+pub(crate) async fn serve_conn<R, W>(
+    rd: R,
+    wr: W,
+    via: Via,
+    reg: Registry,
+    events: mpsc::Sender<SupEvent>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if let Some(a) = handshake(rd, wr, via, &reg, &events).await {
+        stream_lines(a, reg, events).await;
+    }
+}
+
+pub(crate) async fn stream_lines<R, W>(
+    a: Admitted<R, W>,
+    reg: Registry,
+    events: mpsc::Sender<SupEvent>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let Admitted {
+        mut lines,
+        mut wr,
+        mut check,
+        mut rx,
+    } = a;
     loop {
         tokio::select! {
             out = rx.recv() => match out {
                 Some(msg) => { if write_line(&mut wr, &msg).await.is_err() { break; } }
-                // The run was closed: hang up, the worker's dead-man switch does the rest.
                 None => break,
             },
             line = lines.next_line() => {
-                // This line and the ones already buffered behind it go to the engine as one
-                // event: one channel send and one engine wake-up per read, not per line.
                 let mut batch: Vec<Received> = Vec::new();
                 let mut next = Some(line);
                 let mut close = false;
-                // Bad lines count too: a flood of garbage returns to the select (and its
-                // commands) as often as good lines do.
                 let mut taken = 0;
                 while let Some(line) = next.take() {
                     taken += 1;
-                    let line = match line {
-                        Ok(ReadOutcome::Line(l)) => l,
-                        Ok(ReadOutcome::TooLong) => {
-                            let _ = write_line(&mut wr, &reject(ErrorCode::LineTooLong, "line over 1 MiB; closing".into())).await;
-                            pending_bad += 1;
-                            last_error = "line over 1 MiB".into();
+                    match check.judge(line.unwrap_or(ReadOutcome::Eof)) {
+                        Verdict::Keep(r) => batch.push(r),
+                        Verdict::Drop(reply) => {
+                            if let Some(m) = reply {
+                                let _ = write_line(&mut wr, &m).await;
+                            }
+                            if check.bad_report_due()
+                                && let Some(ev) = check.take_bad()
+                            {
+                                let _ = events.send(ev).await;
+                            }
+                        }
+                        Verdict::Close(reply) => {
+                            if let Some(m) = reply {
+                                let _ = write_line(&mut wr, &m).await;
+                            }
                             close = true;
                             break;
                         }
-                        Ok(ReadOutcome::BadUtf8) => { pending_bad += 1; last_error = "invalid UTF-8".into(); close = true; break; }
-                        Ok(ReadOutcome::Eof) | Err(_) => { close = true; break; }
-                    };
-                    match parse_worker(&line) {
-                        Ok(msg) if msg.rank() == rank && !matches!(msg, WorkerMsg::Hello(_)) => {
-                            batch.push(Received { msg, line });
-                        }
-                        other => {
-                            let detail = match other {
-                                Ok(WorkerMsg::Hello(_)) => "a second hello".to_string(),
-                                Ok(m) => format!("rank {} on rank {rank}'s connection", m.rank()),
-                                Err(e) => e.to_string(),
-                            };
-                            bad += 1;
-                            pending_bad += 1;
-                            if bad <= MAX_ERROR_REPLIES {
-                                let _ = write_line(&mut wr, &reject(ErrorCode::BadMessage, detail.clone())).await;
-                            }
-                            last_error = detail;
-                            if pending_bad >= 1024 {
-                                flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
-                            }
-                        }
                     }
                     if taken < MAX_BATCH {
-                        // Only whole lines already read: no waiting, and no read that would
-                        // find nothing (the next wake-up reads what comes).
                         next = lines.next_buffered().map(Ok);
                     }
                 }
                 if !batch.is_empty() {
-                    if pending_bad > 0 {
-                        flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
+                    if let Some(ev) = check.take_bad() {
+                        let _ = events.send(ev).await;
                     }
-                    if events.send(SupEvent::Lines { run: run.clone(), lines: batch }).await.is_err() { break; }
+                    let run = check.run.clone();
+                    if events.send(SupEvent::Lines { run, lines: batch }).await.is_err() { break; }
                 }
                 if close {
                     break;
@@ -559,34 +652,18 @@ pub(crate) async fn serve_conn<R, W>(
             }
         }
     }
-    if pending_bad > 0 {
-        flush_bad(&events, &run, rank, &mut pending_bad, &last_error).await;
+    if let Some(ev) = check.take_bad() {
+        let _ = events.send(ev).await;
     }
-    reg.drop_sender(&run, rank);
-    let _ = events.send(SupEvent::Disconnected { run, rank }).await;
-}
-
-async fn flush_bad(
-    events: &mpsc::Sender<SupEvent>,
-    run: &str,
-    rank: u32,
-    pending: &mut u64,
-    last: &str,
-) {
+    reg.drop_sender(&check.run, check.rank);
     let _ = events
-        .send(SupEvent::BadLines {
-            run: run.to_string(),
-            rank,
-            count: *pending,
-            last_error: last.to_string(),
+        .send(SupEvent::Disconnected {
+            run: check.run,
+            rank: check.rank,
         })
         .await;
-    *pending = 0;
 }
 
-/// Refuse an admission (a rank, an NCCL profiler or a node agent): the peer hears only
-/// `REFUSED` for a token or run that does not match, so a guess learns nothing; ddptop's record
-/// gets `detail`, the full reason.
 pub(crate) async fn refuse<W: AsyncWrite + Unpin>(
     wr: &mut W,
     events: &mpsc::Sender<SupEvent>,
@@ -669,6 +746,164 @@ mod tests {
         // Creating over an existing directory is refused, not reused.
         let e = create_private_dir(&guess).unwrap_err().to_string();
         assert!(e.contains("cannot create the socket directory"), "{e}");
+    }
+
+    use crate::protocol::{CommBackend, Heartbeat, Hello, WorkerKind};
+    use std::io::{BufRead, Write};
+
+    fn hello_line(rank: u32, token: &str) -> String {
+        let h = WorkerMsg::Hello(Hello {
+            token: token.to_string(),
+            run_id: "r1".into(),
+            ..Hello::new(
+                rank,
+                2,
+                "h".into(),
+                "cpu".into(),
+                CommBackend::Gloo,
+                WorkerKind::Train,
+            )
+        });
+        h.to_line() + "\n"
+    }
+
+    fn beat_line(rank: u32, step: u64) -> String {
+        let m = WorkerMsg::Heartbeat(Heartbeat {
+            rank,
+            step,
+            t: step as f64,
+            phase: None,
+            cpu_s: None,
+            coll: None,
+        });
+        m.to_line() + "\n"
+    }
+
+    /// A worker of run `r1` connected over the real socket and welcomed (its hello event
+    /// taken), and the server's event channel.
+    async fn admitted(
+        rank: u32,
+        first: &str,
+    ) -> (
+        SocketServer,
+        mpsc::Receiver<SupEvent>,
+        std::io::BufReader<std::os::unix::net::UnixStream>,
+        tempfile::TempDir,
+    ) {
+        let parent = tempfile::tempdir().unwrap();
+        let (tx, mut rx) = mpsc::channel(64);
+        let server = SocketServer::start(parent.path(), tx).unwrap();
+        server.registry.open_run("r1", "tok", 2);
+        let mut s = std::os::unix::net::UnixStream::connect(&server.path).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // The hello and whatever the worker writes right after it, in one write: what the
+        // handshake reads past the hello must reach the engine too.
+        s.write_all(format!("{}{first}", hello_line(rank, "tok")).as_bytes())
+            .unwrap();
+        let mut r = std::io::BufReader::new(s);
+        let mut welcome = String::new();
+        r.read_line(&mut welcome).unwrap();
+        assert!(welcome.contains("welcome"), "{welcome}");
+        match next(&mut rx).await {
+            SupEvent::Worker { msg, .. } => assert_eq!(msg.type_name(), "hello"),
+            other => panic!("{other:?}"),
+        }
+        (server, rx, r, parent)
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<SupEvent>) -> SupEvent {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("no event within 5 s")
+            .expect("channel closed")
+    }
+
+    /// The steps of every `Lines` event until `n` have come.
+    async fn steps(rx: &mut mpsc::Receiver<SupEvent>, n: usize) -> Vec<u64> {
+        let mut got = Vec::new();
+        while got.len() < n {
+            match next(rx).await {
+                SupEvent::Lines { run, lines } => {
+                    assert_eq!(run, "r1");
+                    got.extend(lines.iter().map(|r| r.msg.step().unwrap()));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        got
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lines_sent_with_the_hello_and_after_it_arrive_in_order_then_the_hang_up() {
+        let (_server, mut rx, r, _dir) = admitted(1, &beat_line(1, 1)).await;
+        let mut s = r.into_inner();
+        s.write_all(format!("{}{}", beat_line(1, 2), beat_line(1, 3)).as_bytes())
+            .unwrap();
+        // A last line without its newline is still a line when the worker hangs up.
+        s.write_all(beat_line(1, 4).trim_end().as_bytes()).unwrap();
+        assert_eq!(steps(&mut rx, 3).await, vec![1, 2, 3]);
+        drop(s);
+        assert_eq!(steps(&mut rx, 1).await, vec![4]);
+        match next(&mut rx).await {
+            SupEvent::Disconnected { run, rank } => assert_eq!((run.as_str(), rank), ("r1", 1)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commands_reach_the_worker_and_closing_the_run_hangs_up() {
+        let (server, mut rx, mut r, _dir) = admitted(0, "").await;
+        let stop = ControlMsg::Command {
+            cmd: crate::protocol::Command::Stop,
+        };
+        assert_eq!(server.registry.command("r1", stop), 1);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.contains("\"stop\""), "{line}");
+        server.registry.close_run("r1");
+        line.clear();
+        assert_eq!(r.read_line(&mut line).unwrap(), 0, "still open: {line}");
+        match next(&mut rx).await {
+            SupEvent::Disconnected { rank, .. } => assert_eq!(rank, 0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bad_lines_are_answered_counted_and_the_good_ones_still_arrive() {
+        let (_server, mut rx, mut r, _dir) = admitted(1, "").await;
+        let bad = format!("not json\n{}", beat_line(0, 1));
+        r.get_mut()
+            .write_all(format!("{bad}{}", beat_line(1, 7)).as_bytes())
+            .unwrap();
+        for _ in 0..2 {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            assert!(line.contains("bad_message"), "{line}");
+        }
+        assert_eq!(steps(&mut rx, 1).await, vec![7]);
+        match next(&mut rx).await {
+            SupEvent::BadLines {
+                count, last_error, ..
+            } => {
+                assert_eq!(count, 2);
+                assert!(last_error.contains("rank 0 on rank 1"), "{last_error}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A line over the limit: told why, then closed.
+        let long = vec![b'x'; crate::protocol::MAX_LINE_BYTES + 10];
+        let _ = r.get_mut().write_all(&long);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.contains("line_too_long"), "{line}");
+        loop {
+            match next(&mut rx).await {
+                SupEvent::BadLines { .. } => {}
+                SupEvent::Disconnected { rank, .. } => break assert_eq!(rank, 1),
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The TCP listener for ranks on other nodes (multi-node runs, docs/multinode.md).
 //!
-//! Everything after `accept` is the Unix socket's per-connection code (`socket::serve_conn`):
+//! Everything after `accept` is the Unix socket's per-connection code (`socket::handshake`, then
+//! the paced reader, `supervisor::reader`; a TLS connection keeps its task, `socket::serve_conn`):
 //! the same protocol v1 lines, 1 MiB line limit, `hello` within 10 s, the run's token compared in
 //! constant time, duplicate ranks refused and bad lines counted. TCP has no SO_PEERCRED, so the
 //! token is the only credential; the listener additionally caps concurrent connections, in all
@@ -11,7 +12,8 @@
 //! and everything after it is the same.
 
 use super::SupEvent;
-use super::socket::{Registry, Via, serve_conn};
+use super::reader::Stream;
+use super::socket::{Registry, Via, hand_off, handshake, serve_conn, stream_lines};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -139,9 +141,16 @@ async fn accept_loop(
                 let tls = tls.clone();
                 tokio::spawn(async move {
                     match tls {
+                        // The slots go with the socket: they are given back when it closes.
                         None => {
-                            let (rd, wr) = stream.into_split();
-                            serve_conn(rd, wr, Via::Tcp(peer), reg, events).await;
+                            return serve_plain(
+                                stream,
+                                peer,
+                                reg,
+                                events,
+                                Box::new((permit, peer_slot)),
+                            )
+                            .await;
                         }
                         Some(acceptor) => {
                             let shake =
@@ -170,6 +179,32 @@ async fn accept_loop(
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
+}
+
+/// A plain TCP worker connection: the handshake in this task, then the socket (and `slots`,
+/// held until it closes) to the paced reader, as the Unix socket's connections.
+async fn serve_plain(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    reg: Registry,
+    events: mpsc::Sender<SupEvent>,
+    slots: Box<dyn Send>,
+) {
+    let (rd, wr) = stream.into_split();
+    let Some(a) = handshake(rd, wr, Via::Tcp(peer), &reg, &events).await else {
+        return;
+    };
+    let Some(reader) = reg.reader().cloned() else {
+        // No Unix socket server (and so no reader) in this process: serve it here.
+        return stream_lines(a, reg, events).await;
+    };
+    let (rd, rest) = a.lines.into_parts();
+    let stream = rd
+        .reunite(a.wr)
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|s| s.into_std());
+    let stream = stream.map(|s| Stream::Tcp(mio::net::TcpStream::from_std(s)));
+    hand_off(stream, rest, (a.check, a.rx), slots, &reg, &events, &reader).await;
 }
 
 #[cfg(test)]
