@@ -749,6 +749,7 @@ mod tests {
     }
 
     use crate::protocol::{CommBackend, Heartbeat, Hello, WorkerKind};
+    use crate::supervisor::reader::READS_PER_ROUND;
     use std::io::{BufRead, Write};
 
     fn hello_line(rank: u32, token: &str) -> String {
@@ -848,6 +849,25 @@ mod tests {
             SupEvent::Disconnected { run, rank } => assert_eq!((run.as_str(), rank), ("r1", 1)),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn more_than_a_rounds_reads_at_once_all_arrive_while_the_worker_stays_quiet() {
+        let (_server, mut rx, r, _dir) = admitted(1, "").await;
+        let mut s = r.into_inner();
+        // ~3 MiB in one go, then nothing: what one round leaves unread has no event to come.
+        let n = 40_000;
+        let all: String = (1..=n).map(|i| beat_line(1, i)).collect();
+        assert!(all.len() > 16 * READS_PER_ROUND * (64 << 10));
+        let w = std::thread::spawn(move || {
+            s.write_all(all.as_bytes()).unwrap();
+            s
+        });
+        assert_eq!(
+            steps(&mut rx, n as usize).await,
+            (1..=n).collect::<Vec<_>>()
+        );
+        drop(w.join().unwrap());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
