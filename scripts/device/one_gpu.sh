@@ -12,7 +12,14 @@ B=$(pick ./.carry/ddptop target/release/ddptop)
 export DDPTOP_HANDROLLED=$PWD/$(pick .carry/ddptop-handrolled target/release/ddptop-handrolled)
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/one_gpu.log"; }
 run() { local name=$1 cap=$2; shift 2; log "$name: ddptop $*"; local t0; t0=$(date +%s)
-  timeout -k 5 "$cap" "$B" "$@" --json > "$OUT/$name.json" 2> "$OUT/$name.stderr"
+  # --json is ddptop's: before a `--`, after which the arguments are the attached script's.
+  local args=() a json=0
+  for a in "$@"; do
+    if [ "$a" = "--" ] && [ $json = 0 ]; then args+=(--json); json=1; fi
+    args+=("$a")
+  done
+  [ $json = 0 ] && args+=(--json)
+  timeout -k 5 "$cap" "$B" "${args[@]}" > "$OUT/$name.json" 2> "$OUT/$name.stderr"
   log "$name rc=$? wall=$(( $(date +%s) - t0 )) s"; }
 run weak 90 run weak --k 1 --backend nccl --samples 30000 --epochs 2
 run handrolled 90 run handrolled --k 1 --backend nccl --model resnet18 --batch 256 --samples 30000 --epochs 2
