@@ -126,9 +126,20 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         }
         WorkerMsg::Buckets(b) => {
             crate::app::straggler::record_buckets(rank, b);
-            rank.buckets = Some(b.clone());
-            rank.recent_buckets.push_back(b.clone());
+            match &mut rank.buckets {
+                Some(latest) => assign_buckets(latest, b),
+                None => rank.buckets = Some(b.clone()),
+            }
             let cap = crate::run::view::bucket_history_cap(rank.rank, run.spec.k);
+            // A full history recycles its oldest timeline's buffer for the newest.
+            if rank.recent_buckets.len() >= cap
+                && let Some(mut oldest) = rank.recent_buckets.pop_front()
+            {
+                assign_buckets(&mut oldest, b);
+                rank.recent_buckets.push_back(oldest);
+            } else {
+                rank.recent_buckets.push_back(b.clone());
+            }
             while rank.recent_buckets.len() > cap {
                 rank.recent_buckets.pop_front();
             }
@@ -232,6 +243,17 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             rank.phase = Some(crate::protocol::Phase::Done);
         }
     }
+}
+
+/// `src` into `dst`, reusing `dst`'s span buffer: every rank replaces its timelines at every
+/// step, and at 1,024 ranks two allocations and two frees per message were measurable.
+fn assign_buckets(dst: &mut crate::protocol::Buckets, src: &crate::protocol::Buckets) {
+    let mut spans = std::mem::take(&mut dst.buckets);
+    spans.clone_from(&src.buckets);
+    *dst = crate::protocol::Buckets {
+        buckets: spans,
+        ..*src
+    };
 }
 
 /// A run is measured as much as its least-measured rank.
@@ -546,6 +568,49 @@ mod tests {
         assert_eq!(run.instrument, Some(Instrument::Off));
         apply_worker(&mut run, &hello(1), now);
         assert_eq!(run.instrument, Some(Instrument::Off), "never raised again");
+    }
+
+    #[test]
+    fn a_ranks_timelines_are_the_newest_ones_in_order_when_their_buffers_are_recycled() {
+        let now = Instant::now();
+        let spec = RunSpec::new(Experiment::Weak, 1024, Backend::Gloo);
+        let mut run = RunView::new("r".into(), spec, now, 0.0);
+        let cap = crate::run::view::bucket_history_cap(5, 1024);
+        let span = |i: u64| BucketSpan {
+            index: 0,
+            bytes: i,
+            ready_ms: i as f64,
+            start_ms: i as f64,
+            done_ms: i as f64 + 1.0,
+            kernel_ms: None,
+        };
+        for step in 1..=(cap as u64 + 7) {
+            // Timelines of one, then three, then two spans: a recycled buffer takes any length.
+            let spans = (0..[1, 3, 2][step as usize % 3])
+                .map(|j| span(step * 10 + j))
+                .collect();
+            let msg = WorkerMsg::Buckets(Buckets {
+                rank: 5,
+                step,
+                t: step as f64,
+                rebuilt: step > 1,
+                bwd_compute_ms: 1.0,
+                exposed_ms: step as f64,
+                buckets: spans,
+                start_inferred: (step % 2 == 0).then_some(true),
+            });
+            apply_worker(&mut run, &msg, now);
+            let WorkerMsg::Buckets(sent) = &msg else {
+                unreachable!()
+            };
+            let r = &run.ranks[&5];
+            assert_eq!(r.buckets.as_ref(), Some(sent));
+            assert_eq!(r.recent_buckets.back(), Some(sent));
+        }
+        let r = &run.ranks[&5];
+        assert_eq!(r.recent_buckets.len(), cap);
+        let steps: Vec<u64> = r.recent_buckets.iter().map(|b| b.step).collect();
+        assert_eq!(steps, (8..=(cap as u64 + 7)).collect::<Vec<_>>());
     }
 
     #[test]

@@ -155,6 +155,10 @@ impl Engine {
                 self.state.push_message(Level::Warn, Some(run), line);
             }
         }
+        // All but a few lines of a run: nothing below (byes, results, hellos) concerns them.
+        if matches!(msg, WorkerMsg::Step(_) | WorkerMsg::Buckets(_)) {
+            return true;
+        }
         let Some(view) = self.state.run_mut(run) else {
             return true;
         };

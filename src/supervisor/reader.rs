@@ -275,6 +275,8 @@ struct Thread {
     free: Vec<usize>,
     /// Connections read or written this round.
     touched: Vec<usize>,
+    /// The most lines one run had in the last round.
+    round_lines: usize,
 }
 
 impl Thread {
@@ -292,6 +294,7 @@ impl Thread {
             conns: Vec::new(),
             free: Vec::new(),
             touched: Vec::new(),
+            round_lines: 0,
         }
     }
 
@@ -431,10 +434,16 @@ impl Thread {
             }
             let had_lines = !c.lines.is_empty();
             if had_lines {
-                match by_run.iter_mut().find(|(run, _)| *run == c.check.run) {
-                    Some((_, lines)) => lines.append(&mut c.lines),
-                    None => by_run.push((c.check.run.clone(), std::mem::take(&mut c.lines))),
-                }
+                // Appended, not taken: the connection keeps its buffer, and the run's is sized
+                // from the last round (no regrowth through ~2,000 lines at 1,024 ranks).
+                let at = match by_run.iter().position(|(run, _)| *run == c.check.run) {
+                    Some(at) => at,
+                    None => {
+                        by_run.push((c.check.run.clone(), Vec::with_capacity(self.round_lines)));
+                        by_run.len() - 1
+                    }
+                };
+                by_run[at].1.append(&mut c.lines);
             }
             if (had_lines || c.check.bad_report_due() || c.closing)
                 && let Some(ev) = c.check.take_bad()
@@ -452,6 +461,7 @@ impl Thread {
                 });
             }
         }
+        self.round_lines = by_run.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
         let lines = by_run
             .into_iter()
             .map(|(run, lines)| SupEvent::Lines { run, lines });
