@@ -5,9 +5,10 @@
 //! meant 20,000 task wake-ups, scheduler hand-offs and channel sends a second, each for one
 //! step's two lines; that, not parsing, was most of ddptop's CPU (docs/performance.md). Here
 //! the thread waits in epoll, reads every connection that is ready, then sleeps out the rest
-//! of a `PACE` before it waits again, so one wake-up serves every rank that wrote meanwhile
-//! (~200 at 1,024 ranks). A line is at most `PACE` later on screen; the watchdog's thresholds
-//! are seconds.
+//! of a round (`PACE`, longer with more than 100 connections: `pace`) before it waits again, so
+//! one wake-up serves every rank that wrote meanwhile, and at 1,024 ranks one read takes two
+//! steps of a rank. A line is at most one round (10–100 ms) later on screen; the dashboard draws
+//! new data every 250 ms at most, and the watchdog's thresholds are seconds.
 //!
 //! The handshake (hello, token, welcome) stays in the connection's tokio task, which then
 //! hands the socket over with whatever it had read past the hello. TLS connections keep their
@@ -27,6 +28,13 @@ use tokio::sync::mpsc;
 /// After a round that read something, the thread waits this long from the round's start
 /// before it reads again.
 pub const PACE: Duration = Duration::from_millis(10);
+/// The round for `open` connections: `PACE`, and beyond 100 connections longer in proportion
+/// (at most 100 ms at 1,000 and more), so that a large run's ranks have written more than one
+/// step by the time they are read: one `recv` and one `epoll` event then carry several.
+fn pace(open: usize) -> Duration {
+    (PACE * (open / 100).max(1) as u32).min(Duration::from_millis(100))
+}
+
 /// A connection whose worker does not take ddptop's lines for this long is closed (as the
 /// task-per-connection code did).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -363,7 +371,7 @@ impl Thread {
                 return;
             }
             if read {
-                let next = round + PACE;
+                let next = round + pace(self.conns.len() - self.free.len());
                 let now = Instant::now();
                 if next > now {
                     std::thread::sleep(next - now);
@@ -472,5 +480,18 @@ impl Thread {
         touched.clear();
         self.touched = touched;
         alive
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_round_is_10_ms_up_to_199_connections_and_grows_to_100_ms() {
+        let ms = |n| pace(n).as_millis();
+        assert_eq!((ms(0), ms(8), ms(199)), (10, 10, 10));
+        assert_eq!((ms(256), ms(512)), (20, 50));
+        assert_eq!((ms(1024), ms(4096)), (100, 100));
     }
 }
