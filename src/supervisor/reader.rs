@@ -6,8 +6,8 @@
 //! step's two lines; that, not parsing, was most of ddptop's CPU (docs/performance.md). Here
 //! the thread waits in epoll, reads every connection that is ready, then sleeps out the rest
 //! of a round (`PACE`, longer with more than 100 connections: `pace`) before it waits again, so
-//! one wake-up serves every rank that wrote meanwhile, and at 1,024 ranks one read takes two
-//! steps of a rank. A line is at most one round (10–100 ms) later on screen; the dashboard draws
+//! one wake-up serves every rank that wrote meanwhile, and from 250 ranks one read takes two
+//! steps of a rank that steps 20 times a second. A line is at most one round (10–100 ms) later on screen; the dashboard draws
 //! new data every 250 ms at most, and the watchdog's thresholds are seconds.
 //!
 //! The handshake (hello, token, welcome) stays in the connection's tokio task, which then
@@ -28,11 +28,11 @@ use tokio::sync::mpsc;
 /// After a round that read something, the thread waits this long from the round's start
 /// before it reads again.
 pub const PACE: Duration = Duration::from_millis(10);
-/// The round for `open` connections: `PACE`, and beyond 100 connections longer in proportion
-/// (at most 100 ms at 1,000 and more), so that a large run's ranks have written more than one
-/// step by the time they are read: one `recv` and one `epoll` event then carry several.
+/// The round for `open` connections: `PACE`, and from 50 connections longer in proportion (10 ms
+/// per 25 connections, at most 100 ms, from 250), so that a large run's ranks have written more
+/// than one step by the time they are read: one `recv` and one `epoll` event then carry several.
 fn pace(open: usize) -> Duration {
-    (PACE * (open / 100).max(1) as u32).min(Duration::from_millis(100))
+    (PACE * (open / 25).max(1) as u32).min(Duration::from_millis(100))
 }
 
 /// A connection whose worker does not take ddptop's lines for this long is closed (as the
@@ -488,10 +488,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_round_is_10_ms_up_to_199_connections_and_grows_to_100_ms() {
+    fn the_round_is_10_ms_up_to_49_connections_and_grows_to_100_ms_at_250() {
         let ms = |n| pace(n).as_millis();
-        assert_eq!((ms(0), ms(8), ms(199)), (10, 10, 10));
-        assert_eq!((ms(256), ms(512)), (20, 50));
-        assert_eq!((ms(1024), ms(4096)), (100, 100));
+        assert_eq!((ms(0), ms(8), ms(49)), (10, 10, 10));
+        assert_eq!((ms(50), ms(128), ms(249)), (20, 50, 90));
+        assert_eq!((ms(250), ms(1024), ms(4096)), (100, 100, 100));
     }
 }
