@@ -5,10 +5,11 @@
 //! meant 20,000 task wake-ups, scheduler hand-offs and channel sends a second, each for one
 //! step's two lines; that, not parsing, was most of ddptop's CPU (docs/performance.md). Here
 //! the thread waits in epoll, reads every connection that is ready, then sleeps out the rest
-//! of a round (`PACE`, longer with more than 100 connections: `pace`) before it waits again, so
-//! one wake-up serves every rank that wrote meanwhile, and from 250 ranks one read takes two
-//! steps of a rank that steps 20 times a second. A line is at most one round (10–100 ms) later on screen; the dashboard draws
-//! new data every 250 ms at most, and the watchdog's thresholds are seconds.
+//! of a round (`PACE`, longer from 50 connections: `pace`) before it waits again, so one
+//! wake-up serves every rank that wrote meanwhile, and a large run's rank has written several
+//! steps when it is read (two at 256 ranks × 20 steps/s, four from 500 ranks). A line is at most
+//! one round (10–200 ms) later on screen; the dashboard draws new data every 250 ms at most, and
+//! the watchdog's thresholds are seconds.
 //!
 //! The handshake (hello, token, welcome) stays in the connection's tokio task, which then
 //! hands the socket over with whatever it had read past the hello. TLS connections keep their
@@ -29,10 +30,11 @@ use tokio::sync::mpsc;
 /// before it reads again.
 pub const PACE: Duration = Duration::from_millis(10);
 /// The round for `open` connections: `PACE`, and from 50 connections longer in proportion (10 ms
-/// per 25 connections, at most 100 ms, from 250), so that a large run's ranks have written more
-/// than one step by the time they are read: one `recv` and one `epoll` event then carry several.
+/// per 25 connections, at most 200 ms, from 500), so that a large run's ranks have written more
+/// than one step by the time they are read: one `recv` and one `epoll` event then carry several
+/// (at 20 steps/s: two from 250 ranks, four from 500).
 fn pace(open: usize) -> Duration {
-    (PACE * (open / 25).max(1) as u32).min(Duration::from_millis(100))
+    (PACE * (open / 25).max(1) as u32).min(Duration::from_millis(200))
 }
 
 /// A connection whose worker does not take ddptop's lines for this long is closed (as the
@@ -488,10 +490,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_round_is_10_ms_up_to_49_connections_and_grows_to_100_ms_at_250() {
+    fn the_round_is_10_ms_up_to_49_connections_and_grows_to_200_ms_at_500() {
         let ms = |n| pace(n).as_millis();
         assert_eq!((ms(0), ms(8), ms(49)), (10, 10, 10));
-        assert_eq!((ms(50), ms(128), ms(249)), (20, 50, 90));
-        assert_eq!((ms(250), ms(1024), ms(4096)), (100, 100, 100));
+        assert_eq!((ms(50), ms(128), ms(256), ms(499)), (20, 50, 100, 190));
+        assert_eq!((ms(500), ms(1024), ms(4096)), (200, 200, 200));
     }
 }
