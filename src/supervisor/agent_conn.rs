@@ -1,5 +1,5 @@
 //! ddptop's end of a node agent's connection (`ddptop agent` on another node of a multi-node
-//! run; docs/multinode.md). Reached from `socket::serve_conn` when the first line is an
+//! run; docs/multinode.md). Reached from `socket::handshake` when the first line is an
 //! `agent_hello`: the run's token checked as for a rank, one agent per node, then each
 //! `node_sample` forwarded to the engine and `watch` commands written back. The connection
 //! closing (the agent killed, its node gone, keepalive) is reported at once: the node's GPU
