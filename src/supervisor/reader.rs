@@ -7,9 +7,9 @@
 //! the thread waits in epoll, reads every connection that is ready, then sleeps out the rest
 //! of a round (`PACE`, longer from 50 connections: `pace`) before it waits again, so one
 //! wake-up serves every rank that wrote meanwhile, and a large run's rank has written several
-//! steps when it is read (two at 256 ranks × 20 steps/s, four from 500 ranks). A line is at most
-//! one round (10–200 ms) later on screen; the dashboard draws new data every 250 ms at most, and
-//! the watchdog's thresholds are seconds.
+//! steps when it is read (two at 256 ranks × 20 steps/s, eight from 1,000 ranks). A line is at
+//! most one round (10–400 ms) later on screen; the dashboard draws new data every 250 ms at most,
+//! and the watchdog's thresholds are seconds.
 //!
 //! The handshake (hello, token, welcome) stays in the connection's tokio task, which then
 //! hands the socket over with whatever it had read past the hello. TLS connections keep their
@@ -30,12 +30,20 @@ use tokio::sync::mpsc;
 /// before it reads again.
 pub const PACE: Duration = Duration::from_millis(10);
 /// The round for `open` connections: `PACE`, and from 50 connections longer in proportion (10 ms
-/// per 25 connections, at most 200 ms, from 500), so that a large run's ranks have written more
+/// per 25 connections, at most 400 ms, from 1,000), so that a large run's ranks have written more
 /// than one step by the time they are read: one `recv` and one `epoll` event then carry several
-/// (at 20 steps/s: two from 250 ranks, four from 500).
+/// (at 20 steps/s: two from 250 ranks, four from 500, eight from 1,000).
+///
+/// Why 400 ms at most: at 1,024 ranks it cost 19 % less CPU than 200 ms (docs/performance.md,
+/// the seventh session); a line is then at most 0.4 s late, and a rank's writes only wait if it
+/// writes more than its socket buffer (~208 KiB by default) in a round, ~500 KB/s, where a
+/// training rank writes ~20-40 KB/s.
 fn pace(open: usize) -> Duration {
-    (PACE * (open / 25).max(1) as u32).min(Duration::from_millis(200))
+    (PACE * (open / 25).max(1) as u32).min(MAX_ROUND)
 }
+
+/// The longest round (`pace`).
+const MAX_ROUND: Duration = Duration::from_millis(400);
 
 /// A connection whose worker does not take ddptop's lines for this long is closed (as the
 /// task-per-connection code did).
@@ -490,10 +498,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_round_is_10_ms_up_to_49_connections_and_grows_to_200_ms_at_500() {
+    fn the_round_is_10_ms_up_to_49_connections_and_grows_to_400_ms_at_1000() {
         let ms = |n| pace(n).as_millis();
         assert_eq!((ms(0), ms(8), ms(49)), (10, 10, 10));
-        assert_eq!((ms(50), ms(128), ms(256), ms(499)), (20, 50, 100, 190));
-        assert_eq!((ms(500), ms(1024), ms(4096)), (200, 200, 200));
+        assert_eq!((ms(50), ms(128), ms(256), ms(500)), (20, 50, 100, 200));
+        assert_eq!(
+            (ms(999), ms(1000), ms(1024), ms(4096)),
+            (390, 400, 400, 400)
+        );
     }
 }
