@@ -5,9 +5,9 @@
 //! meant 20,000 task wake-ups, scheduler hand-offs and channel sends a second, each for one
 //! step's two lines; that, not parsing, was most of ddptop's CPU (docs/performance.md). Here
 //! the thread waits in epoll, reads every connection that is ready, then sleeps out the rest
-//! of a round (`PACE`, longer from 50 connections: `pace`) before it waits again, so one
+//! of a round (`PACE`, longer from 24 connections: `pace`) before it waits again, so one
 //! wake-up serves every rank that wrote meanwhile, and a large run's rank has written several
-//! steps when it is read (two at 256 ranks × 20 steps/s, eight from 1,000 ranks). A line is at
+//! steps when it is read (four at 256 ranks × 20 steps/s, eight from 480 ranks). A line is at
 //! most one round (10–400 ms) later on screen; the dashboard draws new data every 250 ms at most,
 //! and the watchdog's thresholds are seconds.
 //!
@@ -29,17 +29,18 @@ use tokio::sync::mpsc;
 /// After a round that read something, the thread waits this long from the round's start
 /// before it reads again.
 pub const PACE: Duration = Duration::from_millis(10);
-/// The round for `open` connections: `PACE`, and from 50 connections longer in proportion (10 ms
-/// per 25 connections, at most 400 ms, from 1,000), so that a large run's ranks have written more
+/// The round for `open` connections: `PACE`, and from 24 connections longer in proportion (10 ms
+/// per 12 connections, at most 400 ms, from 480), so that a large run's ranks have written more
 /// than one step by the time they are read: one `recv` and one `epoll` event then carry several
-/// (at 20 steps/s: two from 250 ranks, four from 500, eight from 1,000).
+/// (at 20 steps/s: two from 60 ranks, four from 240, eight from 480).
 ///
-/// Why 400 ms at most: at 1,024 ranks it cost 19 % less CPU than 200 ms (docs/performance.md,
-/// the seventh session); a line is then at most 0.4 s late, and a rank's writes only wait if it
-/// writes more than its socket buffer (~208 KiB by default) in a round, ~500 KB/s, where a
-/// training rank writes ~20-40 KB/s.
+/// Why this long (docs/performance.md, the seventh session): on the 2-core VM, 400 ms at most
+/// cost 19 % less CPU than 200 ms at 1,024 ranks, and 10 ms per 12 connections 14 % less than
+/// per 25 at 256. A line is then at most 0.4 s late (the dashboard draws new data every 250 ms),
+/// and a rank's writes only wait if it writes more than its socket buffer (~208 KiB by default)
+/// in a round, ~500 KB/s, where a training rank at 20-40 steps/s writes ~20-40 KB/s.
 fn pace(open: usize) -> Duration {
-    (PACE * (open / 25).max(1) as u32).min(MAX_ROUND)
+    (PACE * (open / 12).max(1) as u32).min(MAX_ROUND)
 }
 
 /// The longest round (`pace`).
@@ -498,13 +499,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_round_is_10_ms_up_to_49_connections_and_grows_to_400_ms_at_1000() {
+    fn the_round_is_10_ms_up_to_23_connections_and_grows_to_400_ms_at_480() {
         let ms = |n| pace(n).as_millis();
-        assert_eq!((ms(0), ms(8), ms(49)), (10, 10, 10));
-        assert_eq!((ms(50), ms(128), ms(256), ms(500)), (20, 50, 100, 200));
+        assert_eq!((ms(0), ms(8), ms(23)), (10, 10, 10));
+        assert_eq!((ms(24), ms(128), ms(256), ms(479)), (20, 100, 210, 390));
         assert_eq!(
-            (ms(999), ms(1000), ms(1024), ms(4096)),
-            (390, 400, 400, 400)
+            (ms(480), ms(1000), ms(1024), ms(4096)),
+            (400, 400, 400, 400)
         );
     }
 }
