@@ -337,19 +337,35 @@ fn candidates<'a>(
         .collect()
 }
 
+/// What the live ranks are doing together, which decides how long each of them may wait.
+/// Computed once per look at a run: per candidate, it made every look quadratic in the ranks
+/// (a million steps at 1,024 ranks, several times a second; docs/performance.md).
+struct Peers {
+    someone_computes: bool,
+    /// Every live rank is inside a collective.
+    comm_hangs: bool,
+}
+
+impl Peers {
+    fn of(all: &[Candidate]) -> Peers {
+        Peers {
+            someone_computes: all.iter().any(|o| o.activity.computing()),
+            comm_hangs: !all.is_empty()
+                && all
+                    .iter()
+                    .all(|o| matches!(o.activity, Activity::InComm { .. })),
+        }
+    }
+}
+
 /// How long a candidate may go without progress, given what every live rank is doing: a rank
 /// computing with nothing pending is a slow step, and its peers waiting in a collective for it
 /// are not hung; a rank in its first steps waits unless every rank is inside a collective.
-fn allowed_s(c: &Candidate, all: &[Candidate]) -> f64 {
-    let someone_computes = all.iter().any(|o| o.activity.computing());
-    let comm_hangs = !all.is_empty()
-        && all
-            .iter()
-            .all(|o| matches!(o.activity, Activity::InComm { .. }));
+fn allowed_s(c: &Candidate, peers: &Peers) -> f64 {
     let wait = match c.activity {
         Activity::Computing { .. } => true,
-        Activity::InComm { .. } => someone_computes || (c.due.warm && !comm_hangs),
-        Activity::Idle { .. } | Activity::Unknown => c.due.warm && !comm_hangs,
+        Activity::InComm { .. } => peers.someone_computes || (c.due.warm && !peers.comm_hangs),
+        Activity::Idle { .. } | Activity::Unknown => c.due.warm && !peers.comm_hangs,
     };
     if wait { c.due.extended } else { c.due.base }
 }
@@ -402,10 +418,11 @@ pub fn next_deadline(
     }
     // Until its base deadline a rank is judged by it; after, by what the evidence allows.
     let all = candidates(run, started, threshold, cfg);
+    let peers = Peers::of(&all);
     for c in &all {
         let base = after(c.due.since, c.due.base);
         consider(base);
-        consider(after(c.due.since, allowed_s(c, &all)));
+        consider(after(c.due.since, allowed_s(c, &peers)));
     }
     next
 }
@@ -439,9 +456,10 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<Verdic
     // Every live rank is the context (what its peers do decides how long a rank may wait);
     // the ones past their allowance make the verdict.
     let all = candidates(run, started, threshold, cfg);
+    let peers = Peers::of(&all);
     let stuck: Vec<(&Candidate, f64)> = all
         .iter()
-        .map(|c| (c, allowed_s(c, &all)))
+        .map(|c| (c, allowed_s(c, &peers)))
         .filter(|(c, allowed)| now >= after(c.due.since, *allowed))
         .collect();
     if stuck.is_empty() {
@@ -482,11 +500,12 @@ pub fn live_note(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<St
     let started = run.started?;
     let threshold = cfg.threshold_s(run);
     let all = candidates(run, started, threshold, cfg);
+    let peers = Peers::of(&all);
     let waited = |c: &&Candidate| now >= after(c.due.since, c.due.base);
     if let Some(c) = all
         .iter()
         .filter(waited)
-        .find(|c| allowed_s(c, &all) > c.due.base)
+        .find(|c| allowed_s(c, &peers) > c.due.base)
     {
         let idle = now.duration_since(c.due.since).as_secs_f64();
         let what = match (&c.activity, c.due.warm) {

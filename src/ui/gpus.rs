@@ -482,15 +482,10 @@ fn render_ranks_summary(ctx: &Ctx, runs: &[&RunView], inner: Rect, wide: bool, b
 
 /// A rank's median recent step time, else its last step's (ms).
 fn step_ms_of(r: &RankView) -> Option<f64> {
-    // One sort of one copy (the pane computes this for every rank when it summarizes).
+    // A selection in one copy, not a sort: the pane computes this for every rank on each
+    // frame when it summarizes (1,024 ranks, docs/performance.md).
     let mut v: Vec<f64> = r.recent_step_ms.iter().copied().collect();
-    v.sort_unstable_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => r.last_step.as_ref().map(|st| st.step_ms),
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
+    crate::util::median_in_place(&mut v).or_else(|| r.last_step.as_ref().map(|st| st.step_ms))
 }
 
 /// One rank's row of the Ranks pane.

@@ -13,5 +13,5 @@ def run(path, n, drop):
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     print(f"drop={drop}: {n*len(buf)/1e6:.0f} MB sys {r1.ru_stime-r0.ru_stime:.3f} s", flush=True)
 for k in range(3):
-    run(f"/work/wt-a{k}", 60, False)
-    run(f"/work/wt-b{k}", 60, True)
+    run(f"wt-a{k}", 60, False)
+    run(f"wt-b{k}", 60, True)
