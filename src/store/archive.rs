@@ -200,7 +200,7 @@ fn append(dir: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 /// fill the machine's memory with pages nobody reads, pushing out the cached files of the
 /// job and of the other users of a login node, and each flush's `write` would take fresh
 /// pages instead of reusing freed ones: on the 2-core VM that was 3-4x the `write`'s system
-/// time (docs/performance.md, the seventh session). Advice only: an error (a file system
+/// time (docs/performance.md, the session of 2026-12-03). Advice only: an error (a file system
 /// that ignores it) changes nothing, the lines are written.
 fn leave_page_cache(f: &std::fs::File) {
     #[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
@@ -286,9 +286,10 @@ mod tests {
         assert_eq!(b.count("r1", "step").unwrap(), Some(3));
     }
 
-    /// Pages of `path`'s first `len` bytes in the page cache (`mincore` over a mapping).
+    /// Of the pages of `path`'s first `len` bytes, how many are in the page cache, and how
+    /// many there are (`mincore` over a mapping).
     #[cfg(target_os = "linux")]
-    fn cached_pages(path: &Path, len: usize) -> usize {
+    fn cached_pages(path: &Path, len: usize) -> (usize, usize) {
         use std::os::fd::AsRawFd;
         let f = std::fs::File::open(path).unwrap();
         // SAFETY: a read-only shared mapping of a file this test owns, only given to
@@ -307,7 +308,7 @@ mod tests {
             let mut v = vec![0u8; len.div_ceil(page)];
             assert_eq!(libc::mincore(p, len, v.as_mut_ptr()), 0, "mincore");
             libc::munmap(p, len);
-            v.iter().filter(|b| **b & 1 == 1).count()
+            (v.iter().filter(|b| **b & 1 == 1).count(), v.len())
         }
     }
 
@@ -325,7 +326,8 @@ mod tests {
         let f = std::fs::File::open(&control).unwrap();
         f.sync_all().unwrap();
         leave_page_cache(&f);
-        if cached_pages(&control, 1 << 20) * 10 >= 256 {
+        let (cached, pages) = cached_pages(&control, 1 << 20);
+        if cached * 10 >= pages {
             let fs = nix::sys::statfs::statfs(dir.path()).map(|s| s.filesystem_type());
             eprintln!(
                 "skipped: this file system ({fs:?}) keeps clean pages when told to drop them"
@@ -348,8 +350,7 @@ mod tests {
         std::fs::File::open(&path).unwrap().sync_all().unwrap();
         a.push("r1", &line);
         a.flush().unwrap();
-        let pages = first.div_ceil(4096);
-        let cached = cached_pages(&path, first);
+        let (cached, pages) = cached_pages(&path, first);
         assert!(
             cached * 10 < pages,
             "{cached} of the first flush's {pages} pages still cached after the next flush"

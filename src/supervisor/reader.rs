@@ -34,7 +34,7 @@ pub const PACE: Duration = Duration::from_millis(10);
 /// than one step by the time they are read: one `recv` and one `epoll` event then carry several
 /// (at 20 steps/s: two from 60 ranks, four from 240, eight from 480).
 ///
-/// Why this long (docs/performance.md, the seventh session): on the 2-core VM, 400 ms at most
+/// Why this long (docs/performance.md, the session of 2026-12-03): on the 2-core VM, 400 ms at most
 /// cost 19 % less CPU than 200 ms at 1,024 ranks, and 10 ms per 12 connections 14 % less than
 /// per 25 at 256. A line is then at most 0.4 s late (the dashboard draws new data every 250 ms),
 /// and a rank's writes only wait if it writes more than its socket buffer (~208 KiB by default)
