@@ -3,6 +3,7 @@
 
 use super::collectives::{busbw_gbs, per_step};
 use crate::run::RunView;
+use crate::run::coll_bounds::{self, OverCap};
 use crate::run::collectives::{BusbwClass, CollSummary, RankSummary, SizeClass, StepCount};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -17,6 +18,11 @@ pub fn summarize(run: &RunView) -> Option<CollSummary> {
         let mut r = RankSummary {
             dropped: p.dropped,
             lost: p.lost,
+            bad: p.bad,
+            unrequested: p.unrequested,
+            evicted: p.evicted,
+            unlisted: p.unlisted,
+            over_cap: p.over_cap,
             ..RankSummary::default()
         };
         let mut sizes: BTreeMap<(String, u32), (SizeClass, u32)> = BTreeMap::new();
@@ -95,12 +101,33 @@ pub fn collectives_json(run: &RunView) -> Value {
         Some(s) => s.timeline_source.clone(),
         None => timeline_source(run),
     };
+    let over = over_cap(s.as_ref());
     json!({
         "comm_timing": run.comm_timing.map(|c| c.as_str()),
         "timeline_source": source,
         "ranks": ranks,
         "per_step": s.map(|s| s.per_step).unwrap_or_default(),
+        "over_cap": {
+            "records": over.total(),
+            "keys": over.keys,
+            "comms": over.comms,
+            "inflight": over.inflight,
+            "note": over.note(),
+            "caps": {
+                "keys": coll_bounds::MAX_KEYS,
+                "comms_per_rank": coll_bounds::MAX_COMMS_PER_RANK,
+                "inflight_per_comm": coll_bounds::MAX_INFLIGHT,
+            },
+        },
     })
+}
+
+/// Records refused over the caps, all ranks of a summary together.
+pub fn over_cap(s: Option<&CollSummary>) -> OverCap {
+    crate::run::collectives::sum_over(
+        s.into_iter()
+            .flat_map(|s| s.ranks.values().map(|r| r.over_cap)),
+    )
 }
 
 /// What the Timeline pane draws for the first rank: `nccl_profiler` when NCCL's collectives

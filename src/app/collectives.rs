@@ -4,8 +4,8 @@
 //! collectives XLA executed per step against the HLO receipt, and the collectives view's model.
 //! Pure apart from the `now` it is given.
 
-use crate::protocol::{NcclBatch, NcclColl, NcclHello};
-use crate::run::collectives::{CollTotals, CommView, RECENT_COLLS, STEP_MARKS, SizeClass};
+use crate::protocol::{NcclColl, NcclHello};
+use crate::run::collectives::{CollTotals, CommView, SizeClass};
 use crate::run::{Caveat, RunView};
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -50,63 +50,7 @@ pub fn note_nccl_version(run: &mut RunView, h: &crate::protocol::Hello) {
     }
 }
 
-pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
-    let step = run.ranks.get(&b.rank).map_or(0, |r| r.step);
-    let r = run.collectives.ranks.entry(b.rank).or_default();
-    // Cumulative in the plugin: a lost message loses nothing.
-    r.dropped = r.dropped.max(b.dropped);
-    r.lost = r.lost.max(b.lost);
-    r.bad = r.bad.max(b.bad);
-    r.last_msg = Some(now);
-    let c = r
-        .comms
-        .entry(format!("{}/{}", b.comm, b.comm_rank))
-        .or_default();
-    c.comm = b.comm.clone();
-    c.comm_rank = b.comm_rank;
-    c.nranks = b.nranks;
-    c.nnodes = b.nnodes;
-    for (f, s) in &b.last_done {
-        let e = c.last_done.entry(f.clone()).or_insert(*s);
-        *e = (*e).max(*s);
-    }
-    c.inflight = b.inflight.clone();
-    c.inflight_at = Some(now);
-    for (f, s) in &b.funcs {
-        let t = c.totals.entry(f.clone()).or_default();
-        t.count += s.count;
-        t.bytes += s.bytes;
-        t.kernel_us += s.kernel_us;
-    }
-    for coll in &b.colls {
-        *c.algos
-            .entry((coll.algo.clone(), coll.proto.clone()))
-            .or_default() += 1;
-        if let Some(k) = coll.kernel_us.filter(|k| *k > 0.0) {
-            let s = c
-                .sizes
-                .entry((coll.func.clone(), size_class(coll.bytes)))
-                .or_default();
-            s.n += 1;
-            s.bytes += coll.bytes;
-            s.kernel_us += k;
-        }
-        c.recent.push_back(coll.clone());
-        while c.recent.len() > RECENT_COLLS {
-            c.recent.pop_front();
-        }
-    }
-    if c.step_marks.back().is_none_or(|(s, _)| *s != step) {
-        c.step_marks.push_back((step, c.totals.clone()));
-        while c.step_marks.len() > STEP_MARKS {
-            c.step_marks.pop_front();
-        }
-    }
-    if b.last {
-        c.finished = true;
-        c.inflight.clear();
-    }
-}
+pub use super::coll_ingest::apply_batch;
 
 /// log2 of a size, the class it is shown in (1 MiB covers [1 MiB, 2 MiB)).
 pub fn size_class(bytes: u64) -> u32 {
@@ -415,8 +359,37 @@ pub struct RankRow {
     pub last_done: String,
     /// The oldest collective in flight: `all_reduce #1234 · 9.5 MB · 12.0 s · kernel started`.
     pub inflight: Option<String>,
-    /// `dropped 12 · lost 3` when the plugin lost anything.
+    /// `dropped 12 · lost 3` when the plugin lost anything, with its other counters
+    /// (`bad`, `unrequested`, `evicted`, `unlisted`) when they are not 0.
     pub loss: Option<String>,
+}
+
+/// The plugin's counters of one rank as the view shows them; `None` when all are 0.
+pub fn loss_text(dropped: u64, lost: u64, others: [(&str, u64); 4]) -> Option<String> {
+    let mut parts = Vec::new();
+    if dropped + lost > 0 {
+        parts.push(format!("dropped {dropped} · lost {lost}"));
+    }
+    parts.extend(
+        others
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(what, n)| format!("{what} {n}")),
+    );
+    (!parts.is_empty()).then(|| parts.join(" · "))
+}
+
+fn rank_loss(p: &crate::run::collectives::PluginRank) -> Option<String> {
+    loss_text(
+        p.dropped,
+        p.lost,
+        [
+            ("bad", p.bad),
+            ("unrequested", p.unrequested),
+            ("evicted", p.evicted),
+            ("unlisted", p.unlisted),
+        ],
+    )
 }
 
 /// One function's line: totals over the run, NCCL's algorithm/protocol choices.
@@ -453,6 +426,8 @@ pub struct CollectivesModel {
     /// The latest step's bucket all-reduces of the first rank, matched by order and size.
     pub buckets: Vec<BucketColl>,
     pub per_step: Vec<PerStep>,
+    /// Records ddptop refused over its caps (`run::coll_bounds`): how many, which cap.
+    pub bounds: Option<String>,
 }
 
 /// Whether the run was launched with the plugin (its recorded environment says so).
@@ -545,8 +520,7 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let loss =
-            (p.dropped + p.lost > 0).then(|| format!("dropped {} · lost {}", p.dropped, p.lost));
+        let loss = rank_loss(p);
         m.ranks.push(RankRow {
             rank: *r,
             last_done,
@@ -581,6 +555,7 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
         m.buckets = match_buckets(run, *r).unwrap_or_default();
     }
     m.per_step = per_step(run);
+    m.bounds = cs.over_cap().note();
     Some(m)
 }
 
@@ -601,8 +576,16 @@ fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
                 .collect::<Vec<_>>()
                 .join(", "),
             inflight: None,
-            loss: (r.dropped + r.lost > 0)
-                .then(|| format!("dropped {} · lost {}", r.dropped, r.lost)),
+            loss: loss_text(
+                r.dropped,
+                r.lost,
+                [
+                    ("bad", r.bad),
+                    ("unrequested", r.unrequested),
+                    ("evicted", r.evicted),
+                    ("unlisted", r.unlisted),
+                ],
+            ),
         });
     }
     if let Some(r0) = s.ranks.values().next() {
@@ -633,6 +616,7 @@ fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
             })
             .collect();
     }
+    m.bounds = crate::run::collectives::sum_over(s.ranks.values().map(|r| r.over_cap)).note();
     m.per_step = s
         .per_step
         .iter()

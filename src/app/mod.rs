@@ -5,6 +5,7 @@
 //! help and scripting, `summary` derives the figures (aggregates, speedups, probe medians).
 
 pub mod action;
+pub mod coll_ingest;
 pub mod coll_store;
 pub mod collectives;
 pub mod deficits;

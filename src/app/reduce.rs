@@ -302,6 +302,10 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     if let Some(s) = crate::app::coll_store::summarize(run) {
         run.coll_summary = Some(s);
     }
+    // Evidence refused over the caps is said with the run's caveats (stored, shown by `show`).
+    if let Some(note) = run.collectives.over_cap().note() {
+        run.add_caveat(Caveat::note(format!("NCCL profiler: {note}")));
+    }
 }
 
 /// Samples of one step of a `step` message: with `every` N > 1 (attach times 1 step in N) the

@@ -91,6 +91,13 @@ pub struct NcclBatch {
     pub dropped: u64,
     pub lost: u64,
     pub bad: u64,
+    /// Process-wide, cumulative, counted apart from `bad` (absent from plugins before them):
+    /// events of a type the plugin did not ask NCCL for, and in-flight collectives it stopped
+    /// tracking to stay bounded (their completion, if it comes, is still counted).
+    #[serde(default)]
+    pub unrequested: u64,
+    #[serde(default)]
+    pub evicted: u64,
     /// The communicator was destroyed; this is its last message.
     #[serde(rename = "final")]
     pub last: bool,

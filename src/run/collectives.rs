@@ -3,6 +3,7 @@
 //! algorithm/protocol and size class), the ones in flight, and the plugin's loss counters.
 //! Data only; `app::collectives` folds the messages in and derives the verdicts.
 
+use super::coll_bounds::{KeyBudget, OverCap};
 use crate::protocol::{NcclColl, NcclInflight};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
@@ -65,6 +66,15 @@ pub struct PluginRank {
     pub dropped: u64,
     pub lost: u64,
     pub bad: u64,
+    /// The plugin's own counters beside `bad` (cumulative; 0 from a plugin that predates them):
+    /// events of a type it did not ask NCCL for, in-flight entries it forgot to stay bounded.
+    pub unrequested: u64,
+    pub evicted: u64,
+    /// Collectives counted in `funcs` but not listed (the messages' `more`, summed): not lost,
+    /// only missing from the recent list and the size classes.
+    pub unlisted: u64,
+    /// What ddptop itself refused of this rank's messages (`coll_bounds`).
+    pub over_cap: OverCap,
     pub last_msg: Option<Instant>,
 }
 
@@ -72,12 +82,27 @@ pub struct PluginRank {
 #[derive(Debug, Clone, Default)]
 pub struct Collectives {
     pub ranks: BTreeMap<u32, PluginRank>,
+    /// The distinct names the run keeps, all ranks together.
+    pub budget: KeyBudget,
 }
 
 impl Collectives {
     pub fn is_empty(&self) -> bool {
         self.ranks.is_empty()
     }
+
+    /// Everything refused over the caps, all ranks together.
+    pub fn over_cap(&self) -> OverCap {
+        sum_over(self.ranks.values().map(|r| r.over_cap))
+    }
+}
+
+pub fn sum_over(it: impl Iterator<Item = OverCap>) -> OverCap {
+    it.fold(OverCap::default(), |a, b| OverCap {
+        keys: a.keys + b.keys,
+        comms: a.comms + b.comms,
+        inflight: a.inflight + b.inflight,
+    })
 }
 
 /// What is stored with a finished run of the plugin's collectives (docs/profiler.md "What is
@@ -107,6 +132,17 @@ pub struct RankSummary {
     pub last_seq: BTreeMap<String, u64>,
     pub dropped: u64,
     pub lost: u64,
+    /// As in [`PluginRank`]; absent from runs stored before them.
+    #[serde(default)]
+    pub bad: u64,
+    #[serde(default)]
+    pub unrequested: u64,
+    #[serde(default)]
+    pub evicted: u64,
+    #[serde(default)]
+    pub unlisted: u64,
+    #[serde(default)]
+    pub over_cap: OverCap,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]

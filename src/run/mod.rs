@@ -3,6 +3,7 @@
 //! the supervisor, the store, `app`, `ui` and both front ends; it imports only `protocol`.
 
 pub mod checks;
+pub mod coll_bounds;
 pub mod collectives;
 pub mod curve;
 pub mod family;

@@ -35,6 +35,12 @@ pub fn lines(t: &Theme, m: &CollectivesModel) -> Vec<Line<'static>> {
             return out;
         }
     }
+    if let Some(b) = &m.bounds {
+        out.push(Line::from(vec![
+            Span::styled("  not kept ", t.warn),
+            Span::styled(b.clone(), t.text),
+        ]));
+    }
     if let Some(v) = &m.verdict {
         out.push(Line::from(vec![
             Span::styled("  stuck ", t.bad),
