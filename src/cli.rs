@@ -636,7 +636,7 @@ pub enum TuneExperiment {
 #[derive(Debug, clap::Args)]
 pub struct TuneArgs {
     /// World size to tune for (2 or more: at k=1 nothing communicates).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=64))]
+    #[arg(long, default_value_t = 2, value_parser = tune_k)]
     pub k: u32,
     #[arg(long, value_enum, default_value_t = TuneExperiment::Weak)]
     pub experiment: TuneExperiment,
@@ -702,6 +702,18 @@ pub struct TuneArgs {
     pub command: Vec<String>,
 }
 
+/// The k to tune: a k of 1 is refused with the reason, not only the range, because "1 is not
+/// in 2..=64" reads as an arbitrary limit when it is the whole point of tuning.
+fn tune_k(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>() {
+        Ok(1) => Err("at k=1 nothing communicates, so there is nothing to tune: \
+use --k 2 or more (the k=1 run is made anyway, to predict from)"
+            .into()),
+        Ok(k) if (2..=64).contains(&k) => Ok(k),
+        _ => Err(format!("`{s}` is not a world size from 2 to 64")),
+    }
+}
+
 fn cap_mb(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(x) if x > 0.0 && x <= 1e6 => Ok(x),
@@ -742,7 +754,16 @@ fn budget(s: &str) -> Result<f64, String> {
 
 #[cfg(test)]
 mod tune_args_tests {
-    use super::budget;
+    use super::{budget, tune_k};
+
+    #[test]
+    fn tune_k_of_one_says_why_it_is_refused() {
+        assert_eq!(tune_k("2"), Ok(2));
+        assert_eq!(tune_k("64"), Ok(64));
+        assert!(tune_k("1").unwrap_err().contains("nothing communicates"));
+        assert!(tune_k("0").unwrap_err().contains("from 2 to 64"));
+        assert!(tune_k("65").is_err() && tune_k("two").is_err());
+    }
 
     #[test]
     fn budgets_read_as_seconds_minutes_and_hours() {

@@ -253,3 +253,23 @@ mod printable_tests {
         assert_eq!(super::printable("cuda:0 · 2×"), "cuda:0 · 2×");
     }
 }
+
+/// `1 repeat`, `3 repeats`: a count with its noun, so that a message built from a number
+/// never reads "1 repeats" (nouns here take a plain `s`).
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(super::count(1, "repeat"), "1 repeat");
+        assert_eq!(super::count(0, "run"), "0 runs");
+        assert_eq!(super::count(3, "setting"), "3 settings");
+    }
+}

@@ -170,10 +170,44 @@ fn on_a_fast_link_nothing_is_recommended() {
 }
 
 #[test]
+fn a_budget_is_kept_stopping_with_what_was_measured_and_no_recommendation() {
+    let d = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = ddptop(d.path())
+        .args([
+            "tune",
+            "--json",
+            "--backend",
+            "sim",
+            "--k",
+            "2",
+            "--budget",
+            "2s",
+        ])
+        .args(["--samples", "60000", "--sim-speed", "1"])
+        .output()
+        .unwrap();
+    let took = started.elapsed().as_secs_f64();
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{doc:#}");
+    // The k=1 run alone is longer than 2 s: it is stopped at the budget (plus the stop's
+    // grace and start-up), not run to its end and beyond.
+    assert!(took < 20.0, "took {took:.1} s on a 2 s budget");
+    assert_eq!(doc["state"], "done", "{doc:#}");
+    assert_eq!(doc["recommendation"], Value::Null);
+    let verdict = doc["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("no recommendation: "), "{verdict}");
+    let notes = doc["notes"].to_string();
+    assert!(notes.contains("the 2s budget is spent"), "{notes}");
+    assert!(!notes.contains("(-") && !notes.contains(" -"), "{notes}");
+}
+
+#[test]
 fn bad_tune_input_is_one_clear_line() {
     let d = tempfile::tempdir().unwrap();
     for (args, says) in [
-        (&["tune", "--k", "1"][..], "--k"),
+        (&["tune", "--k", "1"][..], "nothing communicates"),
         (&["tune", "--budget", "10d"][..], "10m"),
         (
             &["tune", "--backend", "sim", "--model", "tiny"][..],
@@ -235,7 +269,10 @@ fn a_short_tune_over_gloo_runs_real_ddp_with_other_bucket_sizes() {
     }));
     assert_eq!(doc["recommendation"], Value::Null);
     assert!(
-        doc["verdict"].as_str().unwrap().contains("3 are needed"),
+        doc["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("no recommendation: the default ran 1 time; 3 interleaved"),
         "{doc:#}"
     );
     // Every bucket size was predicted from the k=1 run and an all-reduce sweep over gloo.

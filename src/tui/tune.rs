@@ -109,6 +109,10 @@ pub fn poll(t: &mut DashTune, engine: &mut Engine, queue: &mut Queue) -> bool {
     if !t.running() {
         return false;
     }
+    if let Some(line) = t.tuning.check_budget() {
+        engine.state_mut().push_message(Level::Info, None, line);
+        stop_rest(t, engine, queue, "the tuning's budget is spent");
+    }
     let (said, changed) = t.tuning.poll(&engine.state().runs, t.waiting(queue));
     let more = t.tuning.take_launches();
     let pushed = !more.is_empty();

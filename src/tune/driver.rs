@@ -9,6 +9,7 @@
 //! 2. **Measure**: the default and the finalists interleaved, A B C A B C …
 //! 3. **Decide** (`app::tune::decide`).
 
+use crate::app::progress::eta_label;
 use crate::app::tune::decide::{self, Verdict};
 use crate::app::tune::space::{self, Candidate};
 use crate::app::tune::{Board, Phase, Row, RowState, predict};
@@ -16,6 +17,7 @@ use crate::costmodel::Profile;
 use crate::plan::Template;
 use crate::protocol::Backend;
 use crate::run::{Experiment, Family, RunSpec, RunStatus, RunView};
+use crate::util::count;
 use std::time::Instant;
 
 /// What to tune.
@@ -93,6 +95,9 @@ pub struct Tuning {
     ddp_ok: Result<(), String>,
     started: Instant,
     cancelled: bool,
+    /// Stopped because `plan.budget_s` ran out (then `cancelled` too: nothing more launches),
+    /// which ends the tuning as done with what was measured, not as cancelled by the user.
+    budget_spent: bool,
 }
 
 /// The all-reduce sweep at k with the run's settings and `nccl` on top: what times a
@@ -190,6 +195,17 @@ impl Tuning {
             plan.k,
             1 + sweeps.len(),
         );
+        let mut board = board;
+        // The repeats asked for, until the finalists are chosen: a tuning stopped before then
+        // still says what it would have run.
+        board.repeats = plan.repeats as usize;
+        if (plan.repeats as usize) < decide::MIN_REPEATS {
+            board.notes.push(format!(
+                "--repeats {}: fewer than {} interleaved runs each, so these are measurements only, with no recommendation",
+                plan.repeats,
+                decide::MIN_REPEATS
+            ));
+        }
         let mut batch = vec![Purpose::Base];
         let mut pending = vec![base_spec.clone()];
         for e in &sweeps {
@@ -211,6 +227,7 @@ impl Tuning {
             ddp_ok: Ok(()),
             started: Instant::now(),
             cancelled: false,
+            budget_spent: false,
             plan,
         })
     }
@@ -238,6 +255,31 @@ impl Tuning {
 
     pub fn cancelled(&self) -> bool {
         self.cancelled
+    }
+
+    /// Seconds of the budget still left, never below zero.
+    pub fn budget_left_s(&self) -> f64 {
+        (self.plan.budget_s - self.started.elapsed().as_secs_f64()).max(0.0)
+    }
+
+    /// Call after every event: once the budget is spent, nothing more is handed out and the
+    /// line to say is returned (once); the front end then drops the tuning's queued launches
+    /// and stops its active run, as for a cancel, and the tuning ends as done with what was
+    /// measured. The budget is a promise, so a run going past it is stopped, not waited for.
+    pub fn check_budget(&mut self) -> Option<String> {
+        if self.finished() || self.budget_spent || self.budget_left_s() > 0.0 {
+            return None;
+        }
+        self.budget_spent = true;
+        self.cancel();
+        let measured: usize = self.board.rows.iter().map(|r| r.measured.repeats()).sum();
+        let note = format!(
+            "the {} budget is spent: stopped after {}, with what was measured",
+            eta_label(self.plan.budget_s),
+            count(measured, "measured run")
+        );
+        self.board.notes.push(note.clone());
+        Some(format!("tune: {note}"))
     }
 
     /// The launches to queue now, in order (empty between batches).
@@ -326,46 +368,7 @@ impl Tuning {
                     self.sweeps_done.push(e);
                     self.predict_rows(runs);
                 }
-                Some(Purpose::Measure(i)) => {
-                    let row = &mut self.board.rows[i];
-                    let mut retry = false;
-                    match sps_of(run) {
-                        Ok(s) => row.measured.push(run.id.clone(), s),
-                        Err(e) => {
-                            // One failed run may be the machine's (a rank killed, a port
-                            // taken): the candidate gets one more run, and the failure stays
-                            // in its record. A second failure is the setting's.
-                            retry = row.failed.is_empty() && !self.cancelled;
-                            said.push(Progress::Note(format!(
-                                "tune: {} did not measure: {e}{}",
-                                row.cand.name,
-                                if retry {
-                                    "; measuring it once more"
-                                } else {
-                                    ""
-                                }
-                            )));
-                            row.failed.push(e);
-                        }
-                    }
-                    if retry {
-                        row.planned += 1;
-                    }
-                    row.state = if row.failed.len() >= 2
-                        || (!row.failed.is_empty() && !retry && self.cancelled)
-                    {
-                        RowState::Failed
-                    } else if row.runs_done() >= row.planned {
-                        RowState::Done
-                    } else {
-                        RowState::Measuring
-                    };
-                    if retry {
-                        let spec = self.measure_spec(i);
-                        self.pending.push(spec);
-                        self.batch.push(Purpose::Measure(i));
-                    }
-                }
+                Some(Purpose::Measure(i)) => self.measure_done(i, run, &mut said),
                 None => {}
             }
             if self.board.phase.finished() {
@@ -397,6 +400,51 @@ impl Tuning {
             said.push(Progress::Finished);
         }
         (said, true)
+    }
+
+    /// A measured run of row `i` ended: its figure, or its failure (retried once).
+    fn measure_done(&mut self, i: usize, run: &RunView, said: &mut Vec<Progress>) {
+        // A run this tuning stopped itself (cancel, budget) says nothing about the setting.
+        if self.cancelled && run.status == RunStatus::Stopped {
+            return;
+        }
+        let row = &mut self.board.rows[i];
+        let mut retry = false;
+        match sps_of(run) {
+            Ok(s) => row.measured.push(run.id.clone(), s),
+            Err(e) => {
+                // One failed run may be the machine's (a rank killed, a port taken): the
+                // candidate gets one more run, and the failure stays in its record. A second
+                // failure is the setting's.
+                retry = row.failed.is_empty() && !self.cancelled;
+                said.push(Progress::Note(format!(
+                    "tune: {} did not measure: {e}{}",
+                    row.cand.name,
+                    if retry {
+                        "; measuring it once more"
+                    } else {
+                        ""
+                    }
+                )));
+                row.failed.push(e);
+            }
+        }
+        if retry {
+            row.planned += 1;
+        }
+        row.state = if row.failed.len() >= 2 || (!row.failed.is_empty() && !retry && self.cancelled)
+        {
+            RowState::Failed
+        } else if row.runs_done() >= row.planned {
+            RowState::Done
+        } else {
+            RowState::Measuring
+        };
+        if retry {
+            let spec = self.measure_spec(i);
+            self.pending.push(spec);
+            self.batch.push(Purpose::Measure(i));
+        }
     }
 
     /// Runs ended of the current batch, on the board.
@@ -549,26 +597,9 @@ impl Tuning {
         if rows.iter().all(|r| r.predicted.is_err()) {
             order.extend((1..rows.len()).filter(|&i| rows[i].cand.modelled));
         }
-        let mut repeats = self.plan.repeats as usize;
-        let left = self.plan.budget_s - self.started.elapsed().as_secs_f64();
-        let wall = self.base_wall;
-        let cost = |n: usize, r: usize| (n + 1) as f64 * r as f64 * wall;
-        while order.len() > 1 && cost(order.len(), repeats) > left {
-            order.pop();
-        }
-        while repeats > 1 && cost(order.len(), repeats) > left {
-            repeats -= 1;
-        }
-        if repeats < self.plan.repeats as usize {
-            let note = format!(
-                "the budget ({left:.0} s left, about {wall:.0} s per run) allows {repeats} repeats; raise --budget for {}",
-                self.plan.repeats
-            );
-            said.push(Progress::Note(format!("tune: {note}")));
-            self.board.notes.push(note);
-        }
+        let repeats = self.plan.repeats as usize;
         self.board.repeats = repeats;
-        if rows.len() <= 1 {
+        if self.board.rows.len() <= 1 {
             self.board.verdict = Some(Verdict::DefaultIsAsGood {
                 best: None,
                 why: "nothing to try besides it".into(),
@@ -576,8 +607,19 @@ impl Tuning {
             self.board.phase = Phase::Done;
             return;
         }
+        let fits = self.fit_to_budget(&mut order, repeats, said);
         for r in &mut self.board.rows {
             r.state = RowState::Skipped;
+        }
+        if !fits {
+            self.board.verdict = Some(Verdict::NotCompared {
+                why: format!(
+                    "the budget does not fit {} of the default and of one setting",
+                    count(repeats.max(decide::MIN_REPEATS), "interleaved run")
+                ),
+            });
+            self.board.phase = Phase::Done;
+            return;
         }
         let mut measured = vec![0usize];
         measured.extend(order.iter().copied());
@@ -604,6 +646,64 @@ impl Tuning {
         };
     }
 
+    /// Estimate the measuring (runs × the k=1 run's wall time, which a k-rank run of the same
+    /// samples does not exceed by much) and cut `order` to what the budget has left, best
+    /// predicted first. Repeats are never cut: fewer than `decide::MIN_REPEATS` of each cannot
+    /// be compared, so more settings at fewer repeats would only end in no recommendation.
+    /// `false`: not even the default and one setting fit (nothing is measured).
+    fn fit_to_budget(
+        &mut self,
+        order: &mut Vec<usize>,
+        repeats: usize,
+        said: &mut Vec<Progress>,
+    ) -> bool {
+        let left = self.budget_left_s();
+        let wall = self.base_wall;
+        let cost = |settings: usize| (settings + 1) as f64 * repeats as f64 * wall;
+        let asked = order.len();
+        let fit = (0..=asked).rev().find(|&n| cost(n) <= left).unwrap_or(0);
+        let estimate = format!(
+            "measuring the default and {} at {}: ≈ {} (≈ {} a run)",
+            count(asked, "setting"),
+            count(repeats, "repeat"),
+            eta_label(cost(asked)),
+            eta_label(wall)
+        );
+        let budget = format!(
+            "your {} budget ({} left)",
+            eta_label(self.plan.budget_s),
+            eta_label(left)
+        );
+        let (note, cut) = if fit == asked {
+            (format!("{estimate}, within {budget}"), false)
+        } else if fit >= 1 {
+            order.truncate(fit);
+            (
+                format!(
+                    "{estimate}, over {budget}: measuring {}, best predicted first",
+                    count(fit, "setting")
+                ),
+                true,
+            )
+        } else {
+            order.clear();
+            let needed = self.started.elapsed().as_secs_f64() + cost(1);
+            (
+                format!(
+                    "{estimate}, over {budget}, which does not fit even the default and one setting (≈ {}): nothing measured; --budget {} would fit them",
+                    eta_label(cost(1)),
+                    eta_label(needed)
+                ),
+                true,
+            )
+        };
+        said.push(Progress::Note(format!("tune: {note}")));
+        if cut {
+            self.board.notes.push(note);
+        }
+        fit >= 1
+    }
+
     /// A measured run of row `i`'s candidate at the tuning's k.
     fn measure_spec(&self, i: usize) -> RunSpec {
         let mut t = self.plan.template.clone();
@@ -625,6 +725,9 @@ impl Tuning {
                 &finalists,
                 self.plan.min_gain_pct,
             )),
+            _ if self.budget_spent => Some(Verdict::NotCompared {
+                why: "the budget was spent before the default was measured".into(),
+            }),
             _ => None,
         };
         for r in &mut self.board.rows {
@@ -638,7 +741,7 @@ impl Tuning {
             }
         }
         self.board.running = None;
-        self.board.phase = if self.cancelled {
+        self.board.phase = if self.cancelled && !self.budget_spent {
             Phase::Cancelled
         } else {
             Phase::Done
@@ -693,13 +796,104 @@ mod tests {
 
     /// A simulated tuning whose k=1 run measured 1,000 samples/s: its measured runs are next.
     fn past_the_k1_run() -> (Tuning, Vec<RunView>) {
+        let (tu, runs, _) = past_the_k1_run_within(600.0);
+        (tu, runs)
+    }
+
+    /// The same with a budget of `budget_s`; what the tuning said after its k=1 run (which
+    /// took 10 s).
+    fn past_the_k1_run_within(budget_s: f64) -> (Tuning, Vec<RunView>, Vec<String>) {
         let t = Template::new(Backend::Sim, None);
-        let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
+        let mut plan = Plan::new(t, Experiment::Weak, 2);
+        plan.budget_s = budget_s;
+        let mut tu = Tuning::new(plan).unwrap();
         let base = tu.take_launches().remove(0);
         tu.launched("r0", &base);
         let runs = vec![finished_run(base, "r0", Some(1000.0))];
-        tu.poll(&runs, 0);
-        (tu, runs)
+        let (said, _) = tu.poll(&runs, 0);
+        let said = said
+            .into_iter()
+            .filter_map(|p| match p {
+                Progress::Note(l) => Some(l),
+                Progress::Finished => None,
+            })
+            .collect();
+        (tu, runs, said)
+    }
+
+    #[test]
+    fn the_measuring_is_estimated_and_cut_to_the_budget_never_its_repeats() {
+        // 10 s a run, 3 repeats: the default and one setting take 60 s, each one more 30 s.
+        let (mut tu, _, said) = past_the_k1_run_within(600.0);
+        assert!(
+            said.iter().any(|l| l.contains(
+                "8 settings at 3 repeats: ≈ 4m30s (≈ 10s a run), within your 10m00s budget"
+            )),
+            "{said:?}"
+        );
+        // Unpredicted (this k=1 run has no buckets): every setting, blind, in order.
+        assert_eq!(tu.take_launches().len(), 9 * 3);
+
+        let (mut tu, _, said) = past_the_k1_run_within(75.0);
+        let line = said.iter().find(|l| l.contains("over your")).unwrap();
+        assert!(
+            line.contains(
+                "over your 1m15s budget (1m15s left): measuring 1 setting, best predicted first"
+            ),
+            "{line}"
+        );
+        assert_eq!(tu.board().repeats, 3);
+        assert_eq!(tu.take_launches().len(), 2 * 3);
+        assert!(!tu.finished());
+
+        // Not even the default and one setting three times each: nothing is measured.
+        let (mut tu, _, said) = past_the_k1_run_within(50.0);
+        assert!(tu.finished() && tu.take_launches().is_empty());
+        assert!(
+            said.iter()
+                .any(|l| l.contains("nothing measured; --budget 1m00s would fit them")),
+            "{said:?}"
+        );
+        let v = tu.board().verdict_line().unwrap();
+        assert_eq!(
+            v,
+            "no recommendation: the budget does not fit 3 interleaved runs of the default and of one setting"
+        );
+        assert!(
+            said.iter().all(|l| !l.contains("(-")),
+            "no negative time: {said:?}"
+        );
+    }
+
+    #[test]
+    fn a_spent_budget_stops_the_tuning_as_done_with_what_was_measured() {
+        let (mut tu, mut runs) = past_the_k1_run();
+        let measure = tu.take_launches();
+        tu.launched("m0", &measure[0]);
+        tu.launched("m1", &measure[1]);
+        runs.push(finished_run(measure[0].clone(), "m0", Some(2000.0)));
+        assert_eq!(tu.check_budget(), None, "within the budget");
+        tu.started -= std::time::Duration::from_secs(700);
+        assert_eq!(tu.budget_left_s(), 0.0);
+        let line = tu.check_budget().unwrap();
+        assert_eq!(
+            line,
+            "tune: the 10m00s budget is spent: stopped after 0 measured runs, with what was measured"
+        );
+        assert_eq!(tu.check_budget(), None, "said once");
+        assert!(tu.take_launches().is_empty());
+        // The front end stopped the run going past the budget: not the setting's failure.
+        let mut stopped = finished_run(measure[1].clone(), "m1", None);
+        stopped.status = RunStatus::Stopped;
+        runs.push(stopped);
+        let (said, _) = tu.poll(&runs, 0);
+        assert!(tu.finished(), "{said:?}");
+        assert_eq!(tu.board().phase, Phase::Done);
+        assert!(tu.board().rows.iter().all(|r| r.failed.is_empty()));
+        assert_eq!(
+            tu.board().verdict_line().unwrap(),
+            "no recommendation: the default ran 1 time; 3 interleaved runs each are needed to compare"
+        );
     }
 
     #[test]

@@ -33,6 +33,13 @@ async fn drive(engine: &mut Engine, tuning: &mut Tuning, interrupted: &AtomicBoo
             if interrupted.load(Ordering::SeqCst) {
                 return true;
             }
+            // Out of budget: leave the loop; the caller's shutdown stops the run going now.
+            if let Some(line) = tuning.check_budget() {
+                if !quiet {
+                    eprintln!("ddptop {line}");
+                }
+                return true;
+            }
             if let Some((id, spec)) = queue.pump(e) {
                 let line = tuning.launched(&id, &spec);
                 if !quiet {
@@ -113,6 +120,9 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     p.min_gain_pct = a.min_gain;
     p.budget_s = a.budget;
     let mut tuning = Tuning::new(p).map_err(BadInput)?;
+    for n in &tuning.board().notes {
+        eprintln!("ddptop tune: note: {n}");
+    }
     let cores = crate::run::checks::cpu_cores();
     for c in crate::run::checks::launch_caveats(tuning.target(), cores) {
         eprintln!("ddptop tune: warning: k={}: {}", a.k, c.text);

@@ -58,16 +58,32 @@ pub enum Verdict {
     /// Nothing beat the default outside its spread; `best` is the finalist with the highest
     /// median when that is above the default's (`None`: the default's is the highest).
     DefaultIsAsGood { best: Option<usize>, why: String },
+    /// Nothing can be compared: fewer than `MIN_REPEATS` interleaved runs of the default or of
+    /// every setting (asked for, cut by the budget or failed). Saying "the default is as good"
+    /// here would claim a comparison that was not made.
+    NotCompared { why: String },
 }
 
 /// Decide from the default's runs and each finalist's (index, runs).
 pub fn decide(default: &Measured, finalists: &[(usize, &Measured)], min_gain_pct: f64) -> Verdict {
     if default.repeats() < MIN_REPEATS {
-        return Verdict::DefaultIsAsGood {
-            best: None,
+        return Verdict::NotCompared {
             why: format!(
-                "the default ran {} times; {MIN_REPEATS} are needed to compare",
-                default.repeats()
+                "the default ran {}; {MIN_REPEATS} interleaved runs each are needed to compare",
+                crate::util::count(default.repeats(), "time")
+            ),
+        };
+    }
+    let most = finalists
+        .iter()
+        .map(|(_, m)| m.repeats())
+        .max()
+        .unwrap_or(0);
+    if most < MIN_REPEATS {
+        return Verdict::NotCompared {
+            why: format!(
+                "no setting ran more than {}; {MIN_REPEATS} interleaved runs each are needed to compare",
+                crate::util::count(most, "time")
             ),
         };
     }
@@ -154,19 +170,25 @@ mod tests {
                 why: "no candidate's slowest run beat the default's fastest".into()
             }
         );
+        // Fewer than three interleaved runs: no comparison, whatever the figures.
         let few = m(&[150.0, 151.0]);
-        assert!(matches!(
+        assert_eq!(
             decide(&def, &[(1, &few)], MIN_GAIN_PCT),
-            Verdict::DefaultIsAsGood { best: Some(1), .. }
-        ));
-        assert!(matches!(
+            Verdict::NotCompared {
+                why: "no setting ran more than 2 times; 3 interleaved runs each are needed to compare"
+                    .into()
+            }
+        );
+        assert_eq!(
             decide(
-                &m(&[100.0, 100.0]),
+                &m(&[100.0]),
                 &[(1, &m(&[200.0, 200.0, 200.0]))],
                 MIN_GAIN_PCT
             ),
-            Verdict::DefaultIsAsGood { best: None, .. }
-        ));
+            Verdict::NotCompared {
+                why: "the default ran 1 time; 3 interleaved runs each are needed to compare".into()
+            }
+        );
         // Outside the spread but too small to be worth it (a flat landscape, tight runs).
         let flat = m(&[100.0, 100.2, 100.1]);
         let tiny = m(&[100.5, 100.6, 100.7]);

@@ -195,6 +195,7 @@ impl Board {
                 best.map(|i| format!("; highest median: {}", self.rows[i].cand.name))
                     .unwrap_or_default()
             ),
+            Verdict::NotCompared { why } => format!("no recommendation: {why}"),
         })
     }
 }
