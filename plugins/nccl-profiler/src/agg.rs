@@ -60,17 +60,23 @@ pub struct Loss {
     pub dropped: u64,
     pub lost: u64,
     pub bad: u64,
+    pub unrequested: u64,
+    pub evicted: u64,
 }
 
 /// All communicators.
 pub struct Agg {
     pub comms: Vec<CommAgg>,
+    /// In-flight entries forgotten to keep each communicator's list bounded (their `Done`, if
+    /// it comes, is still counted); the sender adds it to the process's `evicted`.
+    pub evicted: u64,
 }
 
 impl Default for Agg {
     fn default() -> Self {
         Agg {
             comms: (0..MAX_COMMS).map(|_| CommAgg::default()).collect(),
+            evicted: 0,
         }
     }
 }
@@ -81,6 +87,7 @@ impl Agg {
             Rec::Start(k, ..) | Rec::Kernel(k, _) => k.comm,
             Rec::Done(d) => d.key.comm,
         };
+        let evicted = &mut self.evicted;
         let Some(c) = self.comms.get_mut(comm as usize) else {
             return;
         };
@@ -89,6 +96,7 @@ impl Agg {
             Rec::Start(k, bytes, t) => {
                 if c.inflight.len() >= MAX_INFLIGHT {
                     c.inflight.pop_first();
+                    *evicted += 1;
                 }
                 c.inflight.insert(
                     k,
@@ -215,8 +223,8 @@ impl Agg {
         }
         let _ = write!(
             m,
-            r#"}},"dropped":{},"lost":{},"bad":{},"final":{last}}}"#,
-            loss.dropped, loss.lost, loss.bad
+            r#"}},"dropped":{},"lost":{},"bad":{},"unrequested":{},"evicted":{},"final":{last}}}"#,
+            loss.dropped, loss.lost, loss.bad, loss.unrequested, loss.evicted
         );
         c.listed.clear();
         c.funcs.clear();
@@ -332,6 +340,8 @@ mod tests {
                     dropped: 4,
                     lost: 1,
                     bad: 2,
+                    unrequested: 3,
+                    evicted: 5,
                 },
                 true,
             )
@@ -349,6 +359,30 @@ mod tests {
             ),
             (Some(4), Some(1), Some(true))
         );
+        assert_eq!(
+            (
+                v["bad"].as_u64(),
+                v["unrequested"].as_u64(),
+                v["evicted"].as_u64()
+            ),
+            (Some(2), Some(3), Some(5)),
+            "each counter in its own field"
+        );
+    }
+
+    #[test]
+    fn in_flight_entries_past_the_bound_are_evicted_and_counted() {
+        let mut a = Agg::default();
+        for seq in 0..(MAX_INFLIGHT as u64 + 3) {
+            let k = Key {
+                comm: 0,
+                func: 1,
+                seq,
+            };
+            a.ingest(Rec::Start(k, 8, seq + 1));
+        }
+        assert_eq!(a.comms[0].inflight.len(), MAX_INFLIGHT);
+        assert_eq!(a.evicted, 3);
     }
 
     #[test]

@@ -228,7 +228,7 @@ unsafe fn start(
                     }
                 }
                 _ => {
-                    shared.counters.bad.fetch_add(1, Ordering::Relaxed);
+                    shared.counters.unrequested.fetch_add(1, Ordering::Relaxed);
                     std::ptr::null_mut()
                 }
             }

@@ -159,8 +159,11 @@ pub struct Counters {
     /// Collectives that will never be reported (their `Done` was dropped or they had no slot).
     pub lost: AtomicU64,
     /// Calls that made no sense and were ignored: stop without start, a double stop, an unknown
-    /// handle, an event type this plugin did not ask for.
+    /// handle or context.
     pub bad: AtomicU64,
+    /// Events of a type this plugin did not ask NCCL for (ignored): counted apart from `bad`
+    /// because they say something about the NCCL, not about the calls' order.
+    pub unrequested: AtomicU64,
 }
 
 pub struct Shared {

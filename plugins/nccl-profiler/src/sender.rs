@@ -57,6 +57,8 @@ fn send_batch(shared: &Shared, agg: &mut Agg, conn: &mut Conn, rank: u32) -> Res
         dropped: shared.counters.dropped.load(Ordering::Relaxed),
         lost: shared.counters.lost.load(Ordering::Relaxed),
         bad: shared.counters.bad.load(Ordering::Relaxed),
+        unrequested: shared.counters.unrequested.load(Ordering::Relaxed),
+        evicted: agg.evicted,
     };
     let mut out = String::new();
     let mut finished = Vec::new();
