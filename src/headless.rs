@@ -343,10 +343,14 @@ async fn execute(
     let json = a.json;
     // One line rewritten in place on a terminal; nothing when stderr is piped or with --json.
     let mut progress = ProgressLine::new(!json && std::io::stderr().is_terminal());
+    let mut streamed = 0u64;
     engine
         .drive(None, |e| {
             if interrupted.load(Ordering::SeqCst) {
                 return true;
+            }
+            if json {
+                streamed = stream_verdicts(e.state(), streamed);
             }
             if let Some((id, spec)) = queue.pump(e) {
                 if !json {
@@ -746,4 +750,23 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         );
     }
     out
+}
+
+/// `--json`: the run's live warnings and errors (a stall reported while the job goes on, a
+/// failure) as one JSON object per line on stderr while the run lasts; stdout keeps the one
+/// document written at the end. Returns how many messages have been looked at.
+fn stream_verdicts(state: &State, seen: u64) -> u64 {
+    for m in state.messages_since(seen) {
+        if matches!(m.level, Level::Warn | Level::Error) {
+            let line = json!({
+                "type": "live",
+                "level": if m.level == Level::Error { "error" } else { "warn" },
+                "run": m.run,
+                "unix": m.unix,
+                "text": m.text,
+            });
+            eprintln!("{line}");
+        }
+    }
+    state.messages_pushed
 }

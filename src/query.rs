@@ -519,6 +519,12 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     for l in &run.hang_report {
         rows.push(("evidence", l.clone()));
     }
+    for t in &run.rank_tails {
+        rows.push(("rank exit", format!("rank {} {}", t.rank, t.exit_words())));
+        for l in &t.lines {
+            rows.push(("  said", format!("[rank {}] {l}", t.rank)));
+        }
+    }
     for (k, v) in rows {
         // Reasons, devices, hosts and versions come from workers: no escape sequences.
         println!("{k:<11} {}", crate::util::printable(&v));

@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS runs (
     observed_json TEXT,
     comm_timing TEXT,
     collectives_json TEXT,
-    instrument TEXT
+    instrument TEXT,
+    rank_tails_json TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -218,6 +219,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         ("collectives_json", "TEXT"),
         // How much an attached script was measured (`show`'s "measured" line needs it).
         ("instrument", "TEXT"),
+        // Failed ranks' own last output lines (`supervisor::output::rank_tails`).
+        ("rank_tails_json", "TEXT NOT NULL DEFAULT '[]'"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -292,9 +295,9 @@ impl Store {
     }
 
     fn mark_orphaned_runs(&self) -> anyhow::Result<()> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT id, owner_pid FROM runs WHERE status IN ('starting','running')")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT id, owner_pid FROM runs WHERE status IN ('starting','running','stalled')",
+        )?;
         let rows: Vec<(String, u32)> = stmt
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
@@ -372,6 +375,23 @@ impl Store {
         Ok(())
     }
 
+    /// A live run's status and hang evidence as they change (an attached job that stalls and
+    /// resumes), so that `ddptop show` in another process sees the stall while it lasts, not
+    /// only once the run is finalized. A run already final in the store is left alone.
+    pub fn set_live(
+        &self,
+        id: &str,
+        status: RunStatus,
+        hang_report: &[String],
+    ) -> anyhow::Result<()> {
+        self.conn.execute(
+            "UPDATE runs SET status=?2, hang_report_json=?3
+             WHERE id=?1 AND status IN ('starting', 'running', 'stalled')",
+            params![id, status.as_str(), serde_json::to_string(hang_report)?],
+        )?;
+        Ok(())
+    }
+
     /// Write a batch of events in one transaction (the per-step lines go to the archive,
     /// [`StepArchive`], not here).
     pub fn add_events(&mut self, rows: &[EventRow]) -> anyhow::Result<()> {
@@ -426,7 +446,7 @@ impl Store {
               hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
               baseline_run=?18, gpus_shared=?19, nccl_read_json=?20, caveats_json=?21,
               observed_json=?22, comm_timing=?23, collectives_json=?24,
-              instrument=?25 WHERE id=?1",
+              instrument=?25, rank_tails_json=?26 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -461,6 +481,7 @@ impl Store {
                 run.instrument
                     .map(|i| serde_json::to_value(i).map(|v| v.as_str().unwrap_or("").to_string()))
                     .transpose()?,
+                serde_json::to_string(&run.rank_tails)?,
             ],
         )?;
         for r in run.ranks.values() {
@@ -837,6 +858,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     }
     run.versions = json_col(r, "versions_json")?;
     run.hang_report = json_col(r, "hang_report_json")?;
+    run.rank_tails = json_col(r, "rank_tails_json")?;
     run.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);
     run.bucket_bytes = json_col(r, "bucket_bytes_json")?;
     run.rejected = r.get::<_, i64>("rejected")? as u64;

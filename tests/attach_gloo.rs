@@ -388,3 +388,142 @@ fn bad_attach_input_is_one_clear_line() {
         "clap's usage error: the script is required"
     );
 }
+
+/// Issue 51: a rank that dies by a signal keeps its own last lines (the abort's message), in
+/// the run's record (`run --json`, `show --json`), `show` and the failure reason; not only
+/// torchrun's summary.
+#[test]
+fn a_rank_killed_by_a_signal_keeps_its_own_last_lines() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scripts/rank0_aborts.py")
+        .display()
+        .to_string();
+    let (ok, doc) = attach(d.path(), &py, &["--k", "2"], &[&script]);
+    assert!(!ok);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "failed", "{r:#}");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("rank 0 (exit -6 (SIGABRT)) last wrote:")
+            && reason.contains("rank 0 aborts on purpose"),
+        "{reason}"
+    );
+    let tails = r["rank_tails"].as_array().unwrap();
+    let r0 = tails
+        .iter()
+        .find(|t| t["rank"] == 0)
+        .expect("rank 0's tail");
+    assert_eq!(r0["exitcode"], -6, "{tails:#?}");
+    let lines: Vec<&str> = r0["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("terminate called"))
+            && lines.contains(&"rank 0: 6 steps done"),
+        "{lines:#?}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("rank 1")),
+        "rank 1's lines are not rank 0's: {lines:#?}"
+    );
+    // The record, read back by another process.
+    let id = r["run_id"].as_str().unwrap();
+    let out = ddptop(d.path()).args(["show", id]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("rank 0 exit -6 (SIGABRT)")
+            && text.contains("[rank 0] terminate called after throwing"),
+        "{text}"
+    );
+}
+
+/// Issue 43: while an attached job stalls, a second process reading the store (`show --json`)
+/// sees the status `stalled` and the watchdog's evidence, before the job ends; once it
+/// resumes and completes, the stall stays in the evidence.
+#[test]
+fn a_stalled_job_is_seen_stalled_by_show_while_it_runs() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let mut child = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .args(["attach", "--k", "2", "--hang-floor", "3"])
+        .args(["--backend", "gloo", "--json", "--"])
+        .args([&example("train_ddp_stalls.py"), "--stall-s", "25"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let mut seen: Option<(f64, Value)> = None;
+    while t0.elapsed() < std::time::Duration::from_secs(120) {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        let out = ddptop(d.path()).args(["runs", "--json"]).output().unwrap();
+        let Ok(list) = serde_json::from_slice::<Value>(&out.stdout) else {
+            continue;
+        };
+        let Some(id) = list["runs"][0]["run_id"].as_str().map(str::to_string) else {
+            continue;
+        };
+        let out = ddptop(d.path())
+            .args(["show", &id, "--json"])
+            .output()
+            .unwrap();
+        let Ok(doc) = serde_json::from_slice::<Value>(&out.stdout) else {
+            continue;
+        };
+        if doc["run"]["status"] == "stalled" {
+            seen = Some((t0.elapsed().as_secs_f64(), doc));
+            break;
+        }
+    }
+    let (at, doc) = seen.expect("show --json never said `stalled` while the job ran");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before `stalled` was seen"
+    );
+    let evidence: Vec<&str> = doc["run"]["hang_report"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert!(
+        evidence.iter().any(|l| l.contains("stuck at step 4")),
+        "seen at {at:.1} s: {evidence:#?}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    // `--json` streams the live verdict on stderr, one JSON object per line, as it happens.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let live: Vec<Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["type"] == "live")
+        .collect();
+    assert!(
+        live.iter()
+            .any(|v| v["level"] == "error" && v["text"].as_str().unwrap().contains("looks hung")),
+        "{stderr}"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert!(
+        r["hang_report"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("progress resumed")),
+        "{r:#}"
+    );
+}

@@ -82,6 +82,9 @@ pub struct State {
     /// Newest first.
     pub runs: Vec<RunView>,
     pub messages: VecDeque<Message>,
+    /// Messages pushed since start (the deque keeps the last `MAX_MESSAGES`): a reader that
+    /// streams them (headless `--json`) takes the ones it has not seen.
+    pub messages_pushed: u64,
     pub next: LaunchPrefs,
     pub proc_stats: BTreeMap<u32, ProcStat>,
     /// Number of GPUs usable for launches (0 = CPU / simulated only).
@@ -109,6 +112,7 @@ impl State {
             self_cost: None,
             runs: Vec::new(),
             messages: VecDeque::new(),
+            messages_pushed: 0,
             next: LaunchPrefs {
                 experiment: Experiment::Weak,
                 data_path: DataPath::Device,
@@ -172,6 +176,14 @@ impl State {
         self.runs.iter().filter(|r| !r.status.is_final())
     }
 
+    /// The messages pushed after the first `seen` ones (those still kept).
+    pub fn messages_since(&self, seen: u64) -> impl Iterator<Item = &Message> {
+        let new = self.messages_pushed.saturating_sub(seen) as usize;
+        self.messages
+            .iter()
+            .skip(self.messages.len().saturating_sub(new))
+    }
+
     pub fn push_message(&mut self, level: Level, run: Option<&str>, text: impl Into<String>) {
         self.messages.push_back(Message {
             unix: crate::util::unix_now(),
@@ -179,6 +191,7 @@ impl State {
             run: run.map(str::to_string),
             text: text.into(),
         });
+        self.messages_pushed += 1;
         while self.messages.len() > MAX_MESSAGES {
             self.messages.pop_front();
         }

@@ -113,8 +113,20 @@ impl Engine {
         if let Some(v) = self.state.run_mut(run) {
             v.watch_note = None;
             v.hang_report.push(text.clone());
+            if v.status == RunStatus::Stalled {
+                v.status = RunStatus::Running;
+            }
         }
+        self.persist_live(run);
         self.state.push_message(Level::Info, Some(run), text);
+    }
+
+    /// The run's live status and hang evidence into the store at once: another process
+    /// (`ddptop show`, a script polling it) sees a stall while the job still runs.
+    pub(super) fn persist_live(&self, run: &str) {
+        if let Some(v) = self.state.run(run).filter(|v| !v.status.is_final()) {
+            let _ = self.store.set_live(run, v.status, &v.hang_report);
+        }
     }
 
     fn declare_hung(&mut self, run: &str, verdict: Verdict, now: Instant) {
@@ -169,8 +181,10 @@ impl Engine {
             v.hang_report.extend(report);
             if keep_running {
                 v.watch_note = Some(format!("stalled, reported, not stopped: {why}"));
+                v.status = RunStatus::Stalled;
             }
         }
+        self.persist_live(run);
         let text = if keep_running {
             format!(
                 "{run} looks hung: {why}; collecting evidence and leaving your job running (x stops it; attach --stop-on-hang stops it next time)"

@@ -83,6 +83,7 @@ impl Engine {
                 if let Some(v) = self.state.run_mut(&run) {
                     v.hang_report.extend(lines.iter().cloned());
                 }
+                self.persist_live(&run);
                 for l in lines {
                     self.state.push_message(Level::Warn, Some(&run), l);
                 }

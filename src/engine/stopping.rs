@@ -188,7 +188,21 @@ impl Engine {
                 }
                 failed => {
                     let mut why = failed.to_string();
-                    for part in [detail, rank_error].into_iter().flatten() {
+                    // The rank that died first, in its own words: a signal's cause is only in
+                    // its output, never in torchrun's summary.
+                    let own = output::rank_tails(&l.run_dir)
+                        .into_iter()
+                        .filter(|t| t.exitcode != 0)
+                        .min_by_key(|t| t.exitcode == -15)
+                        .and_then(|t| {
+                            let why = t.why()?.trim().to_string();
+                            Some(format!(
+                                "rank {} ({}) last wrote: {why}",
+                                t.rank,
+                                t.exit_words()
+                            ))
+                        });
+                    for part in [detail, rank_error, own].into_iter().flatten() {
                         why.push_str("; ");
                         why.push_str(&part);
                     }
@@ -277,6 +291,9 @@ impl Engine {
         view.set_transport(transport.or(known));
         if let Some(read) = nccl_reads(&view.spec, &run_dir) {
             view.nccl_read = read;
+        }
+        if status != RunStatus::Completed {
+            view.rank_tails = output::rank_tails(&run_dir);
         }
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();

@@ -100,6 +100,8 @@ pub fn run_info(
         versions: run.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
         stragglers: run.stragglers.clone(),
+        evidence: run.hang_report.clone(),
+        rank_tails: run.rank_tails.clone(),
         collectives: crate::app::coll_store::collectives_json(run),
         figures: RunFigures::of(run, scaling, history),
         family: run.spec.family.settings(),

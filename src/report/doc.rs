@@ -399,6 +399,23 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             if let Some(reason) = &run.reason {
                 parts.push(format!("{}: {}", run.status, reason.replace('\n', " ")));
             }
+            for e in &run.evidence {
+                parts.push(format!("evidence: {e}"));
+            }
+            for t in &run.rank_tails {
+                let said = t.lines.iter().rev().take(4).rev().cloned();
+                let said: Vec<String> = said.collect();
+                parts.push(format!(
+                    "rank {} {}, its last lines: {}",
+                    t.rank,
+                    t.exit_words(),
+                    if said.is_empty() {
+                        "(none)".into()
+                    } else {
+                        said.join(" ⏎ ")
+                    }
+                ));
+            }
             if run.status != crate::run::RunStatus::Completed
                 && let Some(log) = &run.output_log
             {

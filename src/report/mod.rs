@@ -264,6 +264,11 @@ pub struct RunInfo {
     pub output_log: Option<String>,
     /// Ranks named as holding the others back, in the order named (`app::straggler`).
     pub stragglers: Vec<crate::run::view::Straggler>,
+    /// The watchdog's hang evidence (a stall of an attached job that went on, a hung run's
+    /// verdict and dumps), in the order it came.
+    pub evidence: Vec<String>,
+    /// Ranks torchrun reported failed, each with its own last output lines.
+    pub rank_tails: Vec<crate::run::RankTail>,
     /// NCCL's profiler plugin's collectives and what timed the buckets
     /// (`app::coll_store::collectives_json`; null without either).
     pub collectives: serde_json::Value,

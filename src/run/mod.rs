@@ -25,5 +25,5 @@ pub use spec::{
 };
 pub use view::{
     Aggregate, Caveat, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, Observed,
-    OpTotal, RankView, RunView, Scaling, Settings,
+    OpTotal, RankTail, RankView, RunView, Scaling, Settings,
 };

@@ -315,6 +315,9 @@ impl ModelName {
 pub enum RunStatus {
     Starting,
     Running,
+    /// An attached job the watchdog judged hung and left running (attach reports, it does not
+    /// kill): live, not final; back to `Running` when a step arrives.
+    Stalled,
     Completed,
     Failed,
     Hung,
@@ -324,6 +327,7 @@ pub enum RunStatus {
 crate::util::names!(RunStatus {
     Starting => "starting",
     Running => "running",
+    Stalled => "stalled",
     Completed => "completed",
     Failed => "failed",
     Hung => "hung",
@@ -332,14 +336,17 @@ crate::util::names!(RunStatus {
 
 impl RunStatus {
     pub fn is_final(self) -> bool {
-        !matches!(self, RunStatus::Starting | RunStatus::Running)
+        !matches!(
+            self,
+            RunStatus::Starting | RunStatus::Running | RunStatus::Stalled
+        )
     }
     /// Whether the run's figures may be shown: a completed run's as results, a starting or
     /// running one's as live figures; a failed, hung or stopped run shows none.
     pub fn shows_results(self) -> bool {
         matches!(
             self,
-            RunStatus::Completed | RunStatus::Running | RunStatus::Starting
+            RunStatus::Completed | RunStatus::Running | RunStatus::Starting | RunStatus::Stalled
         )
     }
 }

@@ -270,6 +270,9 @@ pub struct RunView {
     pub log_tail: VecDeque<String>,
     /// Evidence collected when a run hung (flight recorder summary, last steps).
     pub hang_report: Vec<String>,
+    /// Ranks torchrun reported failed, each with its own last output lines (a rank killed by
+    /// a signal says why only there).
+    pub rank_tails: Vec<RankTail>,
     /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
     /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
     pub torch_seen: Option<(crate::protocol::MatmulPrecision, bool)>,
@@ -504,6 +507,7 @@ impl RunView {
             rejected: 0,
             log_tail: VecDeque::new(),
             hang_report: Vec::new(),
+            rank_tails: Vec::new(),
             watch_note: None,
             torch_seen: None,
             exit_codes: Vec::new(),
@@ -656,4 +660,56 @@ impl RunView {
             self.log_tail.pop_front();
         }
     }
+}
+
+/// A rank that torchrun reported as failed, with its own last output lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankTail {
+    pub rank: u32,
+    pub local_rank: u32,
+    /// torchrun's exit code for it: negative for a signal (-6: SIGABRT).
+    pub exitcode: i32,
+    pub lines: Vec<String>,
+}
+
+impl RankTail {
+    /// "exit -6 (SIGABRT)" / "exit 1".
+    pub fn exit_words(&self) -> String {
+        match signal_name(-self.exitcode) {
+            Some(sig) if self.exitcode < 0 => format!("exit {} ({sig})", self.exitcode),
+            _ => format!("exit {}", self.exitcode),
+        }
+    }
+
+    /// The line that most likely says why: the last one naming an error, else the last one.
+    pub fn why(&self) -> Option<&str> {
+        const WORDS: [&str; 7] = [
+            "terminate called",
+            "Error",
+            "error",
+            "what():",
+            "Fatal Python error",
+            "Segmentation fault",
+            "Aborted",
+        ];
+        self.lines
+            .iter()
+            .rev()
+            .find(|l| WORDS.iter().any(|w| l.contains(w)))
+            .or(self.lines.last())
+            .map(String::as_str)
+    }
+}
+
+fn signal_name(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return None,
+    })
 }

@@ -543,14 +543,30 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
 
 /// `--standalone --nproc-per-node=k`, or the c10d rendezvous flags of node 0.
 fn where_flags(spec: &RunSpec, ctx: &LaunchContext) -> Vec<String> {
-    match ctx.nodes {
+    let mut v = match ctx.nodes {
         Some(plan) => rendezvous_flags(ctx.run_id, plan, 0),
         None => vec![
             "--standalone".into(),
             format!("--nproc-per-node={}", spec.k),
         ],
-    }
+    };
+    v.extend(rank_log_flags(ctx.run_dir));
+    v
 }
+
+/// Every rank's stdout and stderr into its own file under the run folder, and teed into
+/// `output.log` with torchrun's `[default<local rank>]:` prefix: a rank that dies by a signal
+/// (SIGABRT after "terminate called…", SIGSEGV) keeps its own last lines, told apart from its
+/// peers' and from torchrun's summary (`supervisor::output::rank_tails`).
+fn rank_log_flags(run_dir: &Path) -> [String; 2] {
+    [
+        "--tee=3".into(),
+        format!("--log-dir={}", run_dir.join(RANK_LOG_DIR).display()),
+    ]
+}
+
+/// The folder of a run where torchrun writes each rank's `stdout.log` / `stderr.log`.
+pub const RANK_LOG_DIR: &str = "ranks";
 
 /// `torchrun --standalone --nproc-per-node=k -m ddptop_worker <experiment> …`.
 fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String> {
@@ -1052,8 +1068,8 @@ mod tests {
         let cmd = command_for(&spec, &ctx(Path::new("/data/runs/r1"), Some(&py))).unwrap();
         assert_eq!(
             cmd.argv.join(" "),
-            "/venv/bin/torchrun --standalone --nproc-per-node=2 --monitor-interval=0.1 \
-             /home/u/train.py --epochs 3"
+            "/venv/bin/torchrun --standalone --nproc-per-node=2 --tee=3 \
+             --log-dir=/data/runs/r1/ranks --monitor-interval=0.1 /home/u/train.py --epochs 3"
         );
         assert_eq!(
             cmd.cwd,
@@ -1119,7 +1135,7 @@ mod tests {
             cmd.argv.join(" "),
             "/venv/bin/torchrun --nnodes=2 --node-rank=0 --nproc-per-node=2 --rdzv-backend=c10d \
              --rdzv-endpoint=a:29400 --rdzv-id=r1 --rdzv-conf=is_host=1,join_timeout=120 \
-             --max-restarts=0 --monitor-interval=0.1 /home/u/train.py"
+             --max-restarts=0 --tee=3 --log-dir=/d/ranks --monitor-interval=0.1 /home/u/train.py"
         );
         assert_eq!(
             cmd.env.get("DDPTOP_NODE").cloned().flatten().as_deref(),

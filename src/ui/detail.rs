@@ -220,6 +220,15 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     for l in &run.hang_report {
         out.push(kv("evidence", l.clone()));
     }
+    for t in &run.rank_tails {
+        out.push(kv(
+            "rank exit",
+            format!("rank {} {}", t.rank, t.exit_words()),
+        ));
+        for l in &t.lines {
+            out.push(kv("  said", format!("[rank {}] {l}", t.rank)));
+        }
+    }
     match s
         .data_dir
         .as_ref()

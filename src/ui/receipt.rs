@@ -297,7 +297,7 @@ pub fn render(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
 
 fn waiting(run: &RunView) -> &'static str {
     match run.status {
-        RunStatus::Starting | RunStatus::Running => {
+        RunStatus::Starting | RunStatus::Running | RunStatus::Stalled => {
             "compiling the step: the receipt comes with the first step"
         }
         _ => "this run reported no receipt (it ended before its first step)",

@@ -259,7 +259,7 @@ impl Theme {
             RunStatus::Running => self.running,
             RunStatus::Completed => self.completed,
             RunStatus::Failed => self.failed,
-            RunStatus::Hung => self.hung,
+            RunStatus::Hung | RunStatus::Stalled => self.hung,
             RunStatus::Stopped => self.stopped,
         }
     }
@@ -273,6 +273,7 @@ pub fn status_glyph(s: RunStatus) -> &'static str {
         RunStatus::Completed => "✓",
         RunStatus::Failed => "✗",
         RunStatus::Hung => "⊘",
+        RunStatus::Stalled => "!",
         RunStatus::Stopped => "■",
     }
 }

@@ -51,6 +51,8 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         versions: versions(),
         output_log: Some(format!("/data/runs/{id}/output.log")),
         stragglers: Vec::new(),
+        evidence: Vec::new(),
+        rank_tails: Vec::new(),
         collectives: serde_json::Value::Null,
         figures: run_doc::RunFigures::default(),
         family: Default::default(),
