@@ -9,6 +9,8 @@ What is patched (docs/attach.md), once per process, all pass-through when no ses
 - `DistributedDataParallel.register_comm_hook` / `_register_builtin_comm_hook` (wrapped): a
   script's own comm hook wins; ddptop then times steps only.
 - `DistributedSampler.set_epoch` (wrapped): epoch boundaries.
+- `torch.distributed.destroy_process_group` (wrapped): never while the heartbeat thread reads
+  the flight recorder (`inflight.guard_destroy`).
 
 Per-instance forward hooks rather than `register_module_forward_pre_hook`: a global module hook
 takes every submodule call of the model off torch's hook-free fast path, and only the DDP
@@ -26,6 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
+from . import inflight
 from .timing import timed_allreduce_hook
 
 if TYPE_CHECKING:
@@ -203,6 +206,11 @@ def _patch_classes() -> None:
         if s is not None:
             s.guard(s.on_set_epoch, int(epoch))
 
+    # The heartbeat reads the flight recorder from its own thread; the script's destroy must
+    # not run in the middle of that read (inflight.guard_destroy).
+    if not getattr(dist.destroy_process_group, "__ddptop_guarded__", False):
+        _ORIG["destroy"] = dist.destroy_process_group
+        dist.destroy_process_group = inflight.guard_destroy(dist.destroy_process_group)
     DDP.__init__ = __init__  # type: ignore[method-assign]
     DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
     DDP._register_builtin_comm_hook = _register_builtin_comm_hook  # type: ignore[method-assign]

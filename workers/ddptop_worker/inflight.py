@@ -7,10 +7,31 @@ never imported torch.distributed (the simulated client, a bare test) reports not
 
 from __future__ import annotations
 
+import functools
 import pickle
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
+
+# Held while the recorder is read (the heartbeat thread) and while a process group is destroyed
+# (the script's main thread, through `guard_destroy`): an attached script destroys its group
+# while ddptop's heartbeat may be reading the recorder's entries, which point at the group's
+# work objects.
+_LOCK = threading.Lock()
+
+
+def guard_destroy(destroy: Callable[..., Any]) -> Callable[..., Any]:
+    """`torch.distributed.destroy_process_group`, never at the same time as a recorder read."""
+
+    @functools.wraps(destroy)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return destroy(*args, **kwargs)
+
+    destroy_process_group.__ddptop_guarded__ = True  # type: ignore[attr-defined]
+    return destroy_process_group
 
 
 def coll_state() -> dict[str, Any] | None:
@@ -25,11 +46,12 @@ def coll_state() -> dict[str, Any] | None:
     if dist is None or c10d is None:
         return None
     try:
-        if not dist.is_initialized():
-            return None
-        backend = str(dist.get_backend())
-        dump = getattr(c10d, "_dump_nccl_trace" if backend == "nccl" else "_dump_fr_trace")
-        raw = dump(True, False, True)
+        with _LOCK:  # the group cannot be destroyed between the check and the read
+            if not dist.is_initialized():
+                return None
+            backend = str(dist.get_backend())
+            dump = getattr(c10d, "_dump_nccl_trace" if backend == "nccl" else "_dump_fr_trace")
+            raw = dump(True, False, True)
         entries = pickle.loads(bytes(raw)).get("entries", [])  # noqa: S301 - torch's own bytes
     except Exception:  # noqa: BLE001 - a recorder that is off or unavailable is no evidence
         return None

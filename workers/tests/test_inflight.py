@@ -100,3 +100,39 @@ def test_heartbeat_evidence_reads_the_recorder_only_when_steps_stand_still(
     assert set(flowing) == {"cpu_s"} and flowing["cpu_s"] >= 0 and calls == []
     still = c.evidence(2)
     assert still["coll"] == {"pending": 0} and calls == [1]
+
+
+def test_a_guarded_destroy_waits_for_a_recorder_read_in_progress() -> None:
+    """Issue 51: an attached script's destroy_process_group must not run while the heartbeat
+    thread reads the flight recorder (whose entries point at the group's work objects)."""
+    import threading
+
+    calls: list[str] = []
+    reading, release = threading.Event(), threading.Event()
+
+    def reader() -> None:
+        with inflight._LOCK:  # what coll_state holds while it reads
+            calls.append("read begins")
+            reading.set()
+            release.wait(5)
+            calls.append("read ends")
+
+    def destroy() -> str:
+        calls.append("destroy")
+        return "destroyed"
+
+    guarded = inflight.guard_destroy(destroy)
+    assert getattr(guarded, "__ddptop_guarded__", False)
+    t = threading.Thread(target=reader)
+    t.start()
+    assert reading.wait(5)
+    result: list[str] = []
+    d = threading.Thread(target=lambda: result.append(guarded()))
+    d.start()
+    d.join(0.2)
+    assert calls == ["read begins"], "destroy ran during the read"
+    release.set()
+    t.join(5)
+    d.join(5)
+    assert calls == ["read begins", "read ends", "destroy"]
+    assert result == ["destroyed"]
