@@ -603,7 +603,7 @@ pub fn report(
         "backend": first.map(|r| r.spec.backend.as_str()),
         "simulated": first.is_some_and(|r| r.is_simulated()),
         "profile": first.and_then(|r| r.spec.profile.clone()),
-        "toggles": first.map(|r| r.spec.nccl.badges()),
+        "toggles": first.map(|r| r.spec.nccl.badges_for(r.spec.backend)),
         "backend_note": note,
         "sweep": sweep,
         "runs": runs.iter().map(|r| run_json(r, records.get(&r.id), state, context)).collect::<Vec<_>>(),

@@ -380,7 +380,10 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
                 _ => "unknown".into(),
             },
         ),
-        ("settings", run.spec.nccl.badges().join(" ")),
+        (
+            "settings",
+            run.spec.nccl.badges_for(run.spec.backend).join(" "),
+        ),
         ("started", info.started.to_string()),
         (
             "ended",
@@ -409,13 +412,13 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         rows.push((
             "speedup",
             format!(
-                "{:.2}× · efficiency {:.0}% · vs k=1 run {}",
+                "{:.2}× · efficiency {} · vs k=1 run {}",
                 s.speedup,
-                s.efficiency * 100.0,
+                crate::app::summary::efficiency_words(run, s, &l.runs),
                 s.baseline
             ),
         ));
-        if let Some(why) = crate::app::summary::scaling_caveat(s, &l.runs) {
+        if let Some(why) = crate::app::summary::scaling_caveat_for(run, s, &l.runs) {
             rows.push(("caveat", format!("⚠ {why}")));
         }
     }

@@ -217,10 +217,15 @@ fn gloo_says_nothing_about_nccl_and_offers_no_nccl_keys() {
         !hints.contains("weak/strong") && hints.contains("experiment"),
         "{hints}"
     );
+    // Nor does any pane: the Bench pane's first hint offers `b` alone, not a toggle that gloo
+    // refuses.
+    assert!(!s.contains("NCCL"), "{s}");
+    assert!(s.contains("b sweeps message sizes"), "{s}");
     // The simulated backend models NCCL: it says so.
     let sim = laptop_sim_running();
     let s = text(&draw(&sim, 160, 45));
     assert!(s.lines().nth(1).unwrap().contains("sim NCCL"), "{s}");
+    assert!(s.contains("b sweeps message sizes; n toggles"), "{s}");
     assert!(
         !s.contains("NCCL's defaults") && !s.contains("CPU/sim"),
         "{s}"
@@ -363,6 +368,35 @@ fn figures_from_a_perturbed_baseline_are_marked_with_the_reason() {
         s.contains(&format!("⚠ k=1 baseline {} is no baseline", id(1))),
         "and says why:\n{s}"
     );
+}
+
+/// A k=1 run and a k=2 run whose ranks did `per_rank` samples/s, on gloo.
+fn k2_against(per_rank: &[f64]) -> String {
+    let mut host = host_laptop();
+    host.backend = HostBackend::Gloo;
+    let mut st = Screen::new(host);
+    let k1 = completed(1, spec(Experiment::Weak, 1, Backend::Gloo), &[100.0]);
+    let k2 = completed(2, spec(Experiment::Weak, 2, Backend::Gloo), per_rank);
+    st.state.runs = vec![k2, k1];
+    st.view.selected = 0;
+    st.view.focused = Some(id(2));
+    text(&draw(&st, 160, 40))
+}
+
+#[test]
+fn an_efficiency_just_above_100_percent_reads_as_ideal_and_beyond_the_spread_is_flagged() {
+    // 100.2% with ranks ±1.6% apart: ideal within the noise, not a measured gain.
+    let s = k2_against(&[98.6, 101.8]);
+    assert!(s.contains("2.00× ≈100% vs"), "Runs pane:\n{s}");
+    assert!(s.contains("≈100%"), "Scaling pane:\n{s}");
+    assert!(
+        !s.contains("100.2%") && !s.contains("⚠"),
+        "neither shown plainly nor flagged:\n{s}"
+    );
+    // 103% with ranks equal: beyond the noise, shown as it is and flagged with why.
+    let s = k2_against(&[103.0, 103.0]);
+    assert!(s.contains("2.06× 103%⚠"), "Runs pane:\n{s}");
+    assert!(s.contains("above 100% cannot be a real speedup"), "{s}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! k=1, probe medians, timeline overlap. Pure functions; docs/methods.md explains each.
 
 use crate::protocol::{Buckets, Probe, ProbeMode};
-use crate::run::{RunStatus, RunView, Scaling};
+use crate::run::{Aggregate, RunStatus, RunView, Scaling};
 use crate::util::median;
 
 /// Speedup and efficiency of `run` against a k=1 run of the same curve (`CurveKey`: never a
@@ -62,6 +62,60 @@ pub fn scaling_caveat(sc: &Scaling, runs: &[RunView]) -> Option<String> {
         ));
     }
     None
+}
+
+/// Half the spread between the slowest and fastest rank, as % of the mean rank.
+pub fn rank_spread_pct(agg: &Aggregate) -> f64 {
+    let n = agg.per_rank.len().max(1) as f64;
+    let mean = agg.samples_per_s / n;
+    if mean <= 0.0 {
+        0.0
+    } else {
+        (agg.rank_max - agg.rank_min) / 2.0 / mean * 100.0
+    }
+}
+
+/// Rounding of per-rank figures alone can move an efficiency this much (%).
+const ROUNDING_NOISE_PCT: f64 = 0.5;
+
+/// The noise (%) `run`'s efficiency is read against: the spread between its ranks plus its
+/// k=1 baseline's (the relative errors of a ratio add), never below rounding noise.
+pub fn efficiency_noise_pct(run: &RunView, sc: &Scaling, runs: &[RunView]) -> f64 {
+    let spread = |r: &RunView| r.aggregate.as_ref().map_or(0.0, rank_spread_pct);
+    let base = runs
+        .iter()
+        .find(|b| b.id == sc.baseline)
+        .map_or(0.0, spread);
+    (spread(run) + base).max(ROUNDING_NOISE_PCT)
+}
+
+/// An efficiency above 100% by no more than the noise: `Some(noise %)`, to be read as ideal
+/// scaling ("≈ 100%"), not as a superlinear speedup nor as an error.
+pub fn about_ideal(run: &RunView, sc: &Scaling, runs: &[RunView]) -> Option<f64> {
+    let noise = efficiency_noise_pct(run, sc, runs);
+    (sc.efficiency > 1.0 && (sc.efficiency - 1.0) * 100.0 <= noise).then_some(noise)
+}
+
+/// `scaling_caveat` knowing the run: an efficiency above 100% within its own spread is no
+/// caveat (it reads "≈ 100%"); a perturbed baseline still is.
+pub fn scaling_caveat_for(run: &RunView, sc: &Scaling, runs: &[RunView]) -> Option<String> {
+    let perturbed = runs
+        .iter()
+        .find(|b| b.id == sc.baseline)
+        .is_some_and(|b| b.perturbation().is_some());
+    if !perturbed && about_ideal(run, sc, runs).is_some() {
+        return None;
+    }
+    scaling_caveat(sc, runs)
+}
+
+/// The efficiency as a sentence reads it: `83%`, or `≈ 100% (within ±1.4% spread)` for a
+/// figure above 100% within the noise, so that 100.2% is not taken for a measured gain.
+pub fn efficiency_words(run: &RunView, sc: &Scaling, runs: &[RunView]) -> String {
+    match about_ideal(run, sc, runs) {
+        Some(noise) => format!("≈ 100% (within ±{noise:.1}% spread)"),
+        None => format!("{:.0}%", sc.efficiency * 100.0),
+    }
 }
 
 /// What an attached run measured, in one line: optimizer steps, then what was instrumented;
@@ -275,6 +329,62 @@ mod tests {
             why.contains("above 100%") && why.contains("rerun k=1"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn an_efficiency_just_above_100_percent_reads_as_ideal_within_its_spread_and_beyond_is_flagged()
+    {
+        use crate::protocol::Backend;
+        use crate::run::{Experiment, RunSpec};
+        let base = done(
+            "base",
+            RunSpec::new(Experiment::Weak, 1, Backend::Gloo),
+            100.0,
+            1.0,
+        );
+        // Two ranks 98.6 and 101.8 samples/s: ±1.6% between them; 100.2% efficiency.
+        let mut k2 = done(
+            "k2",
+            RunSpec::new(Experiment::Weak, 2, Backend::Gloo),
+            200.4,
+            2.0,
+        );
+        k2.aggregate = Some(crate::run::Aggregate {
+            samples_per_s: 200.4,
+            per_rank: vec![98.6, 101.8],
+            rank_min: 98.6,
+            rank_max: 101.8,
+        });
+        let runs = vec![base.clone(), k2.clone()];
+        let sc = scaling(&k2, &runs).unwrap();
+        assert!((sc.efficiency - 1.002).abs() < 1e-9);
+        let noise = about_ideal(&k2, &sc, &runs).unwrap();
+        assert!((noise - 1.6 / 100.2 * 100.0).abs() < 1e-9, "{noise}");
+        assert_eq!(
+            efficiency_words(&k2, &sc, &runs),
+            "≈ 100% (within ±1.6% spread)"
+        );
+        assert_eq!(scaling_caveat_for(&k2, &sc, &runs), None);
+        // 103% with the same spread is beyond the noise: shown as it is, and flagged.
+        let mut fast = k2.clone();
+        fast.aggregate.as_mut().unwrap().samples_per_s = 206.0;
+        let sc = scaling(&fast, &runs).unwrap();
+        assert_eq!(about_ideal(&fast, &sc, &runs), None);
+        assert_eq!(efficiency_words(&fast, &sc, &runs), "103%");
+        assert!(
+            scaling_caveat_for(&fast, &sc, &runs)
+                .unwrap()
+                .contains("above 100%")
+        );
+        // Tight ranks: rounding noise (0.5%) is the floor, and 90% is just 90%.
+        let tight = done(
+            "t",
+            RunSpec::new(Experiment::Weak, 2, Backend::Gloo),
+            180.0,
+            3.0,
+        );
+        let sc = scaling(&tight, &[base.clone()]).unwrap();
+        assert_eq!(efficiency_words(&tight, &sc, &[base]), "90%");
     }
 
     #[test]

@@ -227,6 +227,28 @@ impl NcclSettings {
         &self.vars
     }
 
+    /// The settings a launch on `backend` can use. gloo's collectives never touch NCCL, so on
+    /// gloo every `NCCL_` variable goes (ddptop's own NVLS default included): neither the
+    /// launch's environment nor a label of the run then speaks of NCCL. DDP's settings
+    /// (`DDPTOP_DDP_*`) stay.
+    pub fn for_backend(&self, backend: crate::protocol::Backend) -> NcclSettings {
+        let mut s = self.clone();
+        if backend == crate::protocol::Backend::Gloo {
+            s.vars.retain(|k, _| !k.starts_with("NCCL_"));
+        }
+        s
+    }
+
+    /// `badges`, as a run on `backend` shows them: on gloo without NCCL's (see `for_backend`;
+    /// `badges` itself puts ddptop's defaults back, as a stored run ran with them).
+    pub fn badges_for(&self, backend: crate::protocol::Backend) -> Vec<String> {
+        let gloo = backend == crate::protocol::Backend::Gloo;
+        self.badges()
+            .into_iter()
+            .filter(|b| !(gloo && b.trim_start_matches('-').starts_with("NCCL_")))
+            .collect()
+    }
+
     /// `NCCL_NVLS_ENABLE=0`, `-NCCL_ALGO` for the effective settings.
     pub fn badges(&self) -> Vec<String> {
         self.normalized()
@@ -321,6 +343,28 @@ impl fmt::Display for NcclSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gloo_launch_keeps_ddps_settings_and_no_nccl_variable() {
+        let mut s = NcclSettings::default();
+        s.set("DDPTOP_DDP_BUCKET_CAP_MB", Some("5".into()));
+        let gloo = s.for_backend(crate::protocol::Backend::Gloo);
+        assert_eq!(
+            s.badges_for(crate::protocol::Backend::Gloo),
+            ["DDPTOP_DDP_BUCKET_CAP_MB=5"]
+        );
+        assert_eq!(
+            s.badges_for(crate::protocol::Backend::Nccl),
+            ["DDPTOP_DDP_BUCKET_CAP_MB=5", "NCCL_NVLS_ENABLE=0"]
+        );
+        assert_eq!(
+            gloo.launch_env().collect::<Vec<_>>(),
+            [("DDPTOP_DDP_BUCKET_CAP_MB", Some("5"))]
+        );
+        let nccl = s.for_backend(crate::protocol::Backend::Nccl);
+        assert_eq!(nccl, s, "NCCL launches keep everything");
+        assert_eq!(s.for_backend(crate::protocol::Backend::Sim), s);
+    }
 
     #[test]
     fn nvls_off_is_a_visible_default_the_user_can_turn_off() {

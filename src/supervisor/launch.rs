@@ -349,9 +349,13 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             }
             let d = ctx.run_dir.display();
             set("PYTHONPATH", py.workers_dir.display().to_string());
-            // NCCL's INFO log goes to the run directory, where ddptop reads the transport.
-            set("NCCL_DEBUG", "INFO".into());
-            set("NCCL_DEBUG_FILE", format!("{d}/nccl.%h.%p.log"));
+            if spec.backend == Backend::Nccl {
+                // NCCL's INFO log goes to the run directory, where ddptop reads the
+                // transport. gloo loads no NCCL: the variables would only be noise in what
+                // the run lists as set.
+                set("NCCL_DEBUG", "INFO".into());
+                set("NCCL_DEBUG_FILE", format!("{d}/nccl.%h.%p.log"));
+            }
             // Flight recorder: mode 3 (torchrun defaults workers to 1, which skips dumps). The
             // current names only: torch 2.11 warns on every rank about the deprecated
             // TORCH_NCCL_TRACE_BUFFER_SIZE / _DEBUG_INFO_TEMP_FILE (a gloo run's log would start
@@ -427,8 +431,9 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
         );
     }
     // The run's own settings last (ddptop's NCCL_NVLS_ENABLE=0 among them unless turned off):
-    // they win, and `None` removes a variable.
-    for (k, v) in spec.nccl.launch_env() {
+    // they win, and `None` removes a variable. On gloo only DDP's, as nothing reads NCCL's.
+    let settings = spec.nccl.for_backend(spec.backend);
+    for (k, v) in settings.launch_env() {
         env.insert(k.to_string(), v.map(str::to_string));
     }
     // Tell the workers that NCCL loads ddptop's plugin (not a plugin of the user's own `--env`,
@@ -449,6 +454,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
 pub fn why_set(var: &str) -> Option<&'static str> {
     Some(match var {
         "PYTHONPATH" => "loads ddptop's bootstrap (sitecustomize) and its worker package",
+        "PYTHONUNBUFFERED" => "each rank's output reaches the log as it is printed, not at exit",
         "DDPTOP_SOCKET" | "DDPTOP_TOKEN" | "DDPTOP_RUN_ID" => "how each rank reaches ddptop",
         "DDPTOP_BACKEND" => "the backend the bootstrap reports before the script's process group",
         "DDPTOP_FR_DIR" => "where a rank writes its flight recorder and stacks on a hang",
@@ -1100,6 +1106,70 @@ mod tests {
                 .as_deref(),
             Some("0")
         );
+    }
+
+    /// `show` and the run details explain an attached job's environment from `why_set` alone,
+    /// and docs/attach.md lists it: a variable added to the launch code and not there would
+    /// reach the user's job unexplained.
+    #[test]
+    fn every_variable_an_attached_job_gets_says_why_and_is_documented() {
+        let py = PythonEnv {
+            python: "/venv/bin/python".into(),
+            torchrun: vec!["/venv/bin/torchrun".into()],
+            workers_dir: "/repo/workers".into(),
+        };
+        let plan = NodePlan {
+            hosts: vec!["a".into(), "b".into()],
+            addrs: vec![None, None],
+            nproc_per_node: 1,
+            rdzv_endpoint: "a:29400".into(),
+            tcp: "a:5000".into(),
+            remote: "ssh {host} -- {cmd}".into(),
+            stop: None,
+            forward_env: vec![],
+            tls_fingerprint: None,
+        };
+        let doc = include_str!("../../docs/attach.md");
+        let section = doc
+            .split("## What attach adds to your job's environment")
+            .nth(1)
+            .expect("docs/attach.md has the section");
+        for backend in [Backend::Gloo, Backend::Nccl] {
+            for nodes in [None, Some(&plan)] {
+                let mut spec = RunSpec::new(Experiment::Attach, 2, backend);
+                spec.family = crate::run::Family::Attach {
+                    target: Some(crate::run::AttachTarget {
+                        script: "/home/u/train.py".into(),
+                        args: vec![],
+                        cwd: "/home/u".into(),
+                    }),
+                };
+                spec.inject = Some("hang:5".parse().unwrap());
+                let mut c = ctx(Path::new("/d"), Some(&py));
+                c.nodes = nodes;
+                let cmd = command_for(&spec, &c).unwrap();
+                let unexplained: Vec<&String> =
+                    cmd.env.keys().filter(|k| why_set(k).is_none()).collect();
+                assert!(
+                    unexplained.is_empty(),
+                    "{backend:?}: not in why_set: {unexplained:?}"
+                );
+                let undocumented: Vec<&String> = cmd
+                    .env
+                    .keys()
+                    .filter(|k| !section.contains(&format!("`{k}")))
+                    .collect();
+                assert!(
+                    undocumented.is_empty(),
+                    "{backend:?}: not in docs/attach.md: {undocumented:?}"
+                );
+                if backend == Backend::Gloo {
+                    let nccl: Vec<&String> =
+                        cmd.env.keys().filter(|k| k.starts_with("NCCL_")).collect();
+                    assert!(nccl.is_empty(), "gloo loads no NCCL: {nccl:?}");
+                }
+            }
+        }
     }
 
     #[test]

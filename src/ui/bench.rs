@@ -6,6 +6,8 @@ use super::fmt;
 use super::layout::PaneId;
 use super::model;
 use super::{Ctx, empty_note, frame_block, put_line};
+use crate::app::Action;
+use crate::run::{HostBackend, NcclVar};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -13,6 +15,25 @@ use std::collections::BTreeSet;
 
 /// At most this many settings side by side: the first (defaults) and the latest ones.
 const MAX_SETTINGS: usize = 3;
+
+/// What to press for a first bench, with the keys as bound. The NCCL toggle to compare against
+/// is offered only where the launches use NCCL: on gloo `n` is refused, so suggesting it
+/// would send the user into an error.
+fn empty_hint(ctx: &Ctx) -> String {
+    let key = |a: Action| ctx.keys.first_key(a).map(|k| k.to_string());
+    let Some(b) = key(Action::Bench) else {
+        return "no all-reduce bench yet".into();
+    };
+    let mut s = format!("no all-reduce bench yet: {b} sweeps message sizes");
+    if ctx.state.host.backend != HostBackend::Gloo
+        && let Some(n) = key(Action::Toggle(NcclVar::ShmUseCudaMemcpy))
+    {
+        s.push_str(&format!(
+            "; {n} toggles NCCL_SHM_USE_CUDA_MEMCPY, then {b} again to compare"
+        ));
+    }
+    s
+}
 
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let t = ctx.theme;
@@ -32,12 +53,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         return;
     }
     if settings.is_empty() {
-        empty_note(
-            ctx,
-            inner,
-            "no all-reduce bench yet: b sweeps message sizes; n toggles NCCL_SHM_USE_CUDA_MEMCPY, then b again to compare",
-            buf,
-        );
+        empty_note(ctx, inner, &empty_hint(ctx), buf);
         return;
     }
     let w = inner.width as usize;

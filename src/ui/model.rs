@@ -61,6 +61,8 @@ pub struct CurvePoint {
     /// Why this point's figures cannot be read as they stand: a k=1 point's own perturbation,
     /// a k>1 point's `summary::scaling_caveat`.
     pub caveat: Option<String>,
+    /// An efficiency above 100% within the noise (`summary::about_ideal`): drawn as `≈100%`.
+    pub about_ideal: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -75,13 +77,7 @@ pub struct Curve {
 
 /// Spread of per-rank throughput as ± % of the mean rank.
 pub fn spread_pct(agg: &Aggregate) -> f64 {
-    let n = agg.per_rank.len().max(1) as f64;
-    let mean = agg.samples_per_s / n;
-    if mean <= 0.0 {
-        0.0
-    } else {
-        (agg.rank_max - agg.rank_min) / 2.0 / mean * 100.0
-    }
+    summary::rank_spread_pct(agg)
 }
 
 fn curve(state: &State, key: CurveKey) -> Curve {
@@ -106,13 +102,16 @@ fn curve(state: &State, key: CurveKey) -> Curve {
             let agg = r.aggregate.as_ref().expect("filtered");
             let sc = summary::scaling(r, &state.runs);
             let caveat = match &sc {
-                Some(s) if r.spec.k > 1 => summary::scaling_caveat(s, &state.runs),
+                Some(s) if r.spec.k > 1 => summary::scaling_caveat_for(r, s, &state.runs),
                 _ => r
                     .perturbation()
                     .map(|p| format!("not a clean baseline: {p}")),
             };
             CurvePoint {
                 caveat,
+                about_ideal: sc
+                    .as_ref()
+                    .is_some_and(|s| summary::about_ideal(r, s, &state.runs).is_some()),
                 k: r.spec.k,
                 run_id: r.id.clone(),
                 sps: agg.samples_per_s,

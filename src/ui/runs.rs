@@ -89,15 +89,19 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
                     match summary::scaling(run, runs) {
                         Some(s) => {
                             let base = fmt::tiny_id(&s.baseline);
-                            let pct = s.efficiency * 100.0;
+                            // Within the noise of ideal: "≈100%", not a gain of 0.2%.
+                            let pct = match summary::about_ideal(run, &s, runs) {
+                                Some(_) => "≈100%".to_string(),
+                                None => format!("{:.0}%", s.efficiency * 100.0),
+                            };
                             // Marked here; the details (Enter) say why.
-                            let warn = if summary::scaling_caveat(&s, runs).is_some() {
+                            let warn = if summary::scaling_caveat_for(run, &s, runs).is_some() {
                                 "⚠"
                             } else {
                                 ""
                             };
                             eff_narrow = Some(format!("{:.2}×{warn} vs {base}", s.speedup));
-                            format!("{:.2}× {pct:.0}%{warn} vs {base}", s.speedup)
+                            format!("{:.2}× {pct}{warn} vs {base}", s.speedup)
                         }
                         None => "no k=1".to_string(),
                     }

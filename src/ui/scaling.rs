@@ -212,6 +212,8 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
                     // A figure with a caveat is marked where it is read; the next line says why.
                     Some(e) if p.caveat.is_some() => (format!("{:>4.0}%⚠ ", e * 100.0), t.bad),
                     Some(e) if p.k == 1 => (format!("{:>4.0}% ", e * 100.0), t.dim),
+                    // Above 100% by less than the spread: ideal, not a measured gain.
+                    Some(_) if p.about_ideal => ("≈100% ".to_string(), t.good),
                     Some(e) => (
                         format!("{:>4.0}% ", e * 100.0),
                         if e >= 0.9 {
