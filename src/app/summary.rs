@@ -92,8 +92,19 @@ pub fn efficiency_noise_pct(run: &RunView, sc: &Scaling, runs: &[RunView]) -> f6
 /// An efficiency above 100% by no more than the noise: `Some(noise %)`, to be read as ideal
 /// scaling ("≈ 100%"), not as a superlinear speedup nor as an error.
 pub fn about_ideal(run: &RunView, sc: &Scaling, runs: &[RunView]) -> Option<f64> {
-    let noise = efficiency_noise_pct(run, sc, runs);
-    (sc.efficiency > 1.0 && (sc.efficiency - 1.0) * 100.0 <= noise).then_some(noise)
+    within_noise_of_ideal(sc.efficiency, efficiency_noise_pct(run, sc, runs))
+}
+
+/// `about_ideal` from the figures alone (a report's point): `Some(noise %)` when `efficiency`
+/// is above 1 by no more than `spread_pct` (or rounding noise, whichever is larger).
+pub fn within_noise_of_ideal(efficiency: f64, spread_pct: f64) -> Option<f64> {
+    let noise = spread_pct.max(ROUNDING_NOISE_PCT);
+    (efficiency > 1.0 && (efficiency - 1.0) * 100.0 <= noise).then_some(noise)
+}
+
+/// "≈ 100% (within ±1.4% spread)": how a figure within the noise of ideal is written out.
+pub fn about_ideal_words(noise_pct: f64) -> String {
+    format!("≈ 100% (within ±{noise_pct:.1}% spread)")
 }
 
 /// `scaling_caveat` knowing the run: an efficiency above 100% within its own spread is no
@@ -113,7 +124,7 @@ pub fn scaling_caveat_for(run: &RunView, sc: &Scaling, runs: &[RunView]) -> Opti
 /// figure above 100% within the noise, so that 100.2% is not taken for a measured gain.
 pub fn efficiency_words(run: &RunView, sc: &Scaling, runs: &[RunView]) -> String {
     match about_ideal(run, sc, runs) {
-        Some(noise) => format!("≈ 100% (within ±{noise:.1}% spread)"),
+        Some(noise) => about_ideal_words(noise),
         None => format!("{:.0}%", sc.efficiency * 100.0),
     }
 }

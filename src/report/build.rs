@@ -165,7 +165,7 @@ fn curves(src: &Source) -> Vec<Curve> {
                             efficiency: sc.as_ref().map(|s| s.efficiency),
                             caveat: sc
                                 .as_ref()
-                                .and_then(|s| summary::scaling_caveat(s, src.history)),
+                                .and_then(|s| summary::scaling_caveat_for(r, s, src.history)),
                             baseline_run_id: sc.map(|s| s.baseline),
                             predicted_samples_per_s: prediction(r, src).map(|p| p.predicted_sps),
                         }

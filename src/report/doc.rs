@@ -112,7 +112,7 @@ fn scaling(d: &mut Vec<Block>, r: &Report) {
                     format!("±{:.1}%", p.spread_pct()),
                     // A figure with a caveat is marked where it is read; the note says why.
                     opt(p.speedup, |s| format!("{s:.2}×{}", mark(p))),
-                    opt(p.efficiency, |e| format!("{:.0}%{}", e * 100.0, mark(p))),
+                    opt(p.efficiency, |e| efficiency_cell(p, e)),
                     opt(p.baseline_run_id.as_deref(), |b| {
                         if b == p.run_id {
                             "itself".into()
@@ -138,6 +138,15 @@ fn scaling(d: &mut Vec<Block>, r: &Report) {
 }
 
 /// ` ⚠` after a figure that carries a caveat.
+/// An efficiency above 100% within the point's rank spread reads as ideal, so that 100.2% is
+/// not taken for a measured gain (the k=1 baseline is one rank: no spread of its own).
+fn efficiency_cell(p: &super::CurvePoint, e: f64) -> String {
+    match crate::app::summary::within_noise_of_ideal(e, p.spread_pct()) {
+        Some(noise) if p.caveat.is_none() => crate::app::summary::about_ideal_words(noise),
+        _ => format!("{:.0}%{}", e * 100.0, mark(p)),
+    }
+}
+
 fn mark(p: &super::CurvePoint) -> &'static str {
     if p.caveat.is_some() { " ⚠" } else { "" }
 }
@@ -462,5 +471,39 @@ fn environment(d: &mut Vec<Block>, r: &Report) {
     if !commands.is_empty() {
         d.push(Block::Heading(3, "Command lines".into()));
         d.push(Block::Code(commands.join("\n")));
+    }
+}
+
+#[cfg(test)]
+mod efficiency_tests {
+    use super::efficiency_cell;
+    use crate::report::CurvePoint;
+
+    fn k2(rank_min: f64, rank_max: f64, efficiency: f64) -> CurvePoint {
+        CurvePoint {
+            k: 2,
+            run_id: "r2".into(),
+            samples_per_s: rank_min + rank_max,
+            rank_min,
+            rank_max,
+            speedup: Some(efficiency * 2.0),
+            efficiency: Some(efficiency),
+            baseline_run_id: Some("r1".into()),
+            predicted_samples_per_s: None,
+            caveat: None,
+        }
+    }
+
+    #[test]
+    fn a_report_reads_100_point_2_percent_within_the_spread_as_ideal() {
+        // Ranks 98.6 and 101.8: ±1.6%.
+        assert_eq!(
+            efficiency_cell(&k2(98.6, 101.8, 1.002), 1.002),
+            "≈ 100% (within ±1.6% spread)"
+        );
+        assert_eq!(efficiency_cell(&k2(100.0, 100.0, 0.9), 0.9), "90%");
+        let mut over = k2(103.0, 103.0, 1.03);
+        over.caveat = Some("efficiency above 100%".into());
+        assert_eq!(efficiency_cell(&over, 1.03), "103% ⚠");
     }
 }
