@@ -236,6 +236,14 @@ fn write_images(r: &Report, out: &Path, kind: ImageArg) -> anyhow::Result<Vec<Im
     Ok(images)
 }
 
+/// The directory `out` goes into when it does not exist yet: `-o` creates it, and says so, so a
+/// mistyped path does not quietly become a new folder.
+fn missing_parent(out: &Path) -> Option<PathBuf> {
+    out.parent()
+        .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+}
+
 /// Write a report to `out` (with a Markdown report's plots beside it); the paths written.
 pub fn write_report(
     r: &Report,
@@ -271,7 +279,14 @@ pub fn report(g: &GlobalArgs, a: &ReportArgs) -> anyhow::Result<i32> {
     let format = a.format;
     match &a.output {
         Some(out) => {
+            let missing = missing_parent(out);
             let written = write_report(&r, format, out, a.images)?;
+            if let Some(dir) = missing {
+                eprintln!(
+                    "ddptop: created the directory {} for the report (it did not exist)",
+                    dir.display()
+                );
+            }
             let names: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
             eprintln!("ddptop: wrote {}", names.join(", "));
         }

@@ -114,7 +114,20 @@ fn report_show_runs_and_diff_read_the_store() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("bench.bench.svg"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("bench.bench.svg"));
+    // `out/` did not exist: created, and said in one line; the next report there says nothing.
+    let created = format!(
+        "ddptop: created the directory {} for the report (it did not exist)",
+        data.join("out").display()
+    );
+    assert_eq!(err.matches(&created).count(), 1, "{err}");
+    let again = ddptop(data)
+        .args(["report", &id(&b0, 0), "-o"])
+        .arg(data.join("out/again.md"))
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("created"));
     let md = std::fs::read_to_string(&out).unwrap();
     assert!(
         md.contains("![SIMULATED — All-reduce bus bandwidth vs message size](bench.bench.svg)")
