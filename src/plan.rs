@@ -339,6 +339,11 @@ pub fn sweep(
     {
         return Err(why.into());
     }
+    if let Some(f) = t.inject {
+        for &k in ks {
+            f.fits_k(k)?;
+        }
+    }
     let mut notes = Vec::new();
     let mut specs = Vec::new();
     for &k in ks {

@@ -444,3 +444,27 @@ fn the_configs_launch_table_sizes_runs_and_the_command_line_wins() {
         "{err}"
     );
 }
+
+/// Issue 46: a fault that names a rank the run does not have is refused before anything runs,
+/// in one line that says which ranks there are.
+#[test]
+fn a_fault_naming_a_rank_beyond_k_is_refused_in_one_line() {
+    let d = tempfile::tempdir().unwrap();
+    let out = ddptop(d.path())
+        .args(["run", "weak", "--k", "1,2", "--backend", "sim"])
+        .args(["--inject", "slow:5:1.5"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The backend note, then the refusal: one line.
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.lines()
+            .last()
+            .unwrap()
+            .contains("names rank 5, but a run at k=1 has ranks 0..=0"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty(), "nothing ran");
+}

@@ -65,6 +65,9 @@ pub struct CurveKey {
     pub family: Family,
     /// The book's TF32/cudnn.benchmark settings: with and without are two curves.
     pub torch: TorchSettings,
+    /// An injected fault (`--inject`, as written): a fault run is never a point of a clean
+    /// curve, nor the k=1 baseline a clean run is divided by.
+    pub fault: Option<String>,
 }
 
 /// The same machine and settings, either experiment (weak and strong side by side).
@@ -97,6 +100,7 @@ impl CurveKey {
             nccl: s.nccl.normalized(),
             family: s.family.for_curve(),
             torch: s.torch,
+            fault: s.inject.map(|f| f.to_string()),
         }
     }
 
@@ -141,6 +145,9 @@ impl CurveKey {
             parts.push("PyTorch defaults".into());
         }
         parts.extend(self.family.optimizer_part());
+        if let Some(f) = &self.fault {
+            parts.push(format!("fault {f}"));
+        }
         parts.join(" ")
     }
 }
@@ -264,13 +271,26 @@ mod tests {
         for s in changed {
             assert_ne!(s.curve_key(), k, "{s:?}");
         }
-        // k, the fault and the control flag are not part of the curve.
+        // k and the control flag are not part of the curve.
         let same = RunSpec {
             k: 2,
-            inject: Some("hang:3".parse().unwrap()),
+            control: true,
             ..base.clone()
         };
         assert_eq!(same.curve_key(), k);
+        // A fault run is a curve of its own (issue 46): never a point, nor the baseline, of
+        // the clean one.
+        let faulted = RunSpec {
+            k: 2,
+            inject: Some("slow:1:1.5".parse().unwrap()),
+            ..base.clone()
+        };
+        assert_ne!(faulted.curve_key(), k);
+        assert!(
+            faulted.curve_key().title().ends_with("fault slow:1:1.5"),
+            "{}",
+            faulted.curve_key().title()
+        );
     }
 
     #[test]

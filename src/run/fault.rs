@@ -92,6 +92,18 @@ impl Fault {
     pub fn sim_only(self) -> bool {
         matches!(self, Fault::Garbage(_))
     }
+
+    /// A fault that names a rank must name one of the run's: `slow:5:1.5` at k=2 would slow
+    /// nobody, and the run would pass for a fault run that showed nothing.
+    pub fn fits_k(self, k: u32) -> Result<(), String> {
+        match self {
+            Fault::Slow { rank, .. } if rank >= k => Err(format!(
+                "fault `{self}` names rank {rank}, but a run at k={k} has ranks 0..={}: pick a rank below {k}",
+                k.saturating_sub(1)
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl fmt::Display for Fault {
@@ -194,5 +206,18 @@ mod tests {
         }
         assert!("garbage".parse::<Fault>().unwrap().sim_only());
         assert!(!"hang:1".parse::<Fault>().unwrap().sim_only());
+    }
+
+    #[test]
+    fn a_fault_naming_a_rank_beyond_k_is_refused() {
+        let f: Fault = "slow:5:1.5".parse().unwrap();
+        let e = f.fits_k(2).unwrap_err();
+        assert!(
+            e.contains("names rank 5") && e.contains("ranks 0..=1"),
+            "{e}"
+        );
+        assert!(f.fits_k(6).is_ok());
+        assert!("slow:1:1.5".parse::<Fault>().unwrap().fits_k(1).is_err());
+        assert!("hang:500".parse::<Fault>().unwrap().fits_k(1).is_ok());
     }
 }
