@@ -599,50 +599,59 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
         );
         return Ok(0);
     }
-    println!(
-        "{:<24} {:<10} {:>2} {:<9} {:<10} {:>10} {:>7} {:>5} {:>9} {:>10}  settings",
-        "run",
-        "experiment",
-        "k",
-        "backend",
-        "status",
-        "samples/s",
-        "speedup",
-        "eff",
-        "Δ probe",
-        "busbw GB/s"
-    );
-    for info in &r.runs {
-        let f = r.figures(&info.id);
-        println!(
-            "{:<24} {:<10} {:>2} {:<9} {:<10} {:>10} {:>7} {:>5} {:>9} {:>10}  {}",
-            info.id,
-            info.experiment,
-            info.k,
-            if info.simulated() {
-                "SIM"
-            } else {
-                info.backend.as_str()
-            },
-            info.status,
-            opt_f(f.point.map(|p| p.samples_per_s), crate::report::fmt_rate),
-            opt_f(f.point.and_then(|p| p.speedup), |s| format!("{s:.2}×")),
-            opt_f(f.point.and_then(|p| p.efficiency), |e| format!(
-                "{:.0}%",
-                e * 100.0
-            )),
-            opt_f(f.probe_diff_ms, |d| format!(
-                "{} ms",
-                crate::report::fmt_ms(d)
-            )),
-            opt_f(f.busbw_peak_gbs, |b| format!("{b:.2}")),
-            info.settings
-        );
-    }
+    print!("{}", runs_table(&r));
     if r.simulated() {
         println!("SIM: SIMULATED runs (cost model plus noise), not measurements.");
     }
     Ok(0)
+}
+
+/// `ddptop runs`' table: one row per run, columns sized to their content.
+fn runs_table(r: &Report) -> String {
+    use crate::util::Align::{Left, Right};
+    let header = [
+        ("run", Left),
+        ("experiment", Left),
+        ("k", Right),
+        ("backend", Left),
+        ("status", Left),
+        ("samples/s", Right),
+        ("speedup", Right),
+        ("eff", Right),
+        ("Δ probe", Right),
+        ("busbw GB/s", Right),
+        ("settings", Left),
+    ];
+    let rows: Vec<Vec<String>> = r
+        .runs
+        .iter()
+        .map(|info| {
+            let f = r.figures(&info.id);
+            let backend = if info.simulated() {
+                "SIM"
+            } else {
+                info.backend.as_str()
+            };
+            vec![
+                info.id.clone(),
+                info.experiment.to_string(),
+                info.k.to_string(),
+                backend.to_string(),
+                info.status.to_string(),
+                opt_f(f.point.map(|p| p.samples_per_s), crate::report::fmt_rate),
+                opt_f(f.point.and_then(|p| p.speedup), |s| format!("{s:.2}×")),
+                opt_f(f.point.and_then(|p| p.efficiency), |e| {
+                    format!("{:.0}%", e * 100.0)
+                }),
+                opt_f(f.probe_diff_ms, |d| {
+                    format!("{} ms", crate::report::fmt_ms(d))
+                }),
+                opt_f(f.busbw_peak_gbs, |b| format!("{b:.2}")),
+                info.settings.to_string(),
+            ]
+        })
+        .collect();
+    crate::util::text_table(&header, &rows)
 }
 
 pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {

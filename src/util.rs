@@ -273,3 +273,98 @@ mod count_tests {
         assert_eq!(super::count(3, "setting"), "3 settings");
     }
 }
+
+/// How a column of `text_table` lines up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Align {
+    Left,
+    Right,
+}
+
+/// A plain-text table whose columns are as wide as their widest cell, header included, so that
+/// ids, labels and statuses of any width stay in their columns; two spaces between columns,
+/// none after the last (no trailing blanks). Widths count chars: the cells are ASCII and
+/// single-width symbols (×, Δ, ≈, —).
+pub fn text_table(header: &[(&str, Align)], rows: &[Vec<String>]) -> String {
+    let width = |s: &str| s.chars().count();
+    let mut widths: Vec<usize> = header.iter().map(|(h, _)| width(h)).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(width(cell));
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let mut s = String::new();
+        for (i, ((cell, (_, align)), w)) in cells.iter().zip(header).zip(&widths).enumerate() {
+            let pad = " ".repeat(w - width(cell));
+            match align {
+                Align::Right => s.push_str(&format!("{pad}{cell}")),
+                Align::Left if i == last => s.push_str(cell),
+                Align::Left => s.push_str(&format!("{cell}{pad}")),
+            }
+            if i < last {
+                s.push_str("  ");
+            }
+        }
+        // Empty cells at the end of a row leave their padding behind.
+        format!("{}\n", s.trim_end())
+    };
+    let mut out = line(header.iter().map(|(h, _)| *h).collect());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod text_table_tests {
+    use super::{Align, text_table};
+
+    #[test]
+    fn columns_line_up_whatever_the_width_of_ids_and_labels() {
+        let rows = vec![
+            vec!["r1".into(), "weak".into(), "1.00×".into(), "default".into()],
+            vec![
+                "r20261204-123456-abcd-a-long-attach-id".into(),
+                "handrolled".into(),
+                "12.50×".into(),
+                "NCCL_P2P_DISABLE=1".into(),
+            ],
+            vec!["r2".into(), "x".into(), "—".into(), "".into()],
+        ];
+        let t = text_table(
+            &[
+                ("run", Align::Left),
+                ("experiment", Align::Left),
+                ("speedup", Align::Right),
+                ("settings", Align::Left),
+            ],
+            &rows,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4);
+        // The char offset where `needle` starts in `line`.
+        let at = |line: &str, needle: &str| line[..line.find(needle).unwrap()].chars().count();
+        let settings = at(lines[0], "settings");
+        assert_eq!(at(lines[1], "default"), settings, "{t}");
+        assert_eq!(at(lines[2], "NCCL_P2P"), settings, "{t}");
+        let experiment = at(lines[0], "experiment");
+        assert_eq!(at(lines[1], "weak"), experiment, "{t}");
+        assert_eq!(at(lines[3], "x"), experiment, "{t}");
+        // Right-aligned: the speedups end where the header does.
+        let end = |line: &str, needle: &str| at(line, needle) + needle.chars().count();
+        let speedup = end(lines[0], "speedup");
+        assert_eq!(end(lines[1], "1.00×"), speedup, "{t}");
+        assert_eq!(end(lines[2], "12.50×"), speedup, "{t}");
+        assert_eq!(end(lines[3], "—"), speedup, "{t}");
+        assert_eq!(
+            lines[1],
+            "r1                                      weak          1.00×  default"
+        );
+        assert!(
+            lines.iter().all(|l| !l.ends_with(' ')),
+            "no trailing blanks: {t}"
+        );
+    }
+}

@@ -113,6 +113,48 @@ fn json_schema_and_runs_listing() {
             .iter()
             .all(|r| r["status"] == "completed" && r["simulated"] == true)
     );
+    // The table: runs of other widths (an allreduce with settings, a failed run) stay in their
+    // columns, every row's settings and statuses starting where the header's do.
+    let (out, _) = sim_json(
+        d.path(),
+        &["allreduce", "--k", "2", "--env", "NCCL_P2P_DISABLE=1"],
+    );
+    assert!(out.status.success());
+    let (out, _) = sim_json(
+        d.path(),
+        &[
+            "weak",
+            "--k",
+            "2",
+            "--samples",
+            "2000",
+            "--inject",
+            "crash:3",
+        ],
+    );
+    assert!(!out.status.success());
+    let out = ddptop(d.path()).arg("runs").output().unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = table.lines().filter(|l| l.starts_with('r')).collect();
+    assert!(lines.len() >= 5, "{table}");
+    let at = |line: &str, needle: &str| {
+        line.find(needle)
+            .map(|i| line[..i].chars().count())
+            .unwrap_or_else(|| panic!("no {needle} in {line}\n{table}"))
+    };
+    let status = at(lines[0], "status");
+    let settings = at(lines[0], "settings");
+    for l in &lines[1..] {
+        let st = ["completed", "failed"]
+            .iter()
+            .find(|s| l.contains(*s))
+            .unwrap();
+        assert_eq!(at(l, st), status, "{table}");
+        // The settings cell (the last column) starts right at the header's offset.
+        let c: Vec<char> = l.chars().collect();
+        assert!(c[settings - 1] == ' ' && c[settings] != ' ', "{table}");
+    }
+    assert!(table.contains("P2P_DISABLE=1"), "{table}");
 }
 
 #[test]
