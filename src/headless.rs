@@ -289,6 +289,9 @@ async fn execute(
     } else {
         crate::run::checks::cpu_cores()
     };
+    // The engine logs the same caveats as each run starts; `said` keeps `--json`'s live
+    // stream from saying them a second time.
+    let mut said = Vec::new();
     for s in &planned.specs {
         for c in crate::run::checks::launch_caveats(s, cores) {
             eprintln!(
@@ -297,6 +300,7 @@ async fn execute(
                 s.k,
                 c.text
             );
+            said.push(format!("k={}: {}", s.k, c.text));
         }
     }
     let mut opts = setup.opts;
@@ -350,7 +354,7 @@ async fn execute(
                 return true;
             }
             if json {
-                streamed = stream_verdicts(e.state(), streamed);
+                streamed = stream_verdicts(e.state(), streamed, &said);
             }
             if let Some((id, spec)) = queue.pump(e) {
                 if !json {
@@ -755,9 +759,9 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
 /// `--json`: the run's live warnings and errors (a stall reported while the job goes on, a
 /// failure) as one JSON object per line on stderr while the run lasts; stdout keeps the one
 /// document written at the end. Returns how many messages have been looked at.
-fn stream_verdicts(state: &State, seen: u64) -> u64 {
+fn stream_verdicts(state: &State, seen: u64, said: &[String]) -> u64 {
     for m in state.messages_since(seen) {
-        if matches!(m.level, Level::Warn | Level::Error) {
+        if matches!(m.level, Level::Warn | Level::Error) && !said.contains(&m.text) {
             let line = json!({
                 "type": "live",
                 "level": if m.level == Level::Error { "error" } else { "warn" },

@@ -343,6 +343,8 @@ fn too_few_timed_steps_are_said_before_the_launch_and_kept_with_the_run() {
         .find(|l| l.starts_with("ddptop: warning: weak k=2: only 4 timed steps"))
         .unwrap_or_else(|| panic!("{err}"));
     assert!(warning.contains("too few for a stable figure"), "{warning}");
+    // Said once: `--json`'s live stream of warnings does not repeat what was said at start.
+    assert_eq!(err.matches("only 4 timed steps").count(), 1, "{err}");
     let caveats = &doc["runs"][0]["caveats"];
     assert!(
         caveats[0]

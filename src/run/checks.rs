@@ -20,7 +20,8 @@ pub fn launch_caveats(spec: &RunSpec, cores: usize) -> Vec<Caveat> {
     }
     if let Some(steps) = timed_steps(spec).filter(|s| *s < MIN_TIMED_STEPS) {
         out.push(Caveat::note(format!(
-            "only {steps} timed steps (fewer than {MIN_TIMED_STEPS}: too few for a stable figure; raise --samples or --epochs)"
+            "only {} (fewer than {MIN_TIMED_STEPS}: too few for a stable figure; raise --samples or --epochs)",
+            crate::util::count(steps as usize, "timed step")
         )));
     }
     out
@@ -70,6 +71,14 @@ mod tests {
         let c = launch_caveats(&s, 4);
         assert_eq!(c.len(), 1);
         assert!(c[0].text.contains("only 4 timed steps"), "{}", c[0].text);
+        s.samples = 1024;
+        let c = launch_caveats(&s, 4);
+        assert!(
+            c[0].text.starts_with("only 1 timed step ("),
+            "{}",
+            c[0].text
+        );
+        s.samples = 4096;
         // Three epochs: two are timed.
         s.epochs = 3;
         assert_eq!(timed_steps(&s), Some(8));
