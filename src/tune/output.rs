@@ -107,7 +107,7 @@ pub(super) fn text_table(doc: &Value) -> String {
         None => doc["experiment"].as_str().unwrap_or("?").to_string(),
     };
     let mut s = format!(
-        "ddptop tune: {what} at k={} on {}{}: {} repeats each, interleaved; samples/s of all ranks\n",
+        "ddptop tune: {what} at k={} on {}{}: {} each, interleaved; samples/s of all ranks\n",
         doc["k"],
         doc["backend"].as_str().unwrap_or("?"),
         if doc["simulated"] == true {
@@ -115,7 +115,7 @@ pub(super) fn text_table(doc: &Value) -> String {
         } else {
             ""
         },
-        doc["repeats"]
+        crate::util::count(doc["repeats"].as_u64().unwrap_or(0) as usize, "repeat")
     );
     s.push_str(&format!(
         "{:<44} {:>12} {:>26} {:>10}\n",
@@ -182,4 +182,26 @@ pub(super) fn text_table(doc: &Value) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn the_tables_first_line_counts_repeats_in_words() {
+        let doc = |repeats: u32| {
+            json!({"experiment": "weak", "k": 2, "backend": "sim", "simulated": true,
+                   "repeats": repeats, "candidates": [], "notes": [], "verdict": null})
+        };
+        let first = |r| {
+            super::text_table(&doc(r))
+                .lines()
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert!(first(1).contains(": 1 repeat each,"), "{}", first(1));
+        assert!(first(3).contains(": 3 repeats each,"), "{}", first(3));
+    }
 }
