@@ -257,6 +257,21 @@ impl Tuning {
         self.cancelled
     }
 
+    /// The plan as far as it is known before anything ran: what predicts, and how the rest is
+    /// fitted to the budget (a run's time is known only once the k=1 run has ended).
+    pub fn start_line(&self) -> String {
+        let sweeps = self.pending.len().saturating_sub(1);
+        format!(
+            "tune: {} budget: first the default at k=1{} to predict from; then the measuring, estimated from the k=1 run's time and cut to what is left",
+            eta_label(self.plan.budget_s),
+            if sweeps > 0 {
+                format!(" and {}", count(sweeps, "all-reduce sweep"))
+            } else {
+                String::new()
+            }
+        )
+    }
+
     /// Seconds of the budget still left, never below zero.
     pub fn budget_left_s(&self) -> f64 {
         (self.plan.budget_s - self.started.elapsed().as_secs_f64()).max(0.0)
@@ -962,6 +977,10 @@ mod tests {
     fn a_cancelled_tuning_stops_handing_out_runs_and_keeps_what_ended() {
         let t = Template::new(Backend::Gloo, None);
         let mut tu = Tuning::new(Plan::new(t, Experiment::Weak, 2)).unwrap();
+        assert_eq!(
+            tu.start_line(),
+            "tune: 10m00s budget: first the default at k=1 and 1 all-reduce sweep to predict from; then the measuring, estimated from the k=1 run's time and cut to what is left"
+        );
         let specs = tu.take_launches();
         // gloo: the k=1 run and one all-reduce sweep (no NCCL settings to sweep).
         assert_eq!(specs.len(), 2);

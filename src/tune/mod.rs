@@ -25,6 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Drive `tuning` on `engine` until it is over or `interrupted`; progress lines on stderr
 /// unless `quiet`. Runs still going when interrupted are stopped by the caller's shutdown.
 async fn drive(engine: &mut Engine, tuning: &mut Tuning, interrupted: &AtomicBool, quiet: bool) {
+    if !quiet {
+        eprintln!("ddptop {}", tuning.start_line());
+    }
     let mut queue = plan::Queue::default();
     let sweep = queue.sweep_id();
     queue.push(tuning.take_launches(), Some(sweep.clone()));
