@@ -394,8 +394,9 @@ mod tests {
             180.0,
             3.0,
         );
-        let sc = scaling(&tight, &[base.clone()]).unwrap();
-        assert_eq!(efficiency_words(&tight, &sc, &[base]), "90%");
+        let alone = std::slice::from_ref(&base);
+        let sc = scaling(&tight, alone).unwrap();
+        assert_eq!(efficiency_words(&tight, &sc, alone), "90%");
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn start(
             tuning.board().title
         ),
     );
+    state.push_message(Level::Info, None, tuning.start_line());
     view.tune = true;
     Ok(DashTune { tuning, sweep })
 }
