@@ -290,7 +290,7 @@ impl Template {
             epochs: self.epochs.max(1),
             samples: self.samples,
             nccl: self.nccl.clone(),
-            inject: self.inject,
+            inject: self.inject.clone(),
             control: false,
             data_path: self.data_path,
             data_source: self.data_source.clone(),
@@ -339,9 +339,17 @@ pub fn sweep(
     {
         return Err(why.into());
     }
-    if let Some(f) = t.inject {
+    if let Some(f) = &t.inject {
         for &k in ks {
             f.fits_k(k)?;
+        }
+        if f.torch_only()
+            && (t.backend == Backend::Sim
+                || !matches!(experiment, Experiment::Weak | Experiment::Strong))
+        {
+            return Err(format!(
+                "fault `{f}` changes ddptop's own PyTorch training loop: use it with `run weak` or `run strong` on --backend gloo or nccl (an attached script has that bug in its own code, or not)"
+            ));
         }
     }
     let mut notes = Vec::new();

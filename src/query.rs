@@ -534,6 +534,12 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         let what = crate::store::ARCHIVE_WHAT;
         rows.push(("steps", format!("{} ({what})", steps.display())));
     }
+    for d in &run.diagnoses {
+        rows.push(("diagnosis", d.line()));
+        for e in &d.evidence {
+            rows.push(("  seen", e.clone()));
+        }
+    }
     for l in &run.hang_report {
         rows.push(("evidence", l.clone()));
     }

@@ -79,7 +79,8 @@ CREATE TABLE IF NOT EXISTS runs (
     comm_timing TEXT,
     collectives_json TEXT,
     instrument TEXT,
-    rank_tails_json TEXT NOT NULL DEFAULT '[]'
+    rank_tails_json TEXT NOT NULL DEFAULT '[]',
+    diagnoses_json TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE IF NOT EXISTS rank_results (
     run_id TEXT NOT NULL REFERENCES runs(id),
@@ -221,6 +222,8 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
         ("instrument", "TEXT"),
         // Failed ranks' own last output lines (`supervisor::output::rank_tails`).
         ("rank_tails_json", "TEXT NOT NULL DEFAULT '[]'"),
+        // Failures named with their fix (`app::diagnose`).
+        ("diagnoses_json", "TEXT NOT NULL DEFAULT '[]'"),
     ] {
         if !has(col)? {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
@@ -338,7 +341,7 @@ impl Store {
                 s.epochs,
                 s.samples as i64,
                 serde_json::to_string(s.nccl.as_map())?,
-                s.inject.map(|f| f.to_string()),
+                s.inject.as_ref().map(|f| f.to_string()),
                 s.control,
                 r.sweep,
                 r.command.shell(),
@@ -378,16 +381,16 @@ impl Store {
     /// A live run's status and hang evidence as they change (an attached job that stalls and
     /// resumes), so that `ddptop show` in another process sees the stall while it lasts, not
     /// only once the run is finalized. A run already final in the store is left alone.
-    pub fn set_live(
-        &self,
-        id: &str,
-        status: RunStatus,
-        hang_report: &[String],
-    ) -> anyhow::Result<()> {
+    pub fn set_live(&self, run: &RunView) -> anyhow::Result<()> {
         self.conn.execute(
-            "UPDATE runs SET status=?2, hang_report_json=?3
+            "UPDATE runs SET status=?2, hang_report_json=?3, diagnoses_json=?4
              WHERE id=?1 AND status IN ('starting', 'running', 'stalled')",
-            params![id, status.as_str(), serde_json::to_string(hang_report)?],
+            params![
+                run.id,
+                run.status.as_str(),
+                serde_json::to_string(&run.hang_report)?,
+                serde_json::to_string(&run.diagnoses)?
+            ],
         )?;
         Ok(())
     }
@@ -446,7 +449,7 @@ impl Store {
               hang_report_json=?14, grad_bytes=?15, bucket_bytes_json=?16, versions_json=?17,
               baseline_run=?18, gpus_shared=?19, nccl_read_json=?20, caveats_json=?21,
               observed_json=?22, comm_timing=?23, collectives_json=?24,
-              instrument=?25, rank_tails_json=?26 WHERE id=?1",
+              instrument=?25, rank_tails_json=?26, diagnoses_json=?27 WHERE id=?1",
             params![
                 run.id,
                 run.status.as_str(),
@@ -482,6 +485,7 @@ impl Store {
                     .map(|i| serde_json::to_value(i).map(|v| v.as_str().unwrap_or("").to_string()))
                     .transpose()?,
                 serde_json::to_string(&run.rank_tails)?,
+                serde_json::to_string(&run.diagnoses)?,
             ],
         )?;
         for r in run.ranks.values() {
@@ -859,6 +863,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
     run.versions = json_col(r, "versions_json")?;
     run.hang_report = json_col(r, "hang_report_json")?;
     run.rank_tails = json_col(r, "rank_tails_json")?;
+    run.diagnoses = json_col(r, "diagnoses_json")?;
     run.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);
     run.bucket_bytes = json_col(r, "bucket_bytes_json")?;
     run.rejected = r.get::<_, i64>("rejected")? as u64;

@@ -9,6 +9,7 @@ pub mod coll_ingest;
 pub mod coll_store;
 pub mod collectives;
 pub mod deficits;
+pub mod diagnose;
 pub mod equality;
 pub mod gpus;
 pub mod nccl_timeline;

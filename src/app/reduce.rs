@@ -208,6 +208,10 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             run.push_tail(format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
+            if let Some(f) = &l.finding {
+                let d = crate::app::diagnose::from_finding(rank_id, l.step, f);
+                crate::app::diagnose::add(run, d);
+            }
         }
         WorkerMsg::Result(r) => {
             rank.result_sps = r.samples_per_s;
@@ -240,6 +244,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 rank.error = Some("ended with an error".into());
             }
             rank.said_bye = true;
+            rank.bye = Some(b.reason);
             rank.phase = Some(crate::protocol::Phase::Done);
         }
     }
@@ -417,6 +422,7 @@ mod tests {
             t: 1.0,
             level: LogLevel::Error,
             msg: "RuntimeError: boom".into(),
+            finding: None,
         });
         apply_worker(&mut run, &log, now);
         assert_eq!(run.ranks[&1].error.as_deref(), Some("RuntimeError: boom"));
@@ -551,6 +557,7 @@ mod tests {
                 t: 1.0,
                 level: LogLevel::Warn,
                 msg: msg.into(),
+                finding: None,
             })
         };
         apply_worker(

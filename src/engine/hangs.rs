@@ -121,11 +121,30 @@ impl Engine {
         self.state.push_message(Level::Info, Some(run), text);
     }
 
+    /// The verdicts that need every rank's state (`app::diagnose`), judged when the run is
+    /// found hung or failing: each new one to the screen, the log and the store.
+    pub(super) fn diagnose_run(&mut self, run: &str) {
+        let Some(v) = self.state.run_mut(run) else {
+            return;
+        };
+        let Some(d) = crate::app::diagnose::uneven_inputs(v) else {
+            return;
+        };
+        let line = d.line();
+        if crate::app::diagnose::add(v, d) {
+            v.push_tail(format!("ddptop: {line}"));
+            self.pending.push(EventRow::note(run, &line));
+            self.state
+                .push_message(Level::Error, Some(run), format!("{run}: {line}"));
+            self.persist_live(run);
+        }
+    }
+
     /// The run's live status and hang evidence into the store at once: another process
     /// (`ddptop show`, a script polling it) sees a stall while the job still runs.
     pub(super) fn persist_live(&self, run: &str) {
         if let Some(v) = self.state.run(run).filter(|v| !v.status.is_final()) {
-            let _ = self.store.set_live(run, v.status, &v.hang_report);
+            let _ = self.store.set_live(v);
         }
     }
 
@@ -143,6 +162,10 @@ impl Engine {
         }
         l.hung_at = Some(now);
         let why = verdict.to_string();
+        self.diagnose_run(run);
+        let Some(l) = self.launches.get_mut(run) else {
+            return;
+        };
         if !keep_running {
             // A rank that reported its own failure and left its peers blocked in a collective
             // made the run fail; the hang is the consequence, not the cause.

@@ -131,6 +131,7 @@ impl Engine {
             return true;
         };
         let was_starting = view.status == RunStatus::Starting;
+        let diagnosed = view.diagnoses.len();
         apply_worker(view, msg, now);
         // Only a step or its buckets message changes a rank's phase history. Assessed
         // a few times a second, not per message: a fast sim sends thousands a second,
@@ -159,6 +160,23 @@ impl Engine {
         // All but a few lines of a run: nothing below (byes, results, hellos) concerns them.
         if matches!(msg, WorkerMsg::Step(_) | WorkerMsg::Buckets(_)) {
             return true;
+        }
+        let Some(view) = self.state.run_mut(run) else {
+            return true;
+        };
+        // A rank's own finding (unused parameters): on the main screen at once, and stored.
+        let found: Vec<String> = view.diagnoses[diagnosed..]
+            .iter()
+            .map(|d| d.line())
+            .collect();
+        let any = !found.is_empty();
+        for line in found {
+            self.pending.push(EventRow::note(run, &line));
+            self.state
+                .push_message(Level::Error, Some(run), format!("{run}: {line}"));
+        }
+        if any {
+            self.persist_live(run);
         }
         let Some(view) = self.state.run_mut(run) else {
             return true;

@@ -145,6 +145,14 @@ impl Engine {
     }
 
     pub(super) fn on_exit(&mut self, run: &str, exit: Exit) {
+        if exit != Exit::Code(0) {
+            self.diagnose_run(run);
+        }
+        // A named failure leads the reason: it says what to fix, the exit codes say how it ended.
+        let named = self
+            .state
+            .run(run)
+            .and_then(|v| v.diagnoses.first().map(|d| d.line()));
         let detail = self
             .launches
             .get(run)
@@ -187,7 +195,10 @@ impl Engine {
                     }
                 }
                 failed => {
-                    let mut why = failed.to_string();
+                    let mut why = match named {
+                        Some(line) => format!("{line}; {failed}"),
+                        None => failed.to_string(),
+                    };
                     // The rank that died first, in its own words: a signal's cause is only in
                     // its output, never in torchrun's summary.
                     let own = output::rank_tails(&l.run_dir)

@@ -554,6 +554,37 @@ pub struct Log {
     pub t: f64,
     pub level: LogLevel,
     pub msg: String,
+    /// What the rank found wrong with the script's training, machine-readable beside `msg`
+    /// (docs/troubleshooting.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<Finding>,
+}
+
+/// A rank's own finding about the training it runs (the engine adds the verdicts that need
+/// every rank, such as uneven inputs, itself: `app::diagnose`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// The parameters concerned, by name (at most `Finding::MAX_NAMES`, each at most
+    /// `Finding::MAX_NAME_CHARS`).
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// How many there were in all (`names` may be cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+}
+
+impl Finding {
+    pub const MAX_NAMES: usize = 64;
+    pub const MAX_NAME_CHARS: usize = 200;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// Parameters that took part in no loss at the first optimizer step of a DDP module built
+    /// without `find_unused_parameters`: DDP fails at the next forward.
+    UnusedParameters,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

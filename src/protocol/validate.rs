@@ -31,6 +31,8 @@ pub enum ProtocolError {
     LargestAboveTotal(&'static str),
     #[error("field `{0}` is above its plausible maximum {1:e}")]
     Implausible(&'static str, f64),
+    #[error("field `{0}` has too many or too long entries")]
+    TooMany(&'static str),
 }
 
 /// Plausible upper bounds per kind of field. Finite is not enough: a step time of 1.7e308 ms
@@ -323,7 +325,19 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
                 }
             }
         }
-        WorkerMsg::Log(m) => t(m.t)?,
+        WorkerMsg::Log(m) => {
+            t(m.t)?;
+            if let Some(f) = &m.finding {
+                if f.names.len() > super::Finding::MAX_NAMES
+                    || f.names
+                        .iter()
+                        .any(|n| n.chars().count() > super::Finding::MAX_NAME_CHARS)
+                {
+                    return Err(ProtocolError::TooMany("finding.names"));
+                }
+                count("count", f.count.unwrap_or(0), COUNT)?;
+            }
+        }
         WorkerMsg::Result(r) => {
             t(r.t)?;
             if let Some(x) = r.samples_per_s {

@@ -102,6 +102,7 @@ pub fn run_info(
         stragglers: run.stragglers.clone(),
         evidence: run.hang_report.clone(),
         rank_tails: run.rank_tails.clone(),
+        diagnoses: run.diagnoses.clone(),
         collectives: crate::app::coll_store::collectives_json(run),
         figures: RunFigures::of(run, scaling, history),
         family: run.spec.family.settings(),

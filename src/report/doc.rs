@@ -408,6 +408,9 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             if let Some(reason) = &run.reason {
                 parts.push(format!("{}: {}", run.status, reason.replace('\n', " ")));
             }
+            for d in &run.diagnoses {
+                parts.push(format!("DIAGNOSIS {}", d.line()));
+            }
             for e in &run.evidence {
                 parts.push(format!("evidence: {e}"));
             }

@@ -269,6 +269,8 @@ pub struct RunInfo {
     pub evidence: Vec<String>,
     /// Ranks torchrun reported failed, each with its own last output lines.
     pub rank_tails: Vec<crate::run::RankTail>,
+    /// Failures named with their fix (`app::diagnose`; `kind` is the stable tag).
+    pub diagnoses: Vec<crate::run::Diagnosis>,
     /// NCCL's profiler plugin's collectives and what timed the buckets
     /// (`app::coll_store::collectives_json`; null without either).
     pub collectives: serde_json::Value,

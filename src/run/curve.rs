@@ -100,7 +100,7 @@ impl CurveKey {
             nccl: s.nccl.normalized(),
             family: s.family.for_curve(),
             torch: s.torch,
-            fault: s.inject.map(|f| f.to_string()),
+            fault: s.inject.as_ref().map(|f| f.to_string()),
         }
     }
 

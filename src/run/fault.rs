@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// One fault; STEP counts from 1 (a step is an optimizer step).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Fault {
     /// The last rank exits with code 3 at STEP.
     Crash(u64),
@@ -36,6 +36,13 @@ pub enum Fault {
     /// data wait (a slow input pipeline): a straggler. The other ranks wait for it in the
     /// all-reduce, inside their backward, as DDP makes them.
     Slow { rank: u32, factor: f64 },
+    /// RANK stops its loop after STEPS optimizer steps, as a rank given fewer batches than its
+    /// peers (a sampler without padding, per-rank filtering): it finishes cleanly and the others
+    /// wait (NCCL) or fail (gloo) in the collective it never joins.
+    Uneven { rank: u32, steps: u64 },
+    /// The model gets a submodule named LAYER that its forward never calls (defined in
+    /// `__init__`, never used): DDP without `find_unused_parameters` fails at the second step.
+    Unused(String),
 }
 
 impl FromStr for Fault {
@@ -75,10 +82,33 @@ impl FromStr for Fault {
                 }
                 Ok(Fault::Slow { rank, factor })
             }
+            "uneven" => {
+                let bad = || {
+                    format!(
+                        "fault `{s}`: expected uneven:RANK:STEPS (RANK stops after STEPS steps)"
+                    )
+                };
+                let (rank, steps) = arg.split_once(':').ok_or_else(bad)?;
+                let rank = rank.parse::<u32>().map_err(|_| bad())?;
+                let steps = steps.parse::<u64>().map_err(|_| bad())?;
+                Ok(Fault::Uneven { rank, steps })
+            }
+            "unused" => {
+                let ok = !arg.is_empty()
+                    && arg.len() <= 64
+                    && arg.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !arg.starts_with(|c: char| c.is_ascii_digit());
+                if !ok {
+                    return Err(format!(
+                        "fault `{s}`: expected unused:LAYER, LAYER a Python identifier (the name of the layer the model defines and never uses)"
+                    ));
+                }
+                Ok(Fault::Unused(arg.to_string()))
+            }
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(None)),
             "garbage" => Ok(Fault::Garbage(Some(step()?))),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS or slow:RANK:FACTOR"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR, uneven:RANK:STEPS or unused:LAYER"
             )),
         }
     }
@@ -89,15 +119,20 @@ impl Fault {
     pub const GARBAGE_LINES: u64 = 4;
 
     /// Only the simulated worker can send garbage lines.
-    pub fn sim_only(self) -> bool {
+    pub fn sim_only(&self) -> bool {
         matches!(self, Fault::Garbage(_))
+    }
+
+    /// Faults only a real PyTorch worker can apply (the simulated worker has no model or data).
+    pub fn torch_only(&self) -> bool {
+        matches!(self, Fault::Uneven { .. } | Fault::Unused(_))
     }
 
     /// A fault that names a rank must name one of the run's: `slow:5:1.5` at k=2 would slow
     /// nobody, and the run would pass for a fault run that showed nothing.
-    pub fn fits_k(self, k: u32) -> Result<(), String> {
-        match self {
-            Fault::Slow { rank, .. } if rank >= k => Err(format!(
+    pub fn fits_k(&self, k: u32) -> Result<(), String> {
+        match *self {
+            Fault::Slow { rank, .. } | Fault::Uneven { rank, .. } if rank >= k => Err(format!(
                 "fault `{self}` names rank {rank}, but a run at k={k} has ranks 0..={}: pick a rank below {k}",
                 k.saturating_sub(1)
             )),
@@ -119,6 +154,8 @@ impl fmt::Display for Fault {
             Fault::Frozen(s) => write!(f, "frozen:{s}"),
             Fault::SlowStart(s) => write!(f, "slowstart:{s}"),
             Fault::Slow { rank, factor } => write!(f, "slow:{rank}:{factor}"),
+            Fault::Uneven { rank, steps } => write!(f, "uneven:{rank}:{steps}"),
+            Fault::Unused(layer) => write!(f, "unused:{layer}"),
         }
     }
 }
@@ -157,6 +194,26 @@ mod tests {
         assert_eq!(parse("teardown:0"), Ok(Fault::Teardown));
         assert_eq!(parse("frozen:4"), Ok(Fault::Frozen(4)));
         assert_eq!(parse("slowstart:25"), Ok(Fault::SlowStart(25)));
+        assert_eq!(
+            parse("uneven:1:12"),
+            Ok(Fault::Uneven { rank: 1, steps: 12 })
+        );
+        assert_eq!(
+            parse("unused:aux_head"),
+            Ok(Fault::Unused("aux_head".into()))
+        );
+        for bad in [
+            "uneven:1",
+            "uneven:x:3",
+            "unused",
+            "unused:1x",
+            "unused:a.b",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        for s in ["uneven:1:12", "unused:aux_head"] {
+            assert_eq!(parse(s).unwrap().to_string(), s);
+        }
         assert!(parse("slowstart").is_err());
         assert_eq!(
             parse("slow:1:1.5"),

@@ -24,6 +24,6 @@ pub use spec::{
     fits,
 };
 pub use view::{
-    Aggregate, Caveat, CommTotals, MAX_BUCKET_HISTORY, MAX_LOG_TAIL, MAX_MEMORY_PHASES, Observed,
-    OpTotal, RankTail, RankView, RunView, Scaling, Settings,
+    Aggregate, Caveat, CommTotals, Diagnosis, DiagnosisKind, MAX_BUCKET_HISTORY, MAX_LOG_TAIL,
+    MAX_MEMORY_PHASES, Observed, OpTotal, RankTail, RankView, RunView, Scaling, Settings,
 };

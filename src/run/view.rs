@@ -67,6 +67,8 @@ pub struct RankView {
     pub comm_totals: CommTotals,
     /// The rank's own report of a failure: an `error` log line or `bye` with reason `error`.
     pub error: Option<String>,
+    /// Why the rank said `bye` (`done`: it finished its own loop), when it did.
+    pub bye: Option<crate::protocol::ByeReason>,
     pub bad_lines: u64,
     /// Samples in recent steps, for the live throughput: (when, samples).
     pub recent_samples: VecDeque<(Instant, u64)>,
@@ -273,6 +275,8 @@ pub struct RunView {
     /// Ranks torchrun reported failed, each with its own last output lines (a rank killed by
     /// a signal says why only there).
     pub rank_tails: Vec<RankTail>,
+    /// What went wrong, by name, with the fix (`app::diagnose`): at most one per kind and rank.
+    pub diagnoses: Vec<Diagnosis>,
     /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
     /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
     pub torch_seen: Option<(crate::protocol::MatmulPrecision, bool)>,
@@ -508,6 +512,7 @@ impl RunView {
             log_tail: VecDeque::new(),
             hang_report: Vec::new(),
             rank_tails: Vec::new(),
+            diagnoses: Vec::new(),
             watch_note: None,
             torch_seen: None,
             exit_codes: Vec::new(),
@@ -712,4 +717,50 @@ fn signal_name(sig: i32) -> Option<&'static str> {
         15 => "SIGTERM",
         _ => return None,
     })
+}
+
+/// A failure named, on which rank, since when, with the evidence and the one-line fix
+/// (`app::diagnose`, docs/troubleshooting.md). `kind` is the stable tag of `--json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    pub kind: DiagnosisKind,
+    /// The rank that caused it, where one did.
+    pub rank: Option<u32>,
+    /// The step it became visible at (the culprit's last optimizer step).
+    pub step: Option<u64>,
+    /// Unix time it was named.
+    pub since_unix: f64,
+    /// What went wrong, one line.
+    pub text: String,
+    /// The fix, one line.
+    pub fix: String,
+    /// What it was judged by.
+    pub evidence: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnosisKind {
+    /// One rank ran out of batches before the others: they wait (NCCL) or fail (gloo) in a
+    /// collective it never joins.
+    UnevenInputs,
+    /// Parameters that got no gradient under a DDP built without `find_unused_parameters`.
+    UnusedParameters,
+}
+
+crate::util::names!(DiagnosisKind {
+    UnevenInputs => "uneven_inputs",
+    UnusedParameters => "unused_parameters",
+});
+
+impl Diagnosis {
+    /// `uneven inputs: rank 1 ran out … Fix: …`, the line of the main screen and the log.
+    pub fn line(&self) -> String {
+        format!(
+            "{}: {} Fix: {}",
+            self.kind.as_str().replace('_', " "),
+            self.text,
+            self.fix
+        )
+    }
 }

@@ -68,7 +68,7 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
             args.seed ^ (u64::from(rank) << 32) ^ u64::from(std::process::id()),
         ),
         client,
-        fault: args.inject,
+        fault: args.inject.clone(),
         step: 0,
         waited_ms: 0.0,
     };
@@ -119,6 +119,7 @@ impl Sim<'_> {
             t: self.client.t(),
             level,
             msg: msg.into(),
+            finding: None,
         }));
     }
 

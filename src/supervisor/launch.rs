@@ -340,7 +340,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                     spec.backend.as_str()
                 )
             })?;
-            if let Some(f) = spec.inject {
+            if let Some(f) = &spec.inject {
                 if f.sim_only() {
                     anyhow::bail!("the garbage fault exists only on --backend sim");
                 }
@@ -541,7 +541,7 @@ fn sim_argv(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Vec<String>> 
             v.extend(flags([("--env", format!("{k}={val}"))]));
         }
     }
-    if let Some(f) = spec.inject {
+    if let Some(f) = &spec.inject {
         v.extend(flags([("--inject", f.to_string())]));
     }
     Ok(v)

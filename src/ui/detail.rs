@@ -217,6 +217,12 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             ),
         ));
     }
+    for d in &run.diagnoses {
+        out.push(kv("diagnosis", d.line()));
+        for e in &d.evidence {
+            out.push(kv("  seen", e.clone()));
+        }
+    }
     for l in &run.hang_report {
         out.push(kv("evidence", l.clone()));
     }

@@ -53,6 +53,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         stragglers: Vec::new(),
         evidence: Vec::new(),
         rank_tails: Vec::new(),
+        diagnoses: Vec::new(),
         collectives: serde_json::Value::Null,
         figures: run_doc::RunFigures::default(),
         family: Default::default(),

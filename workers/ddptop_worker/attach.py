@@ -26,7 +26,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import attach_hooks as hooks
-from . import book, ddp_knobs, protocol
+from . import book, ddp_knobs, diagnose, protocol
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
 from .faults import Fault, SlowRank
@@ -452,6 +452,11 @@ class Session:
         return False
 
     def on_opt_pre(self, opt: torch.optim.Optimizer) -> None:
+        if self.step_no == 0 and "unused" not in self.once and self._is_primary(opt):
+            self.once.add("unused")  # the first step only: then DDP has already failed
+            wr = self.watched_record()
+            if wr is not None:
+                diagnose.report_unused(self.client, wr[0], 1)
         if self._is_primary(opt) and self.cur_timed:
             self.cur.marks["opt0"] = self.clock.mark()
 

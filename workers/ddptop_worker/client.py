@@ -483,8 +483,11 @@ class Client:
             if final:
                 self._closed = True
 
-    def log(self, level: str, msg: str) -> None:
-        self.send("log", level=level, msg=msg[:8000])
+    def log(self, level: str, msg: str, finding: dict[str, Any] | None = None) -> None:
+        if finding is None:
+            self.send("log", level=level, msg=msg[:8000])
+        else:
+            self.send("log", level=level, msg=msg[:8000], finding=finding)
 
     # ------------------------------------------------------------------ threads
 

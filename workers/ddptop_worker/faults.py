@@ -18,6 +18,14 @@ Applied on one rank, every step (`slow:RANK:FACTOR`, FACTOR above 1):
   slow      RANK waits (FACTOR - 1) x its own step time inside each step's data wait, as a rank
             with a slow input pipeline: a straggler the others wait for at the all-reduce.
 
+Applied on one rank (`uneven:RANK:STEPS`):
+  uneven    RANK stops its loop after STEPS optimizer steps and ends cleanly, as a rank given
+            fewer batches than its peers: they wait (NCCL) or fail (gloo) in the next all-reduce.
+
+Applied to the model, on every rank (`unused:LAYER`, LAYER a Python identifier):
+  unused    the model gets a submodule LAYER that its forward never calls (defined in __init__,
+            never used): DDP without find_unused_parameters fails at the next forward.
+
 Applied on every rank, at the end of the run (STEP is ignored; write `teardown:0`):
   teardown  send `result` and `bye` as usual, then block instead of destroy_process_group(), as
             a rank whose NCCL teardown hangs: ddptop has every bye but the launcher never exits.
@@ -35,7 +43,7 @@ from dataclasses import dataclass
 from .client import Client
 
 STEP_KINDS = ("crash", "raise", "hang", "silent", "frozen")
-KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow")
+KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow", "uneven", "unused")
 
 
 class FaultSpecError(ValueError):
@@ -45,8 +53,10 @@ class FaultSpecError(ValueError):
 @dataclass(frozen=True)
 class Fault:
     kind: str
-    step: int  # slow: the rank
+    step: int  # slow: the rank; uneven: the steps RANK takes
     factor: float = 1.0  # slow only
+    rank: int = -1  # uneven only
+    layer: str = ""  # unused only
 
     @staticmethod
     def parse(spec: str) -> Fault | None:
@@ -66,6 +76,17 @@ class Fault:
                     f"DDPTOP_INJECT={spec!r}: expected slow:RANK:FACTOR with FACTOR above 1"
                 )
             return Fault("slow", int(rank), f)
+        if kind == "uneven":
+            rank, _, steps = step.partition(":")
+            if not rank.isdigit() or not steps.isdigit():
+                raise FaultSpecError(f"DDPTOP_INJECT={spec!r}: expected uneven:RANK:STEPS")
+            return Fault("uneven", int(steps), rank=int(rank))
+        if kind == "unused":
+            if not step.isidentifier():
+                raise FaultSpecError(
+                    f"DDPTOP_INJECT={spec!r}: expected unused:LAYER, LAYER a Python identifier"
+                )
+            return Fault("unused", 0, layer=step)
         if kind not in KINDS or not step.isdigit():
             raise FaultSpecError(
                 f"DDPTOP_INJECT={spec!r}: expected one of {', '.join(KINDS)} as KIND:STEP"
@@ -84,6 +105,10 @@ class Fault:
         if self.kind == "slowstart":
             return step == 0
         return self.kind in STEP_KINDS and rank == world_size - 1 and step >= self.step
+
+    def out_of_data(self, step: int, rank: int) -> bool:
+        """`uneven`: whether RANK has taken its last step (it ends its loop now)."""
+        return self.kind == "uneven" and rank == self.rank and step >= self.step
 
     def slowdown(self, rank: int) -> SlowRank | None:
         """The `slow` fault's pacer on its rank, else None."""

@@ -187,6 +187,13 @@ hlo_op_stats.__name__ = "{count,largest_elems<=total_elems,total_bytes}"
 
 # Other op names are ignored, like unknown fields.
 # A heartbeat's view of the rank's collectives (inflight.coll_state).
+FINDING_KINDS: Final = ("unused_parameters",)
+# At most 64 names of at most 200 characters (ddptop refuses more: protocol::Finding).
+FINDING: Final = obj(
+    {"kind": one_of(*FINDING_KINDS)},
+    {"names": list_of(string), "count": opt_uint},
+)
+
 COLL_STATE: Final = obj(
     {"pending": uint},
     {"op": opt_string, "seq": opt_uint, "age_s": opt_nonneg, "last_done": opt_uint},
@@ -384,6 +391,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
     },
     "check": {"note": opt_string},
     "nccl_hello": {"node": opt_string},
+    "log": {"finding": opt(FINDING)},
 }
 
 DDPTOP_SCHEMAS: Final[dict[str, dict[str, Check]]] = {

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import book, models
+from . import book, diagnose, models
 from .client import Client, write_line
 from .data import Data, DataConfig, add_data_args
 from .faults import Fault, SlowRank
@@ -210,6 +210,7 @@ class Trainer:
     layout: list[int] | None = None
     last_loss: torch.Tensor | None = None
     unreported_samples: int = 0  # samples since the last step message
+    out_of_data: bool = False  # the `uneven` fault ended this rank's loop
     _slow: SlowRank | None = None
 
     @property
@@ -440,6 +441,9 @@ class Trainer:
                     self.end_probe()
             if fault is not None and fault.due(self.global_step, rank, k):
                 fault.fire(self.client)
+            if fault is not None and fault.out_of_data(self.global_step, rank):
+                self.out_of_data = True
+                break
             t0 = time.perf_counter()
             x, y = next(batches)
             if slow is not None:
@@ -528,10 +532,14 @@ def train(s: TrainSettings) -> int:
         data = Data(s.data, batch=per_rank, rank=rt.rank, world_size=k, device=rt.device)
         send_plan(client, s, data)
         net = models.build_model(s.model, rt.device)
+        if rt.fault is not None and rt.fault.kind == "unused":
+            net = diagnose.WithUnusedLayer(net, rt.fault.layer).to(rt.device)
+            client.log("warn", f"injected fault unused:{rt.fault.layer}: a layer forward never uses")
         spec = models.MODEL_SPECS[s.model]
         # bucket_cap_mb None: DDP's default 25 MiB + 1 MiB first bucket
         ddp = rt.wrap_ddp(net, bucket_cap_mb=spec.bucket_cap_mb)
         opt = torch.optim.SGD(ddp.parameters(), lr=s.lr)
+        diagnose.watch_first_step(client, ddp, opt)
         clock = Clock(rt.device)
         tr = Trainer(s, rt, client, data, net, ddp, opt, clock, per_rank)
         if s.instrument:
@@ -561,6 +569,9 @@ def train(s: TrainSettings) -> int:
                 timed.append(st.samples_per_s)
             if stop:
                 client.log("info", f"stop agreed at step {tr.global_step}")
+                break
+            if tr.out_of_data:
+                client.log("warn", f"injected fault uneven: out of data after step {tr.global_step}")
                 break
         mean = sum(timed) / len(timed) if timed else None
         layout = tr.layout or rebuilt_bucket_sizes(ddp)

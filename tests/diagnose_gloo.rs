@@ -1,0 +1,181 @@
+//! Failures named with their fix (issue 44), through the real binary on real gloo DDP: each
+//! injected into ddptop's own training loop (`--inject`), and each in an unmodified script that
+//! really has the bug, attached. The verdict is the stable tagged `diagnoses[].kind` of
+//! `--json` and leads the failure's reason; a healthy run carries none.
+
+mod common;
+use common::*;
+use serde_json::Value;
+
+fn python() -> Option<String> {
+    python_importing("torch")
+}
+
+fn fixture(name: &str) -> String {
+    format!(
+        "{}/tests/fixtures/scripts/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn run(data: &std::path::Path, py: &str, args: &[&str]) -> Value {
+    let out = ddptop(data)
+        .env("DDPTOP_PYTHON", py)
+        .args(args)
+        .args(["--backend", "gloo", "--hang-floor", "5", "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_no_survivors(&doc);
+    doc["runs"][0].clone()
+}
+
+fn attach(data: &std::path::Path, py: &str, k: &str, script: &str) -> Value {
+    let out = ddptop(data)
+        .env("DDPTOP_PYTHON", py)
+        .args(["attach", "--k", k, "--backend", "gloo", "--hang-floor", "5"])
+        .args(["--json", "--", script])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_no_survivors(&doc);
+    doc["runs"][0].clone()
+}
+
+/// The one verdict of `r`, of `kind`, naming `rank`.
+fn verdict<'a>(r: &'a Value, kind: &str) -> &'a Value {
+    let all = r["diagnoses"].as_array().unwrap();
+    assert_eq!(all.len(), 1, "{r:#}\n{}", output_tails_of(r));
+    let d = &all[0];
+    assert_eq!(d["kind"], kind, "{d:#}");
+    d
+}
+
+fn output_tails_of(r: &Value) -> String {
+    output_tails(&serde_json::json!({ "runs": [r] }))
+}
+
+#[test]
+fn uneven_inputs_name_the_rank_that_ran_out_injected_at_k2_and_k4_and_in_a_real_script() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    for (k, rank) in [("2", 1), ("4", 2)] {
+        let fault = format!("uneven:{rank}:5");
+        let r = run(
+            d.path(),
+            &py,
+            &[
+                "run",
+                "weak",
+                "--k",
+                k,
+                "--samples",
+                "4096",
+                "--inject",
+                &fault,
+            ],
+        );
+        assert_ne!(r["status"], "completed", "{r:#}");
+        let v = verdict(&r, "uneven_inputs");
+        assert_eq!((&v["rank"], &v["step"]), (&rank.into(), &5.into()), "{v:#}");
+        let text = v["text"].as_str().unwrap();
+        assert!(
+            text.starts_with(&format!("rank {rank} ran out of data after step 5")),
+            "{text}"
+        );
+        assert!(v["fix"].as_str().unwrap().contains("drop_last=True"));
+        let reason = r["reason"].as_str().unwrap();
+        assert!(reason.starts_with("uneven inputs: rank"), "{reason}");
+    }
+    // The bug itself: the last rank's hand-made slice has 3 batches, its peer's 8.
+    let r = attach(d.path(), &py, "2", &fixture("uneven_data.py"));
+    let v = verdict(&r, "uneven_inputs");
+    assert_eq!((&v["rank"], &v["step"]), (&1.into(), &3.into()), "{v:#}");
+}
+
+#[test]
+fn unused_parameters_are_named_injected_and_in_a_real_script() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let r = run(
+        d.path(),
+        &py,
+        &[
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--samples",
+            "2048",
+            "--inject",
+            "unused:aux_head",
+        ],
+    );
+    assert_eq!(r["status"], "failed", "{r:#}");
+    let v = verdict(&r, "unused_parameters");
+    assert_eq!(v["step"], 1, "{v:#}");
+    let evidence: Vec<&str> = v["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        evidence,
+        [
+            "no gradient after backward: aux_head.weight",
+            "no gradient after backward: aux_head.bias"
+        ]
+    );
+    assert!(
+        v["fix"]
+            .as_str()
+            .unwrap()
+            .contains("find_unused_parameters=True")
+    );
+    // DDP's own error came after, and the reason leads with the names.
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("unused parameters: 2 parameters got no gradient in step 1")
+            && reason.contains("Expected to have finished reduction"),
+        "{reason}"
+    );
+
+    let r = attach(d.path(), &py, "2", &fixture("unused_layer.py"));
+    assert_eq!(r["status"], "failed", "{r:#}");
+    let v = verdict(&r, "unused_parameters");
+    assert!(
+        v["text"]
+            .as_str()
+            .unwrap()
+            .contains("(aux_head.weight, aux_head.bias;"),
+        "{v:#}"
+    );
+}
+
+/// No false diagnosis: a healthy run of each kind (own loop, attached script) carries none.
+#[test]
+fn healthy_runs_carry_no_diagnosis() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let r = run(
+        d.path(),
+        &py,
+        &["run", "weak", "--k", "2", "--samples", "2048"],
+    );
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["diagnoses"], serde_json::json!([]), "{r:#}");
+    let script = format!("{}/examples/train_ddp.py", env!("CARGO_MANIFEST_DIR"));
+    let r = attach(d.path(), &py, "2", &script);
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["diagnoses"], serde_json::json!([]), "{r:#}");
+}
