@@ -189,9 +189,19 @@ hlo_op_stats.__name__ = "{count,largest_elems<=total_elems,total_bytes}"
 # A heartbeat's view of the rank's collectives (inflight.coll_state).
 FINDING_KINDS: Final = ("unused_parameters",)
 # At most 64 names of at most 200 characters (ddptop refuses more: protocol::Finding).
+
+
+def finding_names(x: Any) -> bool:
+    return (
+        isinstance(x, list)
+        and len(x) <= 64
+        and all(isinstance(n, str) and len(n) <= 200 for n in x)
+    )
+
+
 FINDING: Final = obj(
     {"kind": one_of(*FINDING_KINDS)},
-    {"names": list_of(string), "count": opt_uint},
+    {"names": finding_names, "count": opt_uint},
 )
 
 COLL_STATE: Final = obj(
