@@ -416,9 +416,10 @@ fn an_unmodified_script_is_tuned_through_attach_over_gloo() {
     };
     let d = tempfile::tempdir().unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/train_ddp.py");
-    // Four runs in all: the script at k=1, an all-reduce sweep at k=2, then the default and
-    // the best predicted bucket size at k=2 (a budget already spent keeps one finalist: the
-    // unmodelled static_graph+bucket_view is cut, which keeps the test short).
+    // Five runs in all: the script at k=1, an all-reduce sweep at k=2, then the default, the
+    // best predicted bucket size and the unmodelled static_graph+bucket_view at k=2, once each
+    // (the budget is kept: it cannot be made to cut the finalists to one here without timing
+    // this machine, so it is wide).
     let out = ddptop(d.path())
         .env("DDPTOP_PYTHON", &py)
         .env(
@@ -440,7 +441,7 @@ fn an_unmodified_script_is_tuned_through_attach_over_gloo() {
             "--repeats",
             "1",
             "--budget",
-            "1s",
+            "10m",
             "--",
             script,
             "--samples",
@@ -468,24 +469,36 @@ fn an_unmodified_script_is_tuned_through_attach_over_gloo() {
         .iter()
         .filter(|c| c["finalist"] == true)
         .collect();
-    assert_eq!(measured.len(), 2, "{doc:#}");
+    assert_eq!(measured.len(), 3, "{doc:#}");
     for c in &measured {
         let m = &c["measured"];
         assert_eq!(m["repeats"], 1, "{c:#}");
         assert!(m["median"].as_f64().unwrap() > 0.0, "{c:#}");
         assert!(m["spread_pct"].is_number(), "{c:#}");
-        assert!(
-            c["predicted_samples_per_s"].as_f64().unwrap() > 0.0,
-            "{c:#}"
-        );
+        if c["modelled"] == true {
+            assert!(
+                c["predicted_samples_per_s"].as_f64().unwrap() > 0.0,
+                "{c:#}"
+            );
+        }
         assert!(c["state"] == "done", "{c:#}");
     }
-    assert_eq!(measured[1]["name"], "bucket_cap_mb=0.25");
+    let sized = measured
+        .iter()
+        .find(|c| c["name"] == "bucket_cap_mb=0.25")
+        .unwrap_or_else(|| panic!("the bucket size was not measured: {doc:#}"));
     // One repeat recommends nothing, and says so; the best measured is named with its gain.
     assert_eq!(doc["recommendation"], Value::Null);
+    assert!(
+        doc["verdict"]
+            .as_str()
+            .unwrap()
+            .starts_with("no recommendation: the default ran 1 time"),
+        "{doc:#}"
+    );
     assert!(doc["best"]["gain_pct"].is_number(), "{doc:#}");
     // The measured runs were attach runs of the script, the bucket size in their environment.
-    let run = measured[1]["measured"]["run_ids"][0].as_str().unwrap();
+    let run = sized["measured"]["run_ids"][0].as_str().unwrap();
     let out = ddptop(d.path())
         .args(["show", run, "--json"])
         .output()
