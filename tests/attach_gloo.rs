@@ -55,6 +55,8 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
     for r in runs {
         let k = r["k"].as_u64().unwrap() as usize;
         assert_eq!(r["status"], "completed", "{r:#}");
+        // No false diagnosis (issue 44): the tutorial script is healthy.
+        assert_eq!(r["diagnoses"], serde_json::json!([]), "{r:#}");
         assert_eq!(r["instrument"], "full");
         // gloo has no NCCL to profile: ddptop's comm hook timed the buckets, and the run says so.
         assert_eq!(r["collectives"]["comm_timing"], "comm_hook", "{r:#}");

@@ -44,6 +44,8 @@ fn gloo_weak_probe_and_allreduce() {
     assert_eq!(weak["simulated"], false);
     for r in weak["runs"].as_array().unwrap() {
         assert_eq!(r["status"], "completed");
+        // No false diagnosis (issue 44): a healthy run names no failure.
+        assert_eq!(r["diagnoses"], serde_json::json!([]), "{r:#}");
         assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
         assert_eq!(
             r["versions"]["torch"].as_str().map(|v| v.starts_with("2.")),
@@ -129,6 +131,7 @@ fn gloo_fsdp_against_ddp_at_k2() {
         assert_eq!(doc["experiment"], "fsdp");
         let r = doc["runs"][0].clone();
         assert_eq!(r["status"], "completed", "{r:#}");
+        assert_eq!(r["diagnoses"], serde_json::json!([]), "{r:#}");
         assert_eq!(r["strategy"], strategy);
         assert_eq!(r["optimizer"], "adam", "fsdp defaults to Adam");
         assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
