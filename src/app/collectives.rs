@@ -63,7 +63,8 @@ pub fn busbw_factor(func: &str, n: u32) -> (f64, f64) {
     let n = f64::from(n.max(1));
     match func {
         "all_reduce" => (2.0 * (n - 1.0) / n, 1.0),
-        "all_gather" | "reduce_scatter" => ((n - 1.0) / n, n),
+        // NCCL's `count` for gather and scatter is one rank's part too.
+        "all_gather" | "reduce_scatter" | "gather" | "scatter" => ((n - 1.0) / n, n),
         "all_to_all" => ((n - 1.0) / n, 1.0),
         _ => (1.0, 1.0),
     }
@@ -850,6 +851,45 @@ mod tests {
                 .any(|c| c.text.contains("NCCL 2.21.5 predates")),
             "{:?}",
             r.caveats
+        );
+    }
+
+    #[test]
+    fn every_function_nccl_reports_is_shown_by_its_name() {
+        let (mut r, t0) = run(Experiment::Attach, 2);
+        let text: Vec<&str> = include_str!("../../tests/fixtures/nccl/all_kinds_k2.jsonl")
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .collect();
+        let now = feed(&mut r, t0, &text.join("\n"));
+        let m = model(&r, now).unwrap();
+        let names: Vec<&str> = m.funcs.iter().map(|f| f.func.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "all_gather",
+                "all_reduce",
+                "all_to_all",
+                "broadcast",
+                "gather",
+                "put_signal",
+                "recv",
+                "reduce",
+                "reduce_scatter",
+                "scatter",
+                "send",
+                "send_recv",
+                "signal",
+                "wait_signal"
+            ]
+        );
+        assert!(m.funcs.iter().all(|f| f.count == 1));
+        assert!(m.sizes.iter().any(|s| s.func == "gather"));
+        assert_eq!(m.bounds, None, "all of NCCL's kinds fit the caps");
+        // A rank inside a point-to-point send is placed like one inside a collective.
+        assert_eq!(
+            stuck(&r, now, STUCK_AFTER_S).unwrap(),
+            "rank 0 inside send #1 for 3.0 s; rank 1 last completed #0 and never entered #1"
         );
     }
 

@@ -69,6 +69,21 @@ pub struct CollDescr {
     pub parent_group: *mut c_void,
 }
 
+/// The `p2p` member (v4 layout; v5 appends `parent_group`): a `Send` or `Recv` NCCL runs as its
+/// own event type (`ncclProfileP2p`), without a sequence number.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct P2pDescr {
+    pub func: *const c_char,
+    pub buff: *mut c_void,
+    pub datatype: *const c_char,
+    pub count: usize,
+    pub peer: c_int,
+    pub n_channels: u8,
+    /// v5 only; never read.
+    pub parent_group: *mut c_void,
+}
+
 /// The `kernelCh` member: a channel of a collective's kernel started, at GPU time `p_timer`
 /// (ns of the GPU's globaltimer).
 #[repr(C)]
@@ -86,6 +101,7 @@ pub struct KernelChDescr {
 #[derive(Clone, Copy)]
 pub union DescrUnion {
     pub coll: CollDescr,
+    pub p2p: P2pDescr,
     pub kernel_ch: KernelChDescr,
     pub _pad: [u64; 11],
 }
@@ -204,6 +220,13 @@ mod tests {
         assert_eq!(offset_of!(CollDescr, proto), 72);
         assert_eq!(offset_of!(CollDescr, parent_group), 80);
         assert_eq!(size_of::<CollDescr>(), 88);
+        // p2p: func 0, buff 8, datatype 16, count 24, peer 32, nChannels 36, parentGroup 40.
+        assert_eq!(offset_of!(P2pDescr, datatype), 16);
+        assert_eq!(offset_of!(P2pDescr, count), 24);
+        assert_eq!(offset_of!(P2pDescr, peer), 32);
+        assert_eq!(offset_of!(P2pDescr, n_channels), 36);
+        assert_eq!(offset_of!(P2pDescr, parent_group), 40);
+        assert_eq!(size_of::<P2pDescr>(), 48);
         assert_eq!(offset_of!(KernelChDescr, p_timer), 8);
         assert_eq!(size_of::<DescrUnion>(), 88);
         assert_eq!(size_of::<EventDescrV5>(), 112);

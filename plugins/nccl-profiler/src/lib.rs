@@ -1,5 +1,5 @@
 //! ddptop's NCCL profiler plugin. NCCL (≥ 2.23 with `NCCL_PROFILER_PLUGIN` set to this library's
-//! path) calls it for every collective; it asks for `Coll` and `KernelCh` events only, folds each
+//! path) calls it for every collective; it asks for `Coll`, `P2p` and `KernelCh` events only, folds each
 //! collective's channels into one record in a bounded lock-free pool, and a thread of its own
 //! sends them to the ddptop that launched the process, over the run's authenticated socket, every
 //! ≥ 100 ms (docs/profiler.md, docs/protocol.md `nccl_hello` / `nccl`).
@@ -147,7 +147,7 @@ unsafe fn init(
                 *context = &shared.comms[i] as *const _ as *mut c_void;
             }
             if !mask.is_null() {
-                *mask = (event::COLL | event::KERNEL_CH) as c_int;
+                *mask = (event::COLL | event::P2P | event::KERNEL_CH) as c_int;
             }
             if let Some(log) = logfn {
                 log(
@@ -207,6 +207,30 @@ unsafe fn start(
                         algo: names::algo_code((*c).algo),
                         proto: names::proto_code((*c).proto),
                         nch: (*c).n_channels,
+                    };
+                    shared
+                        .start_coll(&s, now_ns())
+                        .map_or(std::ptr::null_mut(), |s| s as *const _ as *mut c_void)
+                }
+                // A Send or Recv: a collective of its own to the rest of the plugin, numbered by
+                // the plugin (NCCL gives P2P events no sequence number); its kernel's channels
+                // come as KernelCh events like a collective's.
+                event::P2P => {
+                    let Some(comm) = shared.comm_of(context as *const u8) else {
+                        shared.counters.bad.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    };
+                    let d = std::ptr::addr_of!((*descr).u.p2p);
+                    let func = names::func_code((*d).func);
+                    let s = CollStart {
+                        comm: comm as u16,
+                        func,
+                        seq: shared.comms[comm].next_p2p_seq(func),
+                        count: (*d).count as u64,
+                        dtype: names::dtype_code((*d).datatype),
+                        algo: 0,
+                        proto: 0,
+                        nch: (*d).n_channels,
                     };
                     shared
                         .start_coll(&s, now_ns())

@@ -4,8 +4,11 @@
 
 use std::ffi::{CStr, c_char};
 
-/// Collective functions as ddptop names them (`ncclFuncToString` says `AllReduce`, …).
-pub const FUNCS: [(&str, &str); 10] = [
+/// Every function NCCL's `ncclFuncToString` names (its exact spelling: `AlltoAll`, not
+/// `AllToAll`), as ddptop's protocol names it. `Send` and `Recv` come as `P2p` events, the rest as
+/// `Coll` events; the signal functions are NCCL 2.28's one-sided operations. A new name NCCL adds
+/// is reported as `other` until it is listed here. Codes are indices: append, never reorder.
+pub const FUNCS: [(&str, &str); 15] = [
     ("", "other"),
     ("AllReduce", "all_reduce"),
     ("Broadcast", "broadcast"),
@@ -15,7 +18,12 @@ pub const FUNCS: [(&str, &str); 10] = [
     ("SendRecv", "send_recv"),
     ("Send", "send"),
     ("Recv", "recv"),
-    ("AllToAll", "all_to_all"),
+    ("AlltoAll", "all_to_all"),
+    ("Gather", "gather"),
+    ("Scatter", "scatter"),
+    ("PutSignal", "put_signal"),
+    ("Signal", "signal"),
+    ("WaitSignal", "wait_signal"),
 ];
 
 /// Data types: NCCL's name, ddptop's name, bytes per element.
@@ -148,6 +156,27 @@ mod tests {
                 "reduce_scatter"
             );
             assert_eq!(func_name(func_code(c"Foo".as_ptr())), "other");
+            // NCCL's own spellings (ncclFuncToString), each to its own name.
+            for (nccl, ours) in [
+                (c"AlltoAll", "all_to_all"),
+                (c"Gather", "gather"),
+                (c"Scatter", "scatter"),
+                (c"Send", "send"),
+                (c"Recv", "recv"),
+                (c"SendRecv", "send_recv"),
+                (c"PutSignal", "put_signal"),
+                (c"Signal", "signal"),
+                (c"WaitSignal", "wait_signal"),
+            ] {
+                assert_eq!(func_name(func_code(nccl.as_ptr())), ours, "{nccl:?}");
+            }
+            assert_eq!(func_name(func_code(c"AllToAll".as_ptr())), "other");
+            // ddptop's fixture of every kind (tests/fixtures/nccl/all_kinds_k2.jsonl, driving
+            // its collectives view) names every function this table maps.
+            let fixture = include_str!("../../../tests/fixtures/nccl/all_kinds_k2.jsonl");
+            for (_, ours) in FUNCS.iter().skip(1) {
+                assert!(fixture.contains(&format!(r#""func":"{ours}""#)), "{ours}");
+            }
             assert_eq!(func_name(func_code(std::ptr::null())), "other");
             let f32 = dtype_code(c"ncclFloat32".as_ptr());
             assert_eq!((dtype_name(f32), dtype_size(f32)), ("float32", 4));

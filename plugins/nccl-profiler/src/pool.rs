@@ -71,6 +71,18 @@ pub struct CommSlot {
     pub rank: AtomicI32,
     pub nranks: AtomicI32,
     pub nnodes: AtomicI32,
+    /// NCCL numbers a communicator's collectives but not its point-to-point operations: the
+    /// plugin counts those itself, per function (`names::FUNCS` code), from 0 at `init`.
+    pub p2p_seq: [AtomicU64; crate::names::FUNCS.len()],
+}
+
+impl CommSlot {
+    /// The next sequence number of a point-to-point function on this communicator.
+    pub fn next_p2p_seq(&self, func: u8) -> u64 {
+        self.p2p_seq
+            .get(func as usize)
+            .map_or(0, |s| s.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 pub const COMM_FREE: u8 = 0;
@@ -212,6 +224,9 @@ impl Shared {
         c.rank.store(rank, Ordering::Relaxed);
         c.nranks.store(nranks, Ordering::Relaxed);
         c.nnodes.store(nnodes, Ordering::Relaxed);
+        for s in &c.p2p_seq {
+            s.store(0, Ordering::Relaxed);
+        }
         c.state.store(COMM_LIVE, Ordering::Release);
         Some(i)
     }

@@ -223,7 +223,7 @@ fn bad_orders(p: &Plugin, ctx: P) -> u64 {
     assert!(orphan.0.is_null(), "a channel of a parent that is not ours");
     n += 1;
     // Event types it did not ask for are counted apart (`unrequested`, the child's line).
-    for kind in [event::P2P, event::PROXY_OP, 1 << 20] {
+    for kind in [event::GROUP, event::PROXY_OP, 1 << 20] {
         let h = start(p, ctx, &mut zeroed_descr(kind, std::ptr::null_mut()));
         assert!(h.0.is_null(), "event type {kind} was not asked for");
     }
@@ -249,8 +249,8 @@ fn child_drive(p: &'static Plugin) {
     let (a, mask) = init(p, 0xa11, rank);
     assert_eq!(
         mask as u64,
-        event::COLL | event::KERNEL_CH,
-        "asks for Coll and KernelCh only"
+        event::COLL | event::P2P | event::KERNEL_CH,
+        "asks for Coll, P2p and KernelCh only"
     );
     assert!(!a.0.is_null());
     let (b, _) = init(p, 0xb22, rank);
@@ -297,6 +297,28 @@ fn child_drive(p: &'static Plugin) {
         }
         assert_eq!((p.v4.finalize)(ctx4), NCCL_SUCCESS);
     }
+    // Point-to-point: NCCL's `Send`/`Recv` as P2p events (no sequence number), each with one
+    // channel, on a communicator of their own.
+    let (e, _) = init(p, 0xe66, rank);
+    for i in 0..5u64 {
+        for func in [c"Send", c"Recv"] {
+            let mut d = zeroed_descr(event::P2P, std::ptr::null_mut());
+            d.u.p2p = P2pDescr {
+                func: func.as_ptr(),
+                buff: std::ptr::null_mut(),
+                datatype: c"ncclFloat32".as_ptr(),
+                count: 64,
+                peer: 1 - rank,
+                n_channels: 1,
+                parent_group: std::ptr::null_mut(),
+            };
+            let h = start(p, e, &mut d);
+            assert!(!h.0.is_null(), "a P2p event is a collective to the plugin");
+            run_channels(p, h, i, 1);
+            stop(p, h);
+        }
+    }
+    finalize(p, e);
     for ctx in [a, b, c] {
         finalize(p, ctx);
     }
@@ -535,6 +557,22 @@ async fn collectives_from_several_threads_arrive_aggregated_per_collective() {
         );
         assert!(c.t_kernel.is_some() && c.t_end >= c.t_call && !c.partial);
     }
+    // The P2P communicator: 5 sends and 5 receives, numbered 0..4 by the plugin, per function.
+    let p2p: Vec<_> = bs
+        .iter()
+        .filter(|b| b.comm == "0000000000000e66")
+        .flat_map(|b| b.colls.iter())
+        .map(|c| (c.func.as_str(), c.seq, c.bytes, c.channels))
+        .collect();
+    for f in ["send", "recv"] {
+        let mine: Vec<_> = p2p.iter().filter(|c| c.0 == f).collect();
+        assert_eq!(mine.len(), 5, "{f}: {p2p:?}");
+        assert!(
+            mine.iter()
+                .enumerate()
+                .all(|(i, c)| c.1 == i as u64 && c.2 == 256 && c.3 == 1)
+        );
+    }
     let (counted, _, last, fin, _) = &comms["0000000000000d44"];
     assert_eq!(
         (*counted, *last, *fin),
@@ -576,9 +614,9 @@ async fn backpressure_drops_are_counted_and_nothing_is_counted_twice() {
     let comms = per_comm(&bs);
     let counted: u64 = comms.values().map(|c| c.0).sum();
     let lost = bs.iter().map(|b| b.lost).max().unwrap();
-    // Every collective driven (3·N threaded, 10 on v4, 1 bad-order one) is either counted
-    // once or counted as lost.
-    assert_eq!(counted + lost, 3 * N + 11, "counted {counted}, lost {lost}");
+    // Every collective driven (3·N threaded, 10 on v4, 1 bad-order one, 10 P2P) is either
+    // counted once or counted as lost.
+    assert_eq!(counted + lost, 3 * N + 21, "counted {counted}, lost {lost}");
     assert!(
         off_lines(&out).is_empty(),
         "the plugin stayed on: {:?}",
