@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 
+import needs
 import pytest
 
 from ddptop_worker import inflight
@@ -50,7 +51,7 @@ def test_without_a_process_group_there_is_no_evidence() -> None:
 def test_a_gloo_all_reduce_waiting_for_its_peer_is_pending() -> None:
     """Two ranks in threads of one process would share the recorder; use a real 2-process
     group: rank 1 enters its all-reduce 3 s late, rank 0 reads its own recorder meanwhile."""
-    pytest.importorskip("torch")
+    needs.module("torch", "the workers' tests need torch (scripts/test installs it)")
     code = r"""
 import os, sys, time, threading, json
 import torch, torch.distributed as dist

@@ -40,3 +40,17 @@ def test_missing_jax_fails_under_ci(tmp_path: Path) -> None:
         assert p.returncode != 0, p.stdout[-2000:]
         assert "CI is set, so this cannot be skipped" in p.stdout, p.stdout[-2000:]
         assert "jax hidden by test_needs" in p.stdout, p.stdout[-2000:]
+
+
+def test_no_test_module_skips_a_dependency_behind_ci_s_back() -> None:
+    """`pytest.importorskip` skips even under CI=1, so a missing dependency would pass CI
+    silently (issue 45): every optional dependency goes through `needs`."""
+    import pathlib
+
+    here = pathlib.Path(__file__).parent
+    offenders = [
+        p.name
+        for p in sorted(here.glob("test_*.py"))
+        if p.name != pathlib.Path(__file__).name and "importorskip(" in p.read_text()
+    ]
+    assert offenders == [], f"use needs.module(...) instead of importorskip in {offenders}"
