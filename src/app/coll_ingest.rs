@@ -119,7 +119,7 @@ mod tests {
     use crate::app::collectives::model;
     use crate::app::reduce::apply_worker;
     use crate::protocol::{Backend, parse_worker};
-    use crate::run::coll_bounds::{MAX_FUNCS, MAX_KEYS};
+    use crate::run::coll_bounds::{MAX_FUNCS, MAX_KEYS, thousands};
     use crate::run::{Experiment, RunSpec};
 
     fn run() -> (RunView, Instant) {
@@ -201,18 +201,6 @@ mod tests {
         let j = crate::app::coll_store::collectives_json(&r);
         assert_eq!(j["over_cap"]["records"], over.total());
         assert_eq!(j["over_cap"]["caps"]["keys"], MAX_KEYS);
-    }
-
-    fn thousands(n: u64) -> String {
-        let s = n.to_string();
-        let mut out = String::new();
-        for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        out
     }
 
     #[test]
