@@ -108,16 +108,29 @@ pub struct Provenance<'a> {
     pub what: &'a str,
 }
 
-/// The TOML of one preset, comments first.
+/// The TOML of one preset, comments first. The table and its values are written by the `toml`
+/// serializer (keys quoted where a bare key cannot hold them, values escaped); the comment
+/// lines are cut at a line break, so no text of a setting, a script or a host can end the
+/// comment and add lines of its own.
 pub fn text(name: &str, env: &[(String, String)], p: &Provenance) -> String {
-    let mut s = format!(
-        "\n# `ddptop tune` on {}, {}: {}\n# model {}. Use: ddptop run --preset {name} …, or `e` in the dashboard.\n[presets.{name}]\n",
-        p.date, p.machine, p.what, p.model
-    );
+    let one_line = |t: &str| t.replace(['\n', '\r'], " ");
+    let mut vars = toml::map::Map::new();
     for (k, v) in env {
-        s.push_str(&format!("{k} = \"{v}\"\n"));
+        vars.insert(k.clone(), toml::Value::String(v.clone()));
     }
-    s
+    let mut presets = toml::map::Map::new();
+    presets.insert(name.to_string(), toml::Value::Table(vars));
+    let mut root = toml::map::Map::new();
+    root.insert("presets".into(), toml::Value::Table(presets));
+    let table = toml::to_string(&toml::Value::Table(root)).unwrap_or_default();
+    format!(
+        "\n# `ddptop tune` on {}, {}: {}\n# model {}. Use: ddptop run --preset {} …, or `e` in the dashboard.\n{table}",
+        one_line(p.date),
+        one_line(p.machine),
+        one_line(p.what),
+        one_line(p.model),
+        one_line(name)
+    )
 }
 
 /// A preset name not yet in `config`: `base`, else `base-2`, `base-3`, …
@@ -155,9 +168,27 @@ pub fn append(path: &Path, name: &str, preset: &str) -> Result<(), String> {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
-    // Written beside and renamed over: a crash mid-write leaves the old file whole.
+    // Written beside and renamed over: a crash mid-write leaves the old file whole. The new
+    // file gets the old one's mode (a config kept 0600 stays 0600), or 0600 when it is new.
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mode = std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0o600);
     let tmp = path.with_extension("toml.tuning");
-    std::fs::write(&tmp, &after).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    let _ = std::fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(after.as_bytes())?;
+        // The umask may have narrowed the mode given at creation.
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.sync_all()
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| format!("cannot replace {}: {e}", path.display()))
 }
 
@@ -192,7 +223,40 @@ mod tests {
         let written = std::fs::read_to_string(&path).unwrap();
         assert!(written.contains("# `ddptop tune` on 2026-12-01, host (2× NVIDIA H200)"));
         // A name that would break the file is refused and the file stays as it was.
-        assert!(append(&path, "bad name", &text("bad name", &env, &p)).is_err());
+        assert!(append(&path, "bad name\n[x]", "\n[presets.x\n").is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), written);
+    }
+
+    /// Issue 45: values with quotes, backslashes and line breaks are written escaped and read
+    /// back exactly; text in the comments cannot add lines; the file keeps its mode.
+    #[test]
+    fn values_are_escaped_comments_stay_comments_and_the_mode_is_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("config.toml");
+        std::fs::write(&path, "# mine\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let nasty = "a\"b\\c\n[presets.evil]\nNCCL_ALGO = \"Tree\"";
+        let env = vec![("NCCL_SOCKET_IFNAME".to_string(), nasty.to_string())];
+        let p = Provenance {
+            date: "2026-12-04",
+            machine: "host\n[presets.evil2]",
+            model: "m",
+            what: "w",
+        };
+        append(&path, "tuned-x", &text("tuned-x", &env, &p)).unwrap();
+        let cfg = Config::load(Some(&path)).unwrap();
+        let preset = cfg.preset("tuned-x").unwrap();
+        assert_eq!(
+            preset
+                .get("NCCL_SOCKET_IFNAME")
+                .cloned()
+                .flatten()
+                .as_deref(),
+            Some(nasty)
+        );
+        assert!(cfg.preset("evil").is_none() && cfg.preset("evil2").is_none());
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 }
