@@ -692,6 +692,9 @@ impl Config {
                 None => return Ok(Config::default()),
             },
         };
+        if let Some(dir) = path.parent() {
+            crate::paths::not_planted(dir).map_err(|e| ConfigError::whole(&path, e))?;
+        }
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 let mut cfg = Config::parse(&text, &path)?;

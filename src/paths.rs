@@ -84,6 +84,43 @@ pub fn private_dir(dir: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// A directory inside a world-writable one (`/tmp`, where the data and config directories fall
+/// back to without a home directory) must be this user's own, real directory: anyone can create
+/// `/tmp/ddptop-data` or `/tmp/ddptop-config` first, and ddptop would then write its runs into,
+/// or read its config (a launch environment) from, a place another user controls. Elsewhere
+/// (a home directory, a directory the user named) nothing is checked here. A `dir` that does
+/// not exist yet passes (whoever creates it then is this process).
+pub fn not_planted(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    let shared = std::fs::metadata(parent).is_ok_and(|m| m.mode() & 0o002 != 0);
+    if !shared {
+        return Ok(());
+    }
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_dir() {
+        return Err(format!(
+            "{} is not a directory (a symlink?) in the shared {}: refusing it; set DDPTOP_DATA_DIR / DDPTOP_CONFIG or HOME",
+            dir.display(),
+            parent.display()
+        ));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(format!(
+            "{} in the shared {} belongs to uid {}, not to this user (uid {me}): refusing it; set DDPTOP_DATA_DIR / DDPTOP_CONFIG or HOME",
+            dir.display(),
+            parent.display(),
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
 fn base() -> Option<impl BaseStrategy> {
     etcetera::choose_base_strategy().ok()
 }
@@ -158,6 +195,55 @@ mod tests {
             assert!(e.contains("belongs to uid 65534"), "{e}");
         } else {
             assert!(private_dir(std::path::Path::new("/")).is_err());
+        }
+    }
+
+    /// Issue 45: the data and config directories' fallbacks under a world-writable directory
+    /// are refused when another user made them (or planted a symlink); ours, and any directory
+    /// in a private parent, pass.
+    #[test]
+    fn a_data_or_config_dir_planted_in_a_shared_parent_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let shared = root.path().join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let mine = shared.join("ddptop-data");
+        assert!(
+            not_planted(&mine).is_ok(),
+            "not there yet: whoever creates it is us"
+        );
+        std::fs::create_dir(&mine).unwrap();
+        assert!(not_planted(&mine).is_ok());
+        let link = shared.join("ddptop-config");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        let e = not_planted(&link).unwrap_err();
+        assert!(
+            e.contains("not a directory") && e.contains("refusing"),
+            "{e}"
+        );
+        // In a private parent nothing is second-guessed (a directory the user named).
+        let private = root.path().join("home");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let named = private.join("link");
+        std::os::unix::fs::symlink(&mine, &named).unwrap();
+        assert!(not_planted(&named).is_ok());
+        if nix::unistd::geteuid().is_root() {
+            let theirs = shared.join("theirs");
+            std::fs::create_dir(&theirs).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = not_planted(&theirs).unwrap_err();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+            // The store refuses to open a database there, in one line.
+            let e = crate::store::Store::open(&theirs.join("runs.db"))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+            let e = crate::config::Config::load(Some(&theirs.join("config.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
         }
     }
 }

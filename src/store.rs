@@ -236,6 +236,7 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
 /// created, and closed to 0700 when an older ddptop left it open (only when it is ours).
 fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    crate::paths::not_planted(dir).map_err(anyhow::Error::msg)?;
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
