@@ -236,6 +236,9 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             o.epochs = o.epochs.max(r.epochs_seen);
+            if let Some(c) = crate::run::view::Compiled::of(r) {
+                o.compile = Some(o.compile.map_or(c, |x| x.max(c)));
+            }
             o.steps = o.steps.max(r.step);
             run.aggregate = Aggregate::of(run);
         }

@@ -173,7 +173,13 @@ pub fn attach_note(r: &RunView) -> String {
         .per_rank_batch()
         .map(|b| format!(", batch {b}/rank seen"))
         .unwrap_or_default();
-    format!("{steps} optimizer steps{batch}, {what}")
+    // torch.compile's cost, kept out of samples/s (issue 43).
+    let compile = r
+        .observed
+        .compile
+        .map(|c| format!("; {}", c.describe()))
+        .unwrap_or_default();
+    format!("{steps} optimizer steps{batch}, {what}{compile}")
 }
 
 /// Live aggregate throughput over the last `window_s` seconds of steps (all ranks).
@@ -510,5 +516,38 @@ mod attach_note_tests {
         );
         r.comm_timing = Some(crate::protocol::CommTiming::CommHook);
         assert!(attach_note(&r).contains("buckets: ddptop's comm hook)"));
+    }
+
+    #[test]
+    fn torch_compile_time_is_said_apart_from_the_figures() {
+        let spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
+        let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
+        r.instrument = Some(crate::protocol::Instrument::Full);
+        assert!(!attach_note(&r).contains("compile"), "{}", attach_note(&r));
+        let c = crate::run::view::Compiled {
+            ms: 41_230,
+            compiles: 7,
+            recompiles: 2,
+            steps: 3,
+        };
+        r.observed.compile = Some(c);
+        assert!(
+            attach_note(&r)
+                .ends_with("; compile 41.2 s, 2 recompiles (3 steps left out of samples/s)"),
+            "{}",
+            attach_note(&r)
+        );
+        // Ranks' figures combine field by field (the slowest rank's time).
+        let one = crate::run::view::Compiled {
+            ms: 900,
+            compiles: 1,
+            recompiles: 0,
+            steps: 1,
+        };
+        assert_eq!(c.max(one), c);
+        assert_eq!(
+            one.describe(),
+            "compile 0.9 s, 0 recompiles (1 step left out of samples/s)"
+        );
     }
 }

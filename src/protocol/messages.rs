@@ -615,6 +615,17 @@ pub struct ResultMsg {
     /// Attach: distinct `DistributedSampler.set_epoch` values (absent: never called).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epochs_seen: Option<u32>,
+    /// Attach, a script that used torch.compile: seconds spent compiling (dynamo's compile
+    /// callbacks), dynamo compiles, of which recompiles, and the steps that contained a compile
+    /// (left out of `samples_per_s`, like warm-up steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiles: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompiles: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_steps: Option<u64>,
     /// `torch.get_float32_matmul_precision()` at the end of the run (the book sets `high`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub matmul_precision: Option<MatmulPrecision>,

@@ -151,6 +151,13 @@ impl RunDetail {
             f.insert("process_group".into(), json!(r.observed.process_group));
             f.insert("ddp_module".into(), json!(r.observed.ddp_module));
             f.insert("independent_ranks".into(), json!(r.observed.independent()));
+            if let Some(c) = r.observed.compile {
+                f.insert(
+                    "compile".into(),
+                    json!({"seconds": c.ms as f64 / 1000.0, "compiles": c.compiles,
+                           "recompiles": c.recompiles, "steps": c.steps, "text": c.describe()}),
+                );
+            }
         }
         if r.status != RunStatus::Completed {
             return d;

@@ -380,6 +380,54 @@ pub struct Observed {
     /// rank; empty: none, or not said).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ddp_args: Vec<String>,
+    /// torch.compile as the ranks measured it (the slowest rank's); `None`: no compile seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile: Option<Compiled>,
+}
+
+/// An attached script's torch.compile cost: kept out of its samples/s (docs/attach.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Compiled {
+    /// Time spent compiling, in ms.
+    pub ms: u64,
+    pub compiles: u64,
+    pub recompiles: u64,
+    /// Steps that contained a compile (left out of samples/s).
+    pub steps: u64,
+}
+
+impl Compiled {
+    /// One rank's `result`; `None` when it compiled nothing.
+    pub fn of(r: &crate::protocol::ResultMsg) -> Option<Compiled> {
+        let s = r.compile_s.filter(|s| s.is_finite() && *s >= 0.0)?;
+        Some(Compiled {
+            ms: (s * 1000.0).round() as u64,
+            compiles: r.compiles.unwrap_or(0),
+            recompiles: r.recompiles.unwrap_or(0),
+            steps: r.compile_steps.unwrap_or(0),
+        })
+    }
+
+    /// The larger of two ranks' figures, field by field.
+    pub fn max(self, o: Compiled) -> Compiled {
+        Compiled {
+            ms: self.ms.max(o.ms),
+            compiles: self.compiles.max(o.compiles),
+            recompiles: self.recompiles.max(o.recompiles),
+            steps: self.steps.max(o.steps),
+        }
+    }
+
+    /// `compile 41.2 s, 2 recompiles (3 steps left out of samples/s)`.
+    pub fn describe(&self) -> String {
+        let plural = |n: u64, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+        format!(
+            "compile {:.1} s, {} ({} left out of samples/s)",
+            self.ms as f64 / 1000.0,
+            plural(self.recompiles, "recompile"),
+            plural(self.steps, "step")
+        )
+    }
 }
 
 impl Observed {

@@ -523,6 +523,10 @@ impl Sim<'_> {
             ddp_module: None,
             ddp_args: None,
             epochs_seen: None,
+            compile_s: None,
+            compiles: None,
+            recompiles: None,
+            compile_steps: None,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {
             rank: self.rank,

@@ -27,6 +27,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import attach_hooks as hooks
 from . import book, ddp_knobs, diagnose, protocol
+from .attach_compile import CompileClock
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
 from .faults import Fault, SlowRank
@@ -166,6 +167,10 @@ class Session:
         self.unreported_samples = 0
         self.span_start: Any = None
         self.span_end: Any = None
+        # torch.compile: compile time, and the spans of counted-epoch steps that compiled (cut
+        # out of the epoch's span under sampled timing).
+        self.compile = CompileClock()
+        self.span_cuts: list[tuple[Any, Any]] = []
         self.primary_opt: weakref.ref[torch.optim.Optimizer] | None = None
         self.explicit_steps = False
         self.fault: Fault | None = None
@@ -198,6 +203,7 @@ class Session:
                 self.slow.sync = cuda_sync_if_used
         try:
             self.handles = hooks.install(self)
+            self.compile.register_if_imported()
             self.hooks_on = True
         except Exception as e:  # noqa: BLE001
             off_reason = f"cannot install torch hooks: {type(e).__name__}: {e}"
@@ -292,6 +298,13 @@ class Session:
         else:
             self.log_once("ddp_knobs", "info", f"DDP settings from the environment: {ddp_knobs.describe(knobs)}")
 
+    def on_compile_call(self) -> None:
+        """The script calls torch.compile: measure compiles from now on."""
+        hooks.run_eagerly(list(self.records.keys()))
+        if self.compile.register() and "compile_on" not in self.once:
+            self.log_once("compile_on", "info", "torch.compile: steps that compile are left out "
+                          "of samples/s; compile time is reported on its own")
+
     def ddp_init_done(self) -> None:
         self.client.phase = "train"
 
@@ -309,8 +322,8 @@ class Session:
         self.watched = weakref.ref(ddp)
         if rec.user_hook is None:
             rec.user_hook = hooks.existing_comm_hook(ddp)  # explicit mode: set before watch()
-        ddp.register_forward_pre_hook(hooks.forward_pre, with_kwargs=True)
-        ddp.register_forward_hook(hooks.forward_post)
+        ddp.register_forward_pre_hook(hooks.hook(hooks.forward_pre), with_kwargs=True)
+        ddp.register_forward_hook(hooks.hook(hooks.forward_post))
         device = ddp.device if isinstance(getattr(ddp, "device", None), torch.device) else None
         if device is None:
             device = next((p.device for p in ddp.parameters()), torch.device("cpu"))
@@ -484,9 +497,15 @@ class Session:
             wr[1].timer.end_step()
         known = samples is not None or (self.cur_samples_known and self.cur_forwarded)
         n = samples if samples is not None else (self.cur_samples if known else 0)
-        info = StepInfo(self.step_no, self.epoch, int(n), bool(known))
+        compiled = self.compile.take() > 0.0
+        info = StepInfo(self.step_no, self.epoch, int(n), bool(known), compiled)
+        if compiled:
+            self.compile.steps += 1
         if not info.warmup:
+            prev_end = self.span_end if self.span_end is not None else self.span_start
             self.span_end = self.clock.mark()
+            if compiled and prev_end is not None:
+                self.span_cuts.append((prev_end, self.span_end))
         self.unreported_samples += int(n)
         if self.cur_timed:
             end = self.cur.marks.pop("opt1")
@@ -522,11 +541,13 @@ class Session:
         extra: dict[str, Any] = {"every": self.time_every} if self.time_every > 1 else {}
         if sm.info.get("t_bwd") is not None:
             extra["t_bwd"] = sm.info["t_bwd"]
+        if info.compiled:
+            extra["compiled"] = True
         self.client.send(
             "step",
             step=info.step,
             epoch=info.epoch,
-            warmup=info.warmup,
+            warmup=not info.counted,  # a step that compiled is left out like a warm-up step
             sync=True,
             samples=sm.info.get("samples", info.samples),
             fwd_ms=span("fwd0", "fwd1"),
@@ -654,7 +675,9 @@ class Session:
         if self.span_start is not None and self.span_end is not None:
             Clock.wait(self.span_end)
             span_ms = Clock.ms(self.span_start, self.span_end)
+            span_ms -= sum(Clock.ms(a, b) for a, b in self.span_cuts)  # steps that compiled
         self.span_start = self.span_end = None
+        self.span_cuts = []
         self.unreported_samples = 0  # an epoch's leftover is in its epoch message
         done = self.account.close_epoch(next_epoch, span_ms)
         if done is None:
@@ -713,6 +736,11 @@ class Session:
         fields["ddp_args"] = sorted(self.ddp_args)
         if self.epochs_seen:
             fields["epochs_seen"] = len(self.epochs_seen)
+        compiled = self.compile.result_fields()
+        if compiled:
+            fields.update(compiled)
+            if self.rank == 0:
+                self.client.log("info", self.compile.describe())
         self.client.send("result", **fields)
 
 

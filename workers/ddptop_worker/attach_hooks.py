@@ -11,6 +11,13 @@ What is patched (docs/attach.md), once per process, all pass-through when no ses
 - `DistributedSampler.set_epoch` (wrapped): epoch boundaries.
 - `torch.distributed.destroy_process_group` (wrapped): never while the heartbeat thread reads
   the flight recorder (`inflight.guard_destroy`).
+- `torch.compile` (wrapped): its first call registers the compile-time callbacks
+  (attach_compile); the script's arguments and result are untouched.
+
+Under torch.compile every hook runs eagerly: at the script's first `torch.compile` call the
+hooks already registered are swapped for `torch.compiler.disable`d ones (`run_eagerly`), and
+later ones are registered that way. Traced, their host clocks became guards that failed at
+every step: dynamo recompiled until its recompile limit and ran the rest uneagerly slow.
 
 Per-instance forward hooks rather than `register_module_forward_pre_hook`: a global module hook
 takes every submodule call of the model off torch's hook-free fast path, and only the DDP
@@ -80,9 +87,38 @@ def install(s: Session) -> list[Any]:
     )
 
     return [
-        register_optimizer_step_pre_hook(_opt_pre),
-        register_optimizer_step_post_hook(_opt_post),
+        register_optimizer_step_pre_hook(hook(_opt_pre)),
+        register_optimizer_step_post_hook(hook(_opt_post)),
     ]
+
+
+_EAGER: dict[Callable[..., Any], Callable[..., Any]] = {}
+
+
+def hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn`, or its dynamo-disabled twin once the script compiles (`run_eagerly`)."""
+    return _EAGER.get(fn, fn)
+
+
+def run_eagerly(modules: list[torch.nn.Module]) -> None:
+    """The script calls torch.compile: ddptop's hooks must never be traced by dynamo. Swap the
+    forward hooks on `modules` and the global optimizer hooks for `torch.compiler.disable`d
+    twins (dynamo then calls them between graphs, with itself off inside)."""
+    if not _EAGER:
+        for fn in (forward_pre, forward_post, _opt_pre, _opt_post):
+            _EAGER[fn] = torch.compiler.disable(fn, reason="ddptop attach: a measuring hook")
+    from torch.optim import optimizer as optim_mod
+
+    dicts: list[Any] = [
+        getattr(optim_mod, "_global_optimizer_pre_hooks", {}),
+        getattr(optim_mod, "_global_optimizer_post_hooks", {}),
+    ]
+    for m in modules:
+        dicts += [m._forward_pre_hooks, m._forward_hooks]
+    for d in dicts:
+        for key, fn in list(d.items()):
+            if fn in _EAGER:
+                d[key] = _EAGER[fn]
 
 
 def register_ddp_hook(ddp: DDP, state: HookState) -> None:
@@ -205,6 +241,18 @@ def _patch_classes() -> None:
         s = session()
         if s is not None:
             s.guard(s.on_set_epoch, int(epoch))
+
+    orig_compile = torch.compile
+
+    @functools.wraps(orig_compile)
+    def compile_(*args: Any, **kwargs: Any) -> Any:
+        s = session()
+        if s is not None:
+            s.guard(s.on_compile_call)
+        return orig_compile(*args, **kwargs)
+
+    _ORIG["compile"] = orig_compile
+    torch.compile = compile_  # type: ignore[assignment]
 
     # The heartbeat reads the flight recorder from its own thread; the script's destroy must
     # not run in the middle of that read (inflight.guard_destroy).

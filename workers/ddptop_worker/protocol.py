@@ -363,6 +363,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "loss": opt(finite),
         "every": opt(pos_int),
         "t_bwd": opt(nonneg),
+        "compiled": opt(boolean),
     },
     "probe": {"live": opt(boolean)},
     "buckets": {"start_inferred": opt(boolean)},
@@ -391,6 +392,10 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "ddp_module": opt(boolean),
         "ddp_args": opt(list_of(one_of(*DDP_ARGS))),
         "epochs_seen": opt_uint,
+        "compile_s": opt_nonneg,
+        "compiles": opt_uint,
+        "recompiles": opt_uint,
+        "compile_steps": opt_uint,
     },
     "plan": {
         "epochs": opt_uint,
