@@ -1,8 +1,8 @@
 //! Other nodes' GPUs from NVIDIA's DCGM exporter (`[nodes] gpu_source = "dcgm"`;
 //! docs/multinode.md): where a cluster already runs dcgm-exporter on each node, ddptop reads its
 //! Prometheus text endpoint (default `http://{host}:9400/metrics`) at the dashboard's rate
-//! instead of starting an agent. A small HTTP/1.0 GET over tokio's TCP (no client library, no
-//! new daemon); the answer goes through the same path as an agent's samples.
+//! instead of starting an agent: a GET with `ureq` (no new daemon), its answer bounded in size
+//! and its figures in range (`plausible`), through the same path as an agent's samples.
 //!
 //! Read from the exporter's default counters (per GPU, label `gpu="N"`): `DCGM_FI_DEV_GPU_UTIL`
 //! (%), `DCGM_FI_DEV_FB_USED` and `DCGM_FI_DEV_FB_FREE` (+ `DCGM_FI_DEV_FB_RESERVED` when
@@ -15,13 +15,34 @@ use super::agent_conn::AgentEvent;
 use crate::protocol::agent::{AgentHello, GpuSourceKind, NodeGpu, NodeSample};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 /// The most of an answer read (a node's full exporter page is tens of KiB).
 const MAX_BODY: usize = 4 << 20;
 /// One GET's time limit.
 const GET_TIMEOUT: Duration = Duration::from_secs(3);
+/// GPU indices read from a page (a node has 8 or 16): a page naming more is not a GPU node's.
+const MAX_GPU_INDEX: u32 = 256;
+/// Label text kept (a model name, a driver version).
+const MAX_LABEL: usize = 96;
+
+/// Whether `v` of counter `name` is a value a GPU can report; anything else (a broken or
+/// hostile exporter) is left out, never shown.
+fn plausible(name: &str, v: f64) -> bool {
+    const MIB_16_TIB: f64 = 16.0 * 1024.0 * 1024.0;
+    let max = match name {
+        "DCGM_FI_DEV_GPU_UTIL" => 100.0,
+        "DCGM_FI_DEV_POWER_USAGE" => 10_000.0,
+        "DCGM_FI_DEV_GPU_TEMP" => 200.0,
+        "DCGM_FI_DEV_FB_USED" | "DCGM_FI_DEV_FB_FREE" | "DCGM_FI_DEV_FB_RESERVED" => MIB_16_TIB,
+        _ => return true,
+    };
+    (0.0..=max).contains(&v)
+}
+
+fn label(s: &str) -> String {
+    crate::util::printable(s).chars().take(MAX_LABEL).collect()
+}
 
 /// One sample line: metric name, labels, value.
 fn parse_line(line: &str) -> Option<(&str, BTreeMap<&str, &str>, f64)> {
@@ -62,22 +83,29 @@ pub fn parse_metrics(text: &str) -> (Vec<NodeGpu>, Option<String>) {
     let mut fb: BTreeMap<u32, [Option<f64>; 3]> = BTreeMap::new();
     let mut driver = None;
     for (name, labels, v) in text.lines().filter_map(parse_line) {
-        let Some(i) = labels.get("gpu").and_then(|g| g.parse::<u32>().ok()) else {
+        let Some(i) = labels
+            .get("gpu")
+            .and_then(|g| g.parse::<u32>().ok())
+            .filter(|i| *i < MAX_GPU_INDEX)
+        else {
             continue;
         };
+        if !plausible(name, v) {
+            continue;
+        }
         if driver.is_none() {
-            driver = labels.get("DCGM_FI_DRIVER_VERSION").map(|d| d.to_string());
+            driver = labels.get("DCGM_FI_DRIVER_VERSION").map(|d| label(d));
         }
         let g = gpus.entry(i).or_insert_with(|| NodeGpu {
             index: i,
             ..Default::default()
         });
         if g.name.is_none() {
-            g.name = labels.get("modelName").map(|m| m.to_string());
+            g.name = labels.get("modelName").map(|m| label(m));
         }
         let nonneg = v.max(0.0);
         match name {
-            "DCGM_FI_DEV_GPU_UTIL" => g.util_pct = Some(nonneg.round().min(100.0) as u32),
+            "DCGM_FI_DEV_GPU_UTIL" => g.util_pct = Some(nonneg.round() as u32),
             "DCGM_FI_DEV_POWER_USAGE" => g.power_w = Some(nonneg),
             "DCGM_FI_DEV_GPU_TEMP" => g.temp_c = Some(nonneg.round() as u32),
             "DCGM_FI_DEV_FB_USED" => fb.entry(i).or_default()[0] = Some(nonneg),
@@ -130,46 +158,46 @@ pub fn split_url(url: &str) -> anyhow::Result<(String, String)> {
     Ok((hostport, path.to_string()))
 }
 
-/// GET `url` and return the body of a 200 answer.
+/// GET `url` and return the body of a 200 answer, at most `MAX_BODY` bytes, within
+/// `GET_TIMEOUT`. `ureq` speaks the HTTP (status, chunked bodies, the limits); it blocks, so it
+/// runs on tokio's blocking pool.
 pub async fn http_get(url: &str) -> anyhow::Result<String> {
-    let (hostport, path) = split_url(url)?;
-    let host = hostport
-        .rsplit_once(':')
-        .map_or(hostport.as_str(), |(h, _)| h);
-    let fetch = async {
-        let mut s = tokio::net::TcpStream::connect(&hostport).await?;
-        let req = format!(
-            "GET {path} HTTP/1.0\r\nHost: {host}\r\nAccept: text/plain\r\nUser-Agent: ddptop\r\nConnection: close\r\n\r\n"
-        );
-        s.write_all(req.as_bytes()).await?;
-        let mut buf = Vec::new();
-        (&mut s)
-            .take(MAX_BODY as u64 + 1)
-            .read_to_end(&mut buf)
-            .await?;
-        anyhow::Ok(buf)
-    };
-    let buf = tokio::time::timeout(GET_TIMEOUT, fetch)
+    split_url(url)?; // only http:// URLs, with a host: said the same way as before
+    let owned = url.to_string();
+    tokio::task::spawn_blocking(move || get_blocking(&owned))
         .await
-        .map_err(|_| anyhow::anyhow!("{url}: no answer within {}s", GET_TIMEOUT.as_secs()))??;
-    if buf.len() > MAX_BODY {
-        anyhow::bail!("{url}: answer over {} MiB", MAX_BODY >> 20);
-    }
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| anyhow::anyhow!("{url}: not an HTTP answer"))?;
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
-        anyhow::bail!("{url}: {status}");
-    }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        anyhow::bail!("{url}: chunked answer to an HTTP/1.0 request");
-    }
-    Ok(body.to_string())
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?
+}
+
+fn get_blocking(url: &str) -> anyhow::Result<String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(GET_TIMEOUT))
+        .max_redirects(0)
+        .user_agent("ddptop")
+        .build()
+        .into();
+    let mut answer = agent
+        .get(url)
+        .header("Accept", "text/plain")
+        .call()
+        .map_err(|e| match e {
+            ureq::Error::StatusCode(code) => anyhow::anyhow!("{url}: HTTP {code}"),
+            ureq::Error::Timeout(_) => {
+                anyhow::anyhow!("{url}: no answer within {}s", GET_TIMEOUT.as_secs())
+            }
+            e => anyhow::anyhow!("{url}: {e}"),
+        })?;
+    answer
+        .body_mut()
+        .with_config()
+        .limit(MAX_BODY as u64)
+        .read_to_string()
+        .map_err(|e| match e {
+            ureq::Error::BodyExceedsLimit(_) => {
+                anyhow::anyhow!("{url}: answer over {} MiB", MAX_BODY >> 20)
+            }
+            e => anyhow::anyhow!("{url}: {e}"),
+        })
 }
 
 /// Poll one node's exporter every `period` until the task is aborted (the run ended). The
@@ -307,6 +335,8 @@ go_goroutines 12
         assert!(split_url("https://h/").is_err());
     }
 
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
     /// A one-shot HTTP server on loopback answering `answer`.
     async fn serve_once(answer: String) -> String {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -318,6 +348,46 @@ go_goroutines 12
             let _ = s.write_all(answer.as_bytes()).await;
         });
         format!("http://{addr}/metrics")
+    }
+
+    /// Issue 45: a hostile page cannot put implausible figures on screen or grow the GPU list.
+    #[test]
+    fn implausible_figures_and_gpu_indices_are_left_out() {
+        let mut page = String::from(
+            "DCGM_FI_DEV_POWER_USAGE{gpu=\"0\"} 1e300\n\
+             DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} -5\n\
+             DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",modelName=\"X\u{1b}[2J\"} 250\n\
+             DCGM_FI_DEV_FB_USED{gpu=\"0\"} 1e30\n\
+             DCGM_FI_DEV_GPU_TEMP{gpu=\"1\"} 55\n",
+        );
+        for i in 0..10_000 {
+            page.push_str(&format!(
+                "DCGM_FI_DEV_GPU_TEMP{{gpu=\"{}\"}} 40\n",
+                1000 + i
+            ));
+        }
+        let (gpus, _) = parse_metrics(&page);
+        assert_eq!(gpus.len(), 1, "{gpus:?}");
+        assert_eq!((gpus[0].index, gpus[0].temp_c), (1, Some(55)));
+    }
+
+    #[tokio::test]
+    async fn an_oversized_or_chunked_answer_is_bounded_and_read() {
+        let big = "x".repeat(MAX_BODY + 10);
+        let url = serve_once(format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{big}",
+            big.len()
+        ))
+        .await;
+        let e = http_get(&url).await.unwrap_err().to_string();
+        assert!(e.contains("over 4 MiB"), "{e}");
+        let chunked = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{PAGE}\r\n0\r\n\r\n",
+            PAGE.len()
+        );
+        let url = serve_once(chunked).await;
+        let body = http_get(&url).await.unwrap();
+        assert_eq!(parse_metrics(&body).0.len(), 2);
     }
 
     #[tokio::test]
