@@ -940,6 +940,32 @@ pub fn write_default(path: &Path) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Issue 45: a config directory another user made in a shared parent (the /tmp fallback)
+    /// is refused: its config would set the environment of every launch.
+    #[test]
+    fn a_config_planted_by_another_user_in_a_shared_parent_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            return; // only root can make a directory of another user's here
+        }
+        let root = tempfile::tempdir().unwrap();
+        let shared = root.path().join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let theirs = shared.join("ddptop-config");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(
+            theirs.join("config.toml"),
+            "[presets.x]\nNCCL_ALGO = \"Ring\"\n",
+        )
+        .unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        let e = Config::load(Some(&theirs.join("config.toml")))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+    }
+
     #[test]
     fn default_file_parses_to_the_defaults() {
         let cfg = Config::parse(DEFAULT_CONFIG, Path::new("config.toml")).unwrap();

@@ -874,6 +874,29 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 45: a data directory another user made in a shared parent (the /tmp fallback) is
+    /// refused in one line, not written into.
+    #[test]
+    fn a_data_dir_planted_by_another_user_in_a_shared_parent_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        if !nix::unistd::geteuid().is_root() {
+            return; // only root can make a directory of another user's here
+        }
+        let root = tempfile::tempdir().unwrap();
+        let shared = root.path().join("tmp");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let theirs = shared.join("ddptop-data");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        let e = Store::open(&theirs.join("runs.db"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("belongs to uid 65534"), "{e}");
+        assert!(!theirs.join("runs.db").exists());
+    }
     use crate::supervisor::launch::CommandLine;
 
     /// Record a run's start as the engine does.
