@@ -169,3 +169,48 @@ def test_time_every_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
         assert time_every_from_env() == 1
     assert all(is_timed(n, 10) for n in range(1, WARMUP_STEPS + 1))
     assert [n for n in range(4, 31) if is_timed(n, 10)] == [10, 20, 30]
+
+
+def test_a_step_that_compiled_is_counted_as_a_step_and_left_out_of_throughput() -> None:
+    a = Account()
+    for n in range(1, 14):
+        compiled = n in (2, 8)  # a warm-up step and a counted one
+        a.add(StepInfo(n, 0, 32, True, compiled), step_ms=500.0 if compiled else 10.0,
+              data_ms=0.0)
+    t, _ = a.close_epoch(None) or (None, None)
+    assert t is not None and t.all_steps == 13
+    assert t.steps == 13 - WARMUP_STEPS - 1 and t.compiled_steps == 1
+    assert t.samples_per_s == pytest.approx(3200.0)  # the 500 ms step is not in it
+
+
+def test_compile_clock_counts_compiles_recompiles_and_the_time_per_step() -> None:
+    from types import SimpleNamespace
+
+    from ddptop_worker.attach_compile import CompileClock, is_recompile
+
+    assert [is_recompile(c) for c in ("0/0", "0/1", "3/2_1", "!0/1", "x")] == [
+        False, True, True, True, False]
+    c = CompileClock()
+    assert c.take() == 0.0 and c.result_fields() == {}
+    for trigger, cid in (("DYNAMO", "0/0"), ("LAZY_BACKWARD", "0/0"), ("DYNAMO", "0/1")):
+        args = SimpleNamespace(callback_trigger=SimpleNamespace(name=trigger), compile_id=cid)
+        c.start(args)
+        c.end(args)
+    assert c.take() > 0.0 and c.take() == 0.0  # handed once
+    assert (c.compiles, c.recompiles, c.lazy_backward) == (2, 1, 1)
+    c.start(None)
+    assert c.take() > 0.0  # a compile still running marks the step too
+    c.registered, c.steps = True, 2
+    assert c.result_fields()["recompiles"] == 1 and c.result_fields()["compile_steps"] == 2
+    assert c.describe().endswith("2 steps with a compile left out of samples/s")
+
+
+def test_torch_compile_runs_ddptops_hooks_eagerly() -> None:
+    """At the script's first torch.compile, the hooks on a module are swapped for dynamo-disabled
+    twins (traced, their clocks recompiled every step)."""
+    m = torch.nn.Linear(2, 2)
+    m.register_forward_pre_hook(attach_hooks.hook(attach_hooks.forward_pre), with_kwargs=True)
+    attach_hooks.run_eagerly([m])
+    (fn,) = m._forward_pre_hooks.values()
+    assert fn is not attach_hooks.forward_pre and getattr(fn, "_torchdynamo_disable", False)
+    assert attach_hooks.hook(attach_hooks.forward_post) is not attach_hooks.forward_post
