@@ -49,6 +49,13 @@ pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
     }
     c.inflight.clear();
     for i in &b.inflight {
+        // Stale: a collective of the same function and communicator at or after it completed,
+        // so its own end event was lost (or the entry outlived it in the plugin's table). It is
+        // not in flight, and a hang verdict must never name it (issue 45).
+        if c.last_done.get(&i.func).is_some_and(|done| *done >= i.seq) {
+            r.stale += 1;
+            continue;
+        }
         if budget.admit(&[Key::Func(&i.func)]) {
             c.inflight.push(i.clone());
         } else {

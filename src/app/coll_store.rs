@@ -21,6 +21,7 @@ pub fn summarize(run: &RunView) -> Option<CollSummary> {
             bad: p.bad,
             unrequested: p.unrequested,
             evicted: p.evicted,
+            stale: p.stale,
             unlisted: p.unlisted,
             over_cap: p.over_cap,
             ..RankSummary::default()

@@ -121,6 +121,7 @@ pub fn stuck(run: &RunView, now: Instant, min_age_s: f64) -> Option<String> {
     }
     let (_, comm, func, seq) = oldest?;
     let across = comm_across(run, &comm);
+
     let nranks = across.values().map(|c| c.nranks).max().unwrap_or(0);
     let mut inside = Vec::new();
     let mut kernels = Vec::new();
@@ -200,6 +201,39 @@ pub fn stuck(run: &RunView, now: Instant, min_age_s: f64) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; "),
     )
+}
+
+/// How old the NCCL evidence behind a `stuck` verdict is, and from which ranks: each rank's
+/// latest plugin report on the communicator of the oldest collective in flight, and the
+/// in-flight entries set aside as stale (issue 45). `None` when nothing is in flight.
+pub fn evidence_age(run: &RunView, now: Instant) -> Option<String> {
+    let (comm, _) = run
+        .collectives
+        .ranks
+        .values()
+        .flat_map(|p| p.comms.values())
+        .flat_map(|c| c.inflight.iter().map(move |f| (c, age(c, f.age_s, now))))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(c, a)| (c.comm.clone(), a))?;
+    let ages: Vec<String> = comm_across(run, &comm)
+        .iter()
+        .filter_map(|(r, c)| {
+            let t = c.inflight_at?;
+            Some(format!(
+                "rank {r} {:.1} s ago",
+                now.saturating_duration_since(t).as_secs_f64()
+            ))
+        })
+        .collect();
+    let stale: u64 = run.collectives.ranks.values().map(|p| p.stale).sum();
+    let mut text = format!("evidence: the plugin's last reports, {}", ages.join(", "));
+    if stale > 0 {
+        text.push_str(&format!(
+            "; {stale} in-flight entr{} set aside as stale (completed later on their communicator)",
+            if stale == 1 { "y" } else { "ies" }
+        ));
+    }
+    Some(text)
 }
 
 /// A DDP bucket's all-reduce as NCCL ran it. Times are ms from the first bucket's call.
@@ -366,7 +400,7 @@ pub struct RankRow {
 }
 
 /// The plugin's counters of one rank as the view shows them; `None` when all are 0.
-pub fn loss_text(dropped: u64, lost: u64, others: [(&str, u64); 4]) -> Option<String> {
+pub fn loss_text(dropped: u64, lost: u64, others: [(&str, u64); 5]) -> Option<String> {
     let mut parts = Vec::new();
     if dropped + lost > 0 {
         parts.push(format!("dropped {dropped} · lost {lost}"));
@@ -388,6 +422,7 @@ fn rank_loss(p: &crate::run::collectives::PluginRank) -> Option<String> {
             ("bad", p.bad),
             ("unrequested", p.unrequested),
             ("evicted", p.evicted),
+            ("stale", p.stale),
             ("unlisted", p.unlisted),
         ],
     )
@@ -584,6 +619,7 @@ fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
                     ("bad", r.bad),
                     ("unrequested", r.unrequested),
                     ("evicted", r.evicted),
+                    ("stale", r.stale),
                     ("unlisted", r.unlisted),
                 ],
             ),
@@ -728,6 +764,41 @@ mod tests {
         assert_eq!(
             stuck(&r, now, STUCK_AFTER_S).unwrap(),
             "rank 0 inside all_reduce #42 for 8.0 s; rank 1 last completed #41 and never entered #42"
+        );
+    }
+
+    /// Issue 45: a collective completes but its end event is lost (the plugin still lists it in
+    /// flight); the communicator completes later ones; then the job stalls outside
+    /// communication. The stale entry is set aside and counted, and no verdict names it.
+    #[test]
+    fn a_stale_in_flight_entry_is_never_named() {
+        let (mut r, t0) = run(Experiment::Weak, 2);
+        let b = |rank: u32, inflight: &str| {
+            format!(
+                r#"{{"v":1,"type":"nccl","rank":{rank},"t":9.0,"comm":"00000000000000aa","comm_rank":{rank},"nranks":2,"nnodes":1,"last_done":{{"all_reduce":45}},"inflight":[{inflight}],"colls":[],"more":0,"funcs":{{}},"dropped":0,"lost":0,"bad":0,"final":false}}"#
+            )
+        };
+        let lost =
+            r#"{"func":"all_reduce","seq":42,"bytes":4,"t_call":1.0,"age_s":30.0,"kernel":true}"#;
+        let now = feed(&mut r, t0, &format!("{}\n{}", b(0, lost), b(1, "")));
+        assert_eq!(stuck(&r, now, STUCK_AFTER_S), None, "outside communication");
+        assert_eq!(evidence_age(&r, now), None);
+        assert_eq!(r.collectives.ranks[&0].stale, 1);
+        // A real one beside it is still named, with how old the evidence is.
+        let real =
+            r#"{"func":"all_reduce","seq":46,"bytes":4,"t_call":1.0,"age_s":8.0,"kernel":false}"#;
+        let now = feed(
+            &mut r,
+            now,
+            &format!("{}\n{}", b(0, &format!("{lost},{real}")), b(1, "")),
+        );
+        assert_eq!(
+            stuck(&r, now, STUCK_AFTER_S).unwrap(),
+            "rank 0 inside all_reduce #46 for 8.0 s; rank 1 last completed #45 and never entered #46"
+        );
+        assert_eq!(
+            evidence_age(&r, now).unwrap(),
+            "evidence: the plugin's last reports, rank 0 0.0 s ago, rank 1 0.0 s ago; 2 in-flight entries set aside as stale (completed later on their communicator)"
         );
     }
 

@@ -195,6 +195,7 @@ impl Engine {
                     crate::app::collectives::stuck(v, now, 0.0)
                         .map(|s| format!("NCCL profiler: {s}")),
                 );
+                r.extend(crate::app::collectives::evidence_age(v, now));
                 r
             })
             .unwrap_or_default();

@@ -70,6 +70,9 @@ pub struct PluginRank {
     /// events of a type it did not ask NCCL for, in-flight entries it forgot to stay bounded.
     pub unrequested: u64,
     pub evicted: u64,
+    /// In-flight entries ddptop set aside as stale: the communicator had already completed
+    /// that function's collective of that sequence number or a later one.
+    pub stale: u64,
     /// Collectives counted in `funcs` but not listed (the messages' `more`, summed): not lost,
     /// only missing from the recent list and the size classes.
     pub unlisted: u64,
@@ -139,6 +142,8 @@ pub struct RankSummary {
     pub unrequested: u64,
     #[serde(default)]
     pub evicted: u64,
+    #[serde(default)]
+    pub stale: u64,
     #[serde(default)]
     pub unlisted: u64,
     #[serde(default)]
