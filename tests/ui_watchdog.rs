@@ -68,3 +68,19 @@ fn a_flowing_run_has_no_watchdog_word() {
     let s = text(&st, 160, 40);
     assert!(!s.contains("warming up"), "{s}");
 }
+
+/// Issue 43: an attached job judged stalled (reported, not stopped) reads `stalled` in the
+/// Runs list and its note in the Ranks pane; a diagnosis reads on its details.
+#[test]
+fn a_stalled_attached_job_reads_stalled_with_its_note() {
+    let (mut st, _) = stopped(30, 12);
+    st.runs[0].status = RunStatus::Stalled;
+    st.runs[0].watch_note = Some(
+        "stalled, reported, not stopped: rank 1 alive but stuck at step 12 for 3.0 s".into(),
+    );
+    let s = text(&st, 160, 40);
+    // The Runs row: the status word with its own glyph (never colour alone).
+    assert!(s.contains("nccl ! stalled"), "{s}");
+    assert!(!s.contains("▶ running"), "a stalled run does not read running: {s}");
+    assert!(s.contains("stalled, reported, not stopped"), "{s}");
+}
