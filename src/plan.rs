@@ -343,6 +343,11 @@ pub fn sweep(
         for &k in ks {
             f.fits_k(k)?;
         }
+        if experiment == Experiment::Attach
+            && let Some(why) = f.attach_refusal()
+        {
+            return Err(why);
+        }
         if f.torch_only()
             && (t.backend == Backend::Sim
                 || !matches!(experiment, Experiment::Weak | Experiment::Strong))

@@ -63,6 +63,24 @@ pub const STEADY: f64 = 0.8;
 /// (15 steps: 1.5 s at 10 steps/s) keeps a 1.5x rank's naming inside the 5 s the issue allows.
 pub const CONFIRM: f64 = 0.5;
 
+/// The quick test: a rank whose every one of its newest samples is below the threshold
+/// (against the fastest rank's median over the same steps) is slow now, without waiting for
+/// the whole window to fill with slow steps (its median, its older half and the 80% steady
+/// share turned only ~24 steps after a mid-run slowdown). The newest samples cover about
+/// `RECENT_S` of the run: between `RECENT_MIN` and `RECENT` of them (docs/stragglers.md).
+pub const RECENT: usize = 10;
+/// The fewest samples the quick test reads, however slow the steps: 5 samples each below the
+/// threshold by chance is rare on a healthy rank, and confirmation adds `CONFIRM_MIN` more.
+pub const RECENT_MIN: usize = 5;
+/// The run time the quick test's samples should cover.
+pub const RECENT_S: f64 = 1.5;
+/// Confirmation in run time: a rank found slow is named once it has stayed slow this long
+/// (at least `CONFIRM_MIN` samples, at most half a window). With `RECENT_S`, a mid-run
+/// slowdown is named ~3 s after it began at any step rate from ~3 steps/s up, and on GPU
+/// runs that time 1 step in 10.
+pub const CONFIRM_S: f64 = 1.5;
+pub const CONFIRM_MIN: usize = 3;
+
 /// The phases a rank can spend its own time in, in the order of a step.
 pub const PHASES: [&str; 4] = ["data wait", "forward", "backward", "optimizer"];
 
@@ -83,13 +101,59 @@ pub struct RankScore {
     pub comm_ms: Option<f64>,
     /// The step the window ends at.
     pub step: u64,
+    /// The quick test: the fastest median busy time over the newest `RECENT` steps / this
+    /// rank's, and the share of those steps each below the threshold on its own.
+    pub recent: f64,
+    pub recent_steady: f64,
+    /// `phases` and `comm_ms` over the quick test's samples.
+    pub recent_phases: [f64; 4],
+    pub recent_comm_ms: Option<f64>,
+    /// Run time between two of the rank's samples (s): the median step time over the newest
+    /// samples times the steps per sample (10 where 1 step in 10 is timed).
+    pub sample_s: f64,
+    /// Steps between two samples (1 when every step is timed).
+    pub steps_per_sample: f64,
+    /// Over the quick test's samples it waits least at the collectives of all ranks (it
+    /// arrives last: the others wait for it), or the comm waits are not known. Only such a
+    /// rank can be named by the quick test: on an oversubscribed CPU the ranks that wait for a
+    /// slow one were seen with busy times well apart (4 gloo ranks on 2 cores, one slowed).
+    pub last_in: bool,
 }
 
 impl RankScore {
+    /// Slow over the window (median, both halves, 80% of its steps), or slow in every one of
+    /// its newest `RECENT` steps (a slowdown that just began).
     pub fn is_straggler(&self, threshold: f64) -> bool {
+        self.slow_over_window(threshold) || self.slow_now(threshold)
+    }
+
+    /// The window's test: median, both halves and 80% of its steps below the threshold.
+    pub fn slow_over_window(&self, threshold: f64) -> bool {
         self.score < threshold
             && self.halves.iter().all(|h| *h < threshold)
             && self.steady >= STEADY
+    }
+
+    /// The quick test alone: every one of its newest samples below the threshold.
+    pub fn slow_now(&self, threshold: f64) -> bool {
+        self.last_in && self.recent < threshold && self.recent_steady >= 1.0
+    }
+
+    /// Named by the quick test only: its figures over the newest samples, which say where its
+    /// time goes now (the window's still hold the steps before the change).
+    fn as_recent(&self) -> RankScore {
+        RankScore {
+            score: self.recent,
+            phases: self.recent_phases,
+            comm_ms: self.recent_comm_ms,
+            ..self.clone()
+        }
+    }
+
+    /// Back at pace: the newest samples' median at the threshold, and the window's too or
+    /// none of the newest samples slow (a rank named by the quick test recovers as fast).
+    pub fn recovered(&self, threshold: f64) -> bool {
+        self.recent >= threshold && (self.score >= threshold || self.recent_steady == 0.0)
     }
 }
 
@@ -211,16 +275,64 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
     let whole: Vec<f64> = samples.iter().map(|(_, v)| med_busy(v)).collect();
     let older: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[..half])).collect();
     let newer: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[half..])).collect();
-    let fastest = |xs: &[f64]| xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let (f_whole, f_older, f_newer) = (fastest(&whole), fastest(&older), fastest(&newer));
+    // Each rank against the median of the *other* ranks (at k=2: the other rank, the fastest
+    // when this one is slow): one rank whose busy time reads low (on an oversubscribed CPU,
+    // the rank that waited most for a slow one, 4 gloo ranks on 2 cores) would otherwise make
+    // every other rank look slow beside it.
+    let others = |xs: &[f64], i: usize| {
+        median(
+            xs.iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, x)| *x)
+                .collect(),
+        )
+    };
+    // The run time between samples, from the newest RECENT of them: the steps they span and
+    // the median step (a synchronous step lasts as long on every rank).
+    let newest = &samples[0].1[window - RECENT.min(window)..];
+    let steps_per_sample = match (newest.first(), newest.last()) {
+        (Some(a), Some(b)) if newest.len() > 1 => {
+            (b.step - a.step) as f64 / (newest.len() - 1) as f64
+        }
+        _ => 1.0,
+    }
+    .max(1.0);
+    let step_ms = median(
+        samples
+            .iter()
+            .flat_map(|(_, v)| &v[window - RECENT.min(window)..])
+            .map(|s| s.data_ms + s.fwd_ms + s.bwd_ms + s.opt_ms)
+            .collect(),
+    );
+    let sample_s = step_ms / 1e3 * steps_per_sample;
+    let n_recent = if sample_s > 0.0 {
+        ((RECENT_S / sample_s).ceil() as usize).clamp(RECENT_MIN, RECENT)
+    } else {
+        RECENT
+    }
+    .min(window);
+    let quick = window - n_recent;
+    let recent: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[quick..])).collect();
+
     let ratio = |fast: f64, this: f64| if this > 0.0 { fast / this } else { 1.0 };
     let scores = samples
         .iter()
         .enumerate()
         .map(|(i, (rank, v))| {
+            let (f_whole, f_older, f_newer, f_recent) = (
+                others(&whole, i),
+                others(&older, i),
+                others(&newer, i),
+                others(&recent, i),
+            );
             let phases =
                 std::array::from_fn(|p| median(v.iter().map(|s| phases_of(s)[p]).collect()));
             let comms: Vec<f64> = v.iter().filter_map(|s| s.comm_ms).collect();
+            let recent_phases = std::array::from_fn(|p| {
+                median(v[quick..].iter().map(|s| phases_of(s)[p]).collect())
+            });
+            let recent_comms: Vec<f64> = v[quick..].iter().filter_map(|s| s.comm_ms).collect();
             RankScore {
                 rank: *rank,
                 score: ratio(f_whole, whole[i]),
@@ -234,9 +346,28 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
                 phases,
                 comm_ms: (!comms.is_empty()).then(|| median(comms)),
                 step: v.last().map_or(0, |s| s.step),
+                recent: ratio(f_recent, recent[i]),
+                recent_steady: v[quick..]
+                    .iter()
+                    .filter(|s| ratio(f_recent, busy(s)) < cfg.threshold)
+                    .count() as f64
+                    / (v.len() - quick) as f64,
+                recent_phases,
+                recent_comm_ms: (!recent_comms.is_empty()).then(|| median(recent_comms)),
+                sample_s,
+                steps_per_sample,
+                last_in: true,
             }
         })
-        .collect();
+        .collect::<Vec<RankScore>>();
+    let mut scores = scores;
+    let comms: Option<Vec<f64>> = scores.iter().map(|s| s.recent_comm_ms).collect();
+    if let Some(comms) = comms {
+        let least = comms.iter().copied().fold(f64::INFINITY, f64::min);
+        for (s, c) in scores.iter_mut().zip(comms) {
+            s.last_in = c <= least;
+        }
+    }
     Some(scores)
 }
 
@@ -250,7 +381,7 @@ pub fn explain(this: &RankScore, all: &[RankScore]) -> (String, String) {
         })
         .unwrap_or(0);
     let mut evidence = format!(
-        "rank {} at {:.2} of the fastest: {} {:.1} ms vs {:.1} ms median",
+        "rank {} at {:.2} of the others' pace: {} {:.1} ms vs {:.1} ms median",
         this.rank,
         this.score,
         PHASES[cause],
@@ -439,7 +570,19 @@ pub fn update(
         return Vec::new();
     };
     let mut named = Vec::new();
-    let confirm = (cfg.window.max(4) as f64 * CONFIRM).round() as u64;
+    // Half a window of samples at most, `CONFIRM_S` of run time if that is less (but at least
+    // `CONFIRM_MIN` samples), in steps.
+    let half = (cfg.window.max(4) as f64 * CONFIRM).round();
+    let confirm = scores.first().map_or(half as u64, |s| {
+        let samples = if s.sample_s > 0.0 {
+            (CONFIRM_S / s.sample_s)
+                .ceil()
+                .clamp(CONFIRM_MIN as f64, half.max(1.0))
+        } else {
+            half
+        };
+        (samples * s.steps_per_sample).round() as u64
+    });
     for s in &scores {
         let slow = s.is_straggler(cfg.threshold);
         if !slow {
@@ -450,11 +593,15 @@ pub fn update(
             .iter_mut()
             .rev()
             .find(|x| x.rank == s.rank && x.active);
+        // Slow by the window's test, or only by the quick one (a slowdown that just began):
+        // then the newest samples' figures are its score and its evidence.
+        let quick_only = slow && !s.slow_over_window(cfg.threshold);
         match (current, slow) {
             // Still slow: its latest score; `since` and `step` stay when it was named.
-            (Some(x), true) => x.score = s.score,
-            // Recovered: its window median is back at the pace of the others.
-            (Some(x), false) if s.score >= cfg.threshold => x.active = false,
+            (Some(x), true) => x.score = if quick_only { s.recent } else { s.score },
+            // Recovered: its newest samples (and its window, or every newest sample) are back
+            // at the pace of the others.
+            (Some(x), false) if s.recovered(cfg.threshold) => x.active = false,
             (Some(_), false) => {}
             (None, true) => {
                 let first = *run.stragglers_pending.entry(s.rank).or_insert(s.step);
@@ -462,7 +609,13 @@ pub fn update(
                     continue;
                 }
                 run.stragglers_pending.remove(&s.rank);
-                let (phase, mut evidence) = explain(s, &scores);
+                let (phase, mut evidence) = if quick_only {
+                    let now: Vec<RankScore> = scores.iter().map(RankScore::as_recent).collect();
+                    explain(&s.as_recent(), &now)
+                } else {
+                    explain(s, &scores)
+                };
+                let score = if quick_only { s.recent } else { s.score };
                 for extra in [gpu_evidence(run, s.rank, gpus), nccl_evidence(run, s.rank)]
                     .into_iter()
                     .flatten()
@@ -472,7 +625,7 @@ pub fn update(
                 named.push(format!("straggler: {evidence}"));
                 run.stragglers.push(Straggler {
                     rank: s.rank,
-                    score: s.score,
+                    score,
                     phase,
                     evidence,
                     since: now_s,
@@ -630,6 +783,93 @@ mod tests {
         // Named once: the next assessment updates the record and says nothing new.
         assert!(update(&mut run, &StragglerConfig::default(), 3.0, &[]).is_empty());
         assert_eq!(run.stragglers.len(), 1);
+    }
+
+    /// Rank 1 of `n` at pace until step `from`, then `factor` times slower in its data wait
+    /// (the others wait as much more in their comm), 5% noise: the step it is named at.
+    /// `scale`: every time that many times longer (10: 360 ms steps, ~3 steps/s).
+    fn named_at(n: u32, from: u64, factor: f64, seed: u64, scale: f64) -> Option<u64> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let steps = from + 80;
+        let mut ranks: Vec<RankView> = (0..n)
+            .map(|r| rank(r, steps, 1.0, 0.5, 0.05, &mut rng))
+            .collect();
+        let extra = (factor - 1.0) * 36.0;
+        for (r, v) in ranks.iter_mut().enumerate() {
+            for s in &mut v.recent_phases {
+                s.data_ms *= scale;
+                s.fwd_ms *= scale;
+                s.bwd_ms *= scale;
+                s.opt_ms *= scale;
+                s.comm_ms = s.comm_ms.map(|c| c * scale);
+            }
+            let extra = extra * scale;
+            for s in v.recent_phases.iter_mut().filter(|s| s.step >= from) {
+                if r == 1 {
+                    s.data_ms += extra;
+                } else {
+                    s.bwd_ms += extra;
+                    s.comm_ms = s.comm_ms.map(|c| c + extra);
+                }
+            }
+        }
+        let mut run = run_of(ranks);
+        replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
+        run.stragglers.first().map(|s| {
+            assert_eq!((s.rank, s.phase.as_str()), (1, "data wait"), "{s:?}");
+            s.step
+        })
+    }
+
+    #[test]
+    fn a_rank_slowing_mid_run_is_named_within_recent_plus_confirm_steps() {
+        let confirm = (StragglerConfig::default().window as f64 * CONFIRM).round() as u64;
+        for (n, factor, seed) in [(2, 1.3, 1), (4, 1.3, 2), (2, 1.5, 3), (4, 2.0, 4)] {
+            let at = named_at(n, 100, factor, seed, 1.0).expect("named");
+            // Found once its newest RECENT steps are all slow (step 109), named CONFIRM later.
+            assert!(
+                at <= 100 + RECENT as u64 - 1 + confirm,
+                "k={n} {factor}x: named at step {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn at_a_few_steps_a_second_the_quick_test_and_confirmation_shrink_to_run_time() {
+        // 360 ms steps (~470 ms once slowed 1.3x): RECENT_S reads RECENT_MIN samples,
+        // CONFIRM_S is 4 samples: named 8 steps after the change, ~3.8 s of run time, where 25
+        // steps would take 12 s.
+        for (n, factor, seed) in [(2, 1.3, 11), (4, 1.3, 12), (2, 1.5, 13)] {
+            let at = named_at(n, 100, factor, seed, 10.0).expect("named");
+            assert!(
+                at <= 100 + (RECENT_MIN + 4) as u64,
+                "k={n} {factor}x: named at step {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn healthy_noisy_ranks_at_a_few_steps_a_second_are_not_named() {
+        // The shorter quick test reads fewer samples: 15% noise on every phase of 4 ranks at
+        // 360 ms steps, over many seeds, still names nobody.
+        for seed in 0..200 {
+            let mut rng = StdRng::seed_from_u64(1000 + seed);
+            let mut ranks: Vec<RankView> = (0..4)
+                .map(|r| rank(r, 80, 2.0, 3.0, 0.15, &mut rng))
+                .collect();
+            for v in &mut ranks {
+                for s in &mut v.recent_phases {
+                    s.data_ms *= 10.0;
+                    s.fwd_ms *= 10.0;
+                    s.bwd_ms *= 10.0;
+                    s.opt_ms *= 10.0;
+                    s.comm_ms = s.comm_ms.map(|c| c * 10.0);
+                }
+            }
+            let mut run = run_of(ranks);
+            let named = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
+            assert!(named.is_empty(), "seed {seed}: {named:?}");
+        }
     }
 
     #[test]

@@ -32,10 +32,17 @@ pub enum Fault {
     /// Every rank's first step first burns SECONDS of CPU (wall time, whatever the speed-up), as
     /// cudnn.benchmark's autotuning or a compile does: slow, busy, healthy.
     SlowStart(u64),
-    /// From the first step on, RANK sleeps (FACTOR - 1) x its own step time in every step's
-    /// data wait (a slow input pipeline): a straggler. The other ranks wait for it in the
-    /// all-reduce, inside their backward, as DDP makes them.
-    Slow { rank: u32, factor: f64 },
+    /// RANK becomes FACTOR times slower: it sleeps (FACTOR - 1) x its own step time in every
+    /// step (a straggler). The other ranks wait for it at the collectives, as DDP makes them.
+    /// Written `slow:RANK:FACTOR[:PHASE][@STEP]`: from step STEP on (`None`: from the first),
+    /// inside the data wait (`data`, the default: a slow input pipeline) or inside the forward
+    /// (`compute`: forward+backward slowed, as a slower GPU).
+    Slow {
+        rank: u32,
+        factor: f64,
+        from: Option<u64>,
+        phase: Option<SlowPhase>,
+    },
     /// RANK stops its loop after STEPS optimizer steps, as a rank given fewer batches than its
     /// peers (a sampler without padding, per-rank filtering): it finishes cleanly and the others
     /// wait (NCCL) or fail (gloo) in the collective it never joins.
@@ -43,6 +50,69 @@ pub enum Fault {
     /// The model gets a submodule named LAYER that its forward never calls (defined in
     /// `__init__`, never used): DDP without `find_unused_parameters` fails at the second step.
     Unused(String),
+}
+
+/// Where a `slow` fault puts its sleep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlowPhase {
+    /// In the data wait, before the batch is taken: a slow input pipeline.
+    Data,
+    /// In the forward+backward: a slower device (ddptop's own loop and the sim only).
+    Compute,
+}
+
+impl SlowPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlowPhase::Data => "data",
+            SlowPhase::Compute => "compute",
+        }
+    }
+}
+
+/// `slow:RANK:FACTOR[:PHASE][@STEP]`'s argument (after `slow:`).
+fn parse_slow(s: &str, arg: &str) -> Result<Fault, String> {
+    let bad = |why: &str| {
+        format!(
+            "fault `{s}`: expected slow:RANK:FACTOR[:PHASE][@STEP], FACTOR above 1 (1.5: 1.5x slower), PHASE data or compute, STEP the first slowed step (from 1){why}"
+        )
+    };
+    let (body, from) = match arg.split_once('@') {
+        Some((body, step)) => {
+            let step = step
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| bad(""))?;
+            (body, Some(step))
+        }
+        None => (arg, None),
+    };
+    let mut parts = body.split(':');
+    let (Some(rank), Some(factor)) = (parts.next(), parts.next()) else {
+        return Err(bad(""));
+    };
+    let phase = match parts.next() {
+        None => None,
+        Some("data") => Some(SlowPhase::Data),
+        Some("compute") => Some(SlowPhase::Compute),
+        Some(p) => return Err(bad(&format!(": `{p}` is no phase"))),
+    };
+    if parts.next().is_some() {
+        return Err(bad(""));
+    }
+    let rank = rank.parse::<u32>().map_err(|_| bad(""))?;
+    let factor = factor.parse::<f64>().map_err(|_| bad(""))?;
+    // Up to 100x: a bigger factor is a hang, which has its own fault.
+    if !(factor > 1.0 && factor <= 100.0) {
+        return Err(bad(""));
+    }
+    Ok(Fault::Slow {
+        rank,
+        factor,
+        from,
+        phase,
+    })
 }
 
 impl FromStr for Fault {
@@ -67,21 +137,7 @@ impl FromStr for Fault {
             "slowstart" => arg.parse::<u64>().map(Fault::SlowStart).map_err(|_| {
                 format!("fault `{s}`: expected slowstart:SECONDS with SECONDS a whole number")
             }),
-            "slow" => {
-                let bad = || {
-                    format!(
-                        "fault `{s}`: expected slow:RANK:FACTOR, FACTOR above 1 (1.5: 1.5x slower)"
-                    )
-                };
-                let (rank, factor) = arg.split_once(':').ok_or_else(bad)?;
-                let rank = rank.parse::<u32>().map_err(|_| bad())?;
-                let factor = factor.parse::<f64>().map_err(|_| bad())?;
-                // Up to 100x: a bigger factor is a hang, which has its own fault.
-                if !(factor > 1.0 && factor <= 100.0) {
-                    return Err(bad());
-                }
-                Ok(Fault::Slow { rank, factor })
-            }
+            "slow" => parse_slow(s, arg),
             "uneven" => {
                 let bad = || {
                     format!(
@@ -108,7 +164,7 @@ impl FromStr for Fault {
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(None)),
             "garbage" => Ok(Fault::Garbage(Some(step()?))),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR, uneven:RANK:STEPS or unused:LAYER"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR[:PHASE][@STEP], uneven:RANK:STEPS or unused:LAYER"
             )),
         }
     }
@@ -126,6 +182,21 @@ impl Fault {
     /// Faults only a real PyTorch worker can apply (the simulated worker has no model or data).
     pub fn torch_only(&self) -> bool {
         matches!(self, Fault::Uneven { .. } | Fault::Unused(_))
+    }
+
+    /// Where the fault cannot apply to an attached script: the bootstrap sleeps after each
+    /// optimizer step of the unmodified script, which lands in the next step's data wait; it has
+    /// no hold on the script's forward, so `slow:…:compute` is refused there.
+    pub fn attach_refusal(&self) -> Option<String> {
+        match self {
+            Fault::Slow {
+                phase: Some(SlowPhase::Compute),
+                ..
+            } => Some(format!(
+                "fault `{self}`: under attach the bootstrap can only slow a rank between optimizer steps (its data wait), not inside your script's forward/backward: use `slow:RANK:FACTOR` or `slow:RANK:FACTOR:data` (with `@STEP` if wanted), or `ddptop run weak` for `:compute`"
+            )),
+            _ => None,
+        }
     }
 
     /// A fault that names a rank must name one of the run's: `slow:5:1.5` at k=2 would slow
@@ -153,7 +224,21 @@ impl fmt::Display for Fault {
             Fault::Teardown => f.write_str("teardown:0"),
             Fault::Frozen(s) => write!(f, "frozen:{s}"),
             Fault::SlowStart(s) => write!(f, "slowstart:{s}"),
-            Fault::Slow { rank, factor } => write!(f, "slow:{rank}:{factor}"),
+            Fault::Slow {
+                rank,
+                factor,
+                from,
+                phase,
+            } => {
+                write!(f, "slow:{rank}:{factor}")?;
+                if let Some(p) = phase {
+                    write!(f, ":{}", p.as_str())?;
+                }
+                if let Some(step) = from {
+                    write!(f, "@{step}")?;
+                }
+                Ok(())
+            }
             Fault::Uneven { rank, steps } => write!(f, "uneven:{rank}:{steps}"),
             Fault::Unused(layer) => write!(f, "unused:{layer}"),
         }
@@ -219,7 +304,36 @@ mod tests {
             parse("slow:1:1.5"),
             Ok(Fault::Slow {
                 rank: 1,
-                factor: 1.5
+                factor: 1.5,
+                from: None,
+                phase: None,
+            })
+        );
+        assert_eq!(
+            parse("slow:1:1.5@40"),
+            Ok(Fault::Slow {
+                rank: 1,
+                factor: 1.5,
+                from: Some(40),
+                phase: None,
+            })
+        );
+        assert_eq!(
+            parse("slow:0:2:compute"),
+            Ok(Fault::Slow {
+                rank: 0,
+                factor: 2.0,
+                from: None,
+                phase: Some(SlowPhase::Compute),
+            })
+        );
+        assert_eq!(
+            parse("slow:3:1.3:data@7"),
+            Ok(Fault::Slow {
+                rank: 3,
+                factor: 1.3,
+                from: Some(7),
+                phase: Some(SlowPhase::Data),
             })
         );
         for bad in [
@@ -229,6 +343,14 @@ mod tests {
             "slow:1:1",
             "slow:1:0.5",
             "slow:1:nan",
+            "slow:1:1.5@",
+            "slow:1:1.5@0",
+            "slow:1:1.5@x",
+            "slow:1:1.5@3@4",
+            "slow:1:1.5:gpu",
+            "slow:1:1.5:data:x",
+            "slow:1:1.5:",
+            "slow:1@5:1.5",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
@@ -252,6 +374,10 @@ mod tests {
             "slowstart:20",
             "slow:1:1.5",
             "slow:0:2",
+            "slow:1:1.5@40",
+            "slow:1:1.5:data",
+            "slow:2:1.3:compute",
+            "slow:2:1.3:compute@12",
         ] {
             let f: Fault = text.parse().unwrap();
             assert_eq!(f.to_string(), text);
@@ -276,5 +402,28 @@ mod tests {
         assert!(f.fits_k(6).is_ok());
         assert!("slow:1:1.5".parse::<Fault>().unwrap().fits_k(1).is_err());
         assert!("hang:500".parse::<Fault>().unwrap().fits_k(1).is_ok());
+        assert!(
+            "slow:3:1.5@20"
+                .parse::<Fault>()
+                .unwrap()
+                .fits_k(2)
+                .unwrap_err()
+                .contains("names rank 3")
+        );
+    }
+
+    #[test]
+    fn a_compute_slowdown_is_refused_under_attach() {
+        let why = parse("slow:1:1.5:compute@9")
+            .unwrap()
+            .attach_refusal()
+            .unwrap();
+        assert!(
+            why.contains("slow:1:1.5:compute@9") && why.contains("data wait"),
+            "{why}"
+        );
+        for ok in ["slow:1:1.5", "slow:1:1.5:data@9", "hang:3"] {
+            assert_eq!(parse(ok).unwrap().attach_refusal(), None, "{ok}");
+        }
     }
 }

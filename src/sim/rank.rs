@@ -144,11 +144,26 @@ impl Sim<'_> {
                 );
                 burn_cpu(Duration::from_secs(secs));
             }
-            Some(Fault::Slow { rank, factor }) if self.step == 0 && rank == self.rank => {
+            Some(Fault::Slow {
+                rank,
+                factor,
+                from,
+                phase,
+            }) if self.step + 1 == from.unwrap_or(1) && rank == self.rank => {
+                let where_ = match phase {
+                    Some(crate::run::fault::SlowPhase::Compute) => "in its forward+backward",
+                    _ => "for data",
+                };
+                let text = self
+                    .fault
+                    .as_ref()
+                    .map(|f| f.to_string())
+                    .unwrap_or_default();
                 self.log(
                     LogLevel::Warn,
                     format!(
-                        "injected fault slow:{rank}:{factor}: every step waits {:.2}x its own time for data",
+                        "injected fault {text}: slowing from now (step {}): every step waits {:.2}x its own time {where_}",
+                        self.step + 1,
                         factor - 1.0
                     ),
                 );
@@ -242,19 +257,32 @@ impl Sim<'_> {
         m: &costmodel::ModelStep,
         batch: u32,
     ) -> f64 {
-        let (fwd, mut bwd, opt, mut data) = (
+        let (mut fwd, mut bwd, opt, mut data) = (
             self.jitter(m.fwd_ms),
             self.jitter(m.bwd_ms),
             self.jitter(m.opt_ms),
             self.jitter(m.data_ms),
         );
         self.waited_ms = 0.0;
-        if let Some(Fault::Slow { rank, factor }) = self.fault
+        if let Some(Fault::Slow {
+            rank,
+            factor,
+            from,
+            phase,
+        }) = self.fault
             && rank < self.k
             && sync
+            && self.step + 1 >= from.unwrap_or(1)
         {
             if rank == self.rank {
-                data += (factor - 1.0) * (fwd + bwd + opt + data);
+                let extra = (factor - 1.0) * (fwd + bwd + opt + data);
+                if phase == Some(crate::run::fault::SlowPhase::Compute) {
+                    let share = fwd / (fwd + bwd).max(1e-9);
+                    fwd += extra * share;
+                    bwd += extra * (1.0 - share);
+                } else {
+                    data += extra;
+                }
             } else {
                 // Each rank is a process of its own here, with no real all-reduce to block in:
                 // the others model the wait DDP imposes on them, the slow rank's extra time

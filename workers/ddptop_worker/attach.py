@@ -199,8 +199,13 @@ class Session:
             self.fault_error = str(e)
         if self.fault is not None:
             self.slow = self.fault.slowdown(self.rank)
+            if self.slow is not None and self.slow.phase == "compute":
+                # ddptop refuses it before the launch (src/run/fault.rs attach_refusal).
+                self.fault_error = "slow:...:compute cannot apply to an attached script"
+                self.slow = None
             if self.slow is not None:
                 self.slow.sync = cuda_sync_if_used
+                self.slow.on_start = lambda text: self.client.log("warn", text)
         try:
             self.handles = hooks.install(self)
             self.compile.register_if_imported()
@@ -657,7 +662,7 @@ class Session:
         if self.slow is not None:
             # After the optimizer step: the sleep lands in the next step's data wait, as in
             # ddptop's own workers, and the other ranks wait for it at the collectives.
-            self.slow.wait()
+            self.slow.wait(self.step_no + 1)
 
     # ------------------------------------------------------------------ epochs and the end
 

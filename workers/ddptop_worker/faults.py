@@ -14,9 +14,12 @@ Applied on every rank, before its first step (here the number is SECONDS, not a 
   slowstart the first step first burns SECONDS of CPU, as cudnn.benchmark's autotuning or a
             compile does: a healthy run whose first step is slow, which must not be called hung.
 
-Applied on one rank, every step (`slow:RANK:FACTOR`, FACTOR above 1):
-  slow      RANK waits (FACTOR - 1) x its own step time inside each step's data wait, as a rank
-            with a slow input pipeline: a straggler the others wait for at the all-reduce.
+Applied on one rank, every step (`slow:RANK:FACTOR[:PHASE][@STEP]`, FACTOR above 1):
+  slow      RANK waits (FACTOR - 1) x its own step time in each step, a straggler the others
+            wait for at the all-reduce: inside the data wait (PHASE `data`, the default: a slow
+            input pipeline) or inside the forward (PHASE `compute`: a slower device; ddptop's
+            own loop only). From step STEP on (default: the first), with a `log` line
+            "injected fault slow:...@STEP: slowing from now" at the first slowed step.
 
 Applied on one rank (`uneven:RANK:STEPS`):
   uneven    RANK stops its loop after STEPS optimizer steps and ends cleanly, as a rank given
@@ -38,7 +41,7 @@ import os
 import time
 from collections.abc import Callable
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .client import Client
 
@@ -57,6 +60,9 @@ class Fault:
     factor: float = 1.0  # slow only
     rank: int = -1  # uneven only
     layer: str = ""  # unused only
+    start: int = 1  # slow only: the first slowed step
+    phase: str = "data"  # slow only: "data" or "compute"
+    text: str = field(default="", compare=False)  # slow only: the spec as written
 
     @staticmethod
     def parse(spec: str) -> Fault | None:
@@ -65,17 +71,29 @@ class Fault:
             return None
         kind, _, step = spec.partition(":")
         if kind == "slow":
-            rank, _, factor = step.partition(":")
+            body, at, start = step.partition("@")
+            parts = body.split(":")
+            rank, factor = (parts + ["", ""])[:2]
+            phase = parts[2] if len(parts) > 2 else "data"
             try:
                 f = float(factor)
             except ValueError:
                 f = float("nan")
-            # Up to 100x, as ddptop's own parser (src/sim/mod.rs): more is a hang.
-            if not rank.isdigit() or not 1.0 < f <= 100.0:
+            # Up to 100x, as ddptop's own parser (src/run/fault.rs): more is a hang.
+            if (
+                not rank.isdigit()
+                or not 1.0 < f <= 100.0
+                or len(parts) > 3
+                or phase not in ("data", "compute")
+                or (at and (not start.isdigit() or int(start) < 1))
+            ):
                 raise FaultSpecError(
-                    f"DDPTOP_INJECT={spec!r}: expected slow:RANK:FACTOR with FACTOR above 1"
+                    f"DDPTOP_INJECT={spec!r}: expected slow:RANK:FACTOR[:PHASE][@STEP] with "
+                    "FACTOR above 1, PHASE data or compute, STEP from 1"
                 )
-            return Fault("slow", int(rank), f)
+            return Fault(
+                "slow", int(rank), f, start=int(start) if at else 1, phase=phase, text=spec
+            )
         if kind == "uneven":
             rank, _, steps = step.partition(":")
             if not rank.isdigit() or not steps.isdigit():
@@ -113,7 +131,7 @@ class Fault:
     def slowdown(self, rank: int) -> SlowRank | None:
         """The `slow` fault's pacer on its rank, else None."""
         if self.kind == "slow" and rank == self.step:
-            return SlowRank(self.factor)
+            return SlowRank(self.factor, start=self.start, phase=self.phase, text=self.text)
         return None
 
     def fire(self, client: Client) -> None:
@@ -141,28 +159,52 @@ class Fault:
 
 
 class SlowRank:
-    """Makes this rank FACTOR times slower than its own pace: before each step's batch is
-    taken, it sleeps (FACTOR - 1) x its own recent step time (the median of the last few loop
-    iterations without the sleeps), so the slowdown follows the rank's real speed."""
+    """Makes this rank FACTOR times slower than its own pace: once per step (in its data wait,
+    or inside its forward for the `compute` phase) it sleeps (FACTOR - 1) x its own recent step
+    time (the median of the last few loop iterations without the sleeps), so the slowdown
+    follows the rank's real speed. Before step `start` it only learns that pace; at `start` it
+    says so once through `on_start` (a log line whose arrival ddptop stores: the slowdown's
+    start instant, from which the straggler verdict's latency is measured)."""
 
-    def __init__(self, factor: float, sync: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        factor: float,
+        sync: Callable[[], None] | None = None,
+        start: int = 1,
+        phase: str = "data",
+        text: str = "",
+    ) -> None:
         self.factor = factor
         # On CUDA the host runs ahead of the GPU: a sleep would hide in the launch queue.
         # Waiting for the device first makes the loop's wall time the step's real time.
         self.sync = sync
+        self.start = start
+        self.phase = phase
+        self.text = text or f"slow:?:{factor}"
+        self.on_start: Callable[[str], None] | None = None
+        self.calls = 0
         self.own: deque[float] = deque(maxlen=5)
         self.last: float | None = None
         self.slept = 0.0
 
-    def wait(self) -> float:
-        """Called once per step inside its data wait; returns the seconds slept."""
+    def wait(self, step: int | None = None) -> float:
+        """Called once per step (`step`: the step it slows; default: one more than the last
+        call); returns the seconds slept."""
+        self.calls += 1
+        step = self.calls if step is None else step
         if self.sync is not None:
             self.sync()
         now = time.perf_counter()
         if self.last is not None:
             self.own.append(max(0.0, now - self.last - self.slept))
         self.slept = 0.0
-        if self.own:
+        if step == self.start and self.on_start is not None:
+            where = "forward+backward" if self.phase == "compute" else "data wait"
+            self.on_start(
+                f"injected fault {self.text}: slowing from now (step {step}), "
+                f"{self.factor}x in its {where}"
+            )
+        if self.own and step >= self.start:
             own = sorted(self.own)[len(self.own) // 2]
             self.slept = (self.factor - 1.0) * own
             time.sleep(self.slept)

@@ -224,17 +224,25 @@ class Trainer:
             self._slow = self.fault.slowdown(self.rt.rank)
             if self._slow is not None:
                 self._slow.sync = self.rt.synchronize
+                self._slow.on_start = lambda text: self.client.log("warn", text)
                 f = self.fault
-                self.client.log(
-                    "warn", f"injected fault slow:{f.step}:{f.factor}: this rank is the straggler"
-                )
+                start = f" from step {f.start}" if f.start > 1 else ""
+                msg = f"injected fault {f.text}: this rank is the straggler{start}"
+                self.client.log("warn", msg)
         return self._slow
+
+    def compute_delay(self) -> None:
+        """`slow:...:compute`: the sleep inside the forward (a slower device)."""
+        slow = self._slow
+        if slow is not None and slow.phase == "compute":
+            slow.wait(self.global_step)
 
     # ------------------------------------------------------------------ steps
 
     def bare_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """The book's loop body and nothing else."""
         self.opt.zero_grad(set_to_none=True)
+        self.compute_delay()
         loss = self.loss_fn(self.ddp(x), y)
         loss.backward()
         self.opt.step()
@@ -246,6 +254,7 @@ class Trainer:
         if self.btimer is not None:
             sm.buckets = self.btimer.begin_step()
         sm.marks["fwd0"] = mark()
+        self.compute_delay()
         loss = self.loss_fn(self.ddp(x), y)
         sm.marks["bwd0"] = mark()
         loss.backward()
@@ -446,8 +455,9 @@ class Trainer:
                 break
             t0 = time.perf_counter()
             x, y = next(batches)
-            if slow is not None:
-                slow.wait()  # counted as data wait: a rank with a slow input pipeline
+            if slow is not None and slow.phase == "data":
+                # Counted as data wait: a rank with a slow input pipeline.
+                slow.wait(self.global_step + 1)
             t1 = time.perf_counter()
             st.data_wait_ms += (t1 - t0) * 1000.0
             self.global_step += 1

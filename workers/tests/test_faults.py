@@ -31,7 +31,21 @@ def test_parses_and_targets_the_last_rank(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.parametrize(
     "bad",
-    ["explode:3", "hang", "hang:x", "raise:-1", "slow:1", "slow:1:1", "slow:x:1.5", "slow:1:nan"],
+    [
+        "explode:3",
+        "hang",
+        "hang:x",
+        "raise:-1",
+        "slow:1",
+        "slow:1:1",
+        "slow:x:1.5",
+        "slow:1:nan",
+        "slow:1:1.5@",
+        "slow:1:1.5@0",
+        "slow:1:1.5:gpu",
+        "slow:1:1.5:data:x",
+        "slow:1@5:1.5",
+    ],
 )
 def test_bad_specs_are_refused(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
     monkeypatch.setenv("DDPTOP_INJECT", bad)
@@ -53,6 +67,28 @@ def test_slow_targets_its_rank_only() -> None:
     assert f.slowdown(1) is not None and f.slowdown(0) is None
     # Not a step fault: it never fires, it paces every step of its rank.
     assert not any(f.due(s, r, 2) for s in range(20) for r in range(2))
+
+
+def test_slow_from_a_step_and_in_a_phase_parse_as_ddptop_writes_them() -> None:
+    # The spellings src/run/fault.rs writes (Display) for `slow`.
+    assert Fault.parse("slow:1:1.5@40") == Fault("slow", 1, 1.5, start=40)
+    assert Fault.parse("slow:0:2:compute") == Fault("slow", 0, 2.0, phase="compute")
+    f = Fault.parse("slow:3:1.3:data@7")
+    assert f == Fault("slow", 3, 1.3, start=7, phase="data")
+    pacer = f.slowdown(3)
+    assert pacer is not None and (pacer.start, pacer.phase) == (7, "data")
+
+
+def test_slow_from_a_step_sleeps_only_from_that_step_and_says_so_once() -> None:
+    pacer = SlowRank(3.0, start=4, text="slow:1:3@4")
+    said: list[str] = []
+    pacer.on_start = said.append
+    slept = []
+    for step in range(1, 7):
+        slept.append(pacer.wait(step))
+        time.sleep(0.002)
+    assert slept[:3] == [0.0, 0.0, 0.0] and all(s > 0.0 for s in slept[3:]), slept
+    assert said == ["injected fault slow:1:3@4: slowing from now (step 4), 3.0x in its data wait"]
 
 
 @pytest.mark.timing
