@@ -457,7 +457,7 @@ fn a_stalled_job_is_seen_stalled_by_show_while_it_runs() {
         .env("DDPTOP_PYTHON", &py)
         .args(["attach", "--k", "2", "--hang-floor", "3"])
         .args(["--backend", "gloo", "--json", "--"])
-        .args([&example("train_ddp_stalls.py"), "--stall-s", "25"])
+        .args([&example("train_ddp_stalls.py"), "--stall-s", "12"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
