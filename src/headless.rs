@@ -452,6 +452,13 @@ async fn execute(
 /// sections), plus the Memory pane's DDP-beside-FSDP comparison for an fsdp run.
 fn run_json(r: &RunView, rec: Option<&LaunchRecord>, state: &State, context: &[RunView]) -> Value {
     let mut v = crate::report::json::run(&run_info(r, rec, context, true));
+    // Per phase, each rank's median over the last window with the median and the worst rank
+    // (issue 46); empty below 2 ranks.
+    v["phase_scores"] = serde_json::to_value(crate::app::straggler::phase_scores(
+        &r.ranks,
+        &Default::default(),
+    ))
+    .unwrap_or_default();
     if r.spec.experiment() == Experiment::Fsdp {
         v["memory_comparison"] = memory_comparison(r, state);
     }
@@ -646,8 +653,16 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {}\n",
-        "k", "run", "status", "samples/s", "per-rank min–max", "speedup", "efficiency", "notes"
+        "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {:<22}  {}\n",
+        "k",
+        "run",
+        "status",
+        "samples/s",
+        "per-rank min–max",
+        "speedup",
+        "efficiency",
+        "straggler",
+        "notes"
     ));
     for r in runs {
         let agg = r
@@ -716,7 +731,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
             ));
         }
         out.push_str(&format!(
-            "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {}\n",
+            "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {:<22}  {}\n",
             r.spec.k,
             r.id,
             r.status.as_str(),
@@ -730,6 +745,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
             sc.as_ref()
                 .map(|s| format!("{:.1}%", s.efficiency * 100.0))
                 .unwrap_or_else(|| "—".into()),
+            straggler_cell(r),
             notes.join("; ")
         ));
         if r.status == RunStatus::Completed && !r.bench.is_empty() {
@@ -754,6 +770,29 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         );
     }
     out
+}
+
+/// The table's straggler column: each rank named, with its phase and score (`(was)` once it
+/// recovered), or `—`.
+fn straggler_cell(r: &RunView) -> String {
+    let named: Vec<String> = r
+        .stragglers
+        .iter()
+        .map(|s| {
+            format!(
+                "rank {} {} {:.2}{}",
+                s.rank,
+                s.phase,
+                s.score,
+                if s.active { "" } else { " (was)" }
+            )
+        })
+        .collect();
+    if named.is_empty() {
+        "—".into()
+    } else {
+        named.join(", ")
+    }
 }
 
 /// `--json`: the run's live warnings and errors (a stall reported while the job goes on, a

@@ -264,3 +264,82 @@ fn gloo_slow_rank_is_named_and_a_healthy_run_names_nobody() {
     let healthy = run(None);
     assert_eq!(healthy["stragglers"], serde_json::json!([]), "{healthy:#}");
 }
+
+/// The wall-clock instants (unix seconds) of a run's first event whose type is `kind` and
+/// whose body holds `text`, from the store ddptop wrote.
+fn event_times(data: &std::path::Path, kind: &str, text: &str) -> Vec<(f64, String)> {
+    let conn = rusqlite::Connection::open_with_flags(
+        data.join("runs.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let mut stmt = conn
+        .prepare(
+            "SELECT unix, body FROM events WHERE type = ?1 AND instr(body, ?2) > 0 ORDER BY seq",
+        )
+        .unwrap();
+    stmt.query_map([kind, text], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_nobody() {
+    let _cpu = cpu_alone();
+    let Some(py) = python() else { return };
+    // Issue 46: from the instant rank 1 turns 1.5x slower mid-run (its worker logs "slowing
+    // from now" at step 40, whose arrival ddptop stores) to the straggler record, at most 5 s.
+    // Batch 8 of the tiny model: a few steps a second on a loaded 2-core host at k=4.
+    let run = |k: u32, inject: Option<&str>| {
+        let d = tempfile::tempdir().unwrap();
+        // 50 steps an epoch at per-rank batch 8, 2 epochs: 60 steps after the slowdown.
+        let samples = (50 * 8 * k).to_string();
+        let mut c = ddptop(d.path());
+        c.env("DDPTOP_PYTHON", &py)
+            .env(
+                "DDPTOP_WORKERS_DIR",
+                concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
+            )
+            .args(["run", "weak", "--k", &k.to_string()])
+            .args(["--samples", &samples, "--batch", "8"])
+            .args(["--backend", "gloo", "--model", "tiny", "--json"]);
+        if let Some(f) = inject {
+            c.args(["--inject", f]);
+        }
+        let out = c.output().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(out.status.success(), "{doc:#}\n{}", output_tails(&doc));
+        assert_no_survivors(&doc);
+        (d, doc["runs"][0].clone())
+    };
+    let mut measured = Vec::new();
+    for k in [2u32, 4] {
+        let (d, r) = run(k, Some("slow:1:1.5@40"));
+        assert_eq!(r["status"], "completed", "{r:#}");
+        let s = r["stragglers"].as_array().unwrap();
+        assert!(!s.is_empty(), "k={k}: nobody named\n{r:#}");
+        assert_eq!(
+            (&s[0]["rank"], &s[0]["phase"]),
+            (&1.into(), &"data wait".into()),
+            "k={k}: {s:#?}"
+        );
+        // Nobody else, ever: the ranks that wait for it are no stragglers.
+        assert!(s.iter().all(|x| x["rank"] == 1), "k={k}: {s:#?}");
+        let start = event_times(d.path(), "log", "slowing from now");
+        assert_eq!(start.len(), 1, "k={k}: {start:?}");
+        let named = event_times(d.path(), "straggler", "\"rank\":1");
+        let latency = named[0].0 - start[0].0;
+        measured.push((k, latency, s[0]["step"].clone()));
+        assert!(
+            (0.0..=5.0).contains(&latency),
+            "k={k}: named {latency:.2} s after the slowdown began (step {}): {s:#?}",
+            s[0]["step"]
+        );
+    }
+    eprintln!("slow:1:1.5@40 latency (k, s, step named): {measured:?}");
+    let (_d, healthy) = run(4, None);
+    assert_eq!(healthy["status"], "completed", "{healthy:#}");
+    assert_eq!(healthy["stragglers"], serde_json::json!([]), "{healthy:#}");
+}

@@ -73,12 +73,13 @@ pub const RECENT: usize = 10;
 /// threshold by chance is rare on a healthy rank, and confirmation adds `CONFIRM_MIN` more.
 pub const RECENT_MIN: usize = 5;
 /// The run time the quick test's samples should cover.
-pub const RECENT_S: f64 = 1.5;
+pub const RECENT_S: f64 = 1.0;
 /// Confirmation in run time: a rank found slow is named once it has stayed slow this long
 /// (at least `CONFIRM_MIN` samples, at most half a window). With `RECENT_S`, a mid-run
-/// slowdown is named ~3 s after it began at any step rate from ~3 steps/s up, and on GPU
-/// runs that time 1 step in 10.
-pub const CONFIRM_S: f64 = 1.5;
+/// slowdown is named ~2 s of run time after it began (plus the step in flight and the
+/// assessment's 200 ms) at any step rate from ~4 steps/s up, GPU runs that time 1 step in 10
+/// included; below, the sample minimums take longer (5 + 3 samples).
+pub const CONFIRM_S: f64 = 1.0;
 pub const CONFIRM_MIN: usize = 3;
 
 /// The phases a rank can spend its own time in, in the order of a step.
@@ -369,6 +370,87 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
         }
     }
     Some(scores)
+}
+
+/// One phase of the step over the newest window, per rank (medians, ms), with the median rank
+/// and the worst: `--json` `phase_scores`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PhaseScore {
+    pub phase: &'static str,
+    /// Each rank's median over the window (ms).
+    pub ranks: BTreeMap<u32, f64>,
+    /// The median of the ranks' medians.
+    pub median_ms: f64,
+    pub worst_rank: u32,
+    pub worst_ms: f64,
+    /// worst ÷ median (1.0: the worst rank is at the others' pace).
+    pub worst_vs_median: f64,
+}
+
+/// The phases `phase_scores` splits a step into: the rank's own time (data wait, forward +
+/// backward compute without its comm wait, optimizer) and the exposed communication (its wait
+/// at the collectives after its last gradient bucket, with the buffer-broadcast wait moved
+/// out of its forward).
+pub const SCORED_PHASES: [&str; 4] = ["data wait", "compute", "exposed comm", "optimizer"];
+
+/// Per-phase figures of every rank over the newest window (up to `cfg.window` samples the
+/// ranks share; fewer at the end of a short run), after the same comm-wait split the
+/// straggler score uses. Empty below 2 ranks or 2 shared samples.
+pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Vec<PhaseScore> {
+    if ranks.len() < 2 {
+        return Vec::new();
+    }
+    let Some(last) = ranks
+        .values()
+        .map(|r| usable(r, u64::MAX, 1).last().map_or(0, |s| s.step))
+        .min()
+    else {
+        return Vec::new();
+    };
+    let mut samples: Vec<(u32, Vec<PhaseSample>)> = ranks
+        .values()
+        .map(|r| (r.rank, usable(r, last, cfg.window.max(4))))
+        .collect();
+    let n = samples.iter().map(|(_, v)| v.len()).min().unwrap_or(0);
+    if n < 2 {
+        return Vec::new();
+    }
+    for (_, v) in &mut samples {
+        let cut = v.len() - n;
+        v.drain(..cut);
+    }
+    forward_waits(&mut samples);
+    let of = |s: &PhaseSample, p: usize| {
+        let comm = s.comm_ms.unwrap_or(0.0);
+        match p {
+            0 => s.data_ms,
+            1 => s.fwd_ms + (s.bwd_ms - comm).max(0.0),
+            2 => comm,
+            _ => s.opt_ms,
+        }
+    };
+    (0..SCORED_PHASES.len())
+        .map(|p| {
+            let per: BTreeMap<u32, f64> = samples
+                .iter()
+                .map(|(r, v)| (*r, median(v.iter().map(|s| of(s, p)).collect())))
+                .collect();
+            let med = median(per.values().copied().collect());
+            let (worst_rank, worst_ms) = per
+                .iter()
+                .map(|(r, x)| (*r, *x))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or((0, 0.0));
+            PhaseScore {
+                phase: SCORED_PHASES[p],
+                ranks: per,
+                median_ms: med,
+                worst_rank,
+                worst_ms,
+                worst_vs_median: if med > 0.0 { worst_ms / med } else { 1.0 },
+            }
+        })
+        .collect()
 }
 
 /// The phase a straggler's time goes to, and the evidence for it in words.
@@ -837,8 +919,8 @@ mod tests {
     #[test]
     fn at_a_few_steps_a_second_the_quick_test_and_confirmation_shrink_to_run_time() {
         // 360 ms steps (~470 ms once slowed 1.3x): RECENT_S reads RECENT_MIN samples,
-        // CONFIRM_S is 4 samples: named 8 steps after the change, ~3.8 s of run time, where 25
-        // steps would take 12 s.
+        // CONFIRM_S is CONFIRM_MIN samples: named 8 steps after the change, ~3.8 s of run
+        // time, where 25 steps would take 12 s.
         for (n, factor, seed) in [(2, 1.3, 11), (4, 1.3, 12), (2, 1.5, 13)] {
             let at = named_at(n, 100, factor, seed, 10.0).expect("named");
             assert!(
@@ -870,6 +952,29 @@ mod tests {
             let named = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
             assert!(named.is_empty(), "seed {seed}: {named:?}");
         }
+    }
+
+    #[test]
+    fn phase_scores_show_the_slow_ranks_data_wait_against_the_median() {
+        let mut rng = StdRng::seed_from_u64(21);
+        let ranks = vec![
+            rank(0, 40, 1.0, 18.0, 0.02, &mut rng),
+            rank(1, 40, 19.0, 0.5, 0.02, &mut rng),
+            rank(2, 40, 1.0, 18.0, 0.02, &mut rng),
+        ];
+        let table = phase_scores(&run_of(ranks).ranks, &StragglerConfig::default());
+        let names: Vec<&str> = table.iter().map(|p| p.phase).collect();
+        assert_eq!(names, SCORED_PHASES);
+        let data = &table[0];
+        assert_eq!(data.worst_rank, 1, "{data:?}");
+        assert!(data.worst_vs_median > 10.0, "{data:?}");
+        // The others wait for it: the worst exposed comm is theirs, its own is the least.
+        let comm = &table[2];
+        assert_ne!(comm.worst_rank, 1, "{comm:?}");
+        assert!(comm.ranks[&1] < 1.0, "{comm:?}");
+        // Compute is even: nobody far from the median.
+        assert!(table[1].worst_vs_median < 1.2, "{:?}", table[1]);
+        assert!(phase_scores(&BTreeMap::new(), &StragglerConfig::default()).is_empty());
     }
 
     #[test]
