@@ -6,17 +6,18 @@
 # gradient accumulation (4 micro-batches, no_sync) without and with the fp16 compression comm
 # hook, torch.compile(DDP(model)) (inductor; with a recompile at step ODD), DDP(compile(model)),
 # static_graph=True, find_unused_parameters=True. Run from the repo root with the release binary
-# in target/release/ (or .carry/). Raw output under $OUT (shapes.tgz: each run's folder).
+# in target/release/ (or .carry/). $OUT gets table.txt and attach_shapes.tgz (every report,
+# stderr, bare log and run folder: the device returns only a few files).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
-export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-attach-shapes}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/bare"
+export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-$(mktemp -d /tmp/ddptop-attach-shapes.XXXX)}
+FINAL=${OUT:-/tmp/out}; OUT=${RAW:-$(mktemp -d /tmp/attach-shapes-raw.XXXX)}; mkdir -p "$FINAL" "$OUT/bare"
 B=target/release/ddptop; [ -x "$B" ] || B=./.carry/ddptop
 S=workers/scripts/shapes
 STEPS=${STEPS:-300} ODD=${ODD:-150} CAP=${CAP:-240}
-# A 4096-wide MLP, 256 samples per micro-batch: a few ms per micro-batch on an H200.
-COMMON=(--steps "$STEPS" --hidden 4096 --batch 256)
+# An MLP HIDDEN wide, BATCH samples per micro-batch (8192, 512: a few ms per step on an H200).
+COMMON=(--steps "$STEPS" --hidden "${HIDDEN:-8192}" --batch "${BATCH:-512}")
 SHAPES=(
   "accum|$S/accum.py"
   "accum_fp16_hook|$S/accum_fp16_hook.py"
@@ -41,7 +42,7 @@ for entry in "${SHAPES[@]}"; do
   log "$name bare rc=$?"
 done
 log "GPU compute processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"
-tar czf "$OUT/shapes.tgz" -C "$DDPTOP_DATA_DIR" runs 2>/dev/null
+cp -r "$DDPTOP_DATA_DIR/runs" "$OUT/runs" 2>/dev/null
 python3 - "$OUT" "${SHAPES[@]}" <<'PY' | tee "$OUT/table.txt"
 import json, re, sys
 out, shapes = sys.argv[1], [s.split("|")[0] for s in sys.argv[2:]]
@@ -68,3 +69,5 @@ for name in shapes:
     print(f"{name:16} {r['status']:10} {str(r.get('instrument')):10} {fmt(own):>9} {fmt(ours):>9} "
           f"{diff:>7} {fmt(bare):>9}  {c}{reason}")
 PY
+cp "$OUT/table.txt" "$FINAL/table.txt"
+tar czf "$FINAL/attach_shapes.tgz" -C "$OUT" .
