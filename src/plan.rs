@@ -733,6 +733,14 @@ mod tests {
         };
         let p = sweep(&t, attach.clone(), &[1, 2], 0).unwrap();
         assert!(p.specs.iter().all(|s| s.attach() == Some(&target)));
+        // The bootstrap cannot slow an unmodified script's forward: refused before the launch;
+        // a data-wait slowdown from a step applies.
+        t.inject = Some("slow:1:1.5:compute".parse().unwrap());
+        let err = sweep(&t, attach.clone(), &[2], 0).unwrap_err();
+        assert!(err.contains("under attach"), "{err}");
+        t.inject = Some("slow:1:1.5:data@30".parse().unwrap());
+        assert!(sweep(&t, attach.clone(), &[2], 0).is_ok());
+        t.inject = None;
         t.backend = Backend::Sim;
         let err = sweep(&t, attach, &[2], 0).unwrap_err();
         assert!(err.contains("real PyTorch"), "{err}");

@@ -76,10 +76,10 @@ pub const RECENT_MIN: usize = 5;
 pub const RECENT_S: f64 = 1.0;
 /// Confirmation in run time: a rank found slow is named once it has stayed slow this long
 /// (at least `CONFIRM_MIN` samples, at most half a window). With `RECENT_S`, a mid-run
-/// slowdown is named ~2 s of run time after it began (plus the step in flight and the
+/// slowdown is named ~2.5 s of run time after it began (plus the step in flight and the
 /// assessment's 200 ms) at any step rate from ~4 steps/s up, GPU runs that time 1 step in 10
 /// included; below, the sample minimums take longer (5 + 3 samples).
-pub const CONFIRM_S: f64 = 1.0;
+pub const CONFIRM_S: f64 = 1.5;
 pub const CONFIRM_MIN: usize = 3;
 
 /// The phases a rank can spend its own time in, in the order of a step.
