@@ -11,8 +11,14 @@ pub struct Progress {
     pub total: Option<u64>,
     /// Seconds left at the recent pace; `None` until the pace is known.
     pub eta_s: Option<f64>,
+    /// The plan's length changed (a live probe adds steps) and the pace since is not known yet:
+    /// the screens say "re-estimating" rather than an ETA that jumps.
+    pub re_estimating: bool,
     pub phase: Option<Phase>,
 }
+
+/// Points of the pace after a change of plan before an ETA is given again.
+pub const REESTIMATE_POINTS: usize = 3;
 
 impl Progress {
     /// Done share, 0..=1, when the length is known.
@@ -31,8 +37,17 @@ pub fn progress(run: &RunView) -> Option<Progress> {
     let first = run.ranks.values().next()?;
     let step = first.step;
     let total = run.total_steps;
-    let eta_s = match (total, run.step_clock.front(), run.step_clock.back()) {
-        (Some(total), Some(&(t0, s0)), Some(&(t1, s1))) if s1 > s0 && t1 > t0 => {
+    // After a change of plan, only the pace since counts (probe steps are not training steps).
+    let since = run.replanned_at.unwrap_or(0);
+    let clock: Vec<(f64, u64)> = run
+        .step_clock
+        .iter()
+        .copied()
+        .filter(|&(_, s)| s >= since)
+        .collect();
+    let re_estimating = run.replanned_at.is_some() && clock.len() < REESTIMATE_POINTS;
+    let eta_s = match (total, clock.first(), clock.last()) {
+        (Some(total), Some(&(t0, s0)), Some(&(t1, s1))) if !re_estimating && s1 > s0 && t1 > t0 => {
             let rate = (s1 - s0) as f64 / (t1 - t0);
             Some(total.saturating_sub(step) as f64 / rate)
         }
@@ -42,6 +57,7 @@ pub fn progress(run: &RunView) -> Option<Progress> {
         step,
         total,
         eta_s,
+        re_estimating,
         phase: first.phase,
     })
 }
@@ -98,6 +114,8 @@ pub fn line(run: &RunView) -> Option<String> {
     }
     if let Some(e) = p.eta_s {
         s.push_str(&format!(" ETA {}", eta_label(e)));
+    } else if p.re_estimating {
+        s.push_str(" ETA re-estimating");
     }
     if let Some(ph) = p.phase {
         s.push_str(&format!(" · {}", phase_label(ph)));
@@ -135,5 +153,62 @@ mod tests {
         assert_eq!(bar(0.3, 10).chars().count(), 10);
         r.status = RunStatus::Completed;
         assert!(progress(&r).is_none());
+    }
+
+    /// A live probe adds steps to a long CPU run: the plan grows from 400 to 520 steps at step
+    /// 200, and the probe's steps are slower. The ETA is not recomputed from a pace that mixes
+    /// the two: until 3 points of the new pace are in, it says "re-estimating"; then it is the
+    /// steps left at the pace since the change. At a steady pace with noise the ETA never rises
+    /// by more than that noise.
+    #[test]
+    fn a_live_probe_that_adds_steps_re_estimates_the_eta_instead_of_jumping() {
+        use crate::protocol::Plan;
+        let spec = RunSpec::new(Experiment::Weak, 2, Backend::Gloo);
+        let mut r = RunView::new("r1".into(), spec, std::time::Instant::now(), 0.0);
+        r.status = RunStatus::Running;
+        r.total_steps = Some(400);
+        // 2 steps/s with ±5% jitter on the step times.
+        let mut t = 0.0;
+        let mut etas = Vec::new();
+        for s in (10..=200).step_by(10) {
+            t += 5.0 * if s % 20 == 0 { 1.05 } else { 0.95 };
+            r.ranks.get_mut(&0).unwrap().step = s;
+            r.step_clock.push_back((t, s));
+            while r.step_clock.len() > crate::run::view::STEP_CLOCK {
+                r.step_clock.pop_front();
+            }
+            etas.extend(progress(&r).unwrap().eta_s);
+        }
+        // Each 5 s of wall time, the ETA falls by ~5 s; never rises more than the 5% noise.
+        for w in etas.windows(2) {
+            assert!(w[1] <= w[0] * 1.05, "ETA rose beyond the noise: {etas:?}");
+        }
+        assert!((etas.last().unwrap() - 100.0).abs() < 5.0, "{etas:?}");
+        // The live probe: a second plan, 120 more steps.
+        let plan: Plan =
+            serde_json::from_str(r#"{"rank":0,"step":200,"t":0.0,"total_steps":520}"#).unwrap();
+        let now = std::time::Instant::now();
+        crate::app::reduce::apply_worker(&mut r, &crate::protocol::WorkerMsg::Plan(plan), now);
+        assert_eq!((r.total_steps, r.replanned_at), (Some(520), Some(200)));
+        let p = progress(&r).unwrap();
+        assert_eq!(p.eta_s, None);
+        assert!(p.re_estimating);
+        assert_eq!(
+            line(&r).unwrap(),
+            "ddptop: r1 k=2 step 200/520 (38%) ETA re-estimating"
+        );
+        // The probe's steps are half as fast: 1 step/s. The point at the change and one more
+        // are not a pace yet; at the third there is one.
+        t += 10.0;
+        r.ranks.get_mut(&0).unwrap().step = 210;
+        r.step_clock.push_back((t, 210));
+        assert!(progress(&r).unwrap().re_estimating);
+        t += 10.0;
+        r.ranks.get_mut(&0).unwrap().step = 220;
+        r.step_clock.push_back((t, 220));
+        let p = progress(&r).unwrap();
+        assert!(!p.re_estimating);
+        // 300 steps left at 1 step/s (the pace since the change, not the mix).
+        assert_eq!(p.eta_s, Some(300.0));
     }
 }

@@ -182,6 +182,9 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         // and only the heartbeat thread says when a rank really is in it.
         WorkerMsg::Plan(p) => {
             if rank_id == 0 {
+                if run.total_steps.is_some() && run.total_steps != p.total_steps {
+                    run.replanned_at = Some(p.step);
+                }
                 run.total_steps = p.total_steps;
             }
             if let Some(c) = p.comm_timing {

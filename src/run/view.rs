@@ -308,6 +308,9 @@ pub struct RunView {
     pub total_steps: Option<u64>,
     /// `(t, step)` of the first rank's recent messages: its pace, for the ETA.
     pub step_clock: VecDeque<(f64, u64)>,
+    /// The first rank's step when the plan's length last changed (a live probe adds steps):
+    /// the ETA is re-estimated from the pace after it.
+    pub replanned_at: Option<u64>,
     /// The launch's program and arguments (this session's runs; stored runs: `command.txt`).
     pub command: Option<String>,
     /// Variables the launch set (`None`: removed), without the socket token.
@@ -576,6 +579,7 @@ impl RunView {
             device_memory: BTreeMap::new(),
             total_steps: None,
             step_clock: VecDeque::new(),
+            replanned_at: None,
             command: None,
             env: BTreeMap::new(),
             caveats: Vec::new(),

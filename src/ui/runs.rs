@@ -446,7 +446,10 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 /// `███▍░░░░ 45% ETA 1m20s train`, then shorter; `None` when nothing fits.
 pub fn progress_text(p: &progress::Progress, room: usize) -> Option<String> {
     let phase = p.phase.map(progress::phase_label);
-    let eta = p.eta_s.map(progress::eta_label);
+    let eta = p
+        .eta_s
+        .map(progress::eta_label)
+        .or_else(|| p.re_estimating.then(|| "re-estimating".to_string()));
     let mut forms: Vec<String> = Vec::new();
     match p.frac() {
         Some(f) => {
