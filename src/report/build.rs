@@ -23,12 +23,13 @@ pub struct Source<'a> {
     pub records: &'a HashMap<String, LaunchRecord>,
 }
 
-/// `weak · batch 256/rank · gloo tiny` (+ what is not default, from `CurveKey::title`).
+/// `weak · batch 256/rank · gloo tiny` (+ what is not default, from `CurveKey::title`); an
+/// attached run's batch is the one it was seen to use, as in the Runs table.
 pub fn curve_label(run: &RunView) -> String {
     format!(
         "{} · {} · {}",
         run.spec.experiment().as_str(),
-        run.spec.batch_label(),
+        run.batch_label(),
         CurveKey::of(&run.spec).title()
     )
 }
@@ -367,5 +368,64 @@ pub fn build(title: String, src: &Source, now: f64) -> Report {
         timelines,
         probes,
         bench,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Backend;
+    use crate::run::{Aggregate, RunSpec};
+
+    /// An attached script with the spec's default batch (256) that was seen to step 32 samples
+    /// per rank: the curve's title and the Runs table say 32, and nothing says 256.
+    #[test]
+    fn an_attached_runs_report_says_the_batch_it_observed_in_title_and_table() {
+        let mut run = RunView::new(
+            "r-attach".into(),
+            RunSpec::new(Experiment::Attach, 1, Backend::Gloo),
+            std::time::Instant::now(),
+            1_764_465_300.0,
+        );
+        assert_eq!(run.spec.batch, 256);
+        run.status = RunStatus::Completed;
+        run.ended_unix = Some(run.started_unix + 50.0);
+        run.aggregate = Some(Aggregate {
+            samples_per_s: 640.0,
+            rank_min: 640.0,
+            rank_max: 640.0,
+            per_rank: vec![640.0],
+        });
+        run.observed.step_samples.insert(32, 40);
+        run.observed.step_samples.insert(8, 1); // the last, partial batch
+        assert_eq!(run.batch_label(), "batch 32/rank");
+        let history = vec![run.clone()];
+        let records = HashMap::new();
+        let src = Source {
+            selected: vec![&history[0]],
+            history: &history,
+            records: &records,
+        };
+        let report = build("attached".into(), &src, 1_764_465_400.0);
+        assert_eq!(report.curves.len(), 1);
+        assert!(
+            report.curves[0]
+                .label
+                .starts_with("attach · batch 32/rank · gloo"),
+            "{}",
+            report.curves[0].label
+        );
+        assert_eq!(report.runs[0].per_rank_batch, Some(32));
+        let md = super::super::render(&report, super::super::Format::Markdown, &[]);
+        assert!(md.contains("batch 32/rank"), "{md}");
+        assert!(!md.contains("256"), "{md}");
+        // Before any step said its batch, the title does not fall back to the default.
+        let fresh = RunView::new(
+            "r-fresh".into(),
+            RunSpec::new(Experiment::Attach, 1, Backend::Gloo),
+            std::time::Instant::now(),
+            0.0,
+        );
+        assert_eq!(fresh.batch_label(), "batch ?/rank");
     }
 }

@@ -594,6 +594,17 @@ impl RunView {
 
     /// The settings this run may claim: an attached script's are what its ranks showed
     /// (unknown where nothing was seen), every other run's are its spec's.
+    /// The batch its figures were measured at, as titles say it: the spec's, or for an attached
+    /// run the per-rank batch it was seen to use (`batch ?/rank` before a step said it): one
+    /// source with `settings()`, never the spec's default.
+    pub fn batch_label(&self) -> String {
+        if self.spec.experiment() == super::Experiment::Attach {
+            let b = self.settings().per_rank_batch;
+            return format!("batch {}/rank", b.map_or("?".into(), |b| b.to_string()));
+        }
+        self.spec.batch_label()
+    }
+
     pub fn settings(&self) -> Settings {
         let s = &self.spec;
         if s.experiment() == super::Experiment::Attach {
