@@ -315,30 +315,36 @@ fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_n
         (d, doc["runs"][0].clone())
     };
     let mut measured = Vec::new();
-    for k in [2u32, 4] {
-        let (d, r) = run(k, Some("slow:1:1.5@40"));
+    // The slowdown in the data wait at k=2 and k=4, and at the end of the forward (`compute`:
+    // the others wait for it in the backward's all-reduce) at k=2.
+    for (k, fault, phase) in [
+        (2u32, "slow:1:1.5@40", "data wait"),
+        (4, "slow:1:1.5@40", "data wait"),
+        (2, "slow:1:1.5:compute@40", "forward"),
+    ] {
+        let (d, r) = run(k, Some(fault));
         assert_eq!(r["status"], "completed", "{r:#}");
         let s = r["stragglers"].as_array().unwrap();
-        assert!(!s.is_empty(), "k={k}: nobody named\n{r:#}");
+        assert!(!s.is_empty(), "k={k} {fault}: nobody named\n{r:#}");
         assert_eq!(
             (&s[0]["rank"], &s[0]["phase"]),
-            (&1.into(), &"data wait".into()),
-            "k={k}: {s:#?}"
+            (&1.into(), &phase.into()),
+            "k={k} {fault}: {s:#?}"
         );
         // Nobody else, ever: the ranks that wait for it are no stragglers.
-        assert!(s.iter().all(|x| x["rank"] == 1), "k={k}: {s:#?}");
+        assert!(s.iter().all(|x| x["rank"] == 1), "k={k} {fault}: {s:#?}");
         let start = event_times(d.path(), "log", "slowing from now");
         assert_eq!(start.len(), 1, "k={k}: {start:?}");
         let named = event_times(d.path(), "straggler", "\"rank\":1");
         let latency = named[0].0 - start[0].0;
-        measured.push((k, latency, s[0]["step"].clone()));
+        measured.push((k, fault, latency, s[0]["step"].clone()));
         assert!(
             (0.0..=5.0).contains(&latency),
-            "k={k}: named {latency:.2} s after the slowdown began (step {}): {s:#?}",
+            "k={k} {fault}: named {latency:.2} s after the slowdown began (step {}): {s:#?}",
             s[0]["step"]
         );
     }
-    eprintln!("slow:1:1.5@40 latency (k, s, step named): {measured:?}");
+    eprintln!("latency (k, fault, s, step named): {measured:?}");
     let (_d, healthy) = run(4, None);
     assert_eq!(healthy["status"], "completed", "{healthy:#}");
     assert_eq!(healthy["stragglers"], serde_json::json!([]), "{healthy:#}");

@@ -917,6 +917,49 @@ mod tests {
     }
 
     #[test]
+    fn a_rank_that_recovers_is_un_named_soon_and_its_episode_kept() {
+        // Rank 1 slow 1.5x from step 100 to 140, then at pace again: named by the quick test,
+        // marked no longer active a few steps after it recovered (its window median is still
+        // slow), the record kept.
+        let mut rng = StdRng::seed_from_u64(31);
+        let mut ranks: Vec<RankView> = (0..2)
+            .map(|r| rank(r, 200, 1.0, 0.5, 0.05, &mut rng))
+            .collect();
+        for (r, v) in ranks.iter_mut().enumerate() {
+            for s in v
+                .recent_phases
+                .iter_mut()
+                .filter(|s| (100..140).contains(&s.step))
+            {
+                if r == 1 {
+                    s.data_ms += 18.0;
+                } else {
+                    s.bwd_ms += 18.0;
+                    s.comm_ms = s.comm_ms.map(|c| c + 18.0);
+                }
+            }
+        }
+        let mut run = run_of(ranks);
+        let full = run.ranks.clone();
+        let cfg = StragglerConfig::default();
+        let mut un_named_at = None;
+        for end in 1..=200usize {
+            for (id, r) in run.ranks.iter_mut() {
+                r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
+            }
+            update(&mut run, &cfg, end as f64, &[]);
+            if un_named_at.is_none() && run.stragglers.first().is_some_and(|s| !s.active) {
+                un_named_at = Some(end);
+            }
+        }
+        assert_eq!(run.stragglers.len(), 1, "{:?}", run.stragglers);
+        assert_eq!(run.stragglers[0].rank, 1);
+        let at = un_named_at.expect("un-named");
+        // Back at pace from step 140: every newest sample (10) at pace by step 150.
+        assert!((140..=151).contains(&at), "un-named at step {at}");
+    }
+
+    #[test]
     fn at_a_few_steps_a_second_the_quick_test_and_confirmation_shrink_to_run_time() {
         // 360 ms steps (~470 ms once slowed 1.3x): RECENT_S reads RECENT_MIN samples,
         // CONFIRM_S is CONFIRM_MIN samples: named 8 steps after the change, ~3.8 s of run

@@ -232,7 +232,10 @@ class Trainer:
         return self._slow
 
     def compute_delay(self) -> None:
-        """`slow:...:compute`: the sleep inside the forward (a slower device)."""
+        """`slow:...:compute`: the sleep at the end of the forward (a slower device), after
+        DDP's buffer broadcast at its start: the other ranks wait for it in the backward's
+        all-reduce, where their buckets message measures the wait (in the broadcast it would
+        hide inside their forward, as long as this rank's)."""
         slow = self._slow
         if slow is not None and slow.phase == "compute":
             slow.wait(self.global_step)
@@ -242,8 +245,8 @@ class Trainer:
     def bare_step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """The book's loop body and nothing else."""
         self.opt.zero_grad(set_to_none=True)
-        self.compute_delay()
         loss = self.loss_fn(self.ddp(x), y)
+        self.compute_delay()
         loss.backward()
         self.opt.step()
         self.last_loss = loss
@@ -254,8 +257,8 @@ class Trainer:
         if self.btimer is not None:
             sm.buckets = self.btimer.begin_step()
         sm.marks["fwd0"] = mark()
-        self.compute_delay()
         loss = self.loss_fn(self.ddp(x), y)
+        self.compute_delay()
         sm.marks["bwd0"] = mark()
         loss.backward()
         sm.marks["bwd1"] = mark()
