@@ -13,6 +13,7 @@ error in ddptop's code turns instrumentation off with a `log` (warn) and the scr
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import sys
 import time
@@ -718,6 +719,27 @@ class Session:
         self.client.close("error" if exc is not None else "done")
         if self.fault is not None:
             self.fault.block_teardown(self.client)  # DDPTOP_INJECT=teardown:0: never exit
+        self.release_torch()
+
+    def release_torch(self) -> None:
+        """Drop ddptop's references to the script's DDP modules, timers and process groups, then
+        collect: what the script left behind (reference cycles included) is destroyed now, while
+        the interpreter is whole, instead of during its finalization. There, destroying a process
+        group whose C++ worker threads still run aborted a rank after its last step ("terminate
+        called without an active exception", docs/reliability.md, issue 51): ddptop's bucket
+        timer held the group from a module global, so the group outlived the script's `main`."""
+        try:
+            self.stop_hooks()
+            for rec in list(self.records.values()):
+                rec.timer = None
+                if rec.hook_state is not None:
+                    rec.hook_state.timer = None  # the reducer keeps the state, not the group
+            self.records = weakref.WeakKeyDictionary()
+            self.watched = None
+            self.primary_opt = None
+            gc.collect()
+        except Exception:  # noqa: BLE001 - at exit: nothing may turn into the script's failure
+            pass
 
     def send_result(self) -> None:
         params, grad_bytes = self.model_size

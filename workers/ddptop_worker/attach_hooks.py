@@ -60,6 +60,10 @@ def dispatch_hook(state, bucket):  # type: ignore[no-untyped-def]
     user = state.user
     if user is not None:
         return user[1](user[0], bucket)
+    if state.timer is None:  # released at exit (Session.release_torch): DDP's own all-reduce
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+        return allreduce_hook(None, bucket)
     return timed_allreduce_hook(state.timer, bucket)
 
 

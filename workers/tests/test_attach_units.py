@@ -214,3 +214,30 @@ def test_torch_compile_runs_ddptops_hooks_eagerly() -> None:
     (fn,) = m._forward_pre_hooks.values()
     assert fn is not attach_hooks.forward_pre and getattr(fn, "_torchdynamo_disable", False)
     assert attach_hooks.hook(attach_hooks.forward_post) is not attach_hooks.forward_post
+
+
+def test_at_exit_ddptop_lets_go_of_the_scripts_process_group() -> None:
+    """Issue 51: ddptop's bucket timer held the process group from a module global, so the group
+    outlived the script and was destroyed during interpreter finalization, where a rank aborted.
+    After release_torch nothing of ddptop's keeps it; the reducer's hook state falls back to
+    DDP's own all-reduce."""
+    import types
+    import weakref
+
+    class Group:  # stands for the ProcessGroup the timer was given
+        pass
+
+    group = Group()
+    gone = weakref.ref(group)
+    s = attach.Session("explicit")
+    module = torch.nn.Linear(2, 2)  # the WeakKeyDictionary's key, as a DDP module is
+    rec = attach.DdpRecord()
+    rec.timer = types.SimpleNamespace(pg=group, recording=True)  # type: ignore[assignment]
+    rec.hook_state = attach_hooks.HookState(rec.timer)
+    s.records[module] = rec  # type: ignore[index]
+    kept_by_reducer = rec.hook_state
+    del group, rec
+    assert gone() is not None
+    s.release_torch()
+    assert gone() is None, "ddptop still holds the script's process group"
+    assert kept_by_reducer.timer is None
