@@ -251,6 +251,34 @@ fn move_wait(s: &mut PhaseSample, min_fwd: f64, max_data: f64) {
     s.comm_ms = Some(s.comm_ms.unwrap_or(0.0) + wait);
 }
 
+/// For each element, the median of all the others: sorted once, each median read from the
+/// sorted order with that element left out.
+fn others_medians(xs: &[f64]) -> Vec<f64> {
+    let n = xs.len();
+    if n < 2 {
+        return vec![0.0; n];
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| xs[a].total_cmp(&xs[b]));
+    let sorted: Vec<f64> = order.iter().map(|&i| xs[i]).collect();
+    let mut pos = vec![0usize; n];
+    for (p, &i) in order.iter().enumerate() {
+        pos[i] = p;
+    }
+    let m = n - 1;
+    (0..n)
+        .map(|i| {
+            // The j-th of the others in sorted order.
+            let at = |j: usize| sorted[if j < pos[i] { j } else { j + 1 }];
+            if m % 2 == 1 {
+                at(m / 2)
+            } else {
+                (at(m / 2 - 1) + at(m / 2)) / 2.0
+            }
+        })
+        .collect()
+}
+
 /// Score every rank, once each has a full window (`None` before, or with fewer than 2 ranks).
 pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<Vec<RankScore>> {
     let window = cfg.window.max(4);
@@ -280,15 +308,8 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
     // when this one is slow): one rank whose busy time reads low (on an oversubscribed CPU,
     // the rank that waited most for a slow one, 4 gloo ranks on 2 cores) would otherwise make
     // every other rank look slow beside it.
-    let others = |xs: &[f64], i: usize| {
-        median(
-            xs.iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .map(|(_, x)| *x)
-                .collect(),
-        )
-    };
+    // Sorted once per figure (an assessment at 1,024 ranks stays linear-logarithmic).
+    let others = |xs: &[f64]| others_medians(xs);
     // The run time between samples, from the newest RECENT of them: the steps they span and
     // the median step (a synchronous step lasts as long on every rank).
     let newest = &samples[0].1[window - RECENT.min(window)..];
@@ -317,16 +338,18 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
     let recent: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[quick..])).collect();
 
     let ratio = |fast: f64, this: f64| if this > 0.0 { fast / this } else { 1.0 };
+    let (o_whole, o_older, o_newer, o_recent) = (
+        others(&whole),
+        others(&older),
+        others(&newer),
+        others(&recent),
+    );
     let scores = samples
         .iter()
         .enumerate()
         .map(|(i, (rank, v))| {
-            let (f_whole, f_older, f_newer, f_recent) = (
-                others(&whole, i),
-                others(&older, i),
-                others(&newer, i),
-                others(&recent, i),
-            );
+            let (f_whole, f_older, f_newer, f_recent) =
+                (o_whole[i], o_older[i], o_newer[i], o_recent[i]);
             let phases =
                 std::array::from_fn(|p| median(v.iter().map(|s| phases_of(s)[p]).collect()));
             let comms: Vec<f64> = v.iter().filter_map(|s| s.comm_ms).collect();
@@ -914,6 +937,14 @@ mod tests {
                 "k={n} {factor}x: named at step {at}"
             );
         }
+    }
+
+    #[test]
+    fn the_others_median_leaves_each_rank_out() {
+        assert_eq!(others_medians(&[1.0, 2.0]), [2.0, 1.0]);
+        assert_eq!(others_medians(&[5.0, 1.0, 3.0]), [2.0, 4.0, 3.0]);
+        assert_eq!(others_medians(&[4.0, 1.0, 3.0, 2.0]), [2.0, 3.0, 2.0, 3.0]);
+        assert!(others_medians(&[7.0]).iter().all(|x| *x == 0.0));
     }
 
     #[test]
