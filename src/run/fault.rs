@@ -35,8 +35,8 @@ pub enum Fault {
     /// RANK becomes FACTOR times slower: it sleeps (FACTOR - 1) x its own step time in every
     /// step (a straggler). The other ranks wait for it at the collectives, as DDP makes them.
     /// Written `slow:RANK:FACTOR[:PHASE][@STEP]`: from step STEP on (`None`: from the first),
-    /// inside the data wait (`data`, the default: a slow input pipeline) or inside the forward
-    /// (`compute`: forward+backward slowed, as a slower GPU).
+    /// inside the data wait (`data`, the default: a slow input pipeline) or at the end of the
+    /// forward, after DDP's buffer broadcast (`compute`: a slower GPU).
     Slow {
         rank: u32,
         factor: f64,

@@ -17,8 +17,8 @@ Applied on every rank, before its first step (here the number is SECONDS, not a 
 Applied on one rank, every step (`slow:RANK:FACTOR[:PHASE][@STEP]`, FACTOR above 1):
   slow      RANK waits (FACTOR - 1) x its own step time in each step, a straggler the others
             wait for at the all-reduce: inside the data wait (PHASE `data`, the default: a slow
-            input pipeline) or inside the forward (PHASE `compute`: a slower device; ddptop's
-            own loop only). From step STEP on (default: the first), with a `log` line
+            input pipeline) or at the end of the forward (PHASE `compute`: a slower device;
+            ddptop's own loop only). From step STEP on (default: the first), with a `log` line
             "injected fault slow:...@STEP: slowing from now" at the first slowed step.
 
 Applied on one rank (`uneven:RANK:STEPS`):
@@ -160,11 +160,11 @@ class Fault:
 
 class SlowRank:
     """Makes this rank FACTOR times slower than its own pace: once per step (in its data wait,
-    or inside its forward for the `compute` phase) it sleeps (FACTOR - 1) x its own recent step
-    time (the median of the last few loop iterations without the sleeps), so the slowdown
-    follows the rank's real speed. Before step `start` it only learns that pace; at `start` it
-    says so once through `on_start` (a log line whose arrival ddptop stores: the slowdown's
-    start instant, from which the straggler verdict's latency is measured)."""
+    or at the end of its forward for the `compute` phase) it sleeps (FACTOR - 1) x its own
+    recent step time (the median of the last few loop iterations without the sleeps), so the
+    slowdown follows the rank's real speed. Before step `start` it only learns that pace; at
+    `start` it says so once through `on_start` (a log line whose arrival ddptop stores: the
+    slowdown's start instant, from which the straggler verdict's latency is measured)."""
 
     def __init__(
         self,
