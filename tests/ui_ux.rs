@@ -501,10 +501,10 @@ fn every_pane_takes_the_focus_and_z_shows_it_whole() {
     // Scaling (the Runs page's second pane), Probe and Bench (the Timeline page's second and
     // third): each zooms over the whole body, its cut lines whole.
     for (pane, sub, title, gone) in [
-        (Pane::Runs, 1, "Scaling samples/s", "Runs 2 this session"),
-        (Pane::Timeline, 1, "Probe no_sync", "Timeline "),
-        (Pane::Timeline, 2, "Bench all-reduce", "Probe no_sync"),
-        (Pane::Gpus, 1, "Ranks worker processes", "GPUs "),
+        (Pane::Runs, 1, "╭ Scaling", "Runs 2 this session"),
+        (Pane::Timeline, 1, "╭ Probe", "╭ Timeline "),
+        (Pane::Timeline, 2, "╭ Bench", "╭ Probe"),
+        (Pane::Gpus, 1, "╭ Ranks worker processes", "╭ GPUs "),
     ] {
         st.view.pane = pane;
         st.view.sub = sub;
@@ -540,4 +540,72 @@ fn an_unbuilt_next_experiment_says_so_in_the_header_and_the_runs_pane() {
         s.contains("PATH=/v/bin:$PATH LIBTORCH_USE_PYTORCH=1 cargo"),
         "the build command in the Runs pane:\n{s}"
     );
+}
+
+/// Issue 47: a gloo (CPU) and an NCCL (GPU) curve of the same model and batch on one machine.
+/// No curve ever holds runs of both backends; the Scaling pane shows the selected run's backend
+/// alone and its title names backend and device, as do the Timeline's, the Probe's and the
+/// Bench's (which, showing both, names both).
+#[test]
+fn each_pane_names_the_backend_and_device_of_its_figures_and_no_curve_mixes_backends() {
+    let mut st = Screen::new(host_gpubox(2));
+    let g1 = completed(1, spec(Experiment::Weak, 1, Backend::Gloo), &[900.0]);
+    let g2 = completed(2, spec(Experiment::Weak, 2, Backend::Gloo), &[850.0, 860.0]);
+    let n1 = completed(3, spec(Experiment::Weak, 1, Backend::Nccl), &[5000.0]);
+    let n2 = completed(
+        4,
+        spec(Experiment::Weak, 2, Backend::Nccl),
+        &[4900.0, 4950.0],
+    );
+    let mut ga = completed(5, spec(Experiment::Allreduce, 2, Backend::Gloo), &[]);
+    ga.aggregate = None;
+    ga.bench = bench_rows(2, 1.5);
+    let mut na = completed(6, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
+    na.aggregate = None;
+    na.bench = bench_rows(2, 22.0);
+    st.runs = vec![na, ga, n2, n1, g2, g1];
+    for (sel, backend, device, other) in [
+        (2, Backend::Nccl, "nccl GPU", "gloo CPU"),
+        (4, Backend::Gloo, "gloo CPU", "nccl GPU"),
+    ] {
+        st.view.selected = sel;
+        st.view.focused = Some(st.runs[sel].id.clone());
+        let curves = ui::model::curves(&st.state, &st.view);
+        assert!(!curves.is_empty());
+        for c in &curves {
+            assert_eq!(c.key.backend, backend);
+            for p in &c.points {
+                let r = st.runs.iter().find(|r| r.id == p.run_id).unwrap();
+                assert_eq!(
+                    r.spec.backend, backend,
+                    "{} on a {backend:?} curve",
+                    p.run_id
+                );
+            }
+        }
+        let s = text(&draw(&st, 160, 45));
+        let line_of = |pane: &str| {
+            s.lines()
+                .find(|l| l.contains(&format!("╭ {pane}")))
+                .unwrap_or_else(|| panic!("no {pane} pane:\n{s}"))
+                .to_string()
+        };
+        let scaling = line_of("Scaling");
+        assert!(
+            scaling.contains(&format!("Scaling · {device} · samples/s"))
+                && !scaling.contains(other),
+            "{scaling}"
+        );
+        assert!(
+            line_of("Timeline").contains(&format!("Timeline · {device} · ")),
+            "{}",
+            line_of("Timeline")
+        );
+        // The Bench pane shows both settings' columns: it names both.
+        let bench = line_of("Bench");
+        assert!(
+            bench.contains("Bench · gloo CPU + nccl GPU · all-reduce"),
+            "{bench}"
+        );
+    }
 }

@@ -43,7 +43,21 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         let keep = settings.split_off(settings.len() - (MAX_SETTINGS - 1));
         settings = std::iter::once(first).chain(keep).collect();
     }
-    let mut title = vec![Span::raw("Bench"), Span::styled(" all-reduce GB/s", t.dim)];
+    let mut title = vec![Span::raw("Bench")];
+    // Every backend and device its columns are of (they name theirs when several), first.
+    let mut devices: Vec<String> = Vec::new();
+    for d in settings
+        .iter()
+        .filter_map(|s| fmt::backend_device(&s.run.spec))
+    {
+        if !devices.contains(&d) {
+            devices.push(d);
+        }
+    }
+    if !devices.is_empty() {
+        title.push(Span::styled(format!(" · {} ·", devices.join(" + ")), t.dim));
+    }
+    title.push(Span::styled(" all-reduce GB/s", t.dim));
     if settings.iter().any(|s| s.run.is_simulated()) {
         title.push(Span::raw(" "));
         title.push(Span::styled(" SIMULATED ", t.sim));

@@ -116,6 +116,19 @@ pub fn backend(spec: &RunSpec) -> String {
     }
 }
 
+/// Where a pane's figures were measured, for its title: `gloo CPU`, `nccl GPU`, `XLA GPU`;
+/// `None` for a simulated run (its SIMULATED badge says so).
+pub fn backend_device(spec: &RunSpec) -> Option<String> {
+    use crate::run::Experiment;
+    match (spec.experiment(), spec.backend) {
+        (_, Backend::Sim) => None,
+        // `backend` already names the device of these.
+        (Experiment::Jax | Experiment::Handrolled, _) => Some(backend(spec)),
+        (_, Backend::Nccl) => Some(format!("{} GPU", backend(spec))),
+        (_, Backend::Gloo) => Some(format!("{} CPU", backend(spec))),
+    }
+}
+
 /// `backend` in four cells (the Runs pane's narrow column).
 pub fn backend_short(spec: &RunSpec) -> String {
     use crate::run::Experiment;

@@ -164,12 +164,36 @@ pub fn frame_block(
         (t.border, t.title)
     };
     let mut spans = vec![Span::styled(" ", bs)];
+    // A title wider than the pane is cut with `…`, never silently (issue 47); `z` shows the
+    // pane, and its title, over the whole body.
+    let mut room = usize::from(r.width).saturating_sub(4);
+    let cut = title.iter().map(|s| s.width()).sum::<usize>() > room;
+    if cut {
+        room = room.saturating_sub(1);
+    }
     for s in title {
-        if s.style == Style::default() {
-            spans.push(Span::styled(s.content, ts));
-        } else {
-            spans.push(s);
+        if room == 0 {
+            break;
         }
+        let style = if s.style == Style::default() {
+            ts
+        } else {
+            s.style
+        };
+        let w = s.width();
+        let text = if w > room {
+            // What fits in `room` (`trunc` keeps `room` cells and its own `…`, dropped here).
+            let mut x = fmt::trunc(&s.content, room + 1);
+            x.pop();
+            x
+        } else {
+            s.content.into_owned()
+        };
+        room = room.saturating_sub(w);
+        spans.push(Span::styled(text, style));
+    }
+    if cut {
+        spans.push(Span::styled("…", ts));
     }
     spans.push(Span::styled(" ", bs));
     let b = Block::default()

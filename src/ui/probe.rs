@@ -15,7 +15,12 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
     let view = model::probe_view(s, ctx.view);
-    let mut title = vec![Span::raw("Probe"), Span::styled(" no_sync", t.dim)];
+    let mut title = vec![Span::raw("Probe")];
+    // The backend and device first, where a narrow pane does not cut them.
+    if let Some(bd) = view.as_ref().and_then(|v| fmt::backend_device(&v.run.spec)) {
+        title.push(Span::styled(format!(" · {bd} ·"), t.dim));
+    }
+    title.push(Span::styled(" no_sync", t.dim));
     if let Some(v) = &view {
         title.push(Span::styled(
             format!(" · {} k={}", fmt::tiny_id(&v.run.id), v.run.spec.k),

@@ -13,16 +13,24 @@ use ratatui::text::{Line, Span};
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let t = ctx.theme;
     let curves = model::curves(ctx.state, ctx.view);
-    let inner = frame_block(
-        ctx,
-        PaneId::Scaling,
-        vec![
-            Span::raw("Scaling"),
-            Span::styled(" samples/s and efficiency vs k", t.dim),
-        ],
-        area,
-        buf,
-    );
+    let mut title = vec![Span::raw("Scaling")];
+    // The curves shown are of one backend (`CurveKey::setting`): the title names it and its
+    // device first, where a narrow pane does not cut it.
+    let mut devices: Vec<String> = Vec::new();
+    for d in curves.iter().filter_map(|c| {
+        let mut spec = crate::run::RunSpec::new(c.key.experiment, 1, c.key.backend);
+        spec.profile = c.key.profile.clone();
+        fmt::backend_device(&spec)
+    }) {
+        if !devices.contains(&d) {
+            devices.push(d);
+        }
+    }
+    if !devices.is_empty() {
+        title.push(Span::styled(format!(" · {} ·", devices.join(" + ")), t.dim));
+    }
+    title.push(Span::styled(" samples/s and efficiency vs k", t.dim));
+    let inner = frame_block(ctx, PaneId::Scaling, title, area, buf);
     if inner.height == 0 {
         return;
     }

@@ -47,6 +47,10 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     };
     let mut title = vec![Span::raw("Timeline")];
     if let Some(r) = run {
+        // The backend and device first, where a narrow pane does not cut them.
+        if let Some(bd) = fmt::backend_device(&r.spec) {
+            title.push(Span::styled(format!(" · {bd} ·"), t.dim));
+        }
         title.push(Span::styled(
             format!(
                 " {} k={} rank {}",
