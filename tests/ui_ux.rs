@@ -609,3 +609,40 @@ fn each_pane_names_the_backend_and_device_of_its_figures_and_no_curve_mixes_back
         );
     }
 }
+
+/// Issue 47, layout: an NCCL run with a probe, drawn at 80×24 (tabs: the Timeline page, where
+/// the Probe pane is half the width) and at 120×40 (every pane at once). A title too wide for
+/// its pane ends in `…`, never a silent cut, and `z` on that pane shows it whole.
+#[test]
+fn at_80x24_a_cut_title_says_so_and_z_shows_it_whole_and_120x40_shows_every_pane() {
+    let mut st = probe_state(Backend::Nccl);
+    st.view.pane = Pane::Timeline;
+    let t = draw(&st, 80, 24);
+    let s = text(&t);
+    let probe = s
+        .lines()
+        .find(|l| l.contains("╭ Probe"))
+        .unwrap_or_else(|| panic!("{s}"))
+        .to_string();
+    assert!(
+        probe.contains("Probe · nccl GPU · no_sync") && probe.contains("… ╮"),
+        "{probe}"
+    );
+    insta::assert_snapshot!("main_screen_timeline_page_80x24", t.backend());
+    st.view.sub = 1;
+    st.view.zoom = true;
+    let s = text(&draw(&st, 80, 24));
+    let id5 = id(5);
+    let whole = format!("Probe · nccl GPU · no_sync · {} k=2", &id5[id5.len() - 4..]);
+    assert!(s.contains(&whole), "{whole}:\n{s}");
+    st.view.zoom = false;
+    st.view.sub = 0;
+    let t = draw(&st, 120, 40);
+    let s = text(&t);
+    for pane in [
+        "Runs", "Scaling", "Timeline", "Probe", "Bench", "Log", "GPUs", "Ranks",
+    ] {
+        assert!(s.contains(&format!("╭ {pane}")), "{pane}:\n{s}");
+    }
+    insta::assert_snapshot!("main_screen_120x40", t.backend());
+}
