@@ -75,12 +75,14 @@ fn a_flowing_run_has_no_watchdog_word() {
 fn a_stalled_attached_job_reads_stalled_with_its_note() {
     let (mut st, _) = stopped(30, 12);
     st.runs[0].status = RunStatus::Stalled;
-    st.runs[0].watch_note = Some(
-        "stalled, reported, not stopped: rank 1 alive but stuck at step 12 for 3.0 s".into(),
-    );
+    st.runs[0].watch_note =
+        Some("stalled, reported, not stopped: rank 1 alive but stuck at step 12 for 3.0 s".into());
     let s = text(&st, 160, 40);
     // The Runs row: the status word with its own glyph (never colour alone).
     assert!(s.contains("nccl ! stalled"), "{s}");
-    assert!(!s.contains("▶ running"), "a stalled run does not read running: {s}");
+    assert!(
+        !s.contains("▶ running"),
+        "a stalled run does not read running: {s}"
+    );
     assert!(s.contains("stalled, reported, not stopped"), "{s}");
 }
