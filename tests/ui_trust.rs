@@ -150,7 +150,7 @@ fn probe_pane_control_ran_before_live_label_and_ratio() {
     st.view.pane = Pane::Timeline;
     let t = draw(&st, 260, 50);
     let s = text(&t);
-    assert!(s.contains("ran before, not interleaved"), "{s}");
+    assert!(s.contains("ran before, not interleave"), "{s}"); // cut at 260 columns, marked …
     assert!(s.contains("(difference − control) / model"), "{s}");
     assert!(!s.contains("live (training DDP"), "{s}");
     insta::assert_snapshot!(t.backend());

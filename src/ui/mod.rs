@@ -213,6 +213,14 @@ pub fn put_line(buf: &mut Buffer, area: Rect, y: u16, line: &Line) {
         return;
     }
     buf.set_line(area.x, area.y + y, line, area.width);
+    // A line wider than its pane says so: its last cell becomes `…` (`z` shows the pane whole),
+    // never a silent cut (issue 47).
+    if area.width > 0 && line.width() > area.width as usize {
+        let last = (area.x + area.width - 1, area.y + y);
+        if let Some(cell) = buf.cell_mut(last) {
+            cell.set_symbol("…");
+        }
+    }
 }
 
 /// A dim one-line hint centred vertically, for empty panes.
