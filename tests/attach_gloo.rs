@@ -529,3 +529,35 @@ fn a_stalled_job_is_seen_stalled_by_show_while_it_runs() {
         "{r:#}"
     );
 }
+
+/// Issue 51: every rank finishes, reports its result and says `bye: done`, then one aborts at
+/// exit. The run completed (its figures are whole); the teardown failure is its caveat, with
+/// the rank's own last words, never hidden.
+#[test]
+fn a_rank_that_aborts_after_its_bye_leaves_a_completed_run_with_the_failure_as_caveat() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/scripts/aborts_at_exit.py")
+        .display()
+        .to_string();
+    let (ok, doc) = attach(d.path(), &py, &["--k", "2"], &[&script]);
+    let r = &doc["runs"][0];
+    assert!(ok, "{r:#}");
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["steps"], serde_json::json!([8, 8]), "{r:#}");
+    let caveats = serde_json::to_string(&r["caveats"]).unwrap();
+    assert!(
+        caveats.contains("failed at exit")
+            && caveats.contains(
+                "rank 1 (exit -6 (SIGABRT)): terminate called without an active exception"
+            ),
+        "{caveats}"
+    );
+    let tails = r["rank_tails"].as_array().unwrap();
+    assert!(
+        tails.iter().any(|t| t["rank"] == 1 && t["exitcode"] == -6),
+        "{tails:#?}"
+    );
+}

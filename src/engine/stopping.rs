@@ -166,6 +166,7 @@ impl Engine {
                 .collect();
             (!errors.is_empty()).then(|| errors.join("; "))
         });
+        let finished = self.finished_before_exit(run);
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -193,6 +194,25 @@ impl Engine {
                             )),
                         )
                     }
+                }
+                failed if finished => {
+                    // Every rank finished its loop, sent its result and said `bye: done`; only
+                    // the exit failed (a rank aborted in its teardown, issue 51). The figures
+                    // are whole: the run completed, and the teardown failure is its caveat,
+                    // with the rank's own last words.
+                    let own = output::rank_tails(&l.run_dir)
+                        .into_iter()
+                        .filter(|t| t.exitcode != 0)
+                        .min_by_key(|t| t.exitcode == -15)
+                        .map(|t| {
+                            let why = t.why().unwrap_or("no output").trim().to_string();
+                            format!("rank {} ({}): {why}", t.rank, t.exit_words())
+                        });
+                    let text = format!(
+                        "every rank finished and reported, then the job failed at exit ({failed}{}): the figures are complete; the teardown failure is in the ranks' last lines",
+                        own.map(|o| format!("; {o}")).unwrap_or_default()
+                    );
+                    (RunStatus::Completed, Some(text))
                 }
                 failed => {
                     let mut why = match named {
@@ -223,6 +243,19 @@ impl Engine {
             l.ending = Some(ending);
         }
         self.spawn_stop(run, Duration::ZERO);
+    }
+
+    /// Whether every rank of `run` finished its own loop before the launcher exited: each said
+    /// `bye` with reason `done`, none reported an error, and every result arrived.
+    fn finished_before_exit(&self, run: &str) -> bool {
+        let (Some(v), Some(l)) = (self.state.run(run), self.launches.get(run)) else {
+            return false;
+        };
+        !v.ranks.is_empty()
+            && v.ranks
+                .values()
+                .all(|r| r.bye == Some(crate::protocol::ByeReason::Done) && r.error.is_none())
+            && v.ranks.keys().all(|r| l.results.contains(r))
     }
 
     /// Another node's channel process ended. A failure fails the run and stops every node (its
@@ -289,6 +322,7 @@ impl Engine {
             r.push_str(&format!("; WARNING: pids {survivors:?} survived SIGKILL"));
         }
         let run_dir = l.run_dir.clone();
+        let exited_badly = l.exit.is_some_and(|e| e != Exit::Code(0));
         self.pull_output(run);
         self.keep_node_gpus(run);
         self.latest.take_run(run, &mut self.pending);
@@ -303,8 +337,15 @@ impl Engine {
         if let Some(read) = nccl_reads(&view.spec, &run_dir) {
             view.nccl_read = read;
         }
-        if status != RunStatus::Completed {
+        if status != RunStatus::Completed || exited_badly {
             view.rank_tails = output::rank_tails(&run_dir);
+        }
+        if status == RunStatus::Completed
+            && exited_badly
+            && let Some(r) = reason.take()
+        {
+            // A completed run has no failure reason: what went wrong at exit is its caveat.
+            view.add_caveat(crate::run::Caveat::note(r));
         }
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();
