@@ -167,6 +167,16 @@ impl Engine {
             (!errors.is_empty()).then(|| errors.join("; "))
         });
         let finished = self.finished_before_exit(run);
+        // The ranks' own last lines, read once: the reason quotes the first to fail, and the run
+        // keeps them all (`on_stop_done` finalizes them).
+        let tails = match self.launches.get(run) {
+            Some(l) if exit != Exit::Code(0) => output::rank_tails(&l.run_dir),
+            _ => Vec::new(),
+        };
+        let first = output::first_failed(&tails).cloned();
+        if let Some(v) = self.state.run_mut(run) {
+            v.rank_tails = tails;
+        }
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -200,14 +210,10 @@ impl Engine {
                     // the exit failed (a rank aborted in its teardown, issue 51). The figures
                     // are whole: the run completed, and the teardown failure is its caveat,
                     // with the rank's own last words.
-                    let own = output::rank_tails(&l.run_dir)
-                        .into_iter()
-                        .filter(|t| t.exitcode != 0)
-                        .min_by_key(|t| t.exitcode == -15)
-                        .map(|t| {
-                            let why = t.why().unwrap_or("no output").trim().to_string();
-                            format!("rank {} ({}): {why}", t.rank, t.exit_words())
-                        });
+                    let own = first.as_ref().map(|t| {
+                        let why = t.why().unwrap_or("no output").trim().to_string();
+                        format!("rank {} ({}): {why}", t.rank, t.exit_words())
+                    });
                     let text = format!(
                         "every rank finished and reported, then the job failed at exit ({failed}{}): the figures are complete; the teardown failure is in the ranks' last lines",
                         own.map(|o| format!("; {o}")).unwrap_or_default()
@@ -221,18 +227,14 @@ impl Engine {
                     };
                     // The rank that died first, in its own words: a signal's cause is only in
                     // its output, never in torchrun's summary.
-                    let own = output::rank_tails(&l.run_dir)
-                        .into_iter()
-                        .filter(|t| t.exitcode != 0)
-                        .min_by_key(|t| t.exitcode == -15)
-                        .and_then(|t| {
-                            let why = t.why()?.trim().to_string();
-                            Some(format!(
-                                "rank {} ({}) last wrote: {why}",
-                                t.rank,
-                                t.exit_words()
-                            ))
-                        });
+                    let own = first.as_ref().and_then(|t| {
+                        let why = t.why()?.trim().to_string();
+                        Some(format!(
+                            "rank {} ({}) last wrote: {why}",
+                            t.rank,
+                            t.exit_words()
+                        ))
+                    });
                     for part in [detail, rank_error, own].into_iter().flatten() {
                         why.push_str("; ");
                         why.push_str(&part);
@@ -337,7 +339,9 @@ impl Engine {
         if let Some(read) = nccl_reads(&view.spec, &run_dir) {
             view.nccl_read = read;
         }
-        if status != RunStatus::Completed || exited_badly {
+        // `on_exit` read them when the launcher exited; a run finalized without that exit seen
+        // reads them here.
+        if (status != RunStatus::Completed || exited_badly) && view.rank_tails.is_empty() {
             view.rank_tails = output::rank_tails(&run_dir);
         }
         if status == RunStatus::Completed

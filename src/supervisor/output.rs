@@ -121,6 +121,15 @@ pub fn rank_tails(run_dir: &Path) -> Vec<RankTail> {
     out
 }
 
+/// The rank that died first among `tails`: a non-zero exit, the ranks torchrun stopped with
+/// SIGTERM because a peer had failed taken only when no other did.
+pub fn first_failed(tails: &[RankTail]) -> Option<&RankTail> {
+    tails
+        .iter()
+        .filter(|t| t.exitcode != 0)
+        .min_by_key(|t| t.exitcode == -15)
+}
+
 /// `0 (local_rank: 0)` → (0, 0).
 fn parse_rank_field(s: &str) -> Option<(u32, u32)> {
     let mut words = s.split_whitespace();
