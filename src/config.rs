@@ -944,22 +944,16 @@ mod tests {
     /// is refused: its config would set the environment of every launch.
     #[test]
     fn a_config_planted_by_another_user_in_a_shared_parent_is_refused() {
-        use std::os::unix::fs::PermissionsExt;
         if !nix::unistd::geteuid().is_root() {
             return; // only root can make a directory of another user's here
         }
         let root = tempfile::tempdir().unwrap();
-        let shared = root.path().join("tmp");
-        std::fs::create_dir(&shared).unwrap();
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let theirs = shared.join("ddptop-config");
-        std::fs::create_dir(&theirs).unwrap();
+        let theirs = crate::paths::dir_in_a_shared_parent(root.path(), "ddptop-config", true);
         std::fs::write(
             theirs.join("config.toml"),
             "[presets.x]\nNCCL_ALGO = \"Ring\"\n",
         )
         .unwrap();
-        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
         let e = Config::load(Some(&theirs.join("config.toml")))
             .unwrap_err()
             .to_string();

@@ -121,6 +121,29 @@ pub fn not_planted(dir: &std::path::Path) -> Result<(), String> {
     Ok(())
 }
 
+/// For tests of `not_planted` and its callers: a world-writable, sticky `tmp` under `root` (as
+/// `/tmp` is) holding an empty directory `name`; with `nobody_owns` (root only), handed to uid
+/// 65534 as another user's would be.
+#[cfg(test)]
+pub(crate) fn dir_in_a_shared_parent(
+    root: &std::path::Path,
+    name: &str,
+    nobody_owns: bool,
+) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let shared = root.join("tmp");
+    if !shared.exists() {
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    }
+    let dir = shared.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    if nobody_owns {
+        std::os::unix::fs::chown(&dir, Some(65534), None).unwrap();
+    }
+    dir
+}
+
 fn base() -> Option<impl BaseStrategy> {
     etcetera::choose_base_strategy().ok()
 }
@@ -205,14 +228,11 @@ mod tests {
     fn a_data_or_config_dir_planted_in_a_shared_parent_is_refused() {
         let root = tempfile::tempdir().unwrap();
         let shared = root.path().join("tmp");
-        std::fs::create_dir(&shared).unwrap();
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let mine = shared.join("ddptop-data");
         assert!(
-            not_planted(&mine).is_ok(),
+            not_planted(&shared.join("ddptop-data")).is_ok(),
             "not there yet: whoever creates it is us"
         );
-        std::fs::create_dir(&mine).unwrap();
+        let mine = dir_in_a_shared_parent(root.path(), "ddptop-data", false);
         assert!(not_planted(&mine).is_ok());
         let link = shared.join("ddptop-config");
         std::os::unix::fs::symlink(&mine, &link).unwrap();
@@ -229,9 +249,7 @@ mod tests {
         std::os::unix::fs::symlink(&mine, &named).unwrap();
         assert!(not_planted(&named).is_ok());
         if nix::unistd::geteuid().is_root() {
-            let theirs = shared.join("theirs");
-            std::fs::create_dir(&theirs).unwrap();
-            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let theirs = dir_in_a_shared_parent(root.path(), "theirs", true);
             let e = not_planted(&theirs).unwrap_err();
             assert!(e.contains("belongs to uid 65534"), "{e}");
         }

@@ -879,17 +879,11 @@ mod tests {
     /// refused in one line, not written into.
     #[test]
     fn a_data_dir_planted_by_another_user_in_a_shared_parent_is_refused() {
-        use std::os::unix::fs::PermissionsExt;
         if !nix::unistd::geteuid().is_root() {
             return; // only root can make a directory of another user's here
         }
         let root = tempfile::tempdir().unwrap();
-        let shared = root.path().join("tmp");
-        std::fs::create_dir(&shared).unwrap();
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        let theirs = shared.join("ddptop-data");
-        std::fs::create_dir(&theirs).unwrap();
-        std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+        let theirs = crate::paths::dir_in_a_shared_parent(root.path(), "ddptop-data", true);
         let e = Store::open(&theirs.join("runs.db"))
             .err()
             .unwrap()
