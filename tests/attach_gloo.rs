@@ -399,10 +399,7 @@ fn a_rank_killed_by_a_signal_keeps_its_own_last_lines() {
     let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/scripts/rank0_aborts.py")
-        .display()
-        .to_string();
+    let script = fixture_script("rank0_aborts.py");
     let (ok, doc) = attach(d.path(), &py, &["--k", "2"], &[&script]);
     assert!(!ok);
     let r = &doc["runs"][0];
@@ -538,10 +535,7 @@ fn a_rank_that_aborts_after_its_bye_leaves_a_completed_run_with_the_failure_as_c
     let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/scripts/aborts_at_exit.py")
-        .display()
-        .to_string();
+    let script = fixture_script("aborts_at_exit.py");
     let (ok, doc) = attach(d.path(), &py, &["--k", "2"], &[&script]);
     let r = &doc["runs"][0];
     assert!(ok, "{r:#}");

@@ -11,13 +11,6 @@ fn python() -> Option<String> {
     python_importing("torch")
 }
 
-fn fixture(name: &str) -> String {
-    format!(
-        "{}/tests/fixtures/scripts/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
 fn run(data: &std::path::Path, py: &str, args: &[&str]) -> Value {
     let out = ddptop(data)
         .env("DDPTOP_PYTHON", py)
@@ -95,7 +88,7 @@ fn uneven_inputs_name_the_rank_that_ran_out_injected_at_k2_and_k4_and_in_a_real_
         assert!(reason.starts_with("uneven inputs: rank"), "{reason}");
     }
     // The bug itself: the last rank's hand-made slice has 3 batches, its peer's 8.
-    let r = attach(d.path(), &py, "2", &fixture("uneven_data.py"));
+    let r = attach(d.path(), &py, "2", &fixture_script("uneven_data.py"));
     let v = verdict(&r, "uneven_inputs");
     assert_eq!((&v["rank"], &v["step"]), (&1.into(), &3.into()), "{v:#}");
 }
@@ -149,7 +142,7 @@ fn unused_parameters_are_named_injected_and_in_a_real_script() {
         "{reason}"
     );
 
-    let r = attach(d.path(), &py, "2", &fixture("unused_layer.py"));
+    let r = attach(d.path(), &py, "2", &fixture_script("unused_layer.py"));
     assert_eq!(r["status"], "failed", "{r:#}");
     let v = verdict(&r, "unused_parameters");
     assert!(

@@ -142,3 +142,12 @@ pub fn output_tails(doc: &Value) -> String {
     }
     out
 }
+
+/// A test script of `tests/fixtures/scripts/` (scripts that really have a bug), by file name.
+#[allow(dead_code)]
+pub fn fixture_script(name: &str) -> String {
+    format!(
+        "{}/tests/fixtures/scripts/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
