@@ -345,10 +345,11 @@ impl Engine {
             view.rank_tails = output::rank_tails(&run_dir);
         }
         if status == RunStatus::Completed
-            && exited_badly
             && let Some(r) = reason.take()
         {
-            // A completed run has no failure reason: what went wrong at exit is its caveat.
+            // A completed run has no failure reason: what went wrong at its end (a teardown
+            // that hung or aborted after every result arrived) is its caveat, whether the
+            // launcher exited by itself or was stopped.
             view.add_caveat(crate::run::Caveat::note(r));
         }
         reduce::finish(view, status, reason, unix);
