@@ -331,6 +331,9 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
     set("DDPTOP_TOKEN", ctx.token.to_string());
     set("DDPTOP_RUN_ID", ctx.run_id.to_string());
     set("PYTHONUNBUFFERED", "1".into());
+    // A rank killed by SIGABRT/SIGSEGV/SIGBUS first prints every Python thread's stack: where it
+    // died is then in its own last lines (issue 51's abort said only "terminate called").
+    set("PYTHONFAULTHANDLER", "1".into());
     let argv = match spec.backend {
         Backend::Sim => sim_argv(spec, ctx)?,
         Backend::Gloo | Backend::Nccl => {
@@ -455,6 +458,9 @@ pub fn why_set(var: &str) -> Option<&'static str> {
     Some(match var {
         "PYTHONPATH" => "loads ddptop's bootstrap (sitecustomize) and its worker package",
         "PYTHONUNBUFFERED" => "each rank's output reaches the log as it is printed, not at exit",
+        "PYTHONFAULTHANDLER" => {
+            "a rank killed by a signal prints its Python stacks: where it died is in its last lines"
+        }
         "DDPTOP_SOCKET" | "DDPTOP_TOKEN" | "DDPTOP_RUN_ID" => "how each rank reaches ddptop",
         "DDPTOP_BACKEND" => "the backend the bootstrap reports before the script's process group",
         "DDPTOP_FR_DIR" => "where a rank writes its flight recorder and stacks on a hang",

@@ -73,7 +73,7 @@ pub fn exit_details(run_dir: &Path) -> Option<String> {
 }
 
 /// Most lines kept of a failed rank's own output.
-pub const RANK_TAIL_LINES: usize = 12;
+pub const RANK_TAIL_LINES: usize = 30;
 
 /// The ranks torchrun's failure summary lists (`rank : 0 (local_rank: 0)` then
 /// `exitcode : -6 (pid: …)`), each with its own last lines: from `output.log`, where torchrun's
