@@ -2,9 +2,15 @@
 # need (created on first use) and the environment they run in.
 VENV=${DDPTOP_VENV:-.venv}
 if ! "$VENV/bin/python" -c "import torch, pytest, numpy" 2>/dev/null; then
-  echo "scripts/test: installing torch==2.11.0, pytest, numpy into $VENV"
+  echo "scripts/test: installing torch==2.11.0, torchvision==0.26.0, pytest, numpy into $VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.11.0 pytest numpy
+  "$VENV/bin/pip" install -q --disable-pip-version-check torch==2.11.0 torchvision==0.26.0 pytest numpy
+fi
+# `--data-path loader` is the book's torchvision pipeline (issue 48): torchvision 0.26.0 is the
+# release that pairs with torch 2.11.0 (a venv made before it lacks it: added once, 8 MB).
+if ! "$VENV/bin/python" -c "import torchvision" 2>/dev/null; then
+  echo "scripts/test: installing torchvision==0.26.0 into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check torchvision==0.26.0
 fi
 # The jax worker's optional dependencies (CPU wheels, about 750 MB); its tests and `ddptop run
 # jax` on the CPU use 4 fake XLA host devices.

@@ -229,6 +229,17 @@ fn migrate(conn: &Connection) -> anyhow::Result<()> {
             conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {col} {decl}"))?;
         }
     }
+    // user_version 1: `loader` became the book's torchvision pipeline (issue 48); a run stored
+    // before ran ddptop's faster loader, which is `fast-loader` now. Once per database.
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version < 1 {
+        conn.execute_batch(
+            "BEGIN;
+             UPDATE runs SET data_path = 'fast-loader' WHERE data_path = 'loader';
+             PRAGMA user_version = 1;
+             COMMIT;",
+        )?;
+    }
     Ok(())
 }
 
@@ -1343,6 +1354,37 @@ mod tests {
         // A run stored before the NCCL profiler plugin: nothing of it.
         let old = &store.load_runs(1).unwrap()[0];
         assert_eq!((old.comm_timing, &old.coll_summary), (None, &None));
+    }
+
+    #[test]
+    fn a_loader_run_stored_before_the_books_pipeline_reads_as_the_fast_loader() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.db");
+        let store = Store::open(&path).unwrap();
+        let s = RunSpec {
+            data_path: DataPath::Loader,
+            ..spec()
+        };
+        insert(&store, "old", &s, dir.path());
+        drop(store);
+        // As an older ddptop left it: `loader` was its faster pipeline, no user_version.
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 0;")
+            .unwrap();
+        let store = Store::open(&path).unwrap();
+        assert_eq!(
+            store.load_runs(1).unwrap()[0].spec.data_path,
+            DataPath::FastLoader
+        );
+        // Once: a book's-pipeline run stored now stays `loader` on the next open.
+        insert(&store, "new", &s, dir.path());
+        drop(store);
+        let store = Store::open(&path).unwrap();
+        let runs = store.load_runs(2).unwrap();
+        let by_id = |id: &str| runs.iter().find(|r| r.id == id).unwrap().spec.data_path;
+        assert_eq!(by_id("new"), DataPath::Loader);
+        assert_eq!(by_id("old"), DataPath::FastLoader);
     }
 
     #[test]

@@ -7,6 +7,18 @@
 # warm-up). Figure: sum over ranks of each rank's mean samples/s over the timed epochs.
 # ARMS (default "bare ddptop noinst") may add ddptop10: ddptop with steps timed 1 in 10
 # (DDPTOP_TIME_EVERY=10); KS (default "2 1") picks the k values.
+# Issue 48, the data path: book_loader = workers/scripts/book_loader.py under torchrun (the
+# book's loader loop: PIL images, torchvision Resize(64) + ToTensor, DataLoader num_workers=2,
+# DistributedSampler); loader = `ddptop run weak --data-path loader` (the same pipeline, in
+# ddptop's worker); fast_loader = `--data-path fast-loader`; device = ddptop's default
+# (GPU-resident data). Their figures are compared with book_loader's, per round (ratios of runs
+# next to each other) and as medians:
+#   ARMS="book_loader loader fast_loader device" KS=1 BUDGET_S=540 scripts/device/loop_overhead.sh
+# These arms need torchvision: if the python lacks it, the wheels in .carry/wheels-tv/
+# (torchvision 0.26.0, pillow, numpy for cp312) are installed once into /tmp/ddptop-tv-site and
+# put at the end of sys.path by a .pth file (the python's own packages win; torchvision 0.26.0
+# pairs with torch 2.11.0). Synthetic FashionMNIST-shaped images (the device has no dataset):
+# the first line of each log says so.
 # Run from the repo root; needs the release binary (target/release/ddptop or .carry/ddptop).
 # Logs go to $OUT; the table is printed last. About 4 minutes.
 set -u
@@ -18,6 +30,19 @@ PY=${DDPTOP_PYTHON}
 B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=./.carry/ddptop
 SAMPLES=${SAMPLES:-30000}; EPOCHS=${EPOCHS:-3}; BUDGET_S=${BUDGET_S:-230}
 RES="$OUT/loop_overhead.tsv"; : > "$RES"
+need_torchvision() {
+  case " ${ARMS:-} " in *" book_loader "*|*" loader "*) ;; *) return 0 ;; esac
+  $PY -c "import torchvision" 2>/dev/null && return 0
+  local site=/tmp/ddptop-tv-site pth
+  ls .carry/wheels-tv/*.whl > /dev/null 2>&1 || { echo "no torchvision and no .carry/wheels-tv/*.whl" >&2; return 1; }
+  $PY -m pip install -q --no-index --no-deps --target "$site" .carry/wheels-tv/*.whl > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log" >&2; return 1; }
+  # A .pth file appends $site to sys.path for every process of this python, ddptop's workers
+  # included (ddptop sets their PYTHONPATH to its workers/ folder, so PYTHONPATH cannot carry it).
+  pth=$($PY -c "import site,sys;print(site.getusersitepackages() if site.ENABLE_USER_SITE else site.getsitepackages()[0])")
+  mkdir -p "$pth" && echo "$site" > "$pth/ddptop-tv.pth"
+  $PY -c "import torchvision, PIL, numpy; print('torchvision', torchvision.__version__, 'from', torchvision.__file__)" | tee -a "$OUT/pip.log"
+}
+need_torchvision || { echo "loop_overhead: the loader arms need torchvision (see $OUT/pip.log)"; exit 1; }
 T0=$(date +%s)
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/loop_overhead.log"; }
 elapsed() { echo $(( $(date +%s) - T0 )); }
@@ -34,6 +59,15 @@ arm() {  # arm K -> appends "arm<TAB>k<TAB>samples/s" to $RES
         -m ddptop_worker train --backend nccl --model resnet18 --batch 256 --samples "$SAMPLES" \
         --epochs "$EPOCHS" --no-instrument > "$f" 2>&1
       sps=$($PY -c "import re,sys;v=[float(m.group(1)) for m in re.finditer(r'rank \d+: ([0-9.]+) samples/s per rank', open(sys.argv[1]).read())];print(round(sum(v),1) if v else '')" "$f") ;;
+    book_loader)
+      timeout 300 $PY -m torch.distributed.run --standalone --nproc-per-node="$k" \
+        workers/scripts/book_loader.py --batch 256 --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
+      sps=$($PY -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BOOK_RESULT')]" "$f" | tail -1) ;;
+    loader|fast_loader|device)
+      local path=$a; [ "$a" = fast_loader ] && path=fast-loader
+      timeout 300 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
+        --samples "$SAMPLES" --epochs "$EPOCHS" --data-path "$path" --json > "$f" 2> "$f.stderr"
+      sps=$($PY -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
     ddptop|ddptop10)
       local every=1; [ "$a" = ddptop10 ] && every=10
       timeout 150 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
@@ -41,7 +75,7 @@ arm() {  # arm K -> appends "arm<TAB>k<TAB>samples/s" to $RES
       sps=$($PY -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
   esac
   log "$a k=$k: ${sps:-FAILED} samples/s ($(awk -v a="$(date +%s.%N)" -v b="$t" "BEGIN {printf \"%.1f\", a - b}") s, log $f)"
-  [ -n "$sps" ] && printf '%s\t%s\t%s\n' "$a" "$k" "$sps" >> "$RES"
+  [ -n "$sps" ] && printf '%s\t%s\t%s\t%s\n' "$a" "$k" "$sps" "$round" >> "$RES"
 }
 
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv > "$OUT/gpus_before.csv" 2>&1
@@ -59,19 +93,27 @@ nvidia-smi --query-gpu=index,clocks.sm,temperature.gpu --format=csv > "$OUT/gpus
 $PY - "$RES" <<'PY' | tee "$OUT/loop_overhead_table.txt"
 import statistics, sys
 rows = [l.split("\t") for l in open(sys.argv[1]).read().splitlines() if l]
-by = {}
-for a, k, v in rows:
-    by.setdefault((a, int(k)), []).append(float(v))
-print(f"{'arm':17}{'k':3}{'runs':6}{'samples/s median (each run)':38}vs bare")
+by: dict[tuple[str, int], dict[int, float]] = {}
+for a, k, v, rnd in rows:
+    by.setdefault((a, int(k)), {})[int(rnd)] = float(v)
+# Each arm against its reference: the bare d2l loop for ddptop's loop, the book's loader loop
+# for the data paths. "median" compares the medians; "rounds" is the median of the per-round
+# ratios (the two runs of a round were next to each other in time).
+ARMS = (("bare", "bare d2l", None), ("ddptop", "ddptop instr.", "bare"),
+        ("ddptop10", "instr. 1 in 10", "bare"), ("noinst", "--no-instrument", "bare"),
+        ("book_loader", "book's loader", None), ("loader", "--data-path loader", "book_loader"),
+        ("fast_loader", "fast-loader", "book_loader"), ("device", "device data", "book_loader"))
+print(f"{'arm':20}{'k':3}{'runs':6}{'samples/s median (each run)':44}{'vs ref (median)':18}vs ref (rounds: median, each)")
 for k in (1, 2):
-    bare = statistics.median(by[("bare", k)]) if ("bare", k) in by else None
-    for a, label in (("bare", "bare d2l"), ("ddptop", "ddptop instr."), ("ddptop10", "instr. 1 in 10"), ("noinst", "--no-instrument")):
+    for a, label, ref in ARMS:
         v = by.get((a, k))
         if not v:
-            print(f"{label:17}{k:<3}{0:<6}-")
             continue
-        m = statistics.median(v)
-        ratio = f"{100 * m / bare:6.2f}%" if bare else "   n/a"
-        cell = f"{m:9.1f} (" + ", ".join(f"{x:.0f}" for x in v) + ")"
-        print(f"{label:17}{k:<3}{len(v):<6}{cell:38}{ratio}")
+        m = statistics.median(v.values())
+        cell = f"{m:9.1f} (" + ", ".join(f"{v[r]:.0f}" for r in sorted(v)) + ")"
+        rv = by.get((ref, k)) if ref else None
+        vs = f"{100 * m / statistics.median(rv.values()):7.2f}% of {ref}" if rv else ""
+        ratios = [v[r] / rv[r] for r in sorted(v) if rv and r in rv]
+        per = (f"{100 * statistics.median(ratios):7.2f}% (" + ", ".join(f"{100 * x:.1f}" for x in ratios) + ")") if ratios else ""
+        print(f"{label:20}{k:<3}{len(v):<6}{cell:44}{vs:18}{per}")
 PY

@@ -128,7 +128,7 @@ impl Action {
             }
             Action::Sweep => "sweep k = 1, 2, 4 one after another",
             Action::SwitchExperiment => "next experiment: weak, strong, fsdp, jax, handrolled",
-            Action::ToggleDataPath => "device-resident data or DataLoader (next launch)",
+            Action::ToggleDataPath => "device data, book's or fast DataLoader (next launch)",
             Action::Probe => "no_sync probe: live on the running run, or launch it",
             Action::Bench => "all-reduce bandwidth sweep",
             Action::Tune => "tune DDP/NCCL settings (live table; again: hide)",

@@ -632,6 +632,10 @@ pub struct ResultMsg {
     /// `torch.backends.cudnn.benchmark` at the end of the run (the book sets it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cudnn_benchmark: Option<bool>,
+    /// The JAX worker's `jax_default_matmul_precision` (`tensorfloat32`, the book's "high", by
+    /// default), as `jax.config` read it at the end of the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jax_matmul_precision: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -130,8 +130,8 @@ impl CurveKey {
         if !self.nccl.is_default() {
             parts.push(self.nccl.short());
         }
-        if self.data_path == DataPath::Loader {
-            parts.push("DataLoader".into());
+        if let Some(badge) = self.data_path.badge() {
+            parts.push(badge.into());
         }
         if let DataSource::Real(_) = self.data_source {
             parts.push("real data".into());
@@ -180,6 +180,10 @@ mod tests {
             },
             RunSpec {
                 data_path: DataPath::Loader,
+                ..base.clone()
+            },
+            RunSpec {
+                data_path: DataPath::FastLoader,
                 ..base.clone()
             },
             RunSpec {

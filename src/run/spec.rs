@@ -361,23 +361,42 @@ pub enum DataPath {
     #[default]
     #[value(help = "Batches sliced from tensors already on the device (no input pipeline)")]
     Device,
-    /// The book's DataLoader with a DistributedSampler and worker processes.
+    /// The book's pipeline exactly: PIL images through torchvision's `Resize(64)` and
+    /// `ToTensor`, a `DataLoader` with a `DistributedSampler` and 2 workers, no pinning, workers
+    /// started afresh each epoch.
     #[value(
-        help = "The book's DataLoader (DistributedSampler, worker processes): shows when input limits scaling"
+        help = "The book's torchvision pipeline (PIL images, Resize + ToTensor, DataLoader with 2 workers and a DistributedSampler): shows when input limits scaling"
     )]
     Loader,
+    /// ddptop's faster DataLoader: tensor resize, pinned memory, persistent workers.
+    #[value(
+        help = "ddptop's faster DataLoader (tensor resize, pinned memory, persistent workers): the gap to `loader` is the book's pipeline cost"
+    )]
+    #[serde(rename = "fast-loader")]
+    FastLoader,
 }
 
 crate::util::names!(DataPath {
     Device => "device",
     Loader => "loader",
+    FastLoader => "fast-loader",
 });
 
 impl DataPath {
+    /// The next one in the dashboard's `d` cycle: device, the book's loader, the fast loader.
     pub fn toggled(self) -> Self {
         match self {
             DataPath::Device => DataPath::Loader,
-            DataPath::Loader => DataPath::Device,
+            DataPath::Loader => DataPath::FastLoader,
+            DataPath::FastLoader => DataPath::Device,
+        }
+    }
+    /// What a screen's badge or a curve's title says of it (nothing for device data).
+    pub fn badge(self) -> Option<&'static str> {
+        match self {
+            DataPath::Device => None,
+            DataPath::Loader => Some("book DataLoader"),
+            DataPath::FastLoader => Some("fast DataLoader"),
         }
     }
 }

@@ -280,6 +280,8 @@ pub struct RunView {
     /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
     /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
     pub torch_seen: Option<(crate::protocol::MatmulPrecision, bool)>,
+    /// The JAX worker's `jax_default_matmul_precision` as its `result` reported it.
+    pub jax_matmul_precision: Option<String>,
     /// What the watchdog says of the live run now (warming up, a slow step it waits out, a
     /// reported stall of an attached job); `None` while steps flow.
     pub watch_note: Option<String>,
@@ -501,11 +503,34 @@ impl RunView {
         {
             self.torch_seen = Some((m, c));
         }
+        if let Some(p) = &r.jax_matmul_precision {
+            self.jax_matmul_precision = Some(p.clone());
+        }
     }
 
     pub fn torch_label(&self) -> Option<String> {
         use super::spec::TorchSettings;
+        if let Some(p) = &self.jax_matmul_precision {
+            return Some(format!(
+                "jax_default_matmul_precision {p}{}",
+                if p == "tensorfloat32" {
+                    " (the book's matmul precision high)"
+                } else {
+                    ""
+                }
+            ));
+        }
         let asked = match self.spec.torch {
+            // The tch worker applies what tch offers of the book's settings, always.
+            _ if self.spec.experiment() == crate::run::Experiment::Handrolled
+                && self.spec.backend != crate::protocol::Backend::Sim =>
+            {
+                Some(
+                    "the book's cudnn.benchmark on; tch has no matmul-precision setting \
+                     (libtorch's default, highest)"
+                        .to_string(),
+                )
+            }
             TorchSettings::Off
                 if !TorchSettings::applies(self.spec.experiment(), self.spec.backend) =>
             {
@@ -566,6 +591,7 @@ impl RunView {
             diagnoses: Vec::new(),
             watch_note: None,
             torch_seen: None,
+            jax_matmul_precision: None,
             exit_codes: Vec::new(),
             grad_bytes: None,
             bucket_bytes: Vec::new(),

@@ -547,6 +547,7 @@ impl Sim<'_> {
             strategy: None,
             matmul_precision: None,
             cudnn_benchmark: None,
+            jax_matmul_precision: None,
             process_group: None,
             ddp_module: None,
             ddp_args: None,

@@ -283,7 +283,10 @@ impl Controller {
                 state.next.data_path = state.next.data_path.toggled();
                 let msg = match state.next.data_path {
                     crate::run::DataPath::Loader => {
-                        "next launch: the book's DataLoader (watch the data wait)"
+                        "next launch: the book's DataLoader, PIL + torchvision transforms (watch the data wait)"
+                    }
+                    crate::run::DataPath::FastLoader => {
+                        "next launch: ddptop's fast DataLoader (tensor resize, pinned, persistent workers)"
                     }
                     crate::run::DataPath::Device => "next launch: device-resident data",
                 };

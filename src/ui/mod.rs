@@ -343,8 +343,8 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
             },
         ],
     )];
-    if s.next.data_path == crate::app::DataPath::Loader {
-        l2.push((1, vec![Span::styled("DataLoader", t.value)]));
+    if let Some(badge) = s.next.data_path.badge() {
+        l2.push((1, vec![Span::styled(badge, t.value)]));
     }
     // Every setting the launch will carry, ddptop's own default (NVLS off) included; a config
     // preset by its name. gloo has no NCCL settings at all: nothing is said about them.

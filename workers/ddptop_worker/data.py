@@ -1,9 +1,15 @@
 """Input data: FashionMNIST-shaped images (1x28x28 uint8, 10 classes) resized to 1x64x64 as in
 the book, either synthetic (default, deterministic) or the real FashionMNIST raw files (never
-downloaded). Two paths:
+downloaded). Three paths:
 
-- `loader`: a torch DataLoader with a DistributedSampler over all samples; the resize happens per
-  sample in the loader (like the book's transforms), batches are copied to the device.
+- `loader`: the book's pipeline, exactly: each sample a PIL image made by torchvision's own
+  `FashionMNIST.__getitem__`, then `transforms.Resize(64)` and `transforms.ToTensor()`, batched
+  by `DataLoader(batch_size, sampler=DistributedSampler(...), num_workers=2)` with every other
+  argument at its default (no pinning, workers started afresh each epoch), `set_epoch` per epoch
+  and a plain `.to(device)`. Needs torchvision.
+- `fast-loader`: ddptop's faster pipeline: tensors resized with `F.interpolate` in the loader,
+  pinned memory, persistent workers, non-blocking copies. Its gap to `loader` is the cost of the
+  book's input pipeline.
 - `device`: this rank's share of the samples resized once and kept resident on the device; each
   epoch shuffles it with one gather and the steps take contiguous slices (views).
 """
@@ -14,8 +20,9 @@ import argparse
 import gzip
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +37,10 @@ LABELS_FILE = "train-labels-idx1-ubyte"
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
+PATHS = ("device", "loader", "fast-loader")
+# The book's DataLoader worker processes (its `num_workers=2`).
+BOOK_WORKERS = 2
+
 
 class DataError(RuntimeError):
     pass
@@ -38,7 +49,7 @@ class DataError(RuntimeError):
 @dataclass(frozen=True)
 class DataConfig:
     kind: str = "synthetic"  # synthetic | real | auto
-    path: str = "device"  # loader | device
+    path: str = "device"  # device | loader | fast-loader
     data_dir: str | None = None
     samples: int = FASHION_MNIST_TRAIN
     seed: int = 0
@@ -61,7 +72,11 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
         help="auto: real if --data-dir (or $DDPTOP_DATASET_DIR) has the raw files, else synthetic",
     )
     p.add_argument(
-        "--data-path", choices=("loader", "device"), default="device", help="input pipeline"
+        "--data-path",
+        choices=PATHS,
+        default="device",
+        help="input pipeline: device (resident tensors), loader (the book's torchvision "
+        "DataLoader), fast-loader (ddptop's pinned, persistent, tensor-resize DataLoader)",
     )
     p.add_argument(
         "--data-dir",
@@ -143,7 +158,8 @@ def resize(images_u8: torch.Tensor) -> torch.Tensor:
 
 
 class ResizingDataset(Dataset[Batch]):
-    """Per-sample resize in the loader, like the book's ToTensor+Resize transforms."""
+    """fast-loader: per-sample tensor resize in the loader (the work of the book's transforms
+    without PIL)."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
         self.images = images
@@ -154,6 +170,37 @@ class ResizingDataset(Dataset[Batch]):
 
     def __getitem__(self, i: int) -> Batch:
         return resize(self.images[i : i + 1])[0], self.labels[i]
+
+
+def book_dataset(images: torch.Tensor, labels: torch.Tensor) -> Dataset[Any]:
+    """torchvision's FashionMNIST over these images, with the book's transforms.
+
+    The class is torchvision's own, so each sample goes through its `__getitem__` (uint8 tensor
+    -> `PIL.Image` -> `Resize(64)` -> `ToTensor()`, label as a Python int) exactly as in the
+    book; only the constructor is bypassed, because it reads (or downloads) files from a fixed
+    layout, and the images here may be synthetic or raw files found elsewhere.
+    """
+    try:
+        from torchvision import datasets, transforms
+    except ImportError as e:
+        raise DataError(
+            "--data-path loader is the book's torchvision pipeline and needs torchvision "
+            f"({e.name or 'torchvision'} is missing): pip install torchvision==0.26.0 "
+            "(the release that pairs with torch 2.11.0), or use --data-path fast-loader"
+        ) from None
+
+    class BookFashionMNIST(datasets.FashionMNIST):
+        def __init__(self) -> None:  # noqa: D107 - see book_dataset
+            datasets.VisionDataset.__init__(
+                self,
+                root=None,
+                transform=transforms.Compose([transforms.Resize(IMAGE_SIZE), transforms.ToTensor()]),
+            )
+            self.train = True
+            self.data = images
+            self.targets = labels
+
+    return BookFashionMNIST()
 
 
 class Data:
@@ -168,8 +215,8 @@ class Data:
         world_size: int,
         device: torch.device,
     ) -> None:
-        if cfg.path not in ("loader", "device"):
-            raise DataError(f"unknown data path {cfg.path!r} (loader|device)")
+        if cfg.path not in PATHS:
+            raise DataError(f"unknown data path {cfg.path!r} ({'|'.join(PATHS)})")
         self.cfg = cfg
         self.batch = batch
         self.rank = rank
@@ -183,11 +230,33 @@ class Data:
                 f"--samples {cfg.samples} over {world_size} rank(s) gives {self.per_rank} "
                 f"samples per rank: fewer than one batch of {batch}"
             )
-        self._loader: DataLoader[Batch] | None = None
-        self._sampler: DistributedSampler[Batch] | None = None
+        if cfg.path != "device":
+            # The loaders' cost depends on how many cores each rank's workers get: said with
+            # the data, so the gap between the two loaders is read against it (k=2, k=4 share).
+            cores = len(os.sched_getaffinity(0))
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))  # torchrun's, per node
+            workers = BOOK_WORKERS if cfg.path == "loader" or device.type == "cuda" else 0
+            self.description += (
+                f"; {cores} CPU cores for {local} rank(s) on this node "
+                f"({cores / local:.1f} per rank), {workers} loader workers per rank"
+            )
+        self._loader: DataLoader[Any] | None = None
+        self._sampler: DistributedSampler[Any] | None = None
         self._x: torch.Tensor | None = None
         self._y: torch.Tensor | None = None
         if cfg.path == "loader":
+            book = book_dataset(images, labels)
+            self.description += " as PIL images, torchvision Resize(64) + ToTensor per sample"
+            # The book's arguments; everything else (pin_memory, persistent_workers, drop_last,
+            # prefetch_factor) at DataLoader's defaults, as in the chapter's script. The seed
+            # is the only addition: DistributedSampler's default is 0, ddptop's --seed is too.
+            self._sampler = DistributedSampler(
+                book, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed
+            )
+            self._loader = DataLoader(
+                book, batch_size=batch, sampler=self._sampler, num_workers=BOOK_WORKERS
+            )
+        elif cfg.path == "fast-loader":
             ds = ResizingDataset(images, labels)
             self._sampler = DistributedSampler(
                 ds, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed, drop_last=True
@@ -215,7 +284,29 @@ class Data:
     def samples_per_epoch(self) -> int:
         return self.steps_per_epoch * self.batch
 
-    def epoch(self, e: int) -> Iterator[Batch]:
+    def epoch(self, e: int) -> Generator[Batch, None, None]:
+        """This epoch's batches. The caller may stop early and should then `close()` the
+        iterator inside its timed epoch: for `loader` that ends the epoch as the book's does."""
+        if self.cfg.path == "loader" and self._loader is not None and self._sampler is not None:
+            self._sampler.set_epoch(e)
+            it = iter(self._loader)
+            given = 0
+            try:
+                for x, y in it:
+                    if given >= self.steps_per_epoch:
+                        break
+                    given += 1
+                    yield x.to(self.device), y.to(self.device)
+            finally:
+                # The book's loop runs its loader to the end (the last, partial batch, then the
+                # workers' shutdown: they are not persistent), and that is part of its epoch:
+                # after a whole epoch the rest is fetched and dropped here, where ddptop stops
+                # after the full batches its steps count. An epoch cut short (a stop, a fault)
+                # is not drained: the iterator's own clean-up stops the workers.
+                if given >= self.steps_per_epoch:
+                    for _ in it:
+                        pass
+            return
         if self._loader is not None and self._sampler is not None:
             self._sampler.set_epoch(e)
             non_blocking = self.device.type == "cuda"
@@ -238,4 +329,7 @@ class Data:
 
     def fixed_batch(self) -> Batch:
         """One batch kept for repeated use (the no_sync probe)."""
-        return next(iter(self.epoch(0)))
+        batches = self.epoch(0)
+        first = next(batches)
+        batches.close()  # not a whole epoch: a loader's workers stop, nothing more is read
+        return first

@@ -313,6 +313,7 @@ class Trainer:
             if self.global_step == 1:
                 self.send_memory("first_step")
             self.after_step()
+        it.close()  # the book's loader ends its epoch here, timed (data.Data.epoch)
         self.rt.synchronize()
         st.seconds = max(0.0, time.perf_counter() - t_epoch)
         self.flush(force=True)

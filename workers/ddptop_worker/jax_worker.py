@@ -72,6 +72,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     # `device` keeps the resized data set on every device and gathers the batch there.
     add_data_args(p)
     p.add_argument(
+        "--matmul-precision",
+        choices=MATMUL_PRECISIONS,
+        default="tensorfloat32",
+        help="jax_default_matmul_precision: tensorfloat32 (default) is the book's "
+        'torch.set_float32_matmul_precision("high"); default leaves XLA\'s own choice',
+    )
+    p.add_argument(
         "--platform",
         choices=("auto", "cpu", "gpu"),
         default="auto",
@@ -96,6 +103,20 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="also write the compiled HLO text to this file (or, when unset, to "
         "$DDPTOP_JAX_HLO_DIR/hlo_<model>_k<k>_<sharding>.txt if that is set)",
     )
+
+
+# jax_default_matmul_precision values offered ("default": the option left unset).
+MATMUL_PRECISIONS = ("tensorfloat32", "float32", "bfloat16", "default")
+
+
+def apply_matmul_precision(jax: Any, choice: str) -> str:
+    """Set jax_default_matmul_precision (the book's PyTorch "high" is TF32 on tensor cores:
+    `tensorfloat32`) before anything is traced; returns the value in effect, as `result` says
+    it (`default` when unset)."""
+    if choice != "default":
+        jax.config.update("jax_default_matmul_precision", choice)
+    seen = jax.config.jax_default_matmul_precision
+    return str(seen) if seen is not None else "default"
 
 
 def require_jax() -> tuple[Any, Any, Any]:
@@ -634,7 +655,13 @@ def _versions(jax: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.k < 1 or args.batch < 1 or args.epochs < 1 or args.samples < 1:
         raise WorkerError("--k, --batch, --epochs and --samples must be >= 1")
+    if args.data_path == "fast-loader":
+        raise WorkerError(
+            "--data-path fast-loader is a torch DataLoader: the jax worker has device and loader "
+            "(each global batch gathered on the host)"
+        )
     jax, nnx, optax = require_jax()
+    matmul_precision = apply_matmul_precision(jax, args.matmul_precision)
     devices = jax.devices()
     if args.platform != "auto" and devices[0].platform != args.platform:
         hint = " (pip install 'jax[cuda13]')" if args.platform == "gpu" else ""
@@ -674,7 +701,8 @@ def run(args: argparse.Namespace) -> int:
                 "info",
                 f"model {args.model} ({r.params_count} params), global batch {r.global_batch} "
                 f"({args.batch} per device), {r.data.steps_per_epoch} steps/epoch, data "
-                f"{r.data.description} via the {args.data_path} path, optimizer {args.optimizer}",
+                f"{r.data.description} via the {args.data_path} path, optimizer {args.optimizer}, "
+                f"jax_default_matmul_precision {matmul_precision}",
             )
             # XLA compiles before the first step (about 9 s for ResNet-18 on an H200): the
             # watchdog shows it and allows the first-steps threshold (docs/reliability.md).
@@ -694,6 +722,7 @@ def run(args: argparse.Namespace) -> int:
                 optimizer=args.optimizer,
                 sharding=args.sharding,
                 devices=args.k,
+                jax_matmul_precision=apply_matmul_precision(jax, "default"),
             )
         except BaseException as e:
             msg = str(e) if isinstance(e, WorkerError) else f"{type(e).__name__}: {e}"

@@ -388,6 +388,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "strategy": opt(one_of(*STRATEGIES)),
         "matmul_precision": opt(one_of(*MATMUL_PRECISIONS)),
         "cudnn_benchmark": opt(boolean),
+        "jax_matmul_precision": opt(nonempty_string),
         "process_group": opt(boolean),
         "ddp_module": opt(boolean),
         "ddp_args": opt(list_of(one_of(*DDP_ARGS))),

@@ -490,6 +490,9 @@ class Trainer:
             i += 1
             if inst:
                 self.after_step()
+        # Inside the timed epoch: the book's loader ends its epoch here (its last, partial batch
+        # and its workers' shutdown), as the chapter's loop does before it is timed.
+        batches.close()
         self.rt.synchronize()
         st.steps = i
         st.samples = i * batch

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -66,8 +67,8 @@ def test_synthetic_is_deterministic() -> None:
     assert a.shape == (16, 28, 28) and int(la.max()) <= 9
 
 
-@pytest.mark.parametrize("path", ["device", "loader"])
-def test_both_paths_give_full_batches_per_rank(path: str) -> None:
+@pytest.mark.parametrize("path", ["device", "loader", "fast-loader"])
+def test_every_path_gives_full_batches_per_rank(path: str) -> None:
     cpu = torch.device("cpu")
     d0 = Data(DataConfig("synthetic", path, None, 100, 0), batch=8, rank=0, world_size=2, device=cpu)
     d1 = Data(DataConfig("synthetic", path, None, 100, 0), batch=8, rank=1, world_size=2, device=cpu)
@@ -83,6 +84,82 @@ def test_both_paths_give_full_batches_per_rank(path: str) -> None:
     xs1 = torch.cat([b[0] for b in d1.epoch(0)])
     assert not torch.equal(xs0, xs0_next)
     assert not torch.equal(xs0, xs1)
+
+
+def test_loader_is_the_books_torchvision_pipeline() -> None:
+    pytest.importorskip("torchvision")
+    from PIL import Image
+    from torchvision import datasets, transforms
+
+    d = Data(DataConfig("synthetic", "loader", None, 64, 0), batch=8, rank=0, world_size=1,
+             device=torch.device("cpu"))
+    loader = d._loader
+    assert loader is not None
+    ds = loader.dataset
+    # torchvision's own FashionMNIST class: its __getitem__ makes each sample a PIL image.
+    assert isinstance(ds, datasets.FashionMNIST)
+    images, labels = data_mod.synthetic_fashion_mnist(64, 0)
+    assert torch.equal(ds.data, images) and torch.equal(ds.targets, labels)
+    assert isinstance(ds.transform, transforms.Compose)
+    resize, to_tensor = ds.transform.transforms
+    assert isinstance(resize, transforms.Resize) and resize.size == 64
+    assert isinstance(to_tensor, transforms.ToTensor)
+    ds.transform = None
+    img, y = ds[3]
+    assert isinstance(img, Image.Image) and img.size == (28, 28) and isinstance(y, int)
+    # The book's DataLoader arguments, everything else at its default.
+    assert loader.num_workers == 2 and loader.batch_size == 8
+    assert loader.pin_memory is False and loader.persistent_workers is False
+    assert loader.drop_last is False
+    assert "as PIL images, torchvision Resize(64) + ToTensor per sample" in d.description
+    assert "2 loader workers per rank" in d.description
+
+
+def test_loader_samples_match_the_books_transforms() -> None:
+    pytest.importorskip("torchvision")
+    from PIL import Image
+    from torchvision import transforms
+
+    d = Data(DataConfig("synthetic", "loader", None, 16, 0), batch=4, rank=0, world_size=1,
+             device=torch.device("cpu"))
+    assert d._loader is not None
+    x, y = d._loader.dataset[5]
+    images, labels = data_mod.synthetic_fashion_mnist(16, 0)
+    want = transforms.ToTensor()(transforms.Resize(64)(Image.fromarray(images[5].numpy())))
+    assert torch.equal(x, want) and y == int(labels[5])
+
+
+def test_a_whole_loader_epoch_is_drained_when_closed_and_a_cut_one_is_not() -> None:
+    """The book's loop runs its loader to the end (the partial batch, the workers' shutdown)
+    inside its epoch; ddptop's steps take the full batches, then close() reads the rest."""
+    pytest.importorskip("torchvision")
+    d = Data(DataConfig("synthetic", "loader", None, 20, 0), batch=8, rank=0, world_size=1,
+             device=torch.device("cpu"))
+    assert d.steps_per_epoch == 2
+    g = d.epoch(0)
+    assert [int(next(g)[1].shape[0]) for _ in range(2)] == [8, 8]
+    g.close()  # drains the last 4 samples' batch
+    with pytest.raises(StopIteration):
+        next(g)
+    # What close() reads, counted on a stand-in loader of 3 batches (2 full, 1 partial).
+    read: list[int] = []
+
+    class Counting:
+        def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            for i, n in enumerate((8, 8, 4)):
+                read.append(i)
+                yield torch.zeros(n, 1, 64, 64), torch.zeros(n, dtype=torch.long)
+
+    d._loader = Counting()  # type: ignore[assignment]
+    whole = d.epoch(1)
+    next(whole), next(whole)
+    whole.close()
+    assert read == [0, 1, 2], "a whole epoch: the partial batch is read inside it"
+    read.clear()
+    cut = d.epoch(2)
+    next(cut)
+    cut.close()
+    assert read == [0], "an epoch cut short (a stop) is not drained"
 
 
 def test_device_path_steps_take_views_of_one_epoch_tensor() -> None:

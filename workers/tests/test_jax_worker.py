@@ -220,6 +220,10 @@ def test_run_k2_over_the_protocol_with_equality_check(server: FakeDdptop, tmp_pa
     (result,) = server.messages("result")
     assert result["experiment"] == "jax" and result["samples_per_s"] > 0
     assert result["params"] == 395_882
+    # The book's matmul precision ("high": TF32) by default, recorded like the DDP workers'.
+    assert result["jax_matmul_precision"] == "tensorfloat32"
+    logs = [m["msg"] for m in server.messages("log")]
+    assert any("jax_default_matmul_precision tensorfloat32" in m for m in logs), logs
     (bye,) = server.messages("bye")
     assert bye["reason"] == "done"
     assert "jax k=2 data:" in p.stdout
