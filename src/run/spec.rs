@@ -368,9 +368,10 @@ pub enum DataPath {
         help = "The book's torchvision pipeline (PIL images, Resize + ToTensor, DataLoader with 2 workers and a DistributedSampler): shows when input limits scaling"
     )]
     Loader,
-    /// ddptop's faster DataLoader: tensor resize, pinned memory, persistent workers.
+    /// ddptop's faster DataLoader: tensor resize; on GPUs pinned memory and 2 persistent
+    /// workers (on the CPU the rank loads its own batches).
     #[value(
-        help = "ddptop's faster DataLoader (tensor resize, pinned memory, persistent workers): the gap to `loader` is the book's pipeline cost"
+        help = "ddptop's faster DataLoader (tensor resize; on GPUs pinned memory and persistent workers): the gap to `loader` is the book's pipeline cost"
     )]
     #[serde(rename = "fast-loader")]
     FastLoader,
@@ -702,5 +703,51 @@ mod tests {
             "sideways".parse::<Experiment>().unwrap_err(),
             "`sideways` is not one of: weak, strong, probe, allreduce, jax, fsdp, attach, handrolled"
         );
+    }
+
+    /// Issue 48: the tch and JAX workers' settings are listed like the DDP workers'.
+    #[test]
+    fn the_tch_and_jax_workers_list_their_settings() {
+        let result = |json: &str| -> crate::protocol::ResultMsg {
+            serde_json::from_str(&format!(
+                r#"{{"rank":0,"step":4,"t":1.0,"samples_per_s":10.0,"timed_epochs":1,"bucket_bytes":[],{json}}}"#
+            ))
+            .unwrap()
+        };
+        let now = std::time::Instant::now();
+        let view =
+            |e| super::super::RunView::new("r".into(), RunSpec::new(e, 1, Backend::Gloo), now, 0.0);
+
+        let mut hand = view(Experiment::Handrolled);
+        hand.note_torch_seen(&result(
+            r#""experiment":"handrolled","matmul_precision":"highest","cudnn_benchmark":true"#,
+        ));
+        let label = hand.torch_label().unwrap();
+        assert!(
+            label.starts_with("the book's cudnn.benchmark on; tch has no matmul-precision setting"),
+            "{label}"
+        );
+        assert!(
+            label.ends_with("seen: matmul precision highest, cudnn.benchmark on"),
+            "{label}"
+        );
+
+        let mut jax = view(Experiment::Jax);
+        assert_eq!(jax.torch_label(), None, "nothing said before its result");
+        jax.note_torch_seen(&result(
+            r#""experiment":"jax","jax_matmul_precision":"tensorfloat32""#,
+        ));
+        assert_eq!(
+            jax.torch_label().as_deref(),
+            Some("jax_default_matmul_precision tensorfloat32 (the book's matmul precision high)")
+        );
+        // The simulator has no settings at all.
+        let sim = super::super::RunView::new(
+            "s".into(),
+            RunSpec::new(Experiment::Handrolled, 1, Backend::Sim),
+            now,
+            0.0,
+        );
+        assert_eq!(sim.torch_label(), None);
     }
 }
