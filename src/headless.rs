@@ -492,12 +492,12 @@ fn deficits_json(d: &deficits::Deficits) -> Value {
     })
 }
 
-/// The Memory pane's comparison (`ui::memory::model`): per rank, what this run and the run of
-/// the other strategy at the same k and settings held at their last phase, DDP beside FSDP.
+/// The Memory pane's comparison (`ui::memory::model`): per rank, what this run and the runs of
+/// the other strategies at the same k and settings held at their last phase (FSDP, ZeRO-1, DDP).
 fn memory_comparison(r: &RunView, state: &State) -> Value {
     let m = crate::ui::memory::model(state, r);
     json!({
-        "other_run_id": m.other,
+        "other_run_ids": m.others,
         "missing": m.other_hint,
         "ranks": m.rows.iter().map(|x| json!({
             "rank": x.rank, "strategy": x.strategy.as_str(), "run_id": x.run_id,

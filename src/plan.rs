@@ -395,8 +395,8 @@ pub fn request(
     }
 }
 
-/// fsdp's launches: at each k, FSDP then DDP with the same settings, so that the Memory pane
-/// (and `--json`'s `memory_comparison`) has both sides and the two curves grow together.
+/// fsdp's launches: at each k, FSDP, ZeRO-1 then DDP with the same settings, so that the Memory
+/// pane (and `--json`'s `memory_comparison`) has every side and the curves grow together.
 pub fn fsdp_pairs(
     t: &Template,
     family: &Family,
@@ -406,7 +406,7 @@ pub fn fsdp_pairs(
     let mut specs = Vec::new();
     let mut notes = Vec::new();
     for &k in ks {
-        for strategy in [TorchStrategy::Fsdp, TorchStrategy::Ddp] {
+        for strategy in TorchStrategy::ALL {
             let p = sweep(t, family.with_strategy(strategy), &[k], max_k)?;
             specs.extend(p.specs);
             notes.extend(p.notes);
@@ -614,8 +614,10 @@ mod tests {
             got,
             [
                 (1, TorchStrategy::Fsdp),
+                (1, TorchStrategy::Zero1),
                 (1, TorchStrategy::Ddp),
                 (2, TorchStrategy::Fsdp),
+                (2, TorchStrategy::Zero1),
                 (2, TorchStrategy::Ddp)
             ]
         );

@@ -106,7 +106,8 @@ fn gloo_weak_probe_and_allreduce() {
 }
 
 /// `ddptop run fsdp --k 2` with each strategy: FSDP2 shards hold half of what DDP holds on each
-/// rank, both report memory per rank (no peak on CPU) and their collectives per timed step.
+/// rank, ZeRO-1 holds weights and gradients whole and half of Adam's moments (8P + 8P/k), all
+/// report memory per rank (no peak on CPU) and their collectives per timed step.
 #[test]
 fn gloo_fsdp_against_ddp_at_k2() {
     let _cpu = cpu_shared();
@@ -138,6 +139,7 @@ fn gloo_fsdp_against_ddp_at_k2() {
         r
     };
     let fsdp = run("fsdp");
+    let zero1 = run("zero1");
     let ddp = run("ddp");
     let last = |r: &serde_json::Value, rank: u64| -> serde_json::Value {
         r["memory"]
@@ -170,7 +172,29 @@ fn gloo_fsdp_against_ddp_at_k2() {
             4 * dp,
             "16P with Adam"
         );
+        // ZeRO-1: the same 8P of weights and gradients as DDP, Adam's moments for its share.
+        let z = last(&zero1, rank);
+        let num = |m: &serde_json::Value, k: &str| m[k].as_u64().unwrap();
+        assert_eq!(num(&z, "param_bytes"), dp);
+        assert_eq!(num(&z, "grad_bytes"), num(&g, "grad_bytes"));
+        let (zs, zp) = (num(&z, "state_bytes"), num(&z, "predicted_bytes"));
+        assert!(
+            zs.abs_diff(zp) * 100 <= zp,
+            "state {zs} within 1% of the prediction {zp}"
+        );
+        assert!(
+            num(&z, "optim_bytes") < num(&g, "optim_bytes"),
+            "{z:#} vs {g:#}"
+        );
     }
+    // The ranks' moments partition DDP's: 8P over both ranks (Adam's step scalars aside).
+    let moments: u64 = (0..2)
+        .map(|r| {
+            last(&zero1, r)["predicted_bytes"].as_u64().unwrap()
+                - 2 * last(&ddp, r)["param_bytes"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(moments, 2 * last(&ddp, 0)["param_bytes"].as_u64().unwrap());
     let per_step = |r: &serde_json::Value, op: &str| r["comm"][0]["per_step"][op].clone();
     // tiny: 6 conv/linear units + root; forward gathers 7, backward 6; 7 reduce-scatters.
     assert_eq!(per_step(&fsdp, "all_gather")["calls"].as_f64(), Some(13.0));

@@ -344,8 +344,10 @@ fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
     assert!(s.contains("Memory") && !s.contains("Probe"), "{s}");
     for want in [
         "r0 fsdp",
+        "r0 zero1",
         "r0 ddp",
         "r1 fsdp",
+        "r1 zero1",
         "r1 ddp",
         "peak",
         "predicted",
@@ -353,8 +355,12 @@ fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
     ] {
         assert!(s.contains(want), "{want} missing:\n{s}");
     }
-    // FSDP at k=2 holds 89.4 MB of the 178.8 MB DDP holds; ResNet-18 with Adam.
-    assert!(s.contains("89.4 MB") && s.contains("178.8 MB"), "{s}");
+    // FSDP at k=2 holds 89.4 MB of the 178.8 MB DDP holds, ZeRO-1 134.1 MB (8P + 8P/2);
+    // ResNet-18 with Adam.
+    assert!(
+        s.contains("89.4 MB") && s.contains("178.8 MB") && s.contains("134.1 MB"),
+        "{s}"
+    );
     assert!(
         s.contains("108.3 MB"),
         "16P/k + the largest gathered block:\n{s}"
@@ -362,19 +368,27 @@ fn memory_pane_fsdp_against_ddp_per_rank_on_gpus() {
     insta::assert_snapshot!(t.backend());
 }
 
-/// `ddptop run fsdp --json` carries the Memory pane's DDP-beside-FSDP rows for each rank (both
-/// front ends launch the pair: plan::request).
+/// `ddptop run fsdp --json` carries the Memory pane's FSDP, ZeRO-1 and DDP rows for each rank
+/// (both front ends launch the three: plan::request).
 #[test]
 fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
     let st = fixtures::fsdp_state(Backend::Nccl);
     let f2 = st.runs.iter().find(|r| r.id == fixtures::id(4)).unwrap();
     let d2 = st.runs.iter().find(|r| r.id == fixtures::id(3)).unwrap();
-    let doc = ddptop::headless::report(&[f2, d2], &Default::default(), &st.state, &[], "", "s");
-    for (run, other) in [(&doc["runs"][0], d2), (&doc["runs"][1], f2)] {
+    let z2 = st.runs.iter().find(|r| r.id == fixtures::id(6)).unwrap();
+    let doc = ddptop::headless::report(&[f2, z2, d2], &Default::default(), &st.state, &[], "", "s");
+    let ids = |a: &[&ddptop::run::RunView]| {
+        serde_json::json!(a.iter().map(|r| r.id.as_str()).collect::<Vec<_>>())
+    };
+    for (run, others) in [
+        (&doc["runs"][0], ids(&[z2, d2])),
+        (&doc["runs"][1], ids(&[f2, d2])),
+        (&doc["runs"][2], ids(&[f2, z2])),
+    ] {
         let c = &run["memory_comparison"];
-        assert_eq!(c["other_run_id"], other.id.as_str(), "{c:#}");
+        assert_eq!(c["other_run_ids"], others, "{c:#}");
         let rows = c["ranks"].as_array().unwrap();
-        assert_eq!(rows.len(), 4, "2 ranks x 2 strategies: {c:#}");
+        assert_eq!(rows.len(), 6, "2 ranks x 3 strategies: {c:#}");
         for rank in [0, 1] {
             let state = |strategy: &str| {
                 rows.iter()
@@ -386,6 +400,8 @@ fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
             // ResNet-18 with Adam at k=2: FSDP holds half of DDP's 16P (+ Adam's step counts).
             assert_eq!(state("ddp"), 16 * 11_175_818 + 248);
             assert_eq!(state("fsdp"), 8 * 11_175_818 + 248);
+            // ZeRO-1: 8P whole + Adam's 8 bytes for the half each rank owns (+ its steps).
+            assert_eq!(state("zero1"), 12 * 11_175_818 + 124);
         }
     }
     // Without the other strategy's run, the JSON says which launch supplies it.
@@ -398,9 +414,10 @@ fn fsdp_json_has_the_memory_comparison_the_pane_shows() {
         "s",
     );
     let c = &alone["runs"][0]["memory_comparison"];
-    assert!(c["other_run_id"].is_null(), "{c:#}");
+    assert_eq!(c["other_run_ids"], serde_json::json!([]), "{c:#}");
+    let missing = c["missing"].as_str().unwrap();
     assert!(
-        c["missing"].as_str().unwrap().contains("--strategy ddp"),
+        missing.contains("--strategy zero1") && missing.contains("--strategy ddp"),
         "{c:#}"
     );
 }

@@ -211,7 +211,7 @@ impl Engine {
                     // are whole: the run completed, and the teardown failure is its caveat,
                     // with the rank's own last words.
                     let own = first.as_ref().map(|t| {
-                        let why = t.why().unwrap_or("no output").trim().to_string();
+                        let why = t.why_with_place().unwrap_or_else(|| "no output".into());
                         format!("rank {} ({}): {why}", t.rank, t.exit_words())
                     });
                     let text = format!(
@@ -228,7 +228,7 @@ impl Engine {
                     // The rank that died first, in its own words: a signal's cause is only in
                     // its output, never in torchrun's summary.
                     let own = first.as_ref().and_then(|t| {
-                        let why = t.why()?.trim().to_string();
+                        let why = t.why_with_place()?;
                         Some(format!(
                             "rank {} ({}) last wrote: {why}",
                             t.rank,

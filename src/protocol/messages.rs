@@ -379,6 +379,8 @@ pub struct Memory {
 pub enum Sharding {
     Data,
     Fsdp,
+    /// DDP with `ZeroRedundancyOptimizer`: the optimizer state sharded over the ranks.
+    Zero1,
 }
 
 /// One collective kind counted in compiled HLO.

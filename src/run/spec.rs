@@ -43,10 +43,10 @@ pub enum Experiment {
         help = "One JAX process over k devices: the jitted step, its HLO receipt (collectives XLA wrote) and a k=1 equality check; needs jax, flax and optax"
     )]
     Jax,
-    /// PyTorch FSDP2 (or DDP, `TorchStrategy`) on the weak experiment's model and batch: memory
-    /// per rank and the per-block all-gathers and reduce-scatters.
+    /// PyTorch FSDP2, ZeRO-1 or DDP (`TorchStrategy`) on the weak experiment's model and batch:
+    /// memory per rank and the per-block all-gathers and reduce-scatters.
     #[value(
-        help = "PyTorch FSDP2 (or DDP, --strategy) with Adam: memory per rank (exact shard bytes, the 16P/k prediction, the CUDA peak) and each block's all-gathers and reduce-scatters"
+        help = "PyTorch FSDP2, ZeRO-1 and DDP (or one, --strategy) with Adam: memory per rank (exact shard bytes, the 16P/k, 8P+8P/k, 16P predictions, the CUDA peak) and each block's all-gathers and reduce-scatters"
     )]
     Fsdp,
     /// A user's own DDP script under torchrun (`ddptop attach`), measured through torch's hooks
@@ -253,6 +253,12 @@ pub enum TorchStrategy {
         help = "fully_shard on each residual block, then the root: state sharded over the k ranks"
     )]
     Fsdp,
+    /// DistributedDataParallel with `ZeroRedundancyOptimizer` (ZeRO stage 1): weights and
+    /// gradients whole, the optimizer state of the parameters each rank owns: 8P + 8P/k with Adam.
+    #[value(
+        help = "DDP with ZeroRedundancyOptimizer (ZeRO-1): only the optimizer state is sharded over the k ranks"
+    )]
+    Zero1,
     /// DistributedDataParallel: every rank holds all 16P bytes.
     #[value(help = "DistributedDataParallel: every rank holds the whole state")]
     Ddp,
@@ -260,6 +266,7 @@ pub enum TorchStrategy {
 
 crate::util::names!(TorchStrategy {
     Fsdp => "fsdp",
+    Zero1 => "zero1",
     Ddp => "ddp",
 });
 

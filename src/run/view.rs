@@ -782,14 +782,23 @@ impl RankTail {
             "Error",
             "error",
             "what():",
+    /// Python's fault handler (ranks run with PYTHONFAULTHANDLER=1) ends a rank killed by a
+    /// signal with "Fatal Python error: Aborted" and every thread's stack: the rank's own words
+    /// before that dump say more, so they win when there are any.
             "Fatal Python error",
             "Segmentation fault",
             "Aborted",
         ];
-        self.lines
-            .iter()
-            .rev()
-            .find(|l| WORDS.iter().any(|w| l.contains(w)))
+        let named = |lines: &[String]| -> Option<usize> {
+            lines
+                .iter()
+                .rposition(|l| WORDS.iter().any(|w| l.contains(w)))
+        };
+        let own = match self.fault_dump_at() {
+            Some(at) => named(&self.lines[..at]).or(Some(at)),
+            None => named(&self.lines),
+        };
+        own.and_then(|i| self.lines.get(i))
             .or(self.lines.last())
             .map(String::as_str)
     }
@@ -799,6 +808,37 @@ fn signal_name(sig: i32) -> Option<&'static str> {
     Some(match sig {
         1 => "SIGHUP",
         2 => "SIGINT",
+
+    /// Where the fault handler's dump begins (its "Fatal Python error:" line), if it wrote one.
+    fn fault_dump_at(&self) -> Option<usize> {
+        self.lines
+            .iter()
+            .rposition(|l| l.starts_with("Fatal Python error:"))
+    }
+
+    /// The innermost Python frame of the thread that died (the fault handler's "Current
+    /// thread"), or of the main thread when the signal came from a thread Python does not know
+    /// (a C++ thread of torch calling std::terminate): the main thread is listed last.
+    pub fn died_at(&self) -> Option<&str> {
+        let dump = &self.lines[self.fault_dump_at()?..];
+        let header = dump
+            .iter()
+            .position(|l| l.starts_with("Current thread "))
+            .or_else(|| dump.iter().rposition(|l| l.starts_with("Thread 0x")))?;
+        dump[header + 1..]
+            .iter()
+            .map(|l| l.trim())
+            .find(|l| l.starts_with("File "))
+    }
+
+    /// `why`, with the frame it died in when the fault handler said one.
+    pub fn why_with_place(&self) -> Option<String> {
+        let why = self.why()?.trim();
+        Some(match self.died_at() {
+            Some(at) if at != why => format!("{why} (Python was at: {at})"),
+            _ => why.to_string(),
+        })
+    }
         6 => "SIGABRT",
         7 => "SIGBUS",
         9 => "SIGKILL",

@@ -269,6 +269,63 @@ Root Cause (first observed failure):
         assert_eq!(tails[1].exit_words(), "exit -15 (SIGTERM)");
     }
 
+    /// Python's fault handler dump after the abort: the rank's own words before it are the
+    /// reason, and the frame the dying (or main) thread was in is the place.
+    #[test]
+    fn a_fault_handler_dump_gives_the_place_and_leaves_the_words() {
+        let tail = |lines: &[&str]| crate::run::RankTail {
+            rank: 1,
+            local_rank: 1,
+            exitcode: -6,
+            lines: lines.iter().map(|l| l.to_string()).collect(),
+        };
+        let dump = [
+            "done",
+            "terminate called without an active exception",
+            "Fatal Python error: Aborted",
+            "",
+            "Thread 0x00007f0000000002 (most recent call first):",
+            "  File \"/w/client.py\", line 120 in _heartbeat_loop",
+            "",
+            "Thread 0x00007f0000000001 (most recent call first):",
+            "  File \"/s/distributed_c10d.py\", line 2347 in destroy_process_group",
+            "  File \"/s/train.py\", line 95 in main",
+            "",
+            "Extension modules: numpy, torch._C (total: 2)",
+        ];
+        let t = tail(&dump);
+        assert_eq!(
+            t.why(),
+            Some("terminate called without an active exception")
+        );
+        assert_eq!(
+            t.died_at(),
+            Some("File \"/s/distributed_c10d.py\", line 2347 in destroy_process_group"),
+            "no current thread: the main thread, listed last"
+        );
+        assert_eq!(
+            t.why_with_place().unwrap(),
+            "terminate called without an active exception (Python was at: File \"/s/distributed_c10d.py\", line 2347 in destroy_process_group)"
+        );
+        // The thread that raised the signal, when Python knows it.
+        let mut current = dump.to_vec();
+        current[4] = "Current thread 0x00007f0000000002 (most recent call first):";
+        assert_eq!(
+            tail(&current).died_at(),
+            Some("File \"/w/client.py\", line 120 in _heartbeat_loop")
+        );
+        // Nothing of its own before the dump: the fault handler's line is the reason.
+        let bare = tail(&dump[2..]);
+        assert_eq!(bare.why(), Some("Fatal Python error: Aborted"));
+        // No dump: as before, and no place.
+        let plain = tail(&dump[..2]);
+        assert_eq!(plain.died_at(), None);
+        assert_eq!(
+            plain.why_with_place().unwrap(),
+            "terminate called without an active exception"
+        );
+    }
+
     /// Without the tee'd lines (an older log), the rank's own file under `ranks/` speaks.
     #[test]
     fn the_rank_file_is_read_when_output_log_has_no_prefixed_lines() {

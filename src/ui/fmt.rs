@@ -140,8 +140,8 @@ pub fn backend_short(spec: &RunSpec) -> String {
     }
 }
 
-/// The experiment as the Runs pane lists it: the fsdp experiment's DDP side (queued after its
-/// FSDP run at each k) says so, a probe's k=1 control has a `*`.
+/// The experiment as the Runs pane lists it: the fsdp experiment's ZeRO-1 and DDP sides (queued
+/// after its FSDP run at each k) say so, a probe's k=1 control has a `*`.
 pub fn experiment(spec: &RunSpec) -> String {
     use crate::run::{Family, TorchStrategy};
     let name = match &spec.family {
@@ -149,6 +149,10 @@ pub fn experiment(spec: &RunSpec) -> String {
             strategy: TorchStrategy::Ddp,
             ..
         } => "fsdp:DDP".to_string(),
+        Family::Fsdp {
+            strategy: TorchStrategy::Zero1,
+            ..
+        } => "fsdp:ZeRO".to_string(),
         f => f.experiment().as_str().to_string(),
     };
     if spec.control {

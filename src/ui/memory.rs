@@ -1,7 +1,7 @@
 //! The Memory pane (fsdp experiment): per rank, the bytes of parameters, gradients and optimizer
-//! state the rank holds (exact shard sums), the 16P/k prediction as a marker, and the CUDA peak,
-//! for the subject run and the run of the other strategy at the same k and setting (DDP beside
-//! FSDP). It takes the place of the Probe and Bench panes while an fsdp run is the subject: those
+//! state the rank holds (exact shard sums), the prediction as a marker (16P/k FSDP, 8P + 8P/k
+//! ZeRO-1, 16P DDP, with Adam), and the CUDA peak, for the subject run and the runs of the other
+//! strategies at the same k and settings (FSDP, ZeRO-1 and DDP side by side). It takes the place of the Probe and Bench panes while an fsdp run is the subject: those
 //! say nothing about it.
 
 use super::fmt;
@@ -69,29 +69,25 @@ pub struct MemoryModel {
     pub optimizer: &'static str,
     /// Subject rows and comparison rows, interleaved by rank (subject first).
     pub rows: Vec<MemRow>,
-    /// The comparison run (the other strategy), when there is one.
-    pub other: Option<String>,
-    /// How to get the comparison when there is none.
+    /// The comparison runs (the other strategies) that reported memory, in `TorchStrategy::ALL`
+    /// order.
+    pub others: Vec<String>,
+    /// How to get the comparisons that are missing.
     pub other_hint: Option<String>,
     /// gloo (CPU): no allocator counter, and reduce-scatters run as all-reduces.
     pub cpu: bool,
     pub comm: Vec<CommLine>,
 }
 
-fn other_strategy(s: TorchStrategy) -> TorchStrategy {
-    match s {
-        TorchStrategy::Fsdp => TorchStrategy::Ddp,
-        TorchStrategy::Ddp => TorchStrategy::Fsdp,
-    }
-}
-
-/// The run of the other strategy at the same k whose settings otherwise match (its curve key
-/// with the strategy swapped), the most recent one that reported memory.
-pub fn counterpart<'a>(state: &'a State, run: &RunView) -> Option<&'a RunView> {
+/// The run of `strategy` at the same k whose settings otherwise match (`run`'s curve key with
+/// the strategy swapped), the most recent one that reported memory.
+pub fn counterpart<'a>(
+    state: &'a State,
+    run: &RunView,
+    strategy: TorchStrategy,
+) -> Option<&'a RunView> {
     let want = RunSpec {
-        family: run.spec.family.with_strategy(other_strategy(
-            run.spec.family.strategy().unwrap_or_default(),
-        )),
+        family: run.spec.family.with_strategy(strategy),
         ..run.spec.clone()
     }
     .curve_key();
@@ -106,6 +102,16 @@ pub fn counterpart<'a>(state: &'a State, run: &RunView) -> Option<&'a RunView> {
                 && r.ranks.values().any(|rv| rv.last_memory_phase().is_some())
         })
         .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+}
+
+/// The other strategies than `run`'s, each with its counterpart run if there is one.
+fn counterparts<'a>(state: &'a State, run: &RunView) -> Vec<(TorchStrategy, Option<&'a RunView>)> {
+    let own = run.spec.family.strategy().unwrap_or_default();
+    TorchStrategy::ALL
+        .into_iter()
+        .filter(|s| *s != own)
+        .map(|s| (s, counterpart(state, run, s)))
+        .collect()
 }
 
 fn comm_line(run: &RunView) -> Option<CommLine> {
@@ -124,9 +130,10 @@ fn comm_line(run: &RunView) -> Option<CommLine> {
     })
 }
 
-/// What the Memory pane shows for `run` (an fsdp run), with its counterpart from `state`.
+/// What the Memory pane shows for `run` (an fsdp run), with its counterparts from `state`.
 pub fn model(state: &State, run: &RunView) -> MemoryModel {
-    let other = counterpart(state, run);
+    let others = counterparts(state, run);
+    let found: Vec<&RunView> = others.iter().filter_map(|(_, o)| *o).collect();
     let mut rows = Vec::new();
     for (rank, rv) in &run.ranks {
         if let Some(m) = rv.last_memory_phase() {
@@ -137,34 +144,43 @@ pub fn model(state: &State, run: &RunView) -> MemoryModel {
                 m,
             ));
         }
-        if let Some(o) = other
-            && let Some(m) = o.ranks.get(rank).and_then(|x| x.last_memory_phase())
-        {
-            rows.push(MemRow::of(
-                o.spec.family.strategy().unwrap_or_default(),
-                o,
-                *rank,
-                m,
-            ));
+        for o in &found {
+            if let Some(m) = o.ranks.get(rank).and_then(|x| x.last_memory_phase()) {
+                rows.push(MemRow::of(
+                    o.spec.family.strategy().unwrap_or_default(),
+                    o,
+                    *rank,
+                    m,
+                ));
+            }
         }
     }
-    let other_hint = other.is_none().then(|| {
-        let s = other_strategy(run.spec.family.strategy().unwrap_or_default()).as_str();
+    let missing: Vec<&str> = others
+        .iter()
+        .filter(|(_, o)| o.is_none())
+        .map(|(s, _)| s.as_str())
+        .collect();
+    let other_hint = (!missing.is_empty()).then(|| {
+        let k = run.spec.k;
+        let cmds: Vec<String> = missing
+            .iter()
+            .map(|s| format!("ddptop run fsdp --k {k} --strategy {s}"))
+            .collect();
         format!(
-            "no {s} run at k={} with these settings to compare: ddptop run fsdp --k {} --strategy {s}",
-            run.spec.k, run.spec.k
+            "no {} run at k={k} with these settings to compare: {}",
+            missing.join(" or "),
+            cmds.join("; ")
         )
     });
-    let comm = [Some(run), other]
-        .into_iter()
-        .flatten()
+    let comm = std::iter::once(run)
+        .chain(found.iter().copied())
         .filter_map(comm_line)
         .collect();
     MemoryModel {
         k: run.spec.k,
         optimizer: run.spec.family.optimizer().as_str(),
         rows,
-        other: other.map(|o| o.id.clone()),
+        others: found.iter().map(|o| o.id.clone()).collect(),
         other_hint,
         cpu: run.spec.backend != Backend::Nccl,
         comm,
@@ -258,8 +274,8 @@ fn draw(ctx: &Ctx, m: &MemoryModel, r: Rect, buf: &mut Buffer) {
         );
         return;
     }
-    // "r0 fsdp " + bar + "  89.4 MB/108.3 MB" + "  5.7 GB"
-    let label_w = 8usize;
+    // "r0 zero1 " + bar + "  89.4 MB/108.3 MB" + "  5.7 GB"
+    let label_w = 9usize;
     let right_w = if m.cpu { 18 } else { 27 };
     let bar_w = w.saturating_sub(label_w + right_w).max(4);
     let scale = m
@@ -275,7 +291,7 @@ fn draw(ctx: &Ctx, m: &MemoryModel, r: Rect, buf: &mut Buffer) {
     let room = (r.height.saturating_sub(y) as usize).saturating_sub(footer.min(2));
     for row in m.rows.iter().take(room.max(1)) {
         let mut spans = vec![Span::styled(
-            format!("r{:<2}{:<5}", row.rank, row.strategy.as_str()),
+            format!("r{:<2}{:<6}", row.rank, row.strategy.as_str()),
             t.label,
         )];
         let (p, g) = (cells(row.params), cells(row.params + row.grads));

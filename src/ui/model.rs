@@ -217,7 +217,7 @@ fn handrolled_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
 /// DDP), each with speedup and efficiency against its own k=1 run.
 fn fsdp_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
     use crate::run::TorchStrategy;
-    [TorchStrategy::Fsdp, TorchStrategy::Ddp]
+    TorchStrategy::ALL
         .into_iter()
         .map(|strategy| {
             curve(

@@ -524,8 +524,8 @@ pub fn bench_state() -> Screen {
     st
 }
 
-/// The fsdp experiment on 2 GPUs (or gloo CPUs): an FSDP run and a DDP run at k=2 with Adam on
-/// ResNet-18 (P = 11,175,818), their k=1 runs for the curves, and on the FSDP run the last
+/// The fsdp experiment on 2 GPUs (or gloo CPUs): an FSDP, a ZeRO-1 and a DDP run at k=2 with Adam
+/// on ResNet-18 (P = 11,175,818), their k=1 runs for the curves, and on the FSDP run the last
 /// step's per-block collectives. Peaks are illustrative; state bytes are ResNet-18's exact ones.
 pub fn fsdp_state(backend: Backend) -> Screen {
     use ddptop::protocol::{Collective, Comm, CommOp, Pass, Strategy};
@@ -546,13 +546,23 @@ pub fn fsdp_state(backend: Backend) -> Screen {
         };
         let mut r = completed(n, s, &vec![sps; k as usize]);
         for (rank, rv) in r.ranks.iter_mut() {
-            let (shard, predicted, peak) = match strategy {
+            // ZeRO-1 keeps weights and gradients whole and Adam's moments for the half of the
+            // parameters each rank owns (its partition, balanced by size: P/k here).
+            let owned = P / k as u64;
+            let (shard, optim, predicted, peak) = match strategy {
                 TorchStrategy::Fsdp => (
                     P * 4 / k as u64,
+                    8 * P / k as u64 + ADAM_STEPS,
                     16 * P / k as u64 + if k > 1 { 4 * LARGEST_UNIT } else { 0 },
                     5_800_000_000 - 90_000_000 * (k as u64 - 1),
                 ),
-                TorchStrategy::Ddp => (P * 4, 16 * P, 5_900_000_000),
+                TorchStrategy::Zero1 => (
+                    P * 4,
+                    8 * owned + ADAM_STEPS / k as u64,
+                    8 * P + 8 * owned,
+                    5_850_000_000 - 45_000_000 * (k as u64 - 1),
+                ),
+                TorchStrategy::Ddp => (P * 4, 8 * P + ADAM_STEPS, 16 * P, 5_900_000_000),
             };
             rv.record_memory(&Memory {
                 rank: *rank,
@@ -563,12 +573,13 @@ pub fn fsdp_state(backend: Backend) -> Screen {
                 peak_bytes: gpu.then_some(peak),
                 strategy: Some(match strategy {
                     TorchStrategy::Fsdp => Strategy::Fsdp,
+                    TorchStrategy::Zero1 => Strategy::Zero1,
                     TorchStrategy::Ddp => Strategy::Ddp,
                 }),
                 phase: Some("epoch1".into()),
                 param_bytes: Some(shard),
                 grad_bytes: Some(shard),
-                optim_bytes: Some(2 * shard + ADAM_STEPS),
+                optim_bytes: Some(optim),
                 predicted_bytes: Some(predicted),
                 ..Default::default()
             });
@@ -579,6 +590,8 @@ pub fn fsdp_state(backend: Backend) -> Screen {
     let d2 = mk(3, TorchStrategy::Ddp, 2, 4_400.0);
     let f1 = mk(2, TorchStrategy::Fsdp, 1, 4_300.0);
     let d1 = mk(1, TorchStrategy::Ddp, 1, 4_500.0);
+    let z2 = mk(6, TorchStrategy::Zero1, 2, 4_300.0);
+    let z1 = mk(5, TorchStrategy::Zero1, 1, 4_450.0);
     // One step of FSDP's collectives on each rank: 8 blocks + root, forward and backward.
     let units: [(&str, u64); 9] = [
         ("root", 16_458),
@@ -694,7 +707,7 @@ pub fn fsdp_state(backend: Backend) -> Screen {
         rv.comm_totals.add(&c);
         rv.comm = Some(c);
     }
-    st.runs = vec![f2, d2, f1, d1];
+    st.runs = vec![f2, z2, d2, f1, z1, d1];
     st.view.focused = Some(id(4));
     st
 }

@@ -1,6 +1,6 @@
-"""The `fsdp` experiment: FSDP2 (`fully_shard` on each residual block, then the root) or DDP on
-the same model, data and per-rank batch as `weak`, reporting what each rank holds and what it
-sends.
+"""The `fsdp` experiment: FSDP2 (`fully_shard` on each residual block, then the root), ZeRO-1
+(DDP with `ZeroRedundancyOptimizer`) or DDP on the same model, data and per-rank batch as `weak`,
+reporting what each rank holds and what it sends.
 
 - `memory` messages: exact local bytes of parameters, gradients and optimizer state (sums of
   local shards), the 16P/k prediction, and on CUDA the allocator's peak (reset per phase) and
@@ -43,7 +43,7 @@ from .timing import (
     step_figures,
 )
 
-STRATEGIES = ("fsdp", "ddp")
+STRATEGIES = ("fsdp", "zero1", "ddp")
 OPTIMIZERS = ("adam", "sgd")
 DEFAULT_LR = {"adam": 1e-3, "sgd": 0.1}
 REBUILD_MIN_STEPS = 2  # DDP's iteration-0 bucket layout is not the steady one (facts §10.1)
@@ -115,7 +115,7 @@ def wrap(
     k = rt.world_size
     units = shard_units(net)
     sizes = unit_params(net, units, k)
-    if strategy == "ddp":
+    if strategy in ("ddp", "zero1"):  # ZeRO-1 is DDP with a sharded optimizer (build_optimizer)
         ddp = DDP(
             net,
             device_ids=[rt.local_rank] if rt.device.type == "cuda" else None,
@@ -136,10 +136,24 @@ def wrap(
     return Wrapped(net, recorder=recorder, units=sizes)
 
 
-def build_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    return torch.optim.SGD(params, lr=lr)
+def build_optimizer(strategy: str, name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    cls: type[torch.optim.Optimizer] = torch.optim.Adam if name == "adam" else torch.optim.SGD
+    if strategy == "zero1":
+        # Each rank keeps the state of the parameters it owns (whole tensors, balanced by size)
+        # and broadcasts them after its local step: DDP's gradients and weights stay whole.
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, lr=lr)
+    return cls(params, lr=lr)
+
+
+def owned_params(opt: torch.optim.Optimizer) -> int | None:
+    """Elements of the parameters whose optimizer state this rank holds: its ZeRO-1 partition
+    (`None` when the optimizer is not sharded: every rank owns everything)."""
+    local = memory.local_optimizer(opt)
+    if local is opt:
+        return None
+    return sum(int(p.numel()) for g in local.param_groups for p in g["params"])
 
 
 # ---------------------------------------------------------------------- the loop
@@ -381,11 +395,12 @@ def run(args: argparse.Namespace) -> int:
         clock = Clock(rt.device)
         client.phase = "ddp_init"
         w = wrap(args.strategy, net, rt, clock, models.MODEL_SPECS[args.model])
-        opt = build_optimizer(args.optimizer, w.model.parameters(), lr)
+        opt = build_optimizer(args.strategy, args.optimizer, w.model.parameters(), lr)
         client.phase = "train"
         largest_name = max(w.units, key=lambda n: w.units[n])
+        owned = owned_params(opt)
         predicted = memory.predicted_bytes(
-            args.strategy, n_params, k, args.optimizer, w.units[largest_name]
+            args.strategy, n_params, k, args.optimizer, w.units[largest_name], owned
         )
         tr = Trainer(args, rt, client, data, w, opt, clock, n_params, predicted)
         tr.send_memory("init")
@@ -400,7 +415,12 @@ def run(args: argparse.Namespace) -> int:
                 f" (16P/k + largest gathered unit {largest_name}: "
                 f"{_fmt_mb(4 * w.units[largest_name])})"
                 if args.strategy == "fsdp"
-                else ""
+                else (
+                    f" (8P whole + optimizer state of the {owned} of {n_params} parameters "
+                    f"this rank owns)"
+                    if owned is not None
+                    else ""
+                )
             ),
         )
         if args.strategy == "fsdp" and rt.backend == "gloo" and k > 1:

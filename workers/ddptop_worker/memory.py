@@ -1,5 +1,6 @@
 """What one rank holds: exact local bytes of parameters, gradients and optimizer state, the
-16P/k prediction, and the CUDA caching allocator's counters.
+prediction (16P for DDP, 8P + 8P/k for ZeRO-1, 16P/k for FSDP, with Adam), and the CUDA caching
+allocator's counters.
 
 Exact bytes are sums over local tensors: a sharded parameter (DTensor under FSDP2) counts only its
 local shard (`to_local()`), a replicated one (DDP) counts whole. On CPU there is no allocator
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 
 PARAM_BYTES_PER_ELEM = 4  # fp32 weights
@@ -37,17 +39,26 @@ class StateBytes:
         return self.params + self.grads + self.optim
 
 
+def local_optimizer(opt: torch.optim.Optimizer | None) -> torch.optim.Optimizer | None:
+    """The optimizer whose state this rank holds: ZeroRedundancyOptimizer's local one (`.optim`,
+    the shard of parameters this rank updates), else `opt` itself."""
+    if isinstance(opt, ZeroRedundancyOptimizer):
+        return opt.optim
+    return opt
+
+
 def state_bytes(net: nn.Module, opt: torch.optim.Optimizer | None) -> StateBytes:
     """Exact local bytes of parameters, their gradients (those that exist now) and optimizer
-    state (every tensor in `opt.state`, Adam's scalar `step` counters included)."""
+    state (every tensor in the state this rank holds, Adam's scalar `step` counters included)."""
     params = grads = 0
     for p in net.parameters():
         params += local_bytes(p)
         if p.grad is not None:
             grads += local_bytes(p.grad)
     optim = 0
-    if opt is not None:
-        for st in opt.state.values():
+    local = local_optimizer(opt)
+    if local is not None:
+        for st in local.state.values():
             for v in st.values():
                 if isinstance(v, torch.Tensor):
                     optim += local_bytes(v)
@@ -67,15 +78,27 @@ def padded_numel(shape: torch.Size | tuple[int, ...], k: int) -> int:
 
 
 def predicted_bytes(
-    strategy: str, n_params: int, k: int, optimizer: str, largest_unit_params: int
+    strategy: str,
+    n_params: int,
+    k: int,
+    optimizer: str,
+    largest_unit_params: int,
+    owned_params: int | None = None,
 ) -> int:
     """The model's figure for what a rank holds during a step.
 
     DDP replicates everything: (4 + 4 + s)·P bytes with s the optimizer's bytes per parameter
-    (8 for Adam: 16P in all). FSDP keeps 1/k of that, plus one unit's gathered fp32 parameters
+    (8 for Adam: 16P in all). ZeRO-1 (`zero1`) keeps the fp32 parameters and gradients whole and
+    only the optimizer state of the parameters it owns: 8P + s·P_owned, with P_owned the rank's
+    share of ZeroRedundancyOptimizer's partition (whole tensors, so ≈ P/k: 8P + 8P/k for Adam).
+    FSDP keeps 1/k of everything, plus one unit's gathered fp32 parameters
     (`largest_unit_params` elements, padded) while it computes; at k=1 nothing is gathered (the
     shard is the whole parameter)."""
-    per_elem = PARAM_BYTES_PER_ELEM + GRAD_BYTES_PER_ELEM + OPTIM_BYTES_PER_ELEM[optimizer]
+    s = OPTIM_BYTES_PER_ELEM[optimizer]
+    per_elem = PARAM_BYTES_PER_ELEM + GRAD_BYTES_PER_ELEM + s
+    if strategy == "zero1":
+        owned = n_params if owned_params is None else owned_params
+        return (PARAM_BYTES_PER_ELEM + GRAD_BYTES_PER_ELEM) * n_params + s * owned
     if strategy == "ddp" or k == 1:
         return per_elem * n_params
     return -(-per_elem * n_params // k) + PARAM_BYTES_PER_ELEM * largest_unit_params

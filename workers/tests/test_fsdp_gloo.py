@@ -57,7 +57,7 @@ class Run:
 
 @pytest.fixture(scope="module")
 def runs() -> Iterator[dict[str, Run]]:
-    yield {s: Run(s) for s in ("fsdp", "ddp")}
+    yield {s: Run(s) for s in ("fsdp", "zero1", "ddp")}
 
 
 def test_both_strategies_complete(runs: dict[str, Run]) -> None:
@@ -83,14 +83,37 @@ def test_both_strategies_complete(runs: dict[str, Run]) -> None:
         assert f"{strategy} adam k=2" in run.proc.stdout
 
 
-def test_losses_of_ddp_and_fsdp_agree(runs: dict[str, Run]) -> None:
-    for r in range(K):
-        a = [m["loss"] for m in by_rank(runs["ddp"].srv, "step")[r]]
-        b = [m["loss"] for m in by_rank(runs["fsdp"].srv, "step")[r]]
-        assert len(a) == len(b) == STEPS
-        assert a[0] == pytest.approx(b[0], abs=1e-6)  # same weights, same batch: same first loss
-        assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4, (a, b)
-        assert a[-1] != a[0]  # the optimizer really stepped
+def test_losses_of_ddp_fsdp_and_zero1_agree(runs: dict[str, Run]) -> None:
+    for other in ("fsdp", "zero1"):
+        for r in range(K):
+            a = [m["loss"] for m in by_rank(runs["ddp"].srv, "step")[r]]
+            b = [m["loss"] for m in by_rank(runs[other].srv, "step")[r]]
+            assert len(a) == len(b) == STEPS
+            assert a[0] == pytest.approx(b[0], abs=1e-6)  # same weights, same batch: same first loss
+            assert max(abs(x - y) for x, y in zip(a, b)) < 1e-4, (other, a, b)
+            assert a[-1] != a[0]  # the optimizer really stepped
+
+
+def test_zero1_shards_only_the_optimizer_state(runs: dict[str, Run]) -> None:
+    """ZeRO-1: weights and gradients whole on every rank, Adam's moments only for the parameters
+    the rank owns; the ranks' moments add up to DDP's, and each rank's prediction (8P + 8P_owned)
+    is its exact state but for Adam's scalar `step` counters."""
+    net = models.build_model("tiny", "cpu")
+    n_params = models.count_params(net)
+    ddp = [runs["ddp"].final_memory(r) for r in range(K)]
+    zero = [runs["zero1"].final_memory(r) for r in range(K)]
+    moments = 0
+    for d, z in zip(ddp, zero):
+        assert z["strategy"] == "zero1" and z["phase"] == f"epoch{EPOCHS - 1}"
+        assert z["param_bytes"] == d["param_bytes"] == 4 * n_params
+        assert z["grad_bytes"] == d["grad_bytes"] == 4 * n_params
+        assert 0 < z["optim_bytes"] < d["optim_bytes"]
+        state = z["param_bytes"] + z["grad_bytes"] + z["optim_bytes"]
+        assert abs(state - z["predicted_bytes"]) <= 4 * len(list(net.parameters())), (state, z)
+        moments += z["predicted_bytes"] - 8 * n_params
+    assert moments == 8 * n_params  # the partition covers every parameter exactly once
+    logs = [m["msg"] for m in runs["zero1"].srv.messages("log")]
+    assert any("parameters this rank owns" in x for x in logs), logs
 
 
 def test_fsdp_shards_hold_half_of_ddps_state(runs: dict[str, Run]) -> None:

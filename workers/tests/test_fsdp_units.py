@@ -27,6 +27,10 @@ def test_predicted_bytes_ddp_is_16p_fsdp_is_16p_over_k_plus_one_unit() -> None:
     assert memory.predicted_bytes("fsdp", p, 4, "sgd", 0) == 2 * p
     assert memory.predicted_bytes("fsdp", 3, 2, "adam", 0) == 24  # rounded up, never down
     assert memory.predicted_bytes("fsdp", p, 1, "adam", 1000) == 16 * p  # k=1 gathers nothing
+    # ZeRO-1: weights and grads whole (8P), Adam's 8 bytes only for the owned share
+    assert memory.predicted_bytes("zero1", p, 2, "adam", 0, owned_params=p // 2) == 12 * p
+    assert memory.predicted_bytes("zero1", p, 1, "adam", 0) == 16 * p  # k=1 owns everything
+    assert memory.predicted_bytes("zero1", p, 4, "sgd", 0, owned_params=p // 4) == 8 * p
 
 
 def test_state_bytes_counts_params_grads_and_adam_state() -> None:
