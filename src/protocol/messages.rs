@@ -337,6 +337,8 @@ pub struct Bench {
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
     Ddp,
+    /// DDP with `ZeroRedundancyOptimizer`: the optimizer state sharded over the ranks.
+    Zero1,
     Fsdp,
     JaxData,
     JaxFsdp,
@@ -379,8 +381,6 @@ pub struct Memory {
 pub enum Sharding {
     Data,
     Fsdp,
-    /// DDP with `ZeroRedundancyOptimizer`: the optimizer state sharded over the ranks.
-    Zero1,
 }
 
 /// One collective kind counted in compiled HLO.

@@ -776,15 +776,15 @@ impl RankTail {
     }
 
     /// The line that most likely says why: the last one naming an error, else the last one.
+    /// Python's fault handler (ranks run with PYTHONFAULTHANDLER=1) ends a rank killed by a
+    /// signal with "Fatal Python error: Aborted" and every thread's stack: the rank's own words
+    /// before that dump say more, so they win when there are any.
     pub fn why(&self) -> Option<&str> {
         const WORDS: [&str; 7] = [
             "terminate called",
             "Error",
             "error",
             "what():",
-    /// Python's fault handler (ranks run with PYTHONFAULTHANDLER=1) ends a rank killed by a
-    /// signal with "Fatal Python error: Aborted" and every thread's stack: the rank's own words
-    /// before that dump say more, so they win when there are any.
             "Fatal Python error",
             "Segmentation fault",
             "Aborted",
@@ -802,12 +802,6 @@ impl RankTail {
             .or(self.lines.last())
             .map(String::as_str)
     }
-}
-
-fn signal_name(sig: i32) -> Option<&'static str> {
-    Some(match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
 
     /// Where the fault handler's dump begins (its "Fatal Python error:" line), if it wrote one.
     fn fault_dump_at(&self) -> Option<usize> {
@@ -839,6 +833,12 @@ fn signal_name(sig: i32) -> Option<&'static str> {
             _ => why.to_string(),
         })
     }
+}
+
+fn signal_name(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
         6 => "SIGABRT",
         7 => "SIGBUS",
         9 => "SIGKILL",
