@@ -315,7 +315,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "NVLS", value_parser = on_off())]
     pub nvls: Option<bool>,
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
-    /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only).
+    /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only); PyTorch workers
+    /// only: uneven:RANK:STEPS, unused:LAYER, nojoin:RANK (RANK never calls
+    /// init_process_group), mismatch:STEP (the last rank issues an extra all-reduce at STEP).
     #[arg(long)]
     pub inject: Option<Fault>,
     /// Run PyTorch's defaults instead of the chapter's two settings (float32 matmul precision
@@ -434,7 +436,8 @@ pub struct AttachArgs {
     pub nvls: Option<bool>,
     /// Fault injection on the script's last rank: crash:STEP, raise:STEP, hang:STEP,
     /// silent:STEP (a step is an optimizer step); slowstart:SECONDS on every rank;
-    /// slow:RANK:FACTOR makes one rank FACTOR times slower (a straggler).
+    /// slow:RANK:FACTOR makes one rank FACTOR times slower (a straggler); nojoin:RANK (RANK
+    /// never calls init_process_group), mismatch:STEP (an extra all-reduce after step STEP-1).
     #[arg(long)]
     pub inject: Option<Fault>,
     /// Print one JSON document instead of a table.

@@ -32,6 +32,7 @@ const ROUND_MAX: usize = 1024;
 mod agents;
 mod hangs;
 mod ingest;
+mod joins;
 mod latest;
 mod launching;
 mod stopping;

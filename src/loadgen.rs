@@ -197,6 +197,7 @@ fn heartbeat_msg(rank: u32, step: u64, t: f64) -> WorkerMsg {
         phase: Some(Phase::Train),
         cpu_s: None,
         coll: None,
+        rendezvous: None,
     })
 }
 

@@ -61,6 +61,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             rank.device = Some(h.device.clone());
             rank.node = Some(h.node_name().to_string());
             rank.connected = true;
+            rank.hello_at.get_or_insert(now);
             if run.status == RunStatus::Starting {
                 run.status = RunStatus::Running;
             }
@@ -84,6 +85,16 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
             if let Some(c) = &hb.coll {
                 rank.coll = Some((now, c.clone()));
+            }
+            if let Some(r) = &hb.rendezvous {
+                match r.state {
+                    crate::protocol::RendezvousState::Entered => {
+                        rank.init_entered = Some((now, r.clone()));
+                    }
+                    crate::protocol::RendezvousState::Joined => {
+                        rank.init_joined.get_or_insert(now);
+                    }
+                }
             }
             if hb.phase.is_some() && hb.phase != rank.phase {
                 // Entering a phase is progress: a rank that hangs in its very first collective
@@ -403,6 +414,7 @@ mod tests {
                 phase: Some(phase),
                 cpu_s: None,
                 coll: None,
+                rendezvous: None,
             })
         };
         apply_worker(&mut run, &hb(Phase::Init), t0);

@@ -14,7 +14,7 @@ use crate::supervisor::watchdog::{self, Verdict};
 use std::time::{Duration, Instant};
 
 /// How long a hung run's workers get to write their flight-recorder dumps.
-const EVIDENCE_WAIT: Duration = Duration::from_secs(3);
+pub(super) const EVIDENCE_WAIT: Duration = Duration::from_secs(3);
 
 impl Engine {
     /// The earliest instant a launched, still undecided run becomes hung (watchdog) or overdue
@@ -43,7 +43,11 @@ impl Engine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        next
+        // A rank that never joins the rendezvous is named within the stall threshold.
+        match (next, self.next_join_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Judge every launched run at `now`: hung (watchdog) or overdue in teardown.
@@ -62,6 +66,7 @@ impl Engine {
             }
             self.check_teardown(id, now);
         }
+        self.check_joins(now);
     }
 
     /// The watchdog's live word on a run (warming up, a slow step waited out): kept on the
@@ -124,18 +129,45 @@ impl Engine {
     /// The verdicts that need every rank's state (`app::diagnose`), judged when the run is
     /// found hung or failing: each new one to the screen, the log and the store.
     pub(super) fn diagnose_run(&mut self, run: &str) {
+        // The ranks' own last lines (a rank killed by gloo's size check says why only there):
+        // read here when the exit has not read them yet.
+        let tails = match (self.state.run(run), self.launches.get(run)) {
+            (Some(v), _) if !v.rank_tails.is_empty() => v.rank_tails.clone(),
+            (_, Some(l)) => crate::supervisor::output::rank_tails(&l.run_dir),
+            _ => Vec::new(),
+        };
+        let wait = crate::app::diagnose::JoinWait {
+            idle_s: 0.0,
+            busy_s: 0.0,
+        };
+        let now = Instant::now();
+        // Only once the watchdog called the run hung: a run stopped, or crashed, during its
+        // start-up has ranks that did not reach init yet, for no fault of theirs.
+        let hung = self.launches.get(run).is_some_and(|l| l.hung_at.is_some());
         let Some(v) = self.state.run_mut(run) else {
             return;
         };
-        let Some(d) = crate::app::diagnose::uneven_inputs(v) else {
-            return;
-        };
-        let line = d.line();
-        if crate::app::diagnose::add(v, d) {
-            v.push_tail(format!("ddptop: {line}"));
-            self.pending.push(EventRow::note(run, &line));
-            self.state
-                .push_message(Level::Error, Some(run), format!("{run}: {line}"));
+        let found = [
+            crate::app::diagnose::uneven_inputs(v),
+            crate::app::diagnose::collective_mismatch(v, &tails),
+            // The watchdog's start-up verdict: a rank that never came is named with the rest.
+            crate::app::diagnose::never_joined(v, now, wait, true).filter(|_| hung),
+        ];
+        let mut any = false;
+        for d in found.into_iter().flatten() {
+            let line = d.line();
+            let Some(v) = self.state.run_mut(run) else {
+                return;
+            };
+            if crate::app::diagnose::add(v, d) {
+                v.push_tail(format!("ddptop: {line}"));
+                self.pending.push(EventRow::note(run, &line));
+                self.state
+                    .push_message(Level::Error, Some(run), format!("{run}: {line}"));
+                any = true;
+            }
+        }
+        if any {
             self.persist_live(run);
         }
     }
@@ -163,6 +195,12 @@ impl Engine {
         l.hung_at = Some(now);
         let why = verdict.to_string();
         self.diagnose_run(run);
+        // A named failure leads the reason, as on a failing exit: it says what to fix.
+        let named = self
+            .state
+            .run(run)
+            .and_then(|v| v.diagnoses.first().map(|d| format!("{}; ", d.line())))
+            .unwrap_or_default();
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };
@@ -178,10 +216,10 @@ impl Engine {
                 Some((rank, err)) => (
                     RunStatus::Failed,
                     Some(format!(
-                        "rank {rank} failed: {err}; the other ranks then hung ({why})"
+                        "{named}rank {rank} failed: {err}; the other ranks then hung ({why})"
                     )),
                 ),
-                None => (RunStatus::Hung, Some(why.clone())),
+                None => (RunStatus::Hung, Some(format!("{named}{why}"))),
             });
         }
         let report = self
@@ -226,7 +264,7 @@ impl Engine {
 
     /// Ask for a flight-recorder dump and the ranks' stacks two ways (the worker's own thread,
     /// and torch's pipe), give them a moment, then add their summary to the run's evidence.
-    fn collect_hang_evidence(&mut self, run: &str) {
+    pub(super) fn collect_hang_evidence(&mut self, run: &str) {
         let Some(l) = self.launches.get(run) else {
             return;
         };

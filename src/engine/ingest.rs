@@ -440,6 +440,7 @@ mod tests {
             phase: None,
             cpu_s: None,
             coll: None,
+            rendezvous: None,
         };
         assert!(
             !e.apply(worker(&id, WorkerMsg::Heartbeat(quiet))),

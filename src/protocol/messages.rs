@@ -201,6 +201,44 @@ pub struct Heartbeat {
     /// counter is not moving (absent: not looked at, or no recorder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coll: Option<CollState>,
+    /// Sent twice per rank, around `init_process_group`: as it enters (with the bootstrap
+    /// environment it calls it with) and once it returns. A rank that said hello and never
+    /// entered, while its peers wait inside, is the one that never joins
+    /// (`app::diagnose::never_joined`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendezvous: Option<Rendezvous>,
+}
+
+/// A rank at `init_process_group`: what it calls it with, as its environment says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rendezvous {
+    pub state: RendezvousState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_addr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub master_port: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gloo_socket_ifname: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_socket_ifname: Option<String>,
+    /// The host's network interfaces with their IPv4 address, e.g. `eth0 10.0.0.5` (at most
+    /// `Rendezvous::MAX_INTERFACES`, each at most `Rendezvous::MAX_CHARS`).
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+}
+
+impl Rendezvous {
+    pub const MAX_INTERFACES: usize = 32;
+    pub const MAX_CHARS: usize = 200;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RendezvousState {
+    /// Calling `init_process_group`: from here it waits for every rank.
+    Entered,
+    /// `init_process_group` returned: every rank joined.
+    Joined,
 }
 
 /// A rank's collectives when it was last looked at: how many are started and not completed,
@@ -220,6 +258,10 @@ pub struct CollState {
     /// The last completed collective's sequence number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_done: Option<u64>,
+    /// The oldest pending collective's input size in bytes (ranks that wait in the same
+    /// collective number with different sizes called different collectives).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -229,6 +229,27 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
                     upto("coll.age_s", a, SECONDS)?;
                 }
             }
+            if let Some(r) = &m.rendezvous {
+                let long = |s: &Option<String>| {
+                    s.as_ref()
+                        .is_some_and(|s| s.chars().count() > super::Rendezvous::MAX_CHARS)
+                };
+                if r.interfaces.len() > super::Rendezvous::MAX_INTERFACES
+                    || r.interfaces
+                        .iter()
+                        .any(|i| i.chars().count() > super::Rendezvous::MAX_CHARS)
+                    || [
+                        &r.master_addr,
+                        &r.master_port,
+                        &r.gloo_socket_ifname,
+                        &r.nccl_socket_ifname,
+                    ]
+                    .into_iter()
+                    .any(long)
+                {
+                    return Err(ProtocolError::TooMany("rendezvous"));
+                }
+            }
         }
         WorkerMsg::Step(s) => {
             t(s.t)?;

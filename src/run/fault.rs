@@ -50,6 +50,12 @@ pub enum Fault {
     /// The model gets a submodule named LAYER that its forward never calls (defined in
     /// `__init__`, never used): DDP without `find_unused_parameters` fails at the second step.
     Unused(String),
+    /// RANK says hello, then never calls `init_process_group` (as a rank waiting for a file
+    /// its peers write only after init): its peers wait in the rendezvous.
+    NoJoin(u32),
+    /// As step STEP begins, the last rank all-reduces one extra value (a metric reduced on one
+    /// rank only): it meets its peers' gradient all-reduce, of another size.
+    Mismatch(u64),
 }
 
 /// Where a `slow` fault puts its sleep.
@@ -161,10 +167,25 @@ impl FromStr for Fault {
                 }
                 Ok(Fault::Unused(arg.to_string()))
             }
+            "nojoin" => arg.parse::<u32>().map(Fault::NoJoin).map_err(|_| {
+                format!(
+                    "fault `{s}`: expected nojoin:RANK (RANK never calls init_process_group)"
+                )
+            }),
+            "mismatch" => arg
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .map(Fault::Mismatch)
+                .ok_or_else(|| {
+                    format!(
+                        "fault `{s}`: expected mismatch:STEP, STEP from 1 (the last rank issues an extra all-reduce as step STEP begins)"
+                    )
+                }),
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(None)),
             "garbage" => Ok(Fault::Garbage(Some(step()?))),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR[:PHASE][@STEP], uneven:RANK:STEPS or unused:LAYER"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR[:PHASE][@STEP], uneven:RANK:STEPS, unused:LAYER, nojoin:RANK or mismatch:STEP"
             )),
         }
     }
@@ -181,7 +202,10 @@ impl Fault {
 
     /// Faults only a real PyTorch worker can apply (the simulated worker has no model or data).
     pub fn torch_only(&self) -> bool {
-        matches!(self, Fault::Uneven { .. } | Fault::Unused(_))
+        matches!(
+            self,
+            Fault::Uneven { .. } | Fault::Unused(_) | Fault::NoJoin(_) | Fault::Mismatch(_)
+        )
     }
 
     /// Where the fault cannot apply to an attached script: the bootstrap sleeps after each
@@ -206,6 +230,14 @@ impl Fault {
             Fault::Slow { rank, .. } | Fault::Uneven { rank, .. } if rank >= k => Err(format!(
                 "fault `{self}` names rank {rank}, but a run at k={k} has ranks 0..={}: pick a rank below {k}",
                 k.saturating_sub(1)
+            )),
+            Fault::NoJoin(rank) if rank >= k => Err(format!(
+                "fault `{self}` names rank {rank}, but a run at k={k} has ranks 0..={}: pick a rank below {k}",
+                k.saturating_sub(1)
+            )),
+            // Alone, a rank has nobody to wait for it or to disagree with.
+            Fault::NoJoin(_) | Fault::Mismatch(_) if k < 2 => Err(format!(
+                "fault `{self}` needs at least two ranks: use --k 2 or more"
             )),
             _ => Ok(()),
         }
@@ -241,6 +273,8 @@ impl fmt::Display for Fault {
             }
             Fault::Uneven { rank, steps } => write!(f, "uneven:{rank}:{steps}"),
             Fault::Unused(layer) => write!(f, "unused:{layer}"),
+            Fault::NoJoin(rank) => write!(f, "nojoin:{rank}"),
+            Fault::Mismatch(step) => write!(f, "mismatch:{step}"),
         }
     }
 }
@@ -296,7 +330,19 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
-        for s in ["uneven:1:12", "unused:aux_head"] {
+        assert_eq!(parse("nojoin:1"), Ok(Fault::NoJoin(1)));
+        assert_eq!(parse("mismatch:3"), Ok(Fault::Mismatch(3)));
+        for bad in [
+            "nojoin",
+            "nojoin:x",
+            "nojoin:-1",
+            "mismatch",
+            "mismatch:0",
+            "mismatch:x",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        for s in ["uneven:1:12", "unused:aux_head", "nojoin:1", "mismatch:3"] {
             assert_eq!(parse(s).unwrap().to_string(), s);
         }
         assert!(parse("slowstart").is_err());
@@ -402,6 +448,18 @@ mod tests {
         assert!(f.fits_k(6).is_ok());
         assert!("slow:1:1.5".parse::<Fault>().unwrap().fits_k(1).is_err());
         assert!("hang:500".parse::<Fault>().unwrap().fits_k(1).is_ok());
+        let e = "nojoin:2".parse::<Fault>().unwrap().fits_k(2).unwrap_err();
+        assert!(e.contains("names rank 2"), "{e}");
+        assert!("nojoin:1".parse::<Fault>().unwrap().fits_k(2).is_ok());
+        let e = "nojoin:0".parse::<Fault>().unwrap().fits_k(1).unwrap_err();
+        assert!(e.contains("at least two ranks"), "{e}");
+        let e = "mismatch:3"
+            .parse::<Fault>()
+            .unwrap()
+            .fits_k(1)
+            .unwrap_err();
+        assert!(e.contains("at least two ranks"), "{e}");
+        assert!("mismatch:3".parse::<Fault>().unwrap().fits_k(2).is_ok());
         assert!(
             "slow:3:1.5@20"
                 .parse::<Fault>()

@@ -82,6 +82,12 @@ pub struct RankView {
     /// (step, host time backward began) of recent timed steps, oldest first (at most
     /// `BWD_MARKS`): where each step's bucket all-reduces start among NCCL's collectives.
     pub recent_bwd: VecDeque<(u64, f64)>,
+    /// When its hello arrived.
+    pub hello_at: Option<Instant>,
+    /// When it entered `init_process_group`, with the environment it called it with.
+    pub init_entered: Option<(Instant, crate::protocol::Rendezvous)>,
+    /// When its `init_process_group` returned (every rank had joined).
+    pub init_joined: Option<Instant>,
 }
 
 /// Steps of backward starts kept per rank (the plugin's batches lag the steps by ≤ 1 s).
@@ -875,11 +881,19 @@ pub enum DiagnosisKind {
     UnevenInputs,
     /// Parameters that got no gradient under a DDP built without `find_unused_parameters`.
     UnusedParameters,
+    /// A rank that said hello and never entered `init_process_group` while its peers wait
+    /// there for it.
+    NeverJoined,
+    /// Ranks that called different collectives, or the same one with different sizes, at the
+    /// same point.
+    CollectiveMismatch,
 }
 
 crate::util::names!(DiagnosisKind {
     UnevenInputs => "uneven_inputs",
     UnusedParameters => "unused_parameters",
+    NeverJoined => "never_joined",
+    CollectiveMismatch => "collective_mismatch",
 });
 
 impl Diagnosis {

@@ -137,7 +137,9 @@ impl Client {
                             seq: None,
                             age_s: Some(since.elapsed().as_secs_f64()),
                             last_done: None,
+                            bytes: None,
                         }),
+                    rendezvous: None,
                 });
                 let mut w = w.lock().unwrap_or_else(|e| e.into_inner());
                 if writeln!(w, "{}", hb.to_line()).is_err() {

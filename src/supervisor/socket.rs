@@ -776,6 +776,7 @@ mod tests {
             phase: None,
             cpu_s: None,
             coll: None,
+            rendezvous: None,
         });
         m.to_line() + "\n"
     }

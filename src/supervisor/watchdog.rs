@@ -645,6 +645,7 @@ mod tests {
             seq: Some(seq),
             age_s: Some(age),
             last_done: Some(seq - 1),
+            bytes: None,
         }
     }
 
@@ -655,6 +656,7 @@ mod tests {
             seq: None,
             age_s: None,
             last_done: Some(7),
+            bytes: None,
         }
     }
 

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from . import inflight
+from . import inflight, rendezvous
 from .timing import timed_allreduce_hook
 
 if TYPE_CHECKING:
@@ -187,6 +187,11 @@ def leading_dim(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
 # ---------------------------------------------------------------------------------- class wraps
 
 
+def _client() -> Any:
+    s = session()
+    return s.client if s is not None else None
+
+
 def _patch_classes() -> None:
     _ORIG["init"] = DDP.__init__
     _ORIG["register_comm_hook"] = DDP.register_comm_hook
@@ -263,6 +268,11 @@ def _patch_classes() -> None:
     if not getattr(dist.destroy_process_group, "__ddptop_guarded__", False):
         _ORIG["destroy"] = dist.destroy_process_group
         dist.destroy_process_group = inflight.guard_destroy(dist.destroy_process_group)
+    # Entering and leaving the script's init_process_group, said to ddptop: a rank that never
+    # enters while its peers wait is named (rendezvous.py).
+    if not getattr(dist.init_process_group, "__ddptop_wrapped__", False):
+        _ORIG["init_process_group"] = dist.init_process_group
+        dist.init_process_group = rendezvous.wrap_init(dist.init_process_group, _client)
     DDP.__init__ = __init__  # type: ignore[method-assign]
     DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
     DDP._register_builtin_comm_hook = _register_builtin_comm_hook  # type: ignore[method-assign]

@@ -29,6 +29,16 @@ Applied to the model, on every rank (`unused:LAYER`, LAYER a Python identifier):
   unused    the model gets a submodule LAYER that its forward never calls (defined in __init__,
             never used): DDP without find_unused_parameters fails at the next forward.
 
+Applied on one rank (`nojoin:RANK`):
+  nojoin    RANK never calls init_process_group (it said hello, then blocks before it, as a
+            rank waiting for a file its peers write only after init): its peers wait in the
+            rendezvous until ddptop names it (rendezvous.py) or the process group times out.
+
+Applied on the last rank, once (`mismatch:STEP`):
+  mismatch  before step STEP's forward (after step STEP-1's optimizer step under attach), the
+            last rank all-reduces one extra value, as a script that reduces a metric on one
+            rank only: it meets its peers' next gradient all-reduce, of another size.
+
 Applied on every rank, at the end of the run (STEP is ignored; write `teardown:0`):
   teardown  send `result` and `bye` as usual, then block instead of destroy_process_group(), as
             a rank whose NCCL teardown hangs: ddptop has every bye but the launcher never exits.
@@ -46,7 +56,7 @@ from dataclasses import dataclass, field
 from .client import Client
 
 STEP_KINDS = ("crash", "raise", "hang", "silent", "frozen")
-KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow", "uneven", "unused")
+KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow", "uneven", "unused", "nojoin", "mismatch")
 
 
 class FaultSpecError(ValueError):
@@ -58,7 +68,7 @@ class Fault:
     kind: str
     step: int  # slow: the rank; uneven: the steps RANK takes
     factor: float = 1.0  # slow only
-    rank: int = -1  # uneven only
+    rank: int = -1  # uneven and nojoin only
     layer: str = ""  # unused only
     start: int = 1  # slow only: the first slowed step
     phase: str = "data"  # slow only: "data" or "compute"
@@ -99,6 +109,14 @@ class Fault:
             if not rank.isdigit() or not steps.isdigit():
                 raise FaultSpecError(f"DDPTOP_INJECT={spec!r}: expected uneven:RANK:STEPS")
             return Fault("uneven", int(steps), rank=int(rank))
+        if kind == "nojoin":
+            if not step.isdigit():
+                raise FaultSpecError(f"DDPTOP_INJECT={spec!r}: expected nojoin:RANK")
+            return Fault("nojoin", 0, rank=int(step))
+        if kind == "mismatch":
+            if not step.isdigit() or int(step) < 1:
+                raise FaultSpecError(f"DDPTOP_INJECT={spec!r}: expected mismatch:STEP, STEP from 1")
+            return Fault("mismatch", int(step))
         if kind == "unused":
             if not step.isidentifier():
                 raise FaultSpecError(
@@ -122,7 +140,17 @@ class Fault:
     def due(self, step: int, rank: int, world_size: int) -> bool:
         if self.kind == "slowstart":
             return step == 0
+        if self.kind == "mismatch":
+            # `step` is the count of finished steps: fire once, as step STEP begins.
+            return rank == world_size - 1 and step == self.step - 1
         return self.kind in STEP_KINDS and rank == world_size - 1 and step >= self.step
+
+    def never_join(self, client: Client, rank: int) -> None:
+        """`nojoin`: on RANK, say so and block where init_process_group would be called; the
+        heartbeat thread goes on (alive, idle, never joined)."""
+        if self.kind == "nojoin" and rank == self.rank:
+            client.log("warn", f"injected fault nojoin:{self.rank}: this rank never calls init_process_group")
+            block_forever()
 
     def out_of_data(self, step: int, rank: int) -> bool:
         """`uneven`: whether RANK has taken its last step (it ends its loop now)."""
@@ -140,6 +168,9 @@ class Fault:
         client.log("warn", f"injected fault {self.kind}:{self.step}")
         if self.kind == "slowstart":
             burn_cpu(float(self.step))
+            return
+        if self.kind == "mismatch":
+            extra_all_reduce()
             return
         if self.kind == "crash":
             os._exit(3)
@@ -210,6 +241,18 @@ class SlowRank:
             time.sleep(self.slept)
         self.last = now
         return self.slept
+
+
+def extra_all_reduce() -> None:
+    """One all-reduce of a single value on the default group, which no other rank issues: it
+    pairs with their next collective (DDP's gradient bucket), of another size. On gloo the
+    receiving side aborts ("Received data size doesn't match expected size"); NCCL checks no
+    sizes (TORCH_DISTRIBUTED_DEBUG=DETAIL does, on either backend)."""
+    import torch
+    import torch.distributed as dist
+
+    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    dist.all_reduce(torch.ones(1, device=dev))
 
 
 def burn_cpu(seconds: float) -> None:

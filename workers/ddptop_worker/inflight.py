@@ -58,6 +58,30 @@ def coll_state() -> dict[str, Any] | None:
     return summarize(entries, time.time_ns())
 
 
+# Bytes per element of the dtypes the recorder names (its `input_dtypes`).
+DTYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2,
+    "Char": 1, "Byte": 1, "Bool": 1,
+}
+
+
+def input_bytes(entry: dict[str, Any]) -> int | None:
+    """The entry's input tensors' size in bytes, or None when a dtype is not known."""
+    sizes, dtypes = entry.get("input_sizes"), entry.get("input_dtypes")
+    if not isinstance(sizes, list) or not isinstance(dtypes, list) or len(sizes) != len(dtypes):
+        return None
+    total = 0
+    for shape, dtype in zip(sizes, dtypes):
+        width = DTYPE_BYTES.get(str(dtype))
+        if width is None or not isinstance(shape, list):
+            return None
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * width
+    return total
+
+
 def summarize(entries: list[dict[str, Any]], now_ns: int) -> dict[str, Any]:
     pending = [
         e
@@ -78,6 +102,9 @@ def summarize(entries: list[dict[str, Any]], now_ns: int) -> dict[str, Any]:
         seq = oldest.get("collective_seq_id")
         if isinstance(seq, int):
             out["seq"] = seq
+        size = input_bytes(oldest)
+        if size is not None:
+            out["bytes"] = size
         created = oldest.get("time_created_ns")
         if isinstance(created, int):
             out["age_s"] = max(0.0, (now_ns - created) / 1e9)

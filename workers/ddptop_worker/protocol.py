@@ -204,9 +204,38 @@ FINDING: Final = obj(
     {"names": finding_names, "count": opt_uint},
 )
 
+RENDEZVOUS_STATES: Final = ("entered", "joined")
+
+
+def short_string(x: Any) -> bool:
+    return x is None or (isinstance(x, str) and len(x) <= 200)
+
+
+def interface_list(x: Any) -> bool:
+    # At most 32 of at most 200 characters (ddptop refuses more: protocol::Rendezvous).
+    return isinstance(x, list) and len(x) <= 32 and all(short_string(i) and i is not None for i in x)
+
+
+RENDEZVOUS: Final = obj(
+    {"state": one_of(*RENDEZVOUS_STATES)},
+    {
+        "master_addr": short_string,
+        "master_port": short_string,
+        "gloo_socket_ifname": short_string,
+        "nccl_socket_ifname": short_string,
+        "interfaces": interface_list,
+    },
+)
+
 COLL_STATE: Final = obj(
     {"pending": uint},
-    {"op": opt_string, "seq": opt_uint, "age_s": opt_nonneg, "last_done": opt_uint},
+    {
+        "op": opt_string,
+        "seq": opt_uint,
+        "age_s": opt_nonneg,
+        "last_done": opt_uint,
+        "bytes": opt_uint,
+    },
 )
 HLO_OPS_CHECK: Final = obj({}, {name: hlo_op_stats for name in HLO_OPS})
 # The NCCL profiler plugin's batch (plugins/nccl-profiler; docs/protocol.md `nccl`).
@@ -357,7 +386,12 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
 # Optional fields: checked only when present; null allowed except for hello.devices.
 WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
     "hello": {"devices": pos_int, "instrument": opt(one_of(*INSTRUMENTS)), "node": opt_string},
-    "heartbeat": {"phase": opt(one_of(*PHASES)), "cpu_s": opt_nonneg, "coll": opt(COLL_STATE)},
+    "heartbeat": {
+        "phase": opt(one_of(*PHASES)),
+        "cpu_s": opt_nonneg,
+        "coll": opt(COLL_STATE),
+        "rendezvous": opt(RENDEZVOUS),
+    },
     "step": {
         "fused": opt(boolean),
         "loss": opt(finite),

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import ddp_knobs
+from . import ddp_knobs, rendezvous
 from .client import Client, torch_versions
 from .faults import Fault
 from .fr_env import add_legacy_names
@@ -138,6 +138,7 @@ class Runtime:
             os.environ["MASTER_PORT"] = str(_free_port())
             os.environ.setdefault("RANK", "0")
             os.environ.setdefault("WORLD_SIZE", "1")
+        rendezvous.entering(self.client, self.fault, self.rank)
         dist.init_process_group(
             backend=self.backend,
             rank=self.rank,
@@ -147,6 +148,7 @@ class Runtime:
             # NCCL is then initialized eagerly, here, rather than at the first collective)
             device_id=self.device if self.device.type == "cuda" else None,
         )
+        rendezvous.joined(self.client)
         if self.kernel_timing and self.backend == "nccl":
             try:  # the same switch at run time, in case the environment was read before
                 dist.group.WORLD._enable_collectives_timing()  # type: ignore[union-attr]

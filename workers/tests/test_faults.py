@@ -45,6 +45,10 @@ def test_parses_and_targets_the_last_rank(monkeypatch: pytest.MonkeyPatch) -> No
         "slow:1:1.5:gpu",
         "slow:1:1.5:data:x",
         "slow:1@5:1.5",
+        "nojoin",
+        "nojoin:x",
+        "mismatch:0",
+        "mismatch:x",
     ],
 )
 def test_bad_specs_are_refused(monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
@@ -59,6 +63,31 @@ def test_teardown_and_new_kinds_parse() -> None:
     assert not Fault("teardown", 0).due(5, 1, 2)  # never fires as a step fault
     assert Fault.parse("frozen:4") == Fault("frozen", 4) and Fault("frozen", 4).due(4, 1, 2)
     assert Fault.parse("") is None
+
+
+def test_nojoin_blocks_its_rank_only_and_mismatch_fires_once_on_the_last_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    f = Fault.parse("nojoin:1")
+    assert f == Fault("nojoin", 0, rank=1)
+    said: list[str] = []
+
+    class Quiet:
+        def log(self, level: str, msg: str) -> None:
+            said.append(msg)
+
+    import ddptop_worker.faults as faults
+
+    monkeypatch.setattr(faults, "block_forever", lambda: said.append("blocked"))
+    f.never_join(Quiet(), 0)  # type: ignore[arg-type]
+    assert said == []
+    f.never_join(Quiet(), 1)  # type: ignore[arg-type]
+    assert said == ["injected fault nojoin:1: this rank never calls init_process_group", "blocked"]
+    m = Fault.parse("mismatch:3")
+    assert m == Fault("mismatch", 3)
+    # Fires as step 3 begins (2 finished), on the last rank, once.
+    assert [s for s in range(6) if m.due(s, 1, 2)] == [2]
+    assert not any(m.due(s, 0, 2) for s in range(6))
 
 
 def test_slow_targets_its_rank_only() -> None:

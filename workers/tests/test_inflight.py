@@ -137,3 +137,13 @@ def test_a_guarded_destroy_waits_for_a_recorder_read_in_progress() -> None:
     d.join(5)
     assert calls == ["read begins", "read ends", "destroy"]
     assert result == ["destroyed"]
+
+
+def test_the_pending_collectives_size_is_its_inputs_bytes() -> None:
+    e = entry(5, retired=False) | {"input_sizes": [[1]], "input_dtypes": ["Float"]}
+    assert inflight.summarize([e], 0)["bytes"] == 4
+    e = entry(5, retired=False) | {"input_sizes": [[2, 3], [4]], "input_dtypes": ["Half", "Long"]}
+    assert inflight.summarize([e], 0)["bytes"] == 2 * 3 * 2 + 4 * 8
+    # A dtype it does not know: no size rather than a wrong one.
+    e = entry(5, retired=False) | {"input_sizes": [[8]], "input_dtypes": ["ComplexFloat"]}
+    assert "bytes" not in inflight.summarize([e], 0)
