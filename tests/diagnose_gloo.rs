@@ -30,9 +30,14 @@ fn run(data: &std::path::Path, py: &str, args: &[&str]) -> Value {
 }
 
 fn attach(data: &std::path::Path, py: &str, k: &str, script: &str) -> Value {
+    attach_with(data, py, k, &[], script)
+}
+
+fn attach_with(data: &std::path::Path, py: &str, k: &str, extra: &[&str], script: &str) -> Value {
     let out = ddptop(data)
         .env("DDPTOP_PYTHON", py)
         .args(["attach", "--k", k, "--backend", "gloo", "--hang-floor", "5"])
+        .args(extra)
         .args(["--json", "--", script])
         .output()
         .unwrap();
@@ -154,5 +159,144 @@ fn unused_parameters_are_named_injected_and_in_a_real_script() {
     );
 }
 
+/// "… never reached init_process_group after 5.3 s; …" → 5.3.
+fn waited_s(text: &str) -> f64 {
+    let after = text
+        .split("after ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    after.split(" s").next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_rank_that_never_joins_is_named_within_the_stall_threshold_injected_and_in_a_real_script() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    let r = run(
+        d.path(),
+        &py,
+        &[
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--samples",
+            "2048",
+            "--model",
+            "tiny",
+            "--inject",
+            "nojoin:1",
+        ],
+    );
+    assert_eq!(r["status"], "hung", "{r:#}");
+    let v = verdict(&r, "never_joined");
+    assert_eq!(v["rank"], 1, "{v:#}");
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("rank 1 (pid ")
+            && text.contains("never reached init_process_group after")
+            && text.contains("rank 0 waits in rendezvous/init")
+            && text.contains("MASTER_PORT=")
+            && text.contains("GLOO_SOCKET_IFNAME unset")
+            && text.contains("interfaces seen: lo 127.0.0.1"),
+        "{text}"
+    );
+    // Named within the stall threshold (the 5 s floor: no step yet) + 1 s of rank 0's wait.
+    let waited = waited_s(text);
+    assert!((5.0..=6.0).contains(&waited), "{text}");
+    let evidence = v["evidence"].as_array().unwrap();
+    assert!(
+        evidence[1]
+            .as_str()
+            .unwrap()
+            .starts_with("rank 1: hello at +")
+            && evidence[1]
+                .as_str()
+                .unwrap()
+                .contains("never entered init_process_group"),
+        "{v:#}"
+    );
+    assert!(v["fix"].as_str().unwrap().contains("MASTER_ADDR"));
+    let reason = r["reason"].as_str().unwrap();
+    assert!(reason.starts_with("never joined: rank 1"), "{reason}");
+
+    // The bug itself: the other ranks wait for a file rank 0 writes after its init.
+    let r = attach_with(
+        d.path(),
+        &py,
+        "2",
+        &["--stop-on-hang"],
+        &fixture_script("never_joins.py"),
+    );
+    assert_eq!(r["status"], "hung", "{r:#}");
+    let v = verdict(&r, "never_joined");
+    assert_eq!(v["rank"], 1, "{v:#}");
+    let waited = waited_s(v["text"].as_str().unwrap());
+    assert!((5.0..=6.0).contains(&waited), "{v:#}");
+}
+
+#[test]
+fn mismatched_collectives_name_the_rank_and_both_calls_injected_and_in_a_real_script() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // The last rank's extra one-value all-reduce meets rank 0's next collective: DDP's buffer
+    // broadcast at the forward of step 3. Both wait; their recorders say what each called.
+    let r = run(
+        d.path(),
+        &py,
+        &[
+            "run",
+            "weak",
+            "--k",
+            "2",
+            "--samples",
+            "2048",
+            "--model",
+            "tiny",
+            "--batch",
+            "32",
+            "--inject",
+            "mismatch:3",
+        ],
+    );
+    assert_ne!(r["status"], "completed", "{r:#}");
+    let v = verdict(&r, "collective_mismatch");
+    assert_eq!((&v["rank"], &v["step"]), (&1.into(), &3.into()), "{v:#}");
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("rank 1 called gloo:all_reduce (4 B) as collective #")
+            && text.contains("while rank 0 called gloo:"),
+        "{text}"
+    );
+    assert!(v["fix"].as_str().unwrap().contains("if rank =="));
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("collective mismatch: rank 1"),
+        "{reason}"
+    );
+
+    // The bug itself: rank 0 all-reduces its loss for a log line, alone; gloo's size check
+    // aborts it.
+    let r = attach(
+        d.path(),
+        &py,
+        "2",
+        &fixture_script("mismatched_collective.py"),
+    );
+    assert_eq!(r["status"], "failed", "{r:#}");
+    let v = verdict(&r, "collective_mismatch");
+    assert_eq!(v["rank"], 0, "{v:#}");
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("rank 0's collective received ")
+            && text.contains("where it expected at most 4"),
+        "{text}"
+    );
+}
+
 // No false diagnosis: the healthy runs of tests/gloo_runs.rs (weak k=1,2; fsdp and DDP k=2)
-// and tests/attach_gloo.rs (the tutorial script at k=1,2) assert `diagnoses == []`.
+// and tests/attach_gloo.rs (the tutorial script at k=1,2) assert `diagnoses == []`: every
+// rank there enters init_process_group within the threshold of the first, and no collective
+// differs.
