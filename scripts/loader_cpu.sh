@@ -8,6 +8,8 @@
 # slower or faster moment of a shared machine moves both sides of a ratio; the median over
 # rounds is the figure. Prints the table last; raw lines in $OUT.
 #   ROUNDS=4 SAMPLES=2048 BATCH=64 EPOCHS=2 scripts/loader_cpu.sh
+# ARMS may add loader10: the loader arm with steps timed 1 in 10 (DDPTOP_TIME_EVERY=10, as ddptop
+# gives GPU runs; gloo runs time every step), to see what per-step timing costs on the CPU.
 # Needs $DDPTOP_PYTHON with torch and torchvision (scripts/test_env.sh) and a built ddptop
 # (DDPTOP_BIN, default target/release/ddptop, else target/debug/ddptop).
 set -u
@@ -28,9 +30,10 @@ arm() {  # arm NAME ROUND -> appends "round<TAB>arm<TAB>samples/s"
       OMP_NUM_THREADS=1 timeout 900 "$PY" workers/scripts/book_loader.py --model tiny \
         --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
       sps=$("$PY" -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BOOK_RESULT')]" "$f" | tail -1) ;;
-    loader|fast-loader)
+    loader|fast-loader|loader10)
+      local path=$a every=1; [ "$a" = loader10 ] && path=loader every=10
       DDPTOP_PYTHON=$PY timeout 900 "$B" run weak --k 1 --backend gloo --model tiny \
-        --data-path "$a" --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" --json > "$f" 2> "$f.stderr"
+        --env "DDPTOP_TIME_EVERY=$every" --data-path "$path" --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" --json > "$f" 2> "$f.stderr"
       sps=$("$PY" -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
   esac
   log "round $r $a: ${sps:-FAILED} samples/s (log $f)"
@@ -51,7 +54,7 @@ for r, a, v in rows:
     by.setdefault(a, {})[int(r)] = float(v)
 book = by.get("book", {})
 print(f"{'arm':13}{'runs':6}{'samples/s median (each round)':44}{'vs book: median ratio of rounds (each)'}")
-for a in ("book", "loader", "fast-loader"):
+for a in ("book", "loader", "loader10", "fast-loader"):
     v = by.get(a)
     if not v:
         continue
@@ -59,5 +62,5 @@ for a in ("book", "loader", "fast-loader"):
     ratios = [v[r] / book[r] for r in sorted(v) if r in book and a != "book"]
     rc = (f"{100 * statistics.median(ratios):6.2f}% (" + ", ".join(f"{100 * x:.1f}" for x in ratios) + ")"
           if ratios else "")
-    print(f"{a:13}{len(v):<6}{cell:44}{rc}")
+    print(f"{a:13}{len(v):<6}{cell:44} {rc}")
 PY
