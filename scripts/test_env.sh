@@ -12,6 +12,14 @@ if ! "$VENV/bin/python" -c "import torchvision" 2>/dev/null; then
   echo "scripts/test: installing torchvision==0.26.0 into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check torchvision==0.26.0
 fi
+# Test dependencies of tests/attach_shapes.rs only (issue 43: a Lightning `Trainer(strategy="ddp")`
+# script and an Accelerate loop under `ddptop attach`), not of the tool. torch stays 2.11.0: the
+# constraint keeps pip from replacing it with a newer release their requirements would allow.
+if ! "$VENV/bin/python" -c "import lightning, accelerate" 2>/dev/null; then
+  echo "scripts/test: installing lightning==2.6.6, accelerate==1.16.0 into $VENV (torch kept at 2.11.0)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --constraint <(echo "torch==2.11.0") \
+    lightning==2.6.6 accelerate==1.16.0
+fi
 # The jax worker's optional dependencies (CPU wheels, about 750 MB); its tests and `ddptop run
 # jax` on the CPU use 4 fake XLA host devices.
 if ! "$VENV/bin/python" -c "import jax, flax, optax" 2>/dev/null; then

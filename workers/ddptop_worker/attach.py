@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from . import attach_fsdp
 from . import attach_hooks as hooks
 from . import book, ddp_knobs, diagnose, protocol
 from .attach_compile import CompileClock
@@ -151,6 +152,13 @@ class Session:
         self.handles: list[Any] = []
         self.records: weakref.WeakKeyDictionary[DDP, DdpRecord] = weakref.WeakKeyDictionary()
         self.watched: weakref.ref[DDP] | None = None
+        # FSDP2: the root of the script's fully_shard calls, measured when there is no DDP.
+        self.fsdp: weakref.ref[torch.nn.Module] | None = None
+        self.fsdp_handles: list[Any] = []
+        # optimizer.step(closure) (Lightning's automatic optimization): the forward and backward
+        # run inside the primary optimizer's step.
+        self.in_opt = False
+        self.cur_closure = False
         self.clock: Clock = Clock(torch.device("cpu"))
         self.pending = Pending(lag=2)
         self.account = Account()
@@ -210,6 +218,7 @@ class Session:
         try:
             self.handles = hooks.install(self)
             self.compile.register_if_imported()
+            attach_fsdp.install(_on_fully_shard, _fsdp_patch_failed)
             self.hooks_on = True
         except Exception as e:  # noqa: BLE001
             off_reason = f"cannot install torch hooks: {type(e).__name__}: {e}"
@@ -250,6 +259,12 @@ class Session:
             except Exception:  # noqa: BLE001
                 pass
         self.handles = []
+        for h in self.fsdp_handles:
+            try:
+                h.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        self.fsdp_handles = []
         for rec in list(self.records.values()):
             if rec.timer is not None:
                 rec.timer.recording = False
@@ -306,7 +321,8 @@ class Session:
 
     def on_compile_call(self) -> None:
         """The script calls torch.compile: measure compiles from now on."""
-        hooks.run_eagerly(list(self.records.keys()))
+        fsdp = self.fsdp_module()
+        hooks.run_eagerly(list(self.records.keys()) + ([fsdp] if fsdp is not None else []))
         if self.compile.register() and "compile_on" not in self.once:
             self.log_once("compile_on", "info", "torch.compile: steps that compile are left out "
                           "of samples/s; compile time is reported on its own")
@@ -402,11 +418,55 @@ class Session:
         rec = self.records.get(ddp)
         return (ddp, rec) if rec is not None else None
 
+    def fsdp_module(self) -> torch.nn.Module | None:
+        return self.fsdp() if self.fsdp is not None else None
+
+    def watch_fsdp(self, module: Any) -> None:
+        """The script called fully_shard(module): measure the root of its FSDP2 modules (the
+        first one sharded, then any later one that contains it), unless a DDP module is watched."""
+        if not isinstance(module, torch.nn.Module):
+            return
+        if self.watched is not None and self.watched() is not None:
+            self.log_once("fsdp_and_ddp", "info", "an FSDP2 module beside a DistributedDataParallel"
+                          " module: ddptop measures the DDP module")
+            return
+        cur = self.fsdp_module()
+        if cur is module or not attach_fsdp.takes_over(module, cur):
+            return
+        for h in self.fsdp_handles:
+            h.remove()
+        self.fsdp_handles = [
+            module.register_forward_pre_hook(hooks.hook(hooks.forward_pre), with_kwargs=True),
+            module.register_forward_hook(hooks.hook(hooks.forward_post)),
+        ]
+        self.fsdp = weakref.ref(module)
+        if cur is None:
+            device = next((p.device for p in module.parameters()), torch.device("cpu"))
+            self.clock = clock_for(device)
+            self.restart_step()
+
+    def on_fsdp_first_forward(self, module: torch.nn.Module) -> None:
+        """Said once, at the root's first training forward (the root is known by then)."""
+        params = sum(int(p.numel()) for p in module.parameters())
+        grad_bytes = sum(int(p.numel() * p.element_size()) for p in module.parameters()
+                         if p.requires_grad)
+        self.model_size = (params, grad_bytes)
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        self.client.log(
+            "info",
+            f"FSDP2 module watched (fully_shard root {type(module).__name__}: {params} params, "
+            f"{grad_bytes} gradient bytes unsharded, on {device}, timing {self.clock.method}): "
+            "steps from optimizer.step(), samples and forward times from the root's forwards; "
+            "FSDP's all-gathers and reduce-scatters are not timed (no bucket timeline, no "
+            "exposed communication)",
+        )
+
     # ------------------------------------------------------------------ one step
 
     def start_step(self) -> None:
         self.cur = StepMarks()
         self.cur_t_bwd = None
+        self.cur_closure = False
         n = self.step_no + 1
         self.cur_timed = is_timed(n, self.time_every)
         self.cur_forwarded = False
@@ -429,19 +489,38 @@ class Session:
         if not (torch.is_grad_enabled() and module.training):
             return  # evaluation: not part of a training step
         wr = self.watched_record()
-        if wr is None or wr[0] is not module:
+        rec: DdpRecord | None = None
+        if wr is None:
+            if self.fsdp is None or self.fsdp() is not module:
+                return
+            if "fsdp_forward" not in self.once:
+                self.once.add("fsdp_forward")
+                self.on_fsdp_first_forward(module)
+        elif wr[0] is not module:
             return
-        ddp, rec = wr
-        if not rec.registered and rec.user_hook is None and rec.hook_state is not None:
-            hooks.register_ddp_hook(ddp, rec.hook_state)
-            rec.registered = True
+        else:
+            ddp, rec = wr
+            if not rec.registered and rec.user_hook is None and rec.hook_state is not None:
+                hooks.register_ddp_hook(ddp, rec.hook_state)
+                rec.registered = True
         m = self.cur.marks
+        if self.in_opt and not self.cur_closure:
+            # optimizer.step(closure): the optimizer's start mark came before the forward.
+            self.cur_closure = True
+            m.pop("opt0", None)
+            self.log_once(
+                "closure", "info",
+                "optimizer.step() runs the forward and backward itself (a closure, as "
+                "Lightning's automatic optimization does): ddptop times each step, its samples "
+                "and its forward; the backward and the optimizer's update are measured as one "
+                "span (bwd_ms), opt_ms is not measured (0)")
         if not self.cur_forwarded:
             self.cur_forwarded = True
             self.cur_data_ms = (time.perf_counter() - self.cur_t0) * 1000.0
             if self.cur_timed:
                 m["fwd0"] = self.clock.mark()
-                if rec.timer is not None and rec.timer.recording and self.instrument == "full":
+                if (rec is not None and rec.timer is not None and rec.timer.recording
+                        and self.instrument == "full"):
                     self.cur.buckets = rec.timer.begin_step()
         n = hooks.leading_dim(args, kwargs)
         if n is None:
@@ -470,18 +549,31 @@ class Session:
                       "ddptop counts the first one's steps only")
         return False
 
-    def on_opt_pre(self, opt: torch.optim.Optimizer) -> None:
-        if self.step_no == 0 and "unused" not in self.once and self._is_primary(opt):
+    def check_unused(self) -> None:
+        """Parameters without a gradient after the first step's backward (diagnose.py)."""
+        if self.step_no == 0 and "unused" not in self.once:
             self.once.add("unused")  # the first step only: then DDP has already failed
             wr = self.watched_record()
             if wr is not None:
                 diagnose.report_unused(self.client, wr[0], 1)
-        if self._is_primary(opt) and self.cur_timed:
+
+    def on_opt_pre(self, opt: torch.optim.Optimizer) -> None:
+        if not self._is_primary(opt):
+            return
+        self.in_opt = True
+        if self.cur_forwarded:
+            # Else the step runs a closure (forward and backward inside optimizer.step()): no
+            # gradient exists yet, and the check waits for the step's end.
+            self.check_unused()
+        if self.cur_timed:
             self.cur.marks["opt0"] = self.clock.mark()
 
     def on_opt_post(self, opt: torch.optim.Optimizer) -> None:
         if not self._is_primary(opt):
             return
+        self.in_opt = False
+        if self.cur_closure:
+            self.check_unused()
         if self.cur_timed:
             self.cur.marks["opt1"] = self.clock.mark()
         if not self.explicit_steps:
@@ -603,9 +695,11 @@ class Session:
     def after_step(self, wr: tuple[DDP, DdpRecord] | None) -> None:
         """Start bucket timing once DDP reports its rebuilt layout; memory now and then."""
         if wr is None:
-            if self.step_no == 1:
-                self.log_once("no_ddp", "info", "no DistributedDataParallel module yet: timing "
-                              "optimizer steps only")
+            if self.fsdp_module() is not None:
+                self.send_memory("fsdp")
+            elif self.step_no == 1:
+                self.log_once("no_ddp", "info", "no DistributedDataParallel or FSDP2 module yet: "
+                              "timing optimizer steps only")
             return
         ddp, rec = wr
         if self.comm_timing == "nccl_profiler" and not self.layout_sent:
@@ -627,6 +721,9 @@ class Session:
                     bt.recording = True
                     self.client.log("warn", "DDP reported no rebuilt bucket layout; timing the "
                                     "buckets as they are")
+        self.send_memory("ddp")
+
+    def send_memory(self, strategy: str) -> None:
         if self.clock.cuda and self.step_no % MEMORY_EVERY == 1:
             dev = getattr(self.clock, "device", None)
             self.client.send(
@@ -634,7 +731,7 @@ class Session:
                 allocated_bytes=int(torch.cuda.memory_allocated(dev)),
                 reserved_bytes=int(torch.cuda.memory_reserved(dev)),
                 peak_bytes=int(torch.cuda.max_memory_allocated(dev)),
-                strategy="ddp",
+                strategy=strategy,
             )
 
     def send_layout(self, ddp: DDP) -> None:
@@ -736,6 +833,7 @@ class Session:
                     rec.hook_state.timer = None  # the reducer keeps the state, not the group
             self.records = weakref.WeakKeyDictionary()
             self.watched = None
+            self.fsdp = None
             self.primary_opt = None
             gc.collect()
         except Exception:  # noqa: BLE001 - at exit: nothing may turn into the script's failure
@@ -817,6 +915,20 @@ def _begin(mode: str) -> Session | None:
             pass
         return None
     return s
+
+
+def _on_fully_shard(module: Any) -> None:
+    """The script's fully_shard(module) returned (attach_fsdp's wrap)."""
+    s = hooks.session()
+    if s is not None:
+        s.guard(s.watch_fsdp, module)
+
+
+def _fsdp_patch_failed(why: str) -> None:
+    s = hooks.session()
+    if s is not None:
+        s.log_once("fsdp_patch", "warn", f"FSDP2 modules not measured: cannot wrap fully_shard "
+                   f"({why}); steps are still counted")
 
 
 def start_zero_code() -> None:

@@ -241,3 +241,62 @@ def test_at_exit_ddptop_lets_go_of_the_scripts_process_group() -> None:
     s.release_torch()
     assert gone() is None, "ddptop still holds the script's process group"
     assert kept_by_reducer.timer is None
+
+
+def test_fully_shard_wrap_reports_each_module_and_keeps_its_attributes() -> None:
+    """FSDP2 (issue 43): ddptop's fully_shard is the script's own plus a call per sharded module;
+    the contract's attributes (`fully_shard.state`, used inside torch) stay on it."""
+    from ddptop_worker import attach_fsdp
+
+    seen: list[object] = []
+
+    def fully_shard(module, **kwargs):  # type: ignore[no-untyped-def]
+        return module
+
+    fully_shard.state = "the contract's"  # type: ignore[attr-defined]
+    w = attach_fsdp.wrap(fully_shard, seen.append)
+    assert w.state == "the contract's" and attach_fsdp.wrap(w, seen.append) is w
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    assert w(a, reshard_after_forward=True) is a
+    w([a, b])
+    assert seen == [a, a, b]
+    root = torch.nn.Sequential(a, b)
+    assert attach_fsdp.takes_over(a, None) and attach_fsdp.takes_over(root, a)
+    assert not attach_fsdp.takes_over(b, a) and not attach_fsdp.takes_over(a, root)
+
+
+def test_fully_shard_is_wrapped_when_the_script_imports_fsdp() -> None:
+    """The watcher does not import torch.distributed.fsdp (over a second) itself: it wraps
+    fully_shard, in both modules scripts import it from, once the script's import finishes."""
+    code = (
+        "import sys, torch; from ddptop_worker import attach_fsdp as f; seen = []\n"
+        "f.install(seen.append, print)\n"
+        "assert 'torch.distributed.fsdp' not in sys.modules\n"
+        "from torch.distributed.fsdp import fully_shard\n"
+        "from torch.distributed._composable.fsdp import fully_shard as old_path\n"
+        "assert fully_shard.__ddptop_wrapped__ and old_path.__ddptop_wrapped__\n"
+        "assert not any(isinstance(x, f._FsdpImportWatcher) for x in sys.meta_path)\n"
+        "print('wrapped')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": WORKERS}, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "wrapped", out.stderr
+
+
+def test_a_forward_inside_optimizer_step_is_a_closure_step() -> None:
+    """Lightning's automatic optimization calls optimizer.step(closure): the forward comes after
+    the optimizer's start mark. ddptop then drops that mark (backward and update are one span)
+    instead of timing the whole step as the optimizer's; samples count as for any forward."""
+    import weakref
+
+    s = attach.Session("explicit")
+    m = torch.nn.Linear(2, 2)
+    s.fsdp = weakref.ref(m)  # a watched root without DDP (FSDP2's path)
+    s.start_step()
+    s.in_opt = True
+    s.cur.marks["opt0"] = s.clock.mark()
+    s.on_forward_pre(m, (torch.zeros(4, 2),), {})
+    assert s.cur_closure and "opt0" not in s.cur.marks and "fwd0" in s.cur.marks
+    assert s.cur_samples == 4 and "closure" in s.once and "fsdp_forward" in s.once
+    s.start_step()
+    assert not s.cur_closure
