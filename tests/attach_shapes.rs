@@ -2,7 +2,10 @@
 //! the script prints of itself (workers/scripts/shapes/): gradient accumulation under
 //! `no_sync()` with and without a comm hook, `torch.compile` over DDP and DDP over a compiled
 //! module (compile time apart, a mid-run recompile left out), `static_graph=True`,
-//! `find_unused_parameters=True`. Real torchrun and gloo at k=2, through the real binary.
+//! `find_unused_parameters=True`, a PyTorch Lightning `Trainer(strategy="ddp")` script, a
+//! Hugging Face Accelerate loop with `gradient_accumulation_steps=4`, and FSDP2 (`fully_shard`).
+//! Real torchrun and gloo at k=2, through the real binary. Lightning and Accelerate are test
+//! dependencies only (scripts/test_env.sh installs them into the test venv).
 //!
 //! The script's figure (`script samples/s:`) is each rank's samples over its own timed window
 //! (steps 4..N, as ddptop counts them), summed over the ranks, as ddptop defines a run's figure.
@@ -27,8 +30,13 @@ fn shape(name: &str) -> String {
 
 /// Attach `name` at k=2 on gloo; the run's document and the script's own figure.
 fn attach_shape(name: &str, extra: &[&str]) -> (Value, f64) {
+    attach_shape_needing(name, "torch", extra)
+}
+
+/// `attach_shape` for a script that imports `modules` (comma-separated) besides torch.
+fn attach_shape_needing(name: &str, modules: &str, extra: &[&str]) -> (Value, f64) {
     let _cpu = cpu_alone(); // the figures are timed: no other run beside this one
-    let py = python_importing("torch").expect("torch");
+    let py = python_importing(modules).unwrap_or_else(|| panic!("{modules}"));
     let d = tempfile::tempdir().unwrap();
     let script = shape(name);
     let steps = STEPS.to_string();
@@ -139,4 +147,37 @@ fn static_graph_ddp_is_measured() {
 fn find_unused_parameters_ddp_is_measured_and_not_diagnosed() {
     let (run, own) = attach_shape("find_unused", &[]);
     check(&run, own, "full", 64);
+}
+
+/// PyTorch Lightning, `Trainer(strategy="ddp", accelerator="cpu", devices=2)` under torchrun's
+/// environment: Lightning wraps the module in DDP and steps the optimizer through a closure (the
+/// forward and backward run inside `optimizer.step()`). Counted as one step each, the samples
+/// from DDP's forwards, and no false "parameters got no gradient" diagnosis (before the fix the
+/// first step's check ran before the closure's backward and named every parameter).
+#[test]
+fn lightning_ddp_trainer_is_measured_through_its_optimizer_closure() {
+    let (run, own) = attach_shape_needing("lightning_ddp", "torch,lightning", &[]);
+    check(&run, own, "full", 64);
+    assert_eq!(run["ddp_module"], true, "{run:#}");
+}
+
+/// Hugging Face Accelerate with `gradient_accumulation_steps=4`: `optimizer.step()` is called on
+/// every micro-batch and Accelerate steps the real optimizer on the 4th only; a step is that
+/// optimizer step, with the 4 micro-batches' samples.
+#[test]
+fn accelerate_gradient_accumulation_counts_real_optimizer_steps() {
+    let (run, own) =
+        attach_shape_needing("accelerate_accum", "torch,accelerate", &["--accum", "4"]);
+    check(&run, own, "full", 4 * 64);
+    assert_eq!(run["ddp_module"], true, "{run:#}");
+}
+
+/// FSDP2 (`fully_shard` on each Linear, then the root) on gloo: no DDP module; the steps from
+/// the optimizer, the samples from the root's forwards (ddptop wraps `fully_shard`).
+#[test]
+fn fsdp2_fully_shard_is_measured_from_its_root_module() {
+    let (run, own) = attach_shape("fsdp2", &[]);
+    check(&run, own, "full", 64);
+    assert_eq!(run["ddp_module"], false, "{run:#}");
+    assert_eq!(run["process_group"], true, "{run:#}");
 }

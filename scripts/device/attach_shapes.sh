@@ -5,9 +5,19 @@
 # counts; the table sets the script's figure beside ddptop's (and the bare run's). Shapes:
 # gradient accumulation (4 micro-batches, no_sync) without and with the fp16 compression comm
 # hook, torch.compile(DDP(model)) (inductor; with a recompile at step ODD), DDP(compile(model)),
-# static_graph=True, find_unused_parameters=True. Run from the repo root with the release binary
-# in target/release/ (or .carry/). $OUT gets table.txt and attach_shapes.tgz (every report,
-# stderr, bare log and run folder: the device returns only a few files).
+# static_graph=True, find_unused_parameters=True, and (added second) a PyTorch Lightning
+# Trainer(strategy="ddp") script, a Hugging Face Accelerate loop with gradient_accumulation_steps=4
+# and FSDP2 (fully_shard). Run from the repo root with the release binary in target/release/ (or
+# .carry/). $OUT gets table.txt and attach_shapes.tgz (every report, stderr, bare log and run
+# folder: the device returns only a few files). SHAPES_ONLY="lightning_ddp accelerate_accum fsdp2"
+# runs those only.
+#
+# Lightning and Accelerate are test dependencies, not the tool's: when the python lacks them they
+# are installed with `pip install --no-index --find-links .carry/wheels` (the device has no
+# network; carry .carry/wheels, made with `pip download --no-deps` for cp312 manylinux: lightning
+# 2.6.6, accelerate 1.16.0 and their dependencies, torch left out), torch pinned to the version
+# installed. Where the environment refuses installs, the wheels of the missing modules go to a
+# folder on PYTHONPATH instead (--no-deps --target). What happened is in $OUT's pip.log.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
@@ -25,8 +35,46 @@ SHAPES=(
   "ddp_compiled|$S/ddp_compiled.py"
   "static_graph|$S/static_graph.py"
   "find_unused|$S/find_unused.py"
+  "lightning_ddp|$S/lightning_ddp.py"
+  "accelerate_accum|$S/accelerate_accum.py --accum 4"
+  "fsdp2|$S/fsdp2.py"
 )
+if [ -n "${SHAPES_ONLY:-}" ]; then
+  kept=(); for e in "${SHAPES[@]}"; do [[ " $SHAPES_ONLY " == *" ${e%%|*} "* ]] && kept+=("$e"); done
+  SHAPES=("${kept[@]}")
+fi
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
+# Lightning and Accelerate from the carried wheels when the python lacks them.
+frameworks() {
+  "$DDPTOP_PYTHON" -c "import lightning, accelerate" 2>/dev/null && return 0
+  local tv; tv=$("$DDPTOP_PYTHON" -c "import torch; print(torch.__version__.split('+')[0])")
+  log "installing lightning==2.6.6 accelerate==1.16.0 from .carry/wheels (torch==$tv kept)"
+  echo "torch==$tv" > "$OUT/torch-constraint.txt"
+  "$DDPTOP_PYTHON" -m pip install --no-index --find-links .carry/wheels \
+    --constraint "$OUT/torch-constraint.txt" lightning==2.6.6 accelerate==1.16.0 >> "$OUT/pip.log" 2>&1 \
+    && "$DDPTOP_PYTHON" -c "import lightning, accelerate" 2>/dev/null && return 0
+  # An externally managed python (or no pip rights): the missing modules' wheels, no deps, on
+  # PYTHONPATH (attach keeps the caller's PYTHONPATH after its own entries).
+  local site=/tmp/attach-shapes-site; mkdir -p "$site"
+  local pairs="lightning:lightning pytorch_lightning:pytorch_lightning accelerate:accelerate
+    torchmetrics:torchmetrics lightning_utilities:lightning_utilities huggingface_hub:huggingface_hub
+    safetensors:safetensors hf_xet:hf_xet tqdm:tqdm yaml:pyyaml psutil:psutil numpy:numpy
+    packaging:packaging fsspec:fsspec aiohttp:aiohttp aiohappyeyeballs:aiohappyeyeballs
+    aiosignal:aiosignal attr:attrs frozenlist:frozenlist multidict:multidict propcache:propcache
+    yarl:yarl idna:idna anyio:anyio click:click h11:h11 httpcore2:httpcore2 httpx2:httpx2
+    truststore:truststore typing_extensions:typing_extensions filelock:filelock"
+  local whls=() mod dist
+  for p in $pairs; do
+    mod=${p%%:*}; dist=${p#*:}
+    "$DDPTOP_PYTHON" -c "import $mod" 2>/dev/null && continue
+    whls+=(.carry/wheels/"$dist"-[0-9]*.whl)
+  done
+  log "pip into the environment failed; --no-deps --target $site: ${whls[*]##*/}"
+  "$DDPTOP_PYTHON" -m pip install -q --no-index --no-deps --target "$site" "${whls[@]}" >> "$OUT/pip.log" 2>&1
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  "$DDPTOP_PYTHON" -c "import lightning, accelerate" >> "$OUT/pip.log" 2>&1
+}
+frameworks || log "lightning/accelerate not importable (pip.log): those shapes will fail"
 nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpus.txt" 2>&1
 "$DDPTOP_PYTHON" -c "import torch; print(torch.__version__, torch.version.cuda)" > "$OUT/torch.txt" 2>&1
 for entry in "${SHAPES[@]}"; do
@@ -47,6 +95,7 @@ python3 - "$OUT" "${SHAPES[@]}" <<'PY' | tee "$OUT/table.txt"
 import json, re, sys
 out, shapes = sys.argv[1], [s.split("|")[0] for s in sys.argv[2:]]
 def figure(text, pat=r"script samples/s: ([0-9.]+)"):
+    # lightning_ddp / accelerate_accum / fsdp2 print it alike.
     m = re.search(pat, text)
     return float(m.group(1)) if m else None
 print(f"{'shape':16} {'status':10} {'instrument':10} {'script':>9} {'ddptop':>9} {'diff':>7} "

@@ -152,6 +152,12 @@ pub fn attach_note(r: &RunView) -> String {
         );
     }
     let what = match r.instrument {
+        // FSDP2 (fully_shard): no DDP module, samples from the sharded root's forwards.
+        Some(crate::protocol::Instrument::Full)
+            if r.observed.ddp_module == Some(false) && r.observed.per_rank_batch().is_some() =>
+        {
+            "steps and samples measured; no DDP module, so no buckets (FSDP2: samples from the fully_shard root's forwards, its all-gathers and reduce-scatters not timed)"
+        }
         Some(crate::protocol::Instrument::Full) if r.observed.ddp_module == Some(false) => {
             "steps only (no DDP module: no samples or buckets)"
         }
@@ -499,6 +505,28 @@ mod attach_note_tests {
             rank.step = 50;
         }
         assert!(attach_note(&r).contains("trained independently (50 optimizer steps each"));
+    }
+
+    /// FSDP2 (issue 43): no DDP module, yet the root's forwards gave the samples.
+    #[test]
+    fn a_script_without_ddp_whose_samples_were_seen_is_not_said_to_be_steps_only() {
+        let spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
+        let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
+        r.observed.process_group = Some(true);
+        r.observed.ddp_module = Some(false);
+        r.instrument = Some(crate::protocol::Instrument::Full);
+        assert!(
+            attach_note(&r).contains("steps only (no DDP module"),
+            "{}",
+            attach_note(&r)
+        );
+        r.observed.step_samples.insert(64, 37);
+        let note = attach_note(&r);
+        assert!(
+            note.contains("steps and samples measured; no DDP module"),
+            "{note}"
+        );
+        assert!(note.contains("FSDP2"), "{note}");
     }
 
     #[test]
