@@ -49,6 +49,8 @@ fn jax_k1_k2_on_cpu_with_receipt_and_equality_check() {
         assert_eq!(r["processes"], 1);
         assert_eq!(r["worker_pids"].as_array().unwrap().len(), 1);
         assert!(r["samples_per_s"].as_f64().unwrap() > 0.0);
+        // The book's matmul precision, in JAX's terms, recorded like torch_seen (issue 48).
+        assert_eq!(r["jax_matmul_precision"], "tensorfloat32", "{r:#}");
         assert_eq!(r["global_batch"], 8 * k);
         let rc = &r["receipt"];
         assert_eq!(rc["k"], k);

@@ -90,6 +90,7 @@ pub fn run_info(
         torch: run.torch_label(),
         torch_settings: asked,
         torch_seen: TorchSeen::of(run),
+        jax_matmul_precision: run.jax_matmul_precision.clone(),
         status: run.status,
         reason: run.reason.clone(),
         started: Timestamp(run.started_unix),

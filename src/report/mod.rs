@@ -247,6 +247,10 @@ pub struct RunInfo {
     pub torch_settings: Option<TorchSettings>,
     /// What the workers reported they ran with.
     pub torch_seen: Option<run_doc::TorchSeen>,
+    /// The JAX worker's `jax_default_matmul_precision` (its counterpart of `torch_seen`);
+    /// left out of JSON for every other run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jax_matmul_precision: Option<String>,
     pub status: RunStatus,
     pub reason: Option<String>,
     #[serde(rename = "started_at")]

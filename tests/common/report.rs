@@ -38,6 +38,7 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         torch: None,
         torch_settings: None,
         torch_seen: None,
+        jax_matmul_precision: None,
         status: ddptop::run::RunStatus::Completed,
         reason: None,
         started: Timestamp(T0 + offset),
