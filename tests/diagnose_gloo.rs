@@ -169,10 +169,34 @@ fn waited_s(text: &str) -> f64 {
 }
 
 #[test]
-fn a_rank_that_never_joins_is_named_within_the_stall_threshold_injected_and_in_a_real_script() {
+fn a_rank_that_never_joins_is_named_in_time_injected_at_k2_and_k4_and_in_a_real_script() {
     let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
+    // At k=4 the others are named as waiting.
+    let r = run(
+        d.path(),
+        &py,
+        &[
+            "run",
+            "weak",
+            "--k",
+            "4",
+            "--samples",
+            "2048",
+            "--model",
+            "tiny",
+            "--inject",
+            "nojoin:2",
+        ],
+    );
+    let v = verdict(&r, "never_joined");
+    assert_eq!(v["rank"], 2, "{v:#}");
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text.contains("ranks 0,1,3 wait in rendezvous/init"),
+        "{text}"
+    );
     let r = run(
         d.path(),
         &py,
@@ -202,7 +226,8 @@ fn a_rank_that_never_joins_is_named_within_the_stall_threshold_injected_and_in_a
             && text.contains("interfaces seen: lo 127.0.0.1"),
         "{text}"
     );
-    // Named within the stall threshold (the 5 s floor: no step yet) + 1 s of rank 0's wait.
+    // Named within the stall threshold (the 5 s floor: no step yet) + 1 s of the later of rank
+    // 0's entry into init and rank 1's hello.
     let waited = waited_s(text);
     assert!((5.0..=6.0).contains(&waited), "{text}");
     let evidence = v["evidence"].as_array().unwrap();
@@ -237,12 +262,39 @@ fn a_rank_that_never_joins_is_named_within_the_stall_threshold_injected_and_in_a
 }
 
 #[test]
-fn mismatched_collectives_name_the_rank_and_both_calls_injected_and_in_a_real_script() {
+fn mismatched_collectives_name_rank_and_calls_injected_at_k2_and_k4_and_in_a_real_script() {
     let _cpu = cpu_shared();
     let Some(py) = python() else { return };
     let d = tempfile::tempdir().unwrap();
     // The last rank's extra one-value all-reduce meets rank 0's next collective: DDP's buffer
     // broadcast at the forward of step 3. Both wait; their recorders say what each called.
+    let r = run(
+        d.path(),
+        &py,
+        &[
+            "run",
+            "weak",
+            "--k",
+            "4",
+            "--samples",
+            "2048",
+            "--model",
+            "tiny",
+            "--batch",
+            "32",
+            "--inject",
+            "mismatch:3",
+        ],
+    );
+    let v = verdict(&r, "collective_mismatch");
+    assert_eq!(v["rank"], 3, "{v:#}");
+    assert!(
+        v["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("rank 3 called gloo:all_reduce (4 B)"),
+        "{v:#}"
+    );
     let r = run(
         d.path(),
         &py,

@@ -214,7 +214,11 @@ pub fn never_joined(run: &RunView, now: Instant, w: JoinWait, at_once: bool) -> 
     if !at_once && now < due {
         return None;
     }
-    let waited = now.saturating_duration_since(since).as_secs_f64();
+    // How long the first missing rank has been late: since the later of its hello and its
+    // peers' first entry (the instant its allowance counts from).
+    let waited = now
+        .saturating_duration_since(absent[0].hello_at.map_or(since, |h| h.max(since)))
+        .as_secs_f64();
     let at = |t: Instant| {
         run.started.map_or(String::new(), |s| {
             format!(" at +{:.1} s", t.saturating_duration_since(s).as_secs_f64())
