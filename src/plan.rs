@@ -625,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_pair_fsdp_with_ddp_for_both_front_ends_unless_one_strategy_is_asked() {
+    fn requests_run_every_fsdp_strategy_for_both_front_ends_unless_one_is_asked() {
         let mut t = Template::new(Backend::Gloo, None);
         let strategies = |p: &Planned| -> Vec<(u32, TorchStrategy)> {
             p.specs
@@ -633,13 +633,13 @@ mod tests {
                 .map(|s| (s.k, s.family.strategy().unwrap()))
                 .collect()
         };
-        // The default template (the dashboard's and `ddptop run fsdp`'s): the pairs.
+        // The default template (the dashboard's and `ddptop run fsdp`'s): every strategy.
         let p = request(&t, Experiment::Fsdp, &[1, 2], 0).unwrap();
         assert_eq!(
             strategies(&p),
             strategies(&fsdp_pairs(&t, &Family::of(Experiment::Fsdp), &[1, 2], 0).unwrap())
         );
-        assert_eq!(p.specs.len(), 4);
+        assert_eq!(p.specs.len(), 6, "FSDP, ZeRO-1 and DDP at each k");
         // `--strategy ddp`: that strategy alone.
         t.fsdp_pairs = false;
         let ddp = Family::Fsdp {

@@ -419,10 +419,10 @@ mod tests {
             rv.record_memory(&Memory {
                 rank: *rank,
                 phase: Some("epoch1".into()),
-                strategy: Some(if strategy == TorchStrategy::Fsdp {
-                    Strategy::Fsdp
-                } else {
-                    Strategy::Ddp
+                strategy: Some(match strategy {
+                    TorchStrategy::Fsdp => Strategy::Fsdp,
+                    TorchStrategy::Zero1 => Strategy::Zero1,
+                    TorchStrategy::Ddp => Strategy::Ddp,
                 }),
                 param_bytes: Some(per_rank / 4),
                 grad_bytes: Some(per_rank / 4),
@@ -435,15 +435,20 @@ mod tests {
     }
 
     #[test]
-    fn the_counterpart_is_the_other_strategy_at_the_same_k() {
+    fn the_counterparts_are_the_other_strategies_at_the_same_k() {
         let mut s = State::new(HostInfo::default());
         s.runs.push(fsdp_run("a", TorchStrategy::Fsdp, 2, 100));
         s.runs.push(fsdp_run("b", TorchStrategy::Ddp, 4, 200));
-        assert!(counterpart(&s, &s.runs[0]).is_none());
+        assert!(counterpart(&s, &s.runs[0], TorchStrategy::Ddp).is_none());
         s.runs.push(fsdp_run("c", TorchStrategy::Ddp, 2, 200));
+        s.runs.push(fsdp_run("z", TorchStrategy::Zero1, 2, 160));
         assert_eq!(
-            counterpart(&s, &s.runs[0]).map(|r| r.id.as_str()),
+            counterpart(&s, &s.runs[0], TorchStrategy::Ddp).map(|r| r.id.as_str()),
             Some("c")
+        );
+        assert_eq!(
+            counterpart(&s, &s.runs[0], TorchStrategy::Zero1).map(|r| r.id.as_str()),
+            Some("z")
         );
         let m = model(&s, &s.runs[0]);
         let rows: Vec<(u32, TorchStrategy, u64)> = m
@@ -451,17 +456,26 @@ mod tests {
             .iter()
             .map(|r| (r.rank, r.strategy, r.state()))
             .collect();
+        // Subject first, then the others in TorchStrategy::ALL order, rank by rank.
         assert_eq!(
             rows,
             [
                 (0, TorchStrategy::Fsdp, 100),
+                (0, TorchStrategy::Zero1, 160),
                 (0, TorchStrategy::Ddp, 200),
                 (1, TorchStrategy::Fsdp, 100),
+                (1, TorchStrategy::Zero1, 160),
                 (1, TorchStrategy::Ddp, 200)
             ]
         );
+        assert_eq!(m.others, ["z", "c"]);
         assert!(m.cpu && m.other_hint.is_none());
+        // k=4 has only a DDP run: both other strategies are missing, each with its command.
         let alone = model(&s, &s.runs[1]);
-        assert!(alone.other_hint.unwrap().contains("--k 4 --strategy fsdp"));
+        let hint = alone.other_hint.unwrap();
+        assert!(
+            hint.contains("--k 4 --strategy fsdp") && hint.contains("--k 4 --strategy zero1"),
+            "{hint}"
+        );
     }
 }
