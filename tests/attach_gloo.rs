@@ -325,6 +325,57 @@ fn a_slow_rank_of_an_attached_script_is_named_and_a_healthy_one_is_not() {
 }
 
 #[test]
+fn a_rank_starved_of_cpu_is_a_caveat_of_the_run_not_a_straggler() {
+    let _cpu = cpu_alone();
+    let Some(py) = python() else { return };
+    if !cfg!(target_os = "linux") {
+        eprintln!("skipped: /proc/<pid>/schedstat and sched_setaffinity are Linux's");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    // train_ddp.py with rank 0 pinned to core 0 beside two busy loops (a third of a core),
+    // rank 1 at nice -19: rank 0 lags 2-3x, nearly all of it waiting on a run queue. 8192
+    // samples, batch 64, hidden 1024, k=2: 128 steps of ~40 ms unstarved, several windows.
+    let (ok, doc) = attach(
+        d.path(),
+        &py,
+        &["--k", "2"],
+        &[
+            &format!(
+                "{}/tests/fixtures/scripts/starved_rank.py",
+                env!("CARGO_MANIFEST_DIR")
+            ),
+            "--samples",
+            "8192",
+            "--batch-size",
+            "64",
+            "--hidden",
+            "1024",
+        ],
+    );
+    assert!(ok, "{doc:#}\n{}", output_tails(&doc));
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    assert_eq!(r["stragglers"], serde_json::json!([]), "{r:#}");
+    let caveats: Vec<&str> = r["caveats"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let starved: Vec<&&str> = caveats
+        .iter()
+        .filter(|c| c.starts_with("CPU starvation, not a straggler: rank 0 waited "))
+        .collect();
+    assert_eq!(starved.len(), 1, "{caveats:#?}\n{r:#}");
+    assert!(
+        starved[0].ends_with("cores): the host is oversubscribed, not the rank"),
+        "{}",
+        starved[0]
+    );
+}
+
+#[test]
 fn ddp_settings_from_the_environment_reach_an_unmodified_scripts_ddp() {
     let _cpu = cpu_shared();
     let Some(py) = python() else { return };

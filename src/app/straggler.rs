@@ -10,7 +10,10 @@
 //! of its steps below it one by one (a steady slowdown, not a noisy rank whose median sits a
 //! little lower, as CPU contention makes on a shared host), is a straggler; its cause
 //! is the phase whose median exceeds the other ranks' most, and the others' longer comm wait
-//! is quoted as corroboration. Pure: `assess` reads rank views, `update` records verdicts.
+//! is quoted as corroboration. A local rank whose run-queue wait (sampled by
+//! `supervisor::schedstat`) explains most of its lag is not named: the run gets a caveat that
+//! the host is oversubscribed (`cpu_starvation`). Pure: `assess` reads rank views, `update`
+//! records verdicts.
 
 use crate::gpu::{GpuSample, GpuView};
 use crate::run::view::{PhaseSample, RankView, RunView, Straggler};
@@ -119,6 +122,12 @@ pub struct RankScore {
     /// rank can be named by the quick test: on an oversubscribed CPU the ranks that wait for a
     /// slow one were seen with busy times well apart (4 gloo ranks on 2 cores, one slowed).
     pub last_in: bool,
+    /// The first step of the window, and of the quick test's samples: where its run-queue
+    /// wait is read from (`cpu_starvation`).
+    pub from_step: u64,
+    pub recent_from_step: u64,
+    /// Median busy time over the quick test's samples (ms).
+    pub recent_busy_ms: f64,
 }
 
 impl RankScore {
@@ -147,6 +156,8 @@ impl RankScore {
             score: self.recent,
             phases: self.recent_phases,
             comm_ms: self.recent_comm_ms,
+            busy_ms: self.recent_busy_ms,
+            from_step: self.recent_from_step,
             ..self.clone()
         }
     }
@@ -381,6 +392,9 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
                 sample_s,
                 steps_per_sample,
                 last_in: true,
+                from_step: v.first().map_or(0, |s| s.step),
+                recent_from_step: v.get(quick).map_or(0, |s| s.step),
+                recent_busy_ms: recent[i],
             }
         })
         .collect::<Vec<RankScore>>();
@@ -661,6 +675,138 @@ fn thousands(x: f64) -> String {
     }
 }
 
+/// The share of a slow rank's lag (its busy time above the others' median, per step) that its
+/// run-queue wait above the other local ranks' must explain for the lag to be the host's, not
+/// the rank's. Starved of CPU, a rank's extra wait was about all of its lag (docs/stragglers.md);
+/// a rank slow by itself (a sleep, a slower device, more data work) waits no more than the
+/// others. Half leaves room for both noises (the lag is a median of steps, the wait a mean
+/// between samples 200 ms apart) and keeps a rank that is slow and starved at once named when
+/// most of its lag is its own.
+pub const STARVED_SHARE: f64 = 0.5;
+
+/// And its wait must be at least this many times the other local ranks' median: starved, a
+/// rank waits for a core far more than its peers (4x in the fixture run); on a loaded host a
+/// rank slowed by a sleep was seen waiting 1.4x the others over a 1 s quick-test span (its
+/// wake-ups queue for a core too; 12 ms a step more, most of its lag), and such noise alone
+/// must not un-name a real straggler.
+pub const STARVED_RATIO: f64 = 2.0;
+
+/// The fewest steps a run-queue figure spans: fewer say little of a per-step wait.
+pub const RUN_QUEUE_MIN_STEPS: u64 = 3;
+
+/// A rank's run-queue wait per step (ms) from the newest sample at or before step `from` (the
+/// oldest if none reaches back so far) to its newest. `None` with too few steps between them.
+pub fn run_queue_ms_per_step(
+    samples: &std::collections::VecDeque<crate::run::view::RunQueueSample>,
+    from: u64,
+) -> Option<f64> {
+    let last = samples.back()?;
+    let first = samples
+        .iter()
+        .rev()
+        .find(|s| s.step <= from)
+        .or(samples.front())?;
+    let steps = last.step.checked_sub(first.step)?;
+    if steps < RUN_QUEUE_MIN_STEPS {
+        return None;
+    }
+    Some(last.wait_ns.saturating_sub(first.wait_ns) as f64 / 1e6 / steps as f64)
+}
+
+/// A slow rank whose lag is mostly waiting for a CPU core: the host is oversubscribed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Starvation {
+    pub rank: u32,
+    /// Its run-queue wait per step over the window (ms).
+    pub wait_ms: f64,
+    /// The other local ranks' median of the same (`None`: no other local rank sampled).
+    pub others_ms: Option<f64>,
+    /// Its busy time above the others' median (ms per step).
+    pub lag_ms: f64,
+    pub step: u64,
+    pub load: Option<crate::run::view::HostLoad>,
+}
+
+impl Starvation {
+    /// The caveat the run carries instead of a straggler verdict.
+    pub fn line(&self) -> String {
+        let others = self
+            .others_ms
+            .map_or(String::new(), |o| format!(" (the others {o:.1} ms)"));
+        let extra = self.wait_ms - self.others_ms.unwrap_or(0.0);
+        let load = match self.load {
+            Some(h) => {
+                let cores = crate::util::count(h.cores, "core");
+                match h.load1 {
+                    Some(l) => format!(" (load {l:.1} on {cores})"),
+                    None => format!(" ({cores})"),
+                }
+            }
+            None => String::new(),
+        };
+        // Its wait can exceed its busy-time lag: its collectives' threads wait for a core too.
+        let share = if extra >= self.lag_ms {
+            "more than".to_string()
+        } else {
+            format!("{:.0}% of", extra / self.lag_ms * 100.0)
+        };
+        format!(
+            "CPU starvation, not a straggler: rank {} waited {:.1} ms per step for a CPU core{others}, {share} its {:.1} ms lag behind the others at step {}{load}: the host is oversubscribed, not the rank",
+            self.rank, self.wait_ms, self.lag_ms, self.step,
+        )
+    }
+
+    /// Its run-queue wait above the others' is at least `STARVED_SHARE` of its lag, and at
+    /// least `STARVED_RATIO` times theirs.
+    pub fn starved(&self) -> bool {
+        let others = self.others_ms.unwrap_or(0.0);
+        self.lag_ms > 0.0
+            && self.wait_ms - others >= STARVED_SHARE * self.lag_ms
+            && self.wait_ms >= STARVED_RATIO * others
+    }
+
+    /// For a straggler named with run-queue figures: its wait for a core explains too little.
+    pub fn evidence(&self) -> String {
+        let others = self
+            .others_ms
+            .map_or(String::new(), |o| format!(" (the others {o:.1} ms)"));
+        format!(
+            "it waited {:.1} ms per step for a CPU core{others}: less than half its lag",
+            self.wait_ms
+        )
+    }
+}
+
+/// Slow rank `s` (its figures over the samples that found it slow) and its wait for a CPU
+/// core: its run-queue wait per step over those samples, and the other local ranks' median.
+/// `None` for a remote rank or one without samples (named as before).
+pub fn cpu_wait(run: &RunView, s: &RankScore) -> Option<Starvation> {
+    let r = run.ranks.get(&s.rank).filter(|r| !r.remote)?;
+    let wait_ms = run_queue_ms_per_step(&r.run_queue, s.from_step)?;
+    let others: Vec<f64> = run
+        .ranks
+        .values()
+        .filter(|o| o.rank != s.rank && !o.remote)
+        .filter_map(|o| run_queue_ms_per_step(&o.run_queue, s.from_step))
+        .collect();
+    let others_ms = (!others.is_empty()).then(|| median(others));
+    Some(Starvation {
+        rank: s.rank,
+        wait_ms,
+        others_ms,
+        lag_ms: s.busy_ms * (1.0 - s.score),
+        step: s.step,
+        load: run.host_load,
+    })
+}
+
+/// Whether slow rank `s` lags because it waited for a CPU core: its run-queue wait above the
+/// other local ranks' median (all of it where no other rank is local) is at least
+/// `STARVED_SHARE` of its lag.
+pub fn cpu_starvation(run: &RunView, s: &RankScore) -> Option<Starvation> {
+    cpu_wait(run, s).filter(Starvation::starved)
+}
+
 /// Fold the latest assessment into the run's record: returns the log line of each rank named
 /// now for the first time (or again, after it had recovered). `gpus`: this node's GPU rows, for
 /// the evidence (`gpu_evidence`).
@@ -713,6 +859,17 @@ pub fn update(
                 if s.step < first + confirm {
                     continue;
                 }
+                // Waiting for a core, not slow by itself: said once as a caveat of the run,
+                // not named; still pending, so that it is named if its lag stops being the
+                // host's while it stays slow.
+                let found = if quick_only { s.as_recent() } else { s.clone() };
+                let wait = cpu_wait(run, &found);
+                if let Some(starved) = wait.as_ref().filter(|w| w.starved()) {
+                    if run.cpu_starved.insert(s.rank) {
+                        run.add_caveat(crate::run::Caveat::note(starved.line()));
+                    }
+                    continue;
+                }
                 run.stragglers_pending.remove(&s.rank);
                 let (phase, mut evidence) = if quick_only {
                     let now: Vec<RankScore> = scores.iter().map(RankScore::as_recent).collect();
@@ -721,9 +878,13 @@ pub fn update(
                     explain(s, &scores)
                 };
                 let score = if quick_only { s.recent } else { s.score };
-                for extra in [gpu_evidence(run, s.rank, gpus), nccl_evidence(run, s.rank)]
-                    .into_iter()
-                    .flatten()
+                for extra in [
+                    gpu_evidence(run, s.rank, gpus),
+                    nccl_evidence(run, s.rank),
+                    wait.as_ref().map(Starvation::evidence),
+                ]
+                .into_iter()
+                .flatten()
                 {
                     evidence.push_str(&format!("; {extra}"));
                 }
@@ -844,10 +1005,48 @@ mod tests {
         for end in 1..=len {
             for (id, r) in run.ranks.iter_mut() {
                 r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
+                // The run-queue samples taken by then (the collector samples the step seen).
+                r.run_queue = full[id]
+                    .run_queue
+                    .iter()
+                    .filter(|s| s.step <= end as u64)
+                    .copied()
+                    .collect();
             }
             named.extend(update(run, cfg, now, gpus));
         }
         named
+    }
+
+    /// Rank `id`'s run-queue samples, one per step of `steps`: `ms(step)` waited in that step.
+    fn wait_per_step(run: &mut RunView, id: u32, steps: u64, ms: impl Fn(u64) -> f64) {
+        let r = run.ranks.get_mut(&id).unwrap();
+        let mut total = 0.0;
+        r.run_queue = (1..=steps)
+            .map(|step| {
+                total += ms(step) * 1e6;
+                crate::run::view::RunQueueSample {
+                    step,
+                    wait_ns: total as u64,
+                }
+            })
+            .collect();
+    }
+
+    /// Rank 1 of 2 slower by 15 ms of backward a step (the other waits for it at the
+    /// collectives), on a host at load 8.1 on 2 cores.
+    fn slow_backward_run(steps: u64, seed: u64) -> RunView {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut slow = rank(1, steps, 1.0, 0.3, 0.02, &mut rng);
+        for s in &mut slow.recent_phases {
+            s.bwd_ms += 15.0;
+        }
+        let mut run = run_of(vec![rank(0, steps, 1.0, 15.0, 0.02, &mut rng), slow]);
+        run.host_load = Some(crate::run::view::HostLoad {
+            load1: Some(8.1),
+            cores: 2,
+        });
+        run
     }
 
     fn run_of(ranks: Vec<RankView>) -> RunView {
@@ -1521,6 +1720,122 @@ mod tests {
         assert_eq!(nccl_evidence(&run, 1), None);
         // Without the plugin's data (off, or gloo): nothing.
         assert_eq!(nccl_evidence(&run_on_gpus(3), 2), None);
+    }
+
+    #[test]
+    fn a_rank_slow_from_waiting_for_a_core_is_a_caveat_not_a_straggler() {
+        // Its 15 ms lag is 14 ms of run-queue wait a step (the other rank waits 0.5 ms): the
+        // host's, not the rank's. Said once, with the figures; no straggler.
+        let mut run = slow_backward_run(80, 41);
+        wait_per_step(&mut run, 0, 80, |_| 0.5);
+        wait_per_step(&mut run, 1, 80, |_| 14.0);
+        let cfg = StragglerConfig::default();
+        assert!(replay(&mut run, &cfg, 1.0, &[]).is_empty());
+        assert!(run.stragglers.is_empty(), "{:?}", run.stragglers);
+        assert_eq!(run.caveats.len(), 1, "{:?}", run.caveats);
+        let text = &run.caveats[0].text;
+        assert!(
+            text.starts_with(
+                "CPU starvation, not a straggler: rank 1 waited 14.0 ms per step for a CPU core (the others 0.5 ms), 9"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("(load 8.1 on 2 cores): the host is oversubscribed, not the rank"),
+            "{text}"
+        );
+        assert!(!run.caveats[0].perturbed);
+        assert_eq!(run.cpu_starved.iter().copied().collect::<Vec<_>>(), [1]);
+    }
+
+    #[test]
+    fn a_slow_rank_that_waits_little_for_a_core_is_still_named() {
+        let cfg = StragglerConfig::default();
+        // 5 ms of its 15 ms lag waiting for a core (4.5 above the other's): under half, named.
+        let mut run = slow_backward_run(80, 42);
+        wait_per_step(&mut run, 0, 80, |_| 0.5);
+        wait_per_step(&mut run, 1, 80, |_| 5.0);
+        assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
+        assert_eq!((run.stragglers[0].rank, run.caveats.len()), (1, 0));
+        assert!(
+            run.stragglers[0].evidence.ends_with(
+                "; it waited 5.0 ms per step for a CPU core (the others 0.5 ms): less than half its lag"
+            ),
+            "{}",
+            run.stragglers[0].evidence
+        );
+        // A loaded host where every rank waits 12 ms a step for a core, and one rank slow by
+        // itself (a sleep is no run-queue wait): only the wait above the others' counts.
+        let mut run = slow_backward_run(80, 43);
+        wait_per_step(&mut run, 0, 80, |_| 12.0);
+        wait_per_step(&mut run, 1, 80, |_| 12.5);
+        assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
+        assert_eq!(run.stragglers[0].phase, "backward");
+        assert!(run.caveats.is_empty(), "{:?}", run.caveats);
+        // Seen on a loaded host (gloo, `slow:1:1.5@40`): the sleeping rank waited 41 ms a
+        // step for a core, the other 29 ms: 12 ms more, most of its lag, but only 1.4x the
+        // other's wait: the host's contention, not this rank's, and named.
+        let mut run = slow_backward_run(80, 48);
+        wait_per_step(&mut run, 0, 80, |_| 28.9);
+        wait_per_step(&mut run, 1, 80, |_| 41.0);
+        assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
+        assert!(run.caveats.is_empty(), "{:?}", run.caveats);
+        // No samples (off Linux, a run that could not read them), or a rank on another node
+        // (its pid is not this machine's: whatever it holds is not read): named as before.
+        let mut run = slow_backward_run(80, 44);
+        assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
+        let mut run = slow_backward_run(80, 45);
+        wait_per_step(&mut run, 1, 80, |_| 14.0);
+        run.ranks.get_mut(&1).unwrap().remote = true;
+        assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
+    }
+
+    #[test]
+    fn the_share_of_the_lag_the_wait_must_explain_is_half() {
+        // Lag 15 ms: 7 ms of extra wait (47%) names it, 8 ms (53%) does not.
+        for (extra, named) in [(7.0, true), (8.0, false)] {
+            let mut run = slow_backward_run(80, 46);
+            wait_per_step(&mut run, 0, 80, |_| 1.0);
+            wait_per_step(&mut run, 1, 80, move |_| 1.0 + extra);
+            let lines = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
+            assert_eq!(lines.len() == 1, named, "{extra} ms: {lines:?}");
+            assert_eq!(run.caveats.len() == 1, !named, "{:?}", run.caveats);
+        }
+    }
+
+    #[test]
+    fn a_rank_still_slow_once_its_core_is_back_is_named() {
+        // Waiting for a core until step 50, slow by itself throughout: a caveat first, then
+        // named once its window's lag is no longer mostly run-queue wait.
+        let mut run = slow_backward_run(140, 47);
+        wait_per_step(&mut run, 0, 140, |_| 0.5);
+        wait_per_step(&mut run, 1, 140, |s| if s <= 50 { 14.0 } else { 0.5 });
+        let lines = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(run.caveats.len(), 1, "{:?}", run.caveats);
+        assert!(run.stragglers[0].step > 50, "{:?}", run.stragglers);
+    }
+
+    #[test]
+    fn run_queue_wait_per_step_spans_the_window_from_its_first_step() {
+        use crate::run::view::RunQueueSample;
+        let q: std::collections::VecDeque<RunQueueSample> =
+            [(10, 1_000_000), (20, 21_000_000), (30, 41_000_000)]
+                .into_iter()
+                .map(|(step, wait_ns)| RunQueueSample { step, wait_ns })
+                .collect();
+        // From step 20 (or 25: the newest sample at or before it is step 20's): 20 ms / 10.
+        assert_eq!(run_queue_ms_per_step(&q, 20), Some(2.0));
+        assert_eq!(run_queue_ms_per_step(&q, 25), Some(2.0));
+        // Before the oldest sample: from the oldest.
+        assert_eq!(run_queue_ms_per_step(&q, 3), Some(2.0));
+        // Fewer than RUN_QUEUE_MIN_STEPS steps: nothing.
+        let short: std::collections::VecDeque<RunQueueSample> = [(28, 0), (30, 5_000_000)]
+            .into_iter()
+            .map(|(step, wait_ns)| RunQueueSample { step, wait_ns })
+            .collect();
+        assert_eq!(run_queue_ms_per_step(&short, 28), None);
+        assert_eq!(run_queue_ms_per_step(&Default::default(), 0), None);
     }
 
     #[test]

@@ -145,7 +145,11 @@ impl Engine {
             let since = view
                 .started
                 .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            // The local ranks' run-queue waits at this window: a rank slow from waiting for
+            // a core is a caveat of the run, not a straggler.
+            crate::supervisor::schedstat::sample(view);
             let before = view.stragglers.len();
+            let noted = view.caveats.len();
             let named = crate::app::straggler::update(view, &self.opts.stragglers, since, gpus);
             let records: Vec<_> = view.stragglers[before..].to_vec();
             for (line, rec) in named.iter().zip(records) {
@@ -153,7 +157,15 @@ impl Engine {
                 self.pending.push(EventRow::straggler(run, &rec));
                 self.pending.push(EventRow::note(run, line));
             }
-            for line in named {
+            let notes: Vec<String> = view.caveats[noted..]
+                .iter()
+                .map(|c| c.text.clone())
+                .collect();
+            for line in &notes {
+                view.push_tail(format!("ddptop: {line}"));
+                self.pending.push(EventRow::note(run, line));
+            }
+            for line in named.into_iter().chain(notes) {
                 self.state.push_message(Level::Warn, Some(run), line);
             }
         }

@@ -88,6 +88,26 @@ pub struct RankView {
     pub init_entered: Option<(Instant, crate::protocol::Rendezvous)>,
     /// When its `init_process_group` returned (every rank had joined).
     pub init_joined: Option<Instant>,
+    /// Its main thread's run-queue wait, sampled at the straggler assessments (local ranks on
+    /// Linux only: `supervisor::schedstat`), oldest first, one sample per step seen: whether a
+    /// slow rank is slow itself or waits for a CPU core.
+    pub run_queue: VecDeque<RunQueueSample>,
+}
+
+/// A rank's cumulative run-queue wait (`/proc/<pid>/schedstat`'s 2nd field) when its step
+/// counter stood at `step`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunQueueSample {
+    pub step: u64,
+    pub wait_ns: u64,
+}
+
+/// This machine's load when its local ranks' run-queue waits were last sampled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostLoad {
+    /// The 1-minute load average (`/proc/loadavg`), when it could be read.
+    pub load1: Option<f64>,
+    pub cores: usize,
 }
 
 /// Steps of backward starts kept per rank (the plugin's batches lag the steps by ≤ 1 s).
@@ -337,6 +357,10 @@ pub struct RunView {
     /// Ranks found slow but not yet named: the window's end step when first found slow
     /// (`app::straggler::update` names a rank once it stays slow for `CONFIRM` of a window).
     pub stragglers_pending: BTreeMap<u32, u64>,
+    /// This machine's load at the latest run-queue sample (`None`: no local rank sampled).
+    pub host_load: Option<HostLoad>,
+    /// Ranks found slow from waiting for a CPU core, not named: said once each as a caveat.
+    pub cpu_starved: std::collections::BTreeSet<u32>,
     /// What NCCL's profiler plugin reported (`app::collectives`); live only, not stored.
     pub collectives: super::collectives::Collectives,
 }
@@ -620,6 +644,8 @@ impl RunView {
             node_gpus: Vec::new(),
             stragglers_assessed: None,
             stragglers_pending: BTreeMap::new(),
+            host_load: None,
+            cpu_starved: Default::default(),
             collectives: Default::default(),
         }
     }

@@ -15,6 +15,7 @@ pub mod output;
 pub mod procs;
 pub mod profiler_conn;
 pub mod reader;
+pub mod schedstat;
 pub mod socket;
 pub mod tcp;
 pub mod tls;
