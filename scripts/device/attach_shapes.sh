@@ -18,12 +18,26 @@
 # 2.6.6, accelerate 1.16.0 and their dependencies, torch left out), torch pinned to the version
 # installed. Where the environment refuses installs, the wheels of the missing modules go to a
 # folder on PYTHONPATH instead (--no-deps --target). What happened is in $OUT's pip.log.
+# The wheels (31 files, 30 MB), from the repo root on a machine with PyPI:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --abi cp312 --abi abi3 --abi none --platform manylinux_2_28_x86_64 \
+#     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     --platform manylinux_2_5_x86_64 --platform any -d .carry/wheels accelerate==1.16.0 \
+#     aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 anyio==4.16.0 attrs==26.1.0 \
+#     click==8.5.1 filelock==4.3.2 frozenlist==1.8.0 fsspec==2026.9.0 h11==0.16.0 hf-xet==1.8.0 \
+#     httpcore2==2.16.2 httpx2==2.16.2 huggingface-hub==2.4.0 idna==3.20 lightning==2.6.6 \
+#     lightning-utilities==0.15.3 multidict==7.2.1 numpy==2.4.6 packaging==26.4 \
+#     propcache==0.5.4 psutil==7.2.2 pytorch-lightning==2.6.6 pyyaml==6.0.4 safetensors==0.8.0 \
+#     torchmetrics==1.9.0 tqdm==4.70.1 truststore==0.10.5 typing-extensions==4.16.0 yarl==1.25.1
+# (the closure of lightning's and accelerate's requirements in the test venv, torch left out).
+# DDPTOP_BIN: the ddptop binary (default target/release/ddptop, else .carry/ddptop); ddptop's
+# NCCL profiler plugin is looked for beside it.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
 export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-$(mktemp -d /tmp/ddptop-attach-shapes.XXXX)}
 FINAL=${OUT:-/tmp/out}; OUT=${RAW:-$(mktemp -d /tmp/attach-shapes-raw.XXXX)}; mkdir -p "$FINAL" "$OUT/bare"
-B=target/release/ddptop; [ -x "$B" ] || B=./.carry/ddptop
+B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=./.carry/ddptop
 S=workers/scripts/shapes
 STEPS=${STEPS:-300} ODD=${ODD:-150} CAP=${CAP:-240}
 # An MLP HIDDEN wide, BATCH samples per micro-batch (8192, 512: a few ms per step on an H200).
