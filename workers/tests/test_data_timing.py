@@ -7,6 +7,7 @@ import os
 import struct
 from collections.abc import Iterator
 
+import needs
 import pytest
 import torch
 
@@ -22,6 +23,8 @@ from ddptop_worker.timing import (
     parse_bucket_sizes,
     start_inferred,
 )
+
+TV_HINT = "the loader tests need torchvision==0.26.0 (scripts/test_env.sh installs it)"
 
 
 def write_idx(folder: str, n: int, gz: bool) -> None:
@@ -87,7 +90,7 @@ def test_every_path_gives_full_batches_per_rank(path: str) -> None:
 
 
 def test_loader_is_the_books_torchvision_pipeline() -> None:
-    pytest.importorskip("torchvision")
+    needs.module("torchvision", TV_HINT)
     from PIL import Image
     from torchvision import datasets, transforms
 
@@ -116,7 +119,7 @@ def test_loader_is_the_books_torchvision_pipeline() -> None:
 
 
 def test_loader_samples_match_the_books_transforms() -> None:
-    pytest.importorskip("torchvision")
+    needs.module("torchvision", TV_HINT)
     from PIL import Image
     from torchvision import transforms
 
@@ -132,7 +135,7 @@ def test_loader_samples_match_the_books_transforms() -> None:
 def test_a_whole_loader_epoch_is_drained_when_closed_and_a_cut_one_is_not() -> None:
     """The book's loop runs its loader to the end (the partial batch, the workers' shutdown)
     inside its epoch; ddptop's steps take the full batches, then close() reads the rest."""
-    pytest.importorskip("torchvision")
+    needs.module("torchvision", TV_HINT)
     d = Data(DataConfig("synthetic", "loader", None, 20, 0), batch=8, rank=0, world_size=1,
              device=torch.device("cpu"))
     assert d.steps_per_epoch == 2

@@ -57,6 +57,7 @@ def args_for(k: int, sharding: str = "data", **over: Any) -> argparse.Namespace:
         passes=True,
         platform="cpu",
         hlo_out=None,
+        matmul_precision="tensorfloat32",
     )
     for key, value in over.items():
         setattr(a, key, value)
