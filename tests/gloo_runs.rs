@@ -9,26 +9,6 @@ fn python() -> Option<String> {
     python_importing("torch")
 }
 
-fn gloo(data: &std::path::Path, py: &str, args: &[&str]) -> serde_json::Value {
-    let out = ddptop(data)
-        .env("DDPTOP_PYTHON", py)
-        .args(["run"])
-        .args(args)
-        .args(["--backend", "gloo", "--model", "tiny", "--json"])
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(out.status.success(), "{doc:#}");
-    assert_no_survivors(&doc);
-    doc
-}
-
 #[test]
 fn gloo_weak_probe_and_allreduce() {
     let _cpu = cpu_shared();

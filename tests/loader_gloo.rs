@@ -18,22 +18,15 @@ fn the_loader_arm_is_the_books_pipeline_and_its_copy_runs_beside_it() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let out = ddptop(d.path())
-        .env("DDPTOP_PYTHON", &py)
-        .args(["run", "weak", "--k", "1", "--data-path", "loader"])
-        .args(SIZES)
-        .args(["--backend", "gloo", "--model", "tiny", "--json"])
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert!(out.status.success(), "{doc:#}");
-    assert_no_survivors(&doc);
+    let doc = gloo(
+        d.path(),
+        &py,
+        &[
+            &["weak", "--k", "1", "--data-path", "loader"][..],
+            &SIZES[..],
+        ]
+        .concat(),
+    );
     let run = &doc["runs"][0];
     assert_eq!(run["status"], "completed", "{run:#}");
     assert_eq!(run["data_path"], "loader");

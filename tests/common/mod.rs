@@ -39,6 +39,28 @@ pub fn run_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
     (out, doc)
 }
 
+/// `ddptop run ARGS --backend gloo --model tiny --json` with `py` as the workers' Python: the run
+/// document, after checking that ddptop exited 0 and left no process behind.
+pub fn gloo(data: &std::path::Path, py: &str, args: &[&str]) -> Value {
+    let out = ddptop(data)
+        .env("DDPTOP_PYTHON", py)
+        .args(["run"])
+        .args(args)
+        .args(["--backend", "gloo", "--model", "tiny", "--json"])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(out.status.success(), "{doc:#}");
+    assert_no_survivors(&doc);
+    doc
+}
+
 /// `ddptop run ARGS --json` in the background, its JSON on a pipe (stderr dropped).
 pub fn spawn_run(data: &std::path::Path, args: &[&str]) -> std::process::Child {
     ddptop(data)
