@@ -14,6 +14,9 @@
 # (GPU-resident data). Their figures are compared with book_loader's, per round (ratios of runs
 # next to each other) and as medians:
 #   ARMS="book_loader loader fast_loader device" KS=1 BUDGET_S=540 scripts/device/loop_overhead.sh
+# loader_alt = the loader arm with the workers package from $ALT_WORKERS (another workers/ tree,
+# e.g. a previous commit's), to measure what one worker change does, interleaved:
+#   ALT_WORKERS=/path/to/old/workers ARMS="book_loader loader loader_alt" KS=1 ...
 # These arms need torchvision: if the python lacks it, the wheels in .carry/wheels-tv/
 # (torchvision 0.26.0, pillow, numpy for cp312) are installed once into /tmp/ddptop-tv-site and
 # put at the end of sys.path by a .pth file (the python's own packages win; torchvision 0.26.0
@@ -31,7 +34,7 @@ B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=./.carry/ddptop
 SAMPLES=${SAMPLES:-30000}; EPOCHS=${EPOCHS:-3}; BUDGET_S=${BUDGET_S:-230}
 RES="$OUT/loop_overhead.tsv"; : > "$RES"
 need_torchvision() {
-  case " ${ARMS:-} " in *" book_loader "*|*" loader "*) ;; *) return 0 ;; esac
+  case " ${ARMS:-} " in *" book_loader "*|*" loader "*|*" loader_alt "*) ;; *) return 0 ;; esac
   $PY -c "import torchvision" 2>/dev/null && return 0
   local site=/tmp/ddptop-tv-site pth
   ls .carry/wheels-tv/*.whl > /dev/null 2>&1 || { echo "no torchvision and no .carry/wheels-tv/*.whl" >&2; return 1; }
@@ -63,9 +66,10 @@ arm() {  # arm K -> appends "arm<TAB>k<TAB>samples/s" to $RES
       timeout 300 $PY -m torch.distributed.run --standalone --nproc-per-node="$k" \
         workers/scripts/book_loader.py --batch 256 --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
       sps=$($PY -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BOOK_RESULT')]" "$f" | tail -1) ;;
-    loader|fast_loader|device)
-      local path=$a; [ "$a" = fast_loader ] && path=fast-loader
-      timeout 300 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
+    loader|fast_loader|device|loader_alt)
+      local path=$a wd=${DDPTOP_WORKERS_DIR:-}; [ "$a" = fast_loader ] && path=fast-loader
+      [ "$a" = loader_alt ] && { path=loader; wd=${ALT_WORKERS:?loader_alt needs ALT_WORKERS}; }
+      DDPTOP_WORKERS_DIR=$wd timeout 300 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
         --samples "$SAMPLES" --epochs "$EPOCHS" --data-path "$path" --json > "$f" 2> "$f.stderr"
       sps=$($PY -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
     ddptop|ddptop10)
@@ -102,7 +106,8 @@ for a, k, v, rnd in rows:
 ARMS = (("bare", "bare d2l", None), ("ddptop", "ddptop instr.", "bare"),
         ("ddptop10", "instr. 1 in 10", "bare"), ("noinst", "--no-instrument", "bare"),
         ("book_loader", "book's loader", None), ("loader", "--data-path loader", "book_loader"),
-        ("fast_loader", "fast-loader", "book_loader"), ("device", "device data", "book_loader"))
+        ("fast_loader", "fast-loader", "book_loader"), ("device", "device data", "book_loader"),
+        ("loader_alt", "loader, ALT_WORKERS", "book_loader"))
 print(f"{'arm':20}{'k':3}{'runs':6}{'samples/s median (each run)':44}{'vs ref (median)':18}vs ref (rounds: median, each)")
 for k in (1, 2):
     for a, label, ref in ARMS:

@@ -230,6 +230,15 @@ class Data:
                 f"--samples {cfg.samples} over {world_size} rank(s) gives {self.per_rank} "
                 f"samples per rank: fewer than one batch of {batch}"
             )
+        self._samples_per_epoch = self.steps_per_epoch * batch
+        if cfg.path == "loader":
+            # The book's epoch: its DistributedSampler pads the samples to a multiple of k
+            # (ceil(n/k) per rank) and its DataLoader keeps the last, partial batch
+            # (drop_last=False), which the book trains on and counts. Measured on one H200,
+            # leaving that step out read 1% above the book's loop (docs/results/loader.md).
+            padded = -(-int(images.shape[0]) // world_size)
+            self._samples_per_epoch = padded
+            self.steps_per_epoch = -(-padded // batch)
         if cfg.path != "device":
             # The loaders' cost depends on how many cores each rank's workers get: said with
             # the data, so the gap between the two loaders is read against it (k=2, k=4 share).
@@ -282,7 +291,8 @@ class Data:
 
     @property
     def samples_per_epoch(self) -> int:
-        return self.steps_per_epoch * self.batch
+        """Samples one rank trains on per epoch (with `loader`, the last batch may be smaller)."""
+        return self._samples_per_epoch
 
     def epoch(self, e: int) -> Generator[Batch, None, None]:
         """This epoch's batches. The caller may stop early and should then `close()` the
@@ -296,7 +306,14 @@ class Data:
                     if given >= self.steps_per_epoch:
                         break
                     given += 1
-                    yield x.to(self.device), y.to(self.device)
+                    xd, yd = x.to(self.device), y.to(self.device)
+                    # The book rebinds `X, y = X.to(device), y.to(device)`: its host batch (a
+                    # shared-memory block from a loader worker) is freed right there, after
+                    # the copy and before the step's work is launched. Held in this frame, it
+                    # would be freed one step later, inside the next data wait, while the GPU
+                    # is busy: a different, cheaper pipeline than the book's (issue 48).
+                    del x, y
+                    yield xd, yd
             finally:
                 # The book's loop runs its loader to the end (the last, partial batch, then the
                 # workers' shutdown: they are not persistent), and that is part of its epoch:

@@ -430,7 +430,6 @@ class Trainer:
         inst = self.s.instrument
         time_every = 1 if st.warmup else self.s.time_every
         control_every = self.s.control_every
-        batch = self.per_rank_batch
         fault = self.fault
         rank, k = self.rt.rank, self.rt.world_size
         slow = self.slow
@@ -458,6 +457,7 @@ class Trainer:
                 break
             t0 = time.perf_counter()
             x, y = next(batches)
+            n = int(y.shape[0])  # the batch, or the book loader's last, partial one
             if slow is not None and slow.phase == "data":
                 # Counted as data wait: a rank with a slow input pipeline.
                 slow.wait(self.global_step + 1)
@@ -472,7 +472,7 @@ class Trainer:
                     "step": self.global_step,
                     "epoch": epoch,
                     "warmup": st.warmup,
-                    "samples": self.unreported_samples + batch,
+                    "samples": self.unreported_samples + n,
                     "data_ms": (t1 - t0) * 1000.0,
                     "every": time_every,
                 }
@@ -481,7 +481,8 @@ class Trainer:
                 self.flush()
             else:
                 self.bare_step(x, y)
-                self.unreported_samples += batch
+                self.unreported_samples += n
+            st.samples += n
             self.synced_iterations += 1
             self.client.step = self.global_step
             if self.global_step == AUTOTUNE_STEPS and self.client.phase == "autotune":
@@ -495,7 +496,6 @@ class Trainer:
         batches.close()
         self.rt.synchronize()
         st.steps = i
-        st.samples = i * batch
         st.seconds = max(0.0, time.perf_counter() - t_epoch - st.excluded_s)
         self.unreported_samples = 0  # an epoch's leftover is in its epoch message
         if inst:

@@ -72,12 +72,14 @@ def test_synthetic_is_deterministic() -> None:
 
 @pytest.mark.parametrize("path", ["device", "loader", "fast-loader"])
 def test_every_path_gives_full_batches_per_rank(path: str) -> None:
+    """Full batches on every rank; `loader` (the book's) also its last, partial one (50 = 6x8 + 2)."""
     cpu = torch.device("cpu")
     d0 = Data(DataConfig("synthetic", path, None, 100, 0), batch=8, rank=0, world_size=2, device=cpu)
     d1 = Data(DataConfig("synthetic", path, None, 100, 0), batch=8, rank=1, world_size=2, device=cpu)
-    assert d0.steps_per_epoch == d1.steps_per_epoch == 50 // 8
+    want = [8] * 6 + ([2] if path == "loader" else [])
+    assert d0.steps_per_epoch == d1.steps_per_epoch == len(want)
     batches = list(d0.epoch(0))
-    assert len(batches) == 6
+    assert [int(b[1].shape[0]) for b in batches] == want
     x, y = batches[0]
     assert x.shape == (8, 1, 64, 64) and x.dtype == torch.float32 and y.shape == (8,)
     assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
@@ -132,19 +134,26 @@ def test_loader_samples_match_the_books_transforms() -> None:
     assert torch.equal(x, want) and y == int(labels[5])
 
 
-def test_a_whole_loader_epoch_is_drained_when_closed_and_a_cut_one_is_not() -> None:
-    """The book's loop runs its loader to the end (the partial batch, the workers' shutdown)
-    inside its epoch; ddptop's steps take the full batches, then close() reads the rest."""
+def test_a_loader_epoch_is_the_books_with_its_partial_batch_and_a_cut_one_is_not_drained() -> None:
+    """The book trains on every batch its loader gives (drop_last=False: the last one is
+    partial) and its DistributedSampler pads to a multiple of k; its loop runs the loader to the
+    end (the workers' shutdown) inside its epoch. So does the `loader` path."""
     needs.module("torchvision", TV_HINT)
     d = Data(DataConfig("synthetic", "loader", None, 20, 0), batch=8, rank=0, world_size=1,
              device=torch.device("cpu"))
-    assert d.steps_per_epoch == 2
+    assert (d.steps_per_epoch, d.samples_per_epoch) == (3, 20)
     g = d.epoch(0)
-    assert [int(next(g)[1].shape[0]) for _ in range(2)] == [8, 8]
-    g.close()  # drains the last 4 samples' batch
+    assert [int(next(g)[1].shape[0]) for _ in range(3)] == [8, 8, 4]
+    g.close()
     with pytest.raises(StopIteration):
         next(g)
-    # What close() reads, counted on a stand-in loader of 3 batches (2 full, 1 partial).
+    # 21 samples over k=2: the sampler pads to 22, 11 per rank: batches of 8 and 3 on each rank.
+    for rank in (0, 1):
+        dk = Data(DataConfig("synthetic", "loader", None, 21, 0), batch=8, rank=rank,
+                  world_size=2, device=torch.device("cpu"))
+        assert (dk.steps_per_epoch, dk.samples_per_epoch) == (2, 11)
+        assert [int(y.shape[0]) for _, y in dk.epoch(0)] == [8, 3]
+    # What close() reads, counted on a stand-in loader of 3 batches.
     read: list[int] = []
 
     class Counting:
@@ -155,9 +164,9 @@ def test_a_whole_loader_epoch_is_drained_when_closed_and_a_cut_one_is_not() -> N
 
     d._loader = Counting()  # type: ignore[assignment]
     whole = d.epoch(1)
-    next(whole), next(whole)
+    next(whole), next(whole), next(whole)
     whole.close()
-    assert read == [0, 1, 2], "a whole epoch: the partial batch is read inside it"
+    assert read == [0, 1, 2], "a whole epoch: every batch is read inside it"
     read.clear()
     cut = d.epoch(2)
     next(cut)
