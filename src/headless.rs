@@ -451,14 +451,8 @@ async fn execute(
 /// A run of this sweep as the one run document (`report::build::run_info`, with its per-rank
 /// sections), plus the Memory pane's DDP-beside-FSDP comparison for an fsdp run.
 fn run_json(r: &RunView, rec: Option<&LaunchRecord>, state: &State, context: &[RunView]) -> Value {
+    // The run document has `phase_scores` (issue 46) and `fault` as every JSON output does.
     let mut v = crate::report::json::run(&run_info(r, rec, context, true));
-    // Per phase, each rank's median over the last window with the median and the worst rank
-    // (issue 46); empty below 2 ranks.
-    v["phase_scores"] = serde_json::to_value(crate::app::straggler::phase_scores(
-        &r.ranks,
-        &Default::default(),
-    ))
-    .unwrap_or_default();
     if r.spec.experiment() == Experiment::Fsdp {
         v["memory_comparison"] = memory_comparison(r, state);
     }

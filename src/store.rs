@@ -500,6 +500,18 @@ impl Store {
                 serde_json::to_string(&run.diagnoses)?,
             ],
         )?;
+        // The per-phase table as of the end (issue 46): the phase history it is read from is
+        // not stored. One row; `load_details` reads the newest.
+        if !run.phase_scores.is_empty() {
+            tx.execute(
+                "INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,NULL,'phase_scores',?3)",
+                params![
+                    run.id,
+                    run.ended_unix.unwrap_or_else(crate::util::unix_now),
+                    serde_json::to_string(&run.phase_scores)?
+                ],
+            )?;
+        }
         for r in run.ranks.values() {
             tx.execute(
                 "INSERT OR REPLACE INTO rank_results (run_id, rank, samples_per_s, epochs_json, pid, device, bad_lines)
@@ -573,7 +585,8 @@ impl Store {
         // and the last log lines: enough to redraw, cheap with hundreds of stored runs.
         let mut stmt = self.conn.prepare_cached(
             "SELECT type, body FROM events WHERE run_id=?1 AND (
-                 type IN ('probe','bench','hlo','check','result','straggler','node_gpus')
+                 type IN ('probe','bench','hlo','check','result','straggler','node_gpus',
+                          'phase_scores')
                  OR seq IN (SELECT MAX(seq) FROM events WHERE run_id=?1 AND type IN ('buckets','comm')
                             GROUP BY rank, type)
                  OR (type='memory' AND ?2)
@@ -594,6 +607,11 @@ impl Store {
                 "straggler" => {
                     if let Ok(s) = serde_json::from_str::<crate::run::view::Straggler>(&body) {
                         run.stragglers.push(s);
+                    }
+                }
+                "phase_scores" => {
+                    if let Ok(rows) = serde_json::from_str(&body) {
+                        run.phase_scores = rows;
                     }
                 }
                 "node_gpus" => {
@@ -1176,6 +1194,29 @@ mod tests {
                 .any(|l| l == "ddptop: straggler: rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median"),
             "{:?}",
             loaded[0].log_tail
+        );
+    }
+
+    #[test]
+    fn a_runs_per_phase_table_as_of_its_end_is_stored_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let s = spec();
+        insert(&store, "r", &s, dir.path());
+        let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
+        run.status = RunStatus::Completed;
+        run.phase_scores = vec![crate::run::view::PhaseScore {
+            phase: "data wait".into(),
+            ranks: [(0, 0.3), (1, 23.6)].into_iter().collect(),
+            median_ms: 11.95,
+            worst_rank: 1,
+            worst_ms: 23.6,
+            worst_vs_median: 23.6 / 11.95,
+        }];
+        store.finalize(&run, None).unwrap();
+        assert_eq!(
+            store.load_runs(5).unwrap()[0].phase_scores,
+            run.phase_scores
         );
     }
 

@@ -157,3 +157,61 @@ fn a_named_straggler_is_in_the_markdown_notes_and_the_json() {
     // A run without one says so with an empty list, not a missing field.
     assert_eq!(doc["runs"][0]["stragglers"], serde_json::json!([]));
 }
+
+#[test]
+fn a_runs_per_phase_table_and_its_fault_are_in_all_three_outputs() {
+    // Figures shaped like a k=2 gloo run with rank 1 slowed in its data wait (made up here).
+    let mut r = fixture::measured();
+    let phase = |name: &str, r0: f64, r1: f64| ddptop::run::view::PhaseScore {
+        phase: name.into(),
+        ranks: [(0, r0), (1, r1)].into_iter().collect(),
+        median_ms: (r0 + r1) / 2.0,
+        worst_rank: if r1 >= r0 { 1 } else { 0 },
+        worst_ms: r0.max(r1),
+        worst_vs_median: r0.max(r1) / ((r0 + r1) / 2.0),
+    };
+    r.runs[1].phase_scores = vec![
+        phase("data wait", 1.0, 19.0),
+        phase("compute", 30.0, 30.2),
+        phase("exposed comm", 18.2, 0.5),
+        phase("optimizer", 5.0, 5.0),
+    ];
+    r.runs[1].fault = Some("slow:1:1.5@40".into());
+    let id = r.runs[1].id.clone();
+    let md = render(&r, Format::Markdown, &[]);
+    assert!(md.contains(&format!("### Per phase: {id}")), "{md}");
+    assert!(
+        md.contains("| data wait | 10.00 | 19.00 | 1 | 1.90× |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| exposed comm | 9.35 | 18.20 | 0 | 1.95× |"),
+        "{md}"
+    );
+    assert!(md.contains("host sync not measured"), "{md}");
+    let note = md
+        .lines()
+        .find(|l| l.contains(&id) && l.starts_with("- "))
+        .unwrap();
+    assert!(
+        note.contains("fault: slow:1:1.5@40 (injected: off the clean curves)"),
+        "{note}"
+    );
+    // Only the run with figures has a table.
+    assert_eq!(md.matches("### Per phase:").count(), 1, "{md}");
+    let html = render(&r, Format::Html, &[]);
+    assert!(html.contains(&format!("Per phase: {id}")), "{html}");
+    assert!(
+        html.contains("1.90×") && html.contains("fault: slow:1:1.5@40"),
+        "{html}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&render(&r, Format::Json, &[])).unwrap();
+    let run = &doc["runs"][1];
+    assert_eq!(run["run_id"], id.as_str());
+    assert_eq!(run["fault"], "slow:1:1.5@40");
+    assert_eq!(run["phase_scores"][0]["phase"], "data wait");
+    assert_eq!(run["phase_scores"][0]["worst_rank"], 1);
+    assert_eq!(run["phase_scores"][0]["ranks"]["1"], 19.0);
+    assert_eq!(doc["runs"][0]["phase_scores"], serde_json::json!([]));
+    assert_eq!(doc["runs"][0]["fault"], serde_json::Value::Null);
+}

@@ -16,6 +16,7 @@
 //! records verdicts.
 
 use crate::gpu::{GpuSample, GpuView};
+pub use crate::run::view::PhaseScore;
 use crate::run::view::{PhaseSample, RankView, RunView, Straggler};
 use std::collections::BTreeMap;
 
@@ -409,21 +410,6 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
     Some(scores)
 }
 
-/// One phase of the step over the newest window, per rank (medians, ms), with the median rank
-/// and the worst: `--json` `phase_scores`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct PhaseScore {
-    pub phase: &'static str,
-    /// Each rank's median over the window (ms).
-    pub ranks: BTreeMap<u32, f64>,
-    /// The median of the ranks' medians.
-    pub median_ms: f64,
-    pub worst_rank: u32,
-    pub worst_ms: f64,
-    /// worst ÷ median (1.0: the worst rank is at the others' pace).
-    pub worst_vs_median: f64,
-}
-
 /// The phases `phase_scores` splits a step into: the rank's own time (data wait, forward +
 /// backward compute without its comm wait, optimizer) and the exposed communication (its wait
 /// at the collectives after its last gradient bucket, with the buffer-broadcast wait moved
@@ -479,7 +465,7 @@ pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> V
                 .max_by(|a, b| a.1.total_cmp(&b.1))
                 .unwrap_or((0, 0.0));
             PhaseScore {
-                phase: SCORED_PHASES[p],
+                phase: SCORED_PHASES[p].to_string(),
                 ranks: per,
                 median_ms: med,
                 worst_rank,
@@ -488,6 +474,22 @@ pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> V
             }
         })
         .collect()
+}
+
+/// What the per-phase table says of a host-sync phase: it is not one of them. ddptop's own
+/// loop has none per step (no `.item()`, no synchronize: workers/ddptop_worker/train.py); an
+/// attached script's (a `loss.item()`) lands in whichever phase it runs in, unseen as such.
+pub const HOST_SYNC_NOTE: &str = "host sync not measured: ddptop's loop has none per step, a script's falls in the phase it runs in";
+
+/// The per-phase table of `run` as the dashboard, `--json` and the report show it: as kept at
+/// its end (`RunView::phase_scores`, with the configured window; a stored run has nothing
+/// else), else from its ranks' phase history (a live run; the default window).
+pub fn phase_scores_of(run: &RunView, cfg: &StragglerConfig) -> Vec<PhaseScore> {
+    if run.phase_scores.is_empty() {
+        phase_scores(&run.ranks, cfg)
+    } else {
+        run.phase_scores.clone()
+    }
 }
 
 /// The phase a straggler's time goes to, and the evidence for it in words.
@@ -1236,7 +1238,7 @@ mod tests {
             rank(2, 40, 1.0, 18.0, 0.02, &mut rng),
         ];
         let table = phase_scores(&run_of(ranks).ranks, &StragglerConfig::default());
-        let names: Vec<&str> = table.iter().map(|p| p.phase).collect();
+        let names: Vec<&str> = table.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(names, SCORED_PHASES);
         let data = &table[0];
         assert_eq!(data.worst_rank, 1, "{data:?}");
@@ -1248,6 +1250,33 @@ mod tests {
         // Compute is even: nobody far from the median.
         assert!(table[1].worst_vs_median < 1.2, "{:?}", table[1]);
         assert!(phase_scores(&BTreeMap::new(), &StragglerConfig::default()).is_empty());
+    }
+
+    #[test]
+    fn a_stored_runs_phase_scores_are_read_where_its_history_is_gone() {
+        let mut rng = StdRng::seed_from_u64(22);
+        let ranks = vec![
+            rank(0, 40, 1.0, 18.0, 0.02, &mut rng),
+            rank(1, 40, 19.0, 0.5, 0.02, &mut rng),
+        ];
+        let mut run = run_of(ranks);
+        let cfg = StragglerConfig::default();
+        // Live: from the history.
+        let live = phase_scores_of(&run, &cfg);
+        assert_eq!(live.len(), SCORED_PHASES.len());
+        assert_eq!(live[0].worst_rank, 1, "{:?}", live[0]);
+        // As the engine keeps them at the run's end (its configured window), and as a loaded
+        // run has them, without a history: the kept table.
+        let mut kept = live.clone();
+        kept[0].median_ms += 1.0;
+        run.phase_scores = kept.clone();
+        assert_eq!(phase_scores_of(&run, &cfg), kept);
+        for r in run.ranks.values_mut() {
+            r.recent_phases.clear();
+        }
+        assert_eq!(phase_scores_of(&run, &cfg), kept);
+        run.phase_scores.clear();
+        assert!(phase_scores_of(&run, &cfg).is_empty());
     }
 
     #[test]

@@ -352,6 +352,8 @@ impl Engine {
             // launcher exited by itself or was stopped.
             view.add_caveat(crate::run::Caveat::note(r));
         }
+        // The phase history is not stored: its per-phase table is, as of the end (issue 46).
+        view.phase_scores = crate::app::straggler::phase_scores(&view.ranks, &self.opts.stragglers);
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();
         let scaling = summary::scaling(&view_snapshot, &self.state.runs);

@@ -102,6 +102,8 @@ pub fn run_info(
         versions: run.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
         stragglers: run.stragglers.clone(),
+        phase_scores: crate::app::straggler::phase_scores_of(run, &Default::default()),
+        fault: run.spec.inject.as_ref().map(|f| f.to_string()),
         evidence: run.hang_report.clone(),
         rank_tails: run.rank_tails.clone(),
         diagnoses: run.diagnoses.clone(),

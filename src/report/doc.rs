@@ -399,6 +399,9 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             for c in &run.caveats {
                 parts.push(format!("WARNING {c}"));
             }
+            if let Some(f) = &run.fault {
+                parts.push(format!("fault: {f} (injected: off the clean curves)"));
+            }
             for s in &run.stragglers {
                 parts.push(format!("straggler {}", s.when_and_why()));
             }
@@ -438,6 +441,9 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
         .collect();
     if !notes.is_empty() {
         d.push(Block::List(notes));
+    }
+    for run in &r.runs {
+        d.extend(super::phases::blocks(run));
     }
 }
 

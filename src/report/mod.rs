@@ -11,6 +11,7 @@ pub mod doc;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod phases;
 pub mod plot;
 pub mod run_doc;
 
@@ -268,6 +269,13 @@ pub struct RunInfo {
     pub output_log: Option<String>,
     /// Ranks named as holding the others back, in the order named (`app::straggler`).
     pub stragglers: Vec<crate::run::view::Straggler>,
+    /// Per phase (data wait, compute, exposed comm, optimizer), each rank's median over the
+    /// newest window with the median rank and the worst (`app::straggler::phase_scores_of`:
+    /// live, else as stored at the run's end); empty below 2 ranks.
+    pub phase_scores: Vec<crate::run::view::PhaseScore>,
+    /// The fault injected into the run (`--inject`, as written), if any: such a run is a curve
+    /// of its own, never a point or k=1 baseline of the clean one.
+    pub fault: Option<String>,
     /// The watchdog's hang evidence (a stall of an attached job that went on, a hung run's
     /// verdict and dumps), in the order it came.
     pub evidence: Vec<String>,

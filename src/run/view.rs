@@ -130,6 +130,22 @@ pub struct PhaseSample {
     pub comm_ms: Option<f64>,
 }
 
+/// One phase of the step over a run's newest window, per rank (medians, ms), with the median
+/// rank and the worst (TraceML's view; `app::straggler::phase_scores`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseScore {
+    /// `data wait`, `compute`, `exposed comm` or `optimizer` (`straggler::SCORED_PHASES`).
+    pub phase: String,
+    /// Each rank's median over the window (ms).
+    pub ranks: BTreeMap<u32, f64>,
+    /// The median of the ranks' medians.
+    pub median_ms: f64,
+    pub worst_rank: u32,
+    pub worst_ms: f64,
+    /// worst ÷ median (1.0: the worst rank is at the others' pace).
+    pub worst_vs_median: f64,
+}
+
 /// One GPU of a multi-node run's node as it was when the run ended (`app::nodes::gpu_rows`):
 /// kept with the run (`node_gpus` event) for `run --json` and `show --json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,6 +366,10 @@ pub struct RunView {
     pub observed: Observed,
     /// Ranks named as stragglers during the run, in the order named (`app::straggler`).
     pub stragglers: Vec<Straggler>,
+    /// Per phase, the ranks' medians over the last window as they were when the run ended
+    /// (`app::straggler::phase_scores`): what a stored run keeps of its phase history, which
+    /// is not stored (reports, `show`). Empty while it runs and below 2 ranks.
+    pub phase_scores: Vec<PhaseScore>,
     /// A multi-node run's GPUs on every node when it ended (empty for one-node runs).
     pub node_gpus: Vec<NodeGpuRow>,
     /// When the straggler score was last assessed (at most a few times a second).
@@ -641,6 +661,7 @@ impl RunView {
             caveats: Vec::new(),
             observed: Observed::default(),
             stragglers: Vec::new(),
+            phase_scores: Vec::new(),
             node_gpus: Vec::new(),
             stragglers_assessed: None,
             stragglers_pending: BTreeMap::new(),

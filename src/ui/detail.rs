@@ -64,6 +64,13 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             None => run.status.as_str().to_string(),
         },
     ));
+    if let Some(f) = &spec.inject {
+        // Issue 46: a fault run is a curve of its own, never a point or baseline of the clean one.
+        out.push(kv(
+            "fault",
+            format!("{f} injected: off the clean curves, never a k=1 baseline"),
+        ));
+    }
     if let Some(p) = crate::app::progress::progress(run)
         && let Some(txt) = super::runs::progress_text(&p, 60)
     {
@@ -187,6 +194,9 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             ),
             t.text,
         )));
+    }
+    if let Some(m) = super::phases::model_of(run) {
+        out.extend(super::phases::lines(t, &m));
     }
     for (who, code) in &run.exit_codes {
         out.push(kv("exit", format!("{who}: {code}")));

@@ -17,6 +17,7 @@ pub mod layout;
 pub mod log;
 pub mod memory;
 pub mod model;
+pub mod phases;
 pub mod probe;
 pub mod receipt;
 pub mod runs;

@@ -54,6 +54,9 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     if let Some(shared) = &run.gpus_shared {
         note.push(format!("⚠ {shared}"));
     }
+    if let Some(f) = &run.spec.inject {
+        note.push(format!("⚠ fault: {f}"));
+    }
     if let Some(ignored) = crate::run::nccl::ignored_note(&run.nccl_read) {
         note.push(format!("⚠ {ignored}"));
     }

@@ -52,6 +52,8 @@ pub fn run(id: &str, experiment: &str, k: u32, backend: &str, offset: f64) -> Ru
         versions: versions(),
         output_log: Some(format!("/data/runs/{id}/output.log")),
         stragglers: Vec::new(),
+        phase_scores: Vec::new(),
+        fault: None,
         evidence: Vec::new(),
         rank_tails: Vec::new(),
         diagnoses: Vec::new(),
