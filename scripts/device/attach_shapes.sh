@@ -10,7 +10,8 @@
 # and FSDP2 (fully_shard). Run from the repo root with the release binary in target/release/ (or
 # .carry/). $OUT gets table.txt and attach_shapes.tgz (every report, stderr, bare log and run
 # folder: the device returns only a few files). SHAPES_ONLY="lightning_ddp accelerate_accum fsdp2"
-# runs those only.
+# runs those only. K=2 (on two GPUs, nvidia-h200-x2) attaches and runs bare at k=2: the shapes'
+# own figure is global at any k (the gloo k=2 tests compare against it), so the table reads alike.
 #
 # Lightning and Accelerate are test dependencies, not the tool's: when the python lacks them they
 # are installed with `pip install --no-index --find-links .carry/wheels` (the device has no
@@ -38,6 +39,7 @@ export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
 export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-$(mktemp -d /tmp/ddptop-attach-shapes.XXXX)}
 FINAL=${OUT:-/tmp/out}; OUT=${RAW:-$(mktemp -d /tmp/attach-shapes-raw.XXXX)}; mkdir -p "$FINAL" "$OUT/bare"
 B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=./.carry/ddptop
+K=${K:-1}
 S=workers/scripts/shapes
 STEPS=${STEPS:-300} ODD=${ODD:-150} CAP=${CAP:-240}
 # An MLP HIDDEN wide, BATCH samples per micro-batch (8192, 512: a few ms per step on an H200).
@@ -93,13 +95,13 @@ nvidia-smi --query-gpu=index,name,memory.used --format=csv > "$OUT/gpus.txt" 2>&
 "$DDPTOP_PYTHON" -c "import torch; print(torch.__version__, torch.version.cuda)" > "$OUT/torch.txt" 2>&1
 for entry in "${SHAPES[@]}"; do
   name=${entry%%|*}; read -r -a script <<< "${entry#*|}"
-  log "$name: ddptop attach --k 1 --backend nccl -- ${script[*]} ${COMMON[*]}"
+  log "$name: ddptop attach --k $K --backend nccl -- ${script[*]} ${COMMON[*]}"
   t0=$(date +%s)
-  timeout -k 5 "$CAP" "$B" attach --k 1 --backend nccl --json -- "${script[@]}" "${COMMON[@]}" \
+  timeout -k 5 "$CAP" "$B" attach --k "$K" --backend nccl --json -- "${script[@]}" "${COMMON[@]}" \
     > "$OUT/$name.json" 2> "$OUT/$name.stderr"
   log "$name rc=$? wall=$(( $(date +%s) - t0 )) s"
-  log "$name bare: torchrun --standalone --nproc-per-node=1 ${script[*]} ${COMMON[*]}"
-  timeout -k 5 "$CAP" "$DDPTOP_PYTHON" -m torch.distributed.run --standalone --nproc-per-node=1 \
+  log "$name bare: torchrun --standalone --nproc-per-node=$K ${script[*]} ${COMMON[*]}"
+  timeout -k 5 "$CAP" "$DDPTOP_PYTHON" -m torch.distributed.run --standalone --nproc-per-node="$K" \
     "${script[@]}" "${COMMON[@]}" > "$OUT/bare/$name.log" 2>&1
   log "$name bare rc=$?"
 done
