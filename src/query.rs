@@ -437,6 +437,9 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             rows.push(("caveat", format!("⚠ {why}")));
         }
     }
+    if let Some(f) = &info.fault {
+        rows.push(("fault", format!("⚠ {f} injected: off the clean curves")));
+    }
     for c in &info.caveats {
         rows.push(("caveat", format!("⚠ {c}")));
     }

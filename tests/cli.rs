@@ -120,7 +120,7 @@ fn json_schema_and_runs_listing() {
         &["allreduce", "--k", "2", "--env", "NCCL_P2P_DISABLE=1"],
     );
     assert!(out.status.success());
-    let (out, _) = sim_json(
+    let (out, crashed) = sim_json(
         d.path(),
         &[
             "weak",
@@ -133,6 +133,12 @@ fn json_schema_and_runs_listing() {
         ],
     );
     assert!(!out.status.success());
+    // A fault run is marked as one (issue 46): in `show` and in `runs`' settings (below).
+    let id = crashed["runs"][0]["run_id"].as_str().unwrap();
+    assert_eq!(crashed["runs"][0]["fault"], "crash:3");
+    let shown = ddptop(d.path()).args(["show", id]).output().unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.contains("⚠ crash:3 injected: off the clean curves"), "{shown}");
     let out = ddptop(d.path()).arg("runs").output().unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = table.lines().filter(|l| l.starts_with('r')).collect();
@@ -155,6 +161,7 @@ fn json_schema_and_runs_listing() {
         assert!(c[settings - 1] == ' ' && c[settings] != ' ', "{table}");
     }
     assert!(table.contains("P2P_DISABLE=1"), "{table}");
+    assert!(table.contains("defaults (fault: crash:3)"), "{table}");
 }
 
 #[test]

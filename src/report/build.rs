@@ -44,6 +44,10 @@ pub fn settings_label(run: &RunView) -> String {
     if run.gpus_shared.is_some() {
         label.push_str(" (GPUs shared)");
     }
+    // A fault run is not the `defaults` it would otherwise read as (issue 46).
+    if let Some(f) = &run.spec.inject {
+        label.push_str(&format!(" (fault: {f})"));
+    }
     label
 }
 
