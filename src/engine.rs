@@ -36,6 +36,7 @@ mod joins;
 mod latest;
 mod launching;
 mod stopping;
+mod verdicts;
 
 #[derive(Debug, Clone)]
 pub struct EngineOptions {

@@ -348,6 +348,159 @@ fn mismatched_collectives_name_rank_and_calls_injected_at_k2_and_k4_and_in_a_rea
     );
 }
 
+/// The one `slower_than_one_gpu` verdict of `r`, its estimated throughputs checked against
+/// each other: (samples/s at k, one rank alone).
+fn slower(r: &Value, k: u64) -> &Value {
+    assert_eq!(r["status"], "completed", "{r:#}");
+    let v = verdict(r, "slower_than_one_gpu");
+    let text = v["text"].as_str().unwrap();
+    let num = |s: &str| s.split_whitespace().next().unwrap().parse::<f64>().unwrap();
+    let at_k = num(text);
+    let alone = num(text.split("one rank alone ").nth(1).unwrap());
+    assert!(
+        at_k <= alone && text.contains(&format!("samples/s at k={k}")),
+        "{text}"
+    );
+    assert!(text.contains("exposed all-reduce"), "{text}");
+    let evidence = v["evidence"].as_array().unwrap();
+    // Every rank's split, then k=1's.
+    assert!(
+        evidence.len() as u64 > k && evidence[k as usize].as_str().unwrap().starts_with("k=1 ("),
+        "{v:#}"
+    );
+    v
+}
+
+#[test]
+fn slower_than_one_gpu_is_named_injected_at_k2_and_k4_and_in_a_real_script() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // The fault needs two ranks and ddptop's own loop: refused before anything starts.
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .args([
+            "run",
+            "weak",
+            "--k",
+            "1",
+            "--backend",
+            "gloo",
+            "--inject",
+            "slowlink:50",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("needs at least two ranks"),
+        "{err}"
+    );
+    // Each bucket's all-reduce ends MS ms late: the exposed communication outweighs the tiny
+    // model's compute, at k=2 and at k=4 (whose 4 ranks on 2 cores compute slower: more
+    // delay), 12 steps each.
+    for (k, ms) in [(2u64, 250), (4, 600)] {
+        let samples = (k * 48).to_string();
+        let fault = format!("slowlink:{ms}");
+        let r = run(
+            d.path(),
+            &py,
+            &[
+                "run",
+                "weak",
+                "--k",
+                &k.to_string(),
+                "--samples",
+                &samples,
+                "--batch",
+                "8",
+                "--model",
+                "tiny",
+                "--inject",
+                &fault,
+            ],
+        );
+        let v = slower(&r, k);
+        // Named as soon as its evidence is in: 3 warm-up steps, then 6 steps' split.
+        let step = v["step"].as_u64().unwrap();
+        assert!((9..=12).contains(&step), "{v:#}");
+        assert!(v["fix"].as_str().unwrap().contains("no_sync()"), "{v:#}");
+        assert!(
+            v["evidence"][k as usize]
+                .as_str()
+                .unwrap()
+                .starts_with("k=1 (estimated)"),
+            "{v:#}"
+        );
+    }
+    // The bug itself: a small MLP on 8 samples per rank, all-reducing every step.
+    let r = attach(
+        d.path(),
+        &py,
+        "2",
+        &fixture_script("tiny_model_small_batch.py"),
+    );
+    let v = slower(&r, 2);
+    assert!(
+        v["text"]
+            .as_str()
+            .unwrap()
+            .contains("batch per rank 8 is too small"),
+        "{v:#}"
+    );
+}
+
+#[test]
+fn a_recompile_storm_is_named_with_its_counts_in_a_real_script() {
+    let _cpu = cpu_shared();
+    let Some(py) = python() else { return };
+    let d = tempfile::tempdir().unwrap();
+    // torch.compile(dynamic=False) fed a new sequence length every step: a recompile per step
+    // up to dynamo's limit. `eager`: dynamo's guards and recompiles without a compiler's time.
+    let script = fixture_script("recompile_storm.py");
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .args(["attach", "--k", "2", "--backend", "gloo", "--json", "--"])
+        .args([
+            script.as_str(),
+            "--compile-backend",
+            "eager",
+            "--steps",
+            "12",
+        ])
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_no_survivors(&doc);
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    let all = r["diagnoses"].as_array().unwrap();
+    let v = all
+        .iter()
+        .find(|d| d["kind"] == "compile_regression")
+        .unwrap_or_else(|| panic!("{r:#}"));
+    let text = v["text"].as_str().unwrap();
+    assert!(text.starts_with("recompile storm: rank "), "{text}");
+    let recompiles: u64 = text
+        .split("recompiled ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    // The frame reached the limit (its first compile and 7 recompiles at least), and the run's
+    // own compile figures agree.
+    assert!(recompiles >= 7, "{text}");
+    assert!(
+        r["compile"]["recompiles"].as_u64().unwrap() >= recompiles,
+        "{r:#}"
+    );
+    // Named when the storm ended (the first step without a compile), not at the run's end.
+    assert!(v["step"].as_u64().unwrap() < 12, "{v:#}");
+    assert!(v["fix"].as_str().unwrap().contains("dynamic=True"), "{v:#}");
+    // ddptop's own measuring hooks' graph breaks are not the script's.
+    assert!(!text.contains("ddptop attach"), "{text}");
+}
+
 // No false diagnosis: the healthy runs of tests/gloo_runs.rs (weak k=1,2; fsdp and DDP k=2)
 // and tests/attach_gloo.rs (the tutorial script at k=1,2) assert `diagnoses == []`: every
 // rank there enters init_process_group within the threshold of the first, and no collective

@@ -8,15 +8,21 @@ use crate::protocol::{ByeReason, Finding, FindingKind};
 use crate::run::{Diagnosis, DiagnosisKind, RankTail, RankView, RunView};
 use std::time::Instant;
 
+mod compile;
+mod slower;
+pub use compile::{eager_run, slower_than_eager};
+pub use slower::{One, measured_one, slower_than_one_gpu};
+
 /// Most parameter names quoted in a verdict's line (all are in its evidence).
 const NAMES_IN_LINE: usize = 4;
 
 /// A rank's own finding as a verdict. `step`: the rank's last finished step when it said it
 /// (the finding is about the step under way, the next one).
-pub fn from_finding(rank: u32, step: u64, f: &Finding) -> Diagnosis {
-    let step = step + 1;
+/// `None`: a finding that is no verdict by itself (compile counters below a storm).
+pub fn from_finding(rank: u32, step: u64, f: &Finding) -> Option<Diagnosis> {
     match f.kind {
-        FindingKind::UnusedParameters => unused_parameters(rank, step, f),
+        FindingKind::UnusedParameters => Some(unused_parameters(rank, step + 1, f)),
+        FindingKind::CompileRegression => compile::recompile_storm(rank, step, f),
     }
 }
 
@@ -875,8 +881,10 @@ mod tests {
             kind: FindingKind::UnusedParameters,
             names: (0..6).map(|i| format!("head.{i}.weight")).collect(),
             count: Some(6),
+            recompiles: None,
+            compiles: None,
         };
-        let d = from_finding(1, 0, &f);
+        let d = from_finding(1, 0, &f).unwrap();
         assert_eq!((d.rank, d.step), (Some(1), Some(1)));
         assert!(
             d.text.contains("6 parameters got no gradient in step 1")
@@ -889,7 +897,7 @@ mod tests {
         assert!(d.fix.contains("find_unused_parameters=True") && d.fix.contains("static_graph"));
         let mut r = run(2);
         assert!(add(&mut r, d.clone()));
-        let other = from_finding(0, 0, &f);
+        let other = from_finding(0, 0, &f).unwrap();
         assert!(!add(&mut r, other), "every rank says the same: one verdict");
     }
 }

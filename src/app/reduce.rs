@@ -223,8 +223,12 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             }
             run.push_tail(format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
             if let Some(f) = &l.finding {
-                let d = crate::app::diagnose::from_finding(rank_id, l.step, f);
-                crate::app::diagnose::add(run, d);
+                if f.kind == crate::protocol::FindingKind::CompileRegression {
+                    run.compile_counters = Some((l.step, f.clone()));
+                }
+                if let Some(d) = crate::app::diagnose::from_finding(rank_id, l.step, f) {
+                    crate::app::diagnose::add(run, d);
+                }
             }
         }
         WorkerMsg::Result(r) => {

@@ -169,6 +169,10 @@ impl Engine {
                 self.state.push_message(Level::Warn, Some(run), line);
             }
         }
+        // A buckets message completes its step's split: DDP slower than one rank (issue 44).
+        if matches!(msg, WorkerMsg::Buckets(_)) {
+            self.judge_while_stepping(run);
+        }
         // All but a few lines of a run: nothing below (byes, results, hellos) concerns them.
         if matches!(msg, WorkerMsg::Step(_) | WorkerMsg::Buckets(_)) {
             return true;

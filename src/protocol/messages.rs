@@ -616,6 +616,13 @@ pub struct Finding {
     /// How many there were in all (`names` may be cut).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<u64>,
+    /// `compile_regression`: dynamo's recompiles so far (graph-break reasons are `names`, their
+    /// total `count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recompiles: Option<u64>,
+    /// `compile_regression`: dynamo's compiles so far, first ones included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiles: Option<u64>,
 }
 
 impl Finding {
@@ -629,6 +636,10 @@ pub enum FindingKind {
     /// Parameters that took part in no loss at the first optimizer step of a DDP module built
     /// without `find_unused_parameters`: DDP fails at the next forward.
     UnusedParameters,
+    /// torch.compile's counters as its steady state begins (after steps that compiled): graph
+    /// breaks by reason and recompiles. A verdict when they are a storm, or the run is slower
+    /// than the same script eager (`app::diagnose::compile`).
+    CompileRegression,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

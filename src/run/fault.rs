@@ -56,6 +56,10 @@ pub enum Fault {
     /// As step STEP begins, the last rank all-reduces one extra value (a metric reduced on one
     /// rank only): it meets its peers' gradient all-reduce, of another size.
     Mismatch(u64),
+    /// Every rank's bucket all-reduces complete MS ms late (ddptop's comm hook waits that long
+    /// once each is done), as over a slow interconnect: the exposed communication grows until
+    /// k ranks do fewer samples/s than one (`slower_than_one_gpu`). ddptop's own loop only.
+    SlowLink(u64),
 }
 
 /// Where a `slow` fault puts its sleep.
@@ -182,10 +186,20 @@ impl FromStr for Fault {
                         "fault `{s}`: expected mismatch:STEP, STEP from 1 (the last rank issues an extra all-reduce as step STEP begins)"
                     )
                 }),
+            "slowlink" => arg
+                .parse::<u64>()
+                .ok()
+                .filter(|n| (1..=60_000).contains(n))
+                .map(Fault::SlowLink)
+                .ok_or_else(|| {
+                    format!(
+                        "fault `{s}`: expected slowlink:MS, MS from 1 to 60000 (each bucket's all-reduce ends MS milliseconds late)"
+                    )
+                }),
             "garbage" if arg.is_empty() => Ok(Fault::Garbage(None)),
             "garbage" => Ok(Fault::Garbage(Some(step()?))),
             _ => Err(format!(
-                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR[:PHASE][@STEP], uneven:RANK:STEPS, unused:LAYER, nojoin:RANK or mismatch:STEP"
+                "unknown fault `{s}`: use crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0, garbage[:LINES], slowstart:SECONDS, slow:RANK:FACTOR[:PHASE][@STEP], uneven:RANK:STEPS, unused:LAYER, nojoin:RANK, mismatch:STEP or slowlink:MS"
             )),
         }
     }
@@ -204,7 +218,11 @@ impl Fault {
     pub fn torch_only(&self) -> bool {
         matches!(
             self,
-            Fault::Uneven { .. } | Fault::Unused(_) | Fault::NoJoin(_) | Fault::Mismatch(_)
+            Fault::Uneven { .. }
+                | Fault::Unused(_)
+                | Fault::NoJoin(_)
+                | Fault::Mismatch(_)
+                | Fault::SlowLink(_)
         )
     }
 
@@ -218,6 +236,9 @@ impl Fault {
                 ..
             } => Some(format!(
                 "fault `{self}`: under attach the bootstrap can only slow a rank between optimizer steps (its data wait), not inside your script's forward/backward: use `slow:RANK:FACTOR` or `slow:RANK:FACTOR:data` (with `@STEP` if wanted), or `ddptop run weak` for `:compute`"
+            )),
+            Fault::SlowLink(_) => Some(format!(
+                "fault `{self}`: slows the all-reduces of ddptop's own training loop (its comm hook); an attached script's collectives are its own: use `ddptop run weak --inject {self}`, or attach a script whose all-reduce really outweighs its compute"
             )),
             _ => None,
         }
@@ -236,7 +257,7 @@ impl Fault {
                 k.saturating_sub(1)
             )),
             // Alone, a rank has nobody to wait for it or to disagree with.
-            Fault::NoJoin(_) | Fault::Mismatch(_) if k < 2 => Err(format!(
+            Fault::NoJoin(_) | Fault::Mismatch(_) | Fault::SlowLink(_) if k < 2 => Err(format!(
                 "fault `{self}` needs at least two ranks: use --k 2 or more"
             )),
             _ => Ok(()),
@@ -275,6 +296,7 @@ impl fmt::Display for Fault {
             Fault::Unused(layer) => write!(f, "unused:{layer}"),
             Fault::NoJoin(rank) => write!(f, "nojoin:{rank}"),
             Fault::Mismatch(step) => write!(f, "mismatch:{step}"),
+            Fault::SlowLink(ms) => write!(f, "slowlink:{ms}"),
         }
     }
 }
@@ -467,6 +489,32 @@ mod tests {
                 .fits_k(2)
                 .unwrap_err()
                 .contains("names rank 3")
+        );
+    }
+
+    #[test]
+    fn a_slow_link_parses_and_is_refused_alone_and_under_attach() {
+        assert_eq!(parse("slowlink:80"), Ok(Fault::SlowLink(80)));
+        assert_eq!(parse("slowlink:80").unwrap().to_string(), "slowlink:80");
+        for bad in [
+            "slowlink",
+            "slowlink:0",
+            "slowlink:x",
+            "slowlink:60001",
+            "slowlink:-5",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("expected slowlink:MS"), "{bad}: {e}");
+        }
+        let f = parse("slowlink:80").unwrap();
+        assert!(f.torch_only());
+        let e = f.fits_k(1).unwrap_err();
+        assert!(e.contains("at least two ranks"), "{e}");
+        assert!(f.fits_k(2).is_ok() && f.fits_k(4).is_ok());
+        let why = f.attach_refusal().unwrap();
+        assert!(
+            why.contains("ddptop run weak --inject slowlink:80"),
+            "{why}"
         );
     }
 

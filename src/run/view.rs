@@ -319,6 +319,9 @@ pub struct RunView {
     pub rank_tails: Vec<RankTail>,
     /// What went wrong, by name, with the fix (`app::diagnose`): at most one per kind and rank.
     pub diagnoses: Vec<Diagnosis>,
+    /// torch.compile's latest counters from a rank (`FindingKind::CompileRegression`) and the
+    /// step its steady state began at: the compile-regression verdict reads them.
+    pub compile_counters: Option<(u64, crate::protocol::Finding)>,
     /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
     /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
     pub torch_seen: Option<(crate::protocol::MatmulPrecision, bool)>,
@@ -639,6 +642,7 @@ impl RunView {
             hang_report: Vec::new(),
             rank_tails: Vec::new(),
             diagnoses: Vec::new(),
+            compile_counters: None,
             watch_note: None,
             torch_seen: None,
             jax_matmul_precision: None,
@@ -934,6 +938,11 @@ pub enum DiagnosisKind {
     /// Ranks that called different collectives, or the same one with different sizes, at the
     /// same point.
     CollectiveMismatch,
+    /// A run at k ≥ 2 doing no more samples/s than one rank alone, because of what DDP adds
+    /// (exposed communication, data wait, host time).
+    SlowerThanOneGpu,
+    /// A torch.compile'd run slower than the same script eager, or recompiling in a storm.
+    CompileRegression,
 }
 
 crate::util::names!(DiagnosisKind {
@@ -941,6 +950,8 @@ crate::util::names!(DiagnosisKind {
     UnusedParameters => "unused_parameters",
     NeverJoined => "never_joined",
     CollectiveMismatch => "collective_mismatch",
+    SlowerThanOneGpu => "slower_than_one_gpu",
+    CompileRegression => "compile_regression",
 });
 
 impl Diagnosis {

@@ -599,6 +599,12 @@ class Session:
         info = StepInfo(self.step_no, self.epoch, int(n), bool(known), compiled)
         if compiled:
             self.compile.steps += 1
+        said = self.compile.finding_due(compiled)
+        if said is not None:
+            # Graph breaks and recompiles so far (src/app/diagnose/compile.rs judges them).
+            self.client.log("info", f"compile counters: {said['compiles']} compiles, "
+                            f"{said['recompiles']} recompiles, {said['count']} graph breaks",
+                            finding=said)
         if not info.warmup:
             prev_end = self.span_end if self.span_end is not None else self.span_start
             self.span_end = self.clock.mark()

@@ -27,6 +27,57 @@ def is_recompile(compile_id: str) -> bool:
     return n.isdigit() and int(n) > 0
 
 
+# torch._dynamo.config.recompile_limit's default: a frame recompiled this often is a storm (at
+# the limit dynamo gives up on it and runs it eagerly from then on).
+RECOMPILE_STORM = 8
+MAX_REASONS = 16  # graph-break reasons said in a finding (the most frequent)
+
+
+def graph_breaks() -> list[tuple[str, int]]:
+    """torch._dynamo's graph breaks so far, as (reason, count), most frequent first ([] when
+    dynamo is not loaded: nothing compiled)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is None:
+        return []
+    found: dict[str, int] = {}
+    for r, n in dict(counters.get("graph_break", {})).items():
+        text = str(r)
+        # ddptop's own measuring hooks are `torch.compiler.disable`d (attach_hooks): the breaks
+        # they cause are ddptop's cost, not the script's.
+        if OWN_HOOK_REASON in text:
+            continue
+        key = one_line(text)
+        found[key] = found.get(key, 0) + int(n)
+    return sorted(found.items(), key=lambda rn: (-rn[1], rn[0]))
+
+
+OWN_HOOK_REASON = "ddptop attach: a measuring hook"  # attach_hooks.run_eagerly's reason
+
+
+def one_line(reason: str) -> str:
+    """dynamo's multi-line reason as one line: its head, then its explanation when given."""
+    lines = [ln.strip() for ln in reason.splitlines() if ln.strip()]
+    if not lines:
+        return "?"
+    head = lines[0]
+    why = next((ln[len("Explanation:"):].strip() for ln in lines[1:]
+                if ln.startswith("Explanation:")), "")
+    return f"{head}: {why}" if why else head
+
+
+def compile_finding(recompiles: int, compiles: int, breaks: list[tuple[str, int]]) -> dict[str, Any]:
+    """The `compile_regression` finding (protocol::Finding): graph-break reasons as names
+    (`reason (×n)`), their total as count, and the compile counts."""
+    return {
+        "kind": "compile_regression",
+        "names": [f"{r[:180]} (×{n})" for r, n in breaks[:MAX_REASONS]],
+        "count": sum(n for _, n in breaks),
+        "recompiles": recompiles,
+        "compiles": compiles,
+    }
+
+
 @dataclass
 class CompileClock:
     """Compile time and counts of one rank; `take()` hands the time since the last call."""
@@ -57,6 +108,21 @@ class CompileClock:
             self.compiles += 1
             if is_recompile(str(getattr(args, "compile_id", ""))):
                 self.recompiles += 1
+
+    said: tuple[int, int] = (0, 0)  # (recompiles, graph breaks) of the last finding
+
+    def finding_due(self, compiled_now: bool) -> dict[str, Any] | None:
+        """The compile counters as a finding at the first step without a compile after steps
+        with one (the compiled program's steady state begins) when they changed since last
+        said; None otherwise. Cheap: called once per step."""
+        if compiled_now or self.compiles == 0:
+            return None
+        breaks = graph_breaks()
+        now = (self.recompiles, sum(n for _, n in breaks))
+        if now == self.said:
+            return None
+        self.said = now
+        return compile_finding(self.recompiles, self.compiles, breaks)
 
     def take(self) -> float:
         """Seconds compiled since the last call (a compile still running counts as some)."""

@@ -39,6 +39,12 @@ Applied on the last rank, once (`mismatch:STEP`):
             last rank all-reduces one extra value, as a script that reduces a metric on one
             rank only: it meets its peers' next gradient all-reduce, of another size.
 
+Applied on every rank, in every step (`slowlink:MS`, MS milliseconds from 1):
+  slowlink  each bucket's all-reduce completes MS ms later (ddptop's comm hook waits that long
+            once the collective is done), as over a slow interconnect: the exposed communication
+            grows and DDP can do fewer samples/s than one rank alone (src/app/diagnose/slower.rs).
+            ddptop's own loop only (its comm hook times the buckets).
+
 Applied on every rank, at the end of the run (STEP is ignored; write `teardown:0`):
   teardown  send `result` and `bye` as usual, then block instead of destroy_process_group(), as
             a rank whose NCCL teardown hangs: ddptop has every bye but the launcher never exits.
@@ -56,7 +62,7 @@ from dataclasses import dataclass, field
 from .client import Client
 
 STEP_KINDS = ("crash", "raise", "hang", "silent", "frozen")
-KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow", "uneven", "unused", "nojoin", "mismatch")
+KINDS = (*STEP_KINDS, "slowstart", "teardown", "slow", "uneven", "unused", "nojoin", "mismatch", "slowlink")
 
 
 class FaultSpecError(ValueError):
@@ -117,6 +123,10 @@ class Fault:
             if not step.isdigit() or int(step) < 1:
                 raise FaultSpecError(f"DDPTOP_INJECT={spec!r}: expected mismatch:STEP, STEP from 1")
             return Fault("mismatch", int(step))
+        if kind == "slowlink":
+            if not step.isdigit() or int(step) < 1:
+                raise FaultSpecError(f"DDPTOP_INJECT={spec!r}: expected slowlink:MS, MS from 1")
+            return Fault("slowlink", int(step))
         if kind == "unused":
             if not step.isidentifier():
                 raise FaultSpecError(

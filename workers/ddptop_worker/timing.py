@@ -211,6 +211,8 @@ class BucketTimer:
         self._current: Optional[list[BucketRecord]] = None
         self._lock = threading.Lock()
         self._avg: Optional[bool] = None
+        # The `slowlink:MS` fault (faults.py): seconds each all-reduce completes late.
+        self.delay_s = 0.0
 
     def average_in_collective(self, group: Any) -> bool:
         if self._avg is None:
@@ -268,7 +270,11 @@ def timed_allreduce_hook(
     fut = work.get_future()
     clock = state.clock
 
+    delay = state.delay_s
+
     def _done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        if delay > 0.0:
+            time.sleep(delay)  # injected slow link: the bucket's all-reduce ends this late
         if rec is not None:
             rec.done = clock.mark()
         return f.value()[0]

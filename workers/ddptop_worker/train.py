@@ -561,6 +561,10 @@ def train(s: TrainSettings) -> int:
         if s.instrument:
             tr.btimer = BucketTimer(clock, kernel_timing=kernel_timing and rt.backend == "nccl")
             tr.btimer.register(ddp)
+            if rt.fault is not None and rt.fault.kind == "slowlink":
+                tr.btimer.delay_s = rt.fault.step / 1000.0
+                ms = rt.fault.step
+                client.log("warn", f"injected fault slowlink:{ms}: each all-reduce ends {ms} ms late")
             kernels = (
                 "NCCL kernel durations measured (TORCH_NCCL_ENABLE_TIMING)"
                 if tr.btimer.kernel_timing

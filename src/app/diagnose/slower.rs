@@ -1,0 +1,435 @@
+//! "DDP is slower than one GPU" (`slower_than_one_gpu`): a run at k ≥ 2 whose throughput is at
+//! or below what one rank alone does, because of what DDP adds (exposed communication, data
+//! wait, host time), with the step split at k and at k=1, the dominant term and its fix
+//! (docs/troubleshooting.md).
+//!
+//! One rank alone is, in this order: a completed, unperturbed k=1 run of the same curve in the
+//! store (*measured*), else this run's own step without its exposed communication
+//! (*estimated*: alone a rank computes, loads and syncs the same, and waits for nobody). The
+//! exposed communication is the least any rank waits: a straggler's peers wait for it inside
+//! the all-reduce too, which is the straggler's story, not DDP's.
+
+use crate::run::view::PhaseSample;
+use crate::run::{Diagnosis, DiagnosisKind, RankView, RunStatus, RunView};
+use crate::util::median;
+
+/// Steps of evidence per rank, after warm-up, each with its exposed communication measured.
+pub const WINDOW: usize = 6;
+/// Steps left out at the start: DDP's first iteration (unbucketed, its rebuild), the
+/// communicator's set-up, the first allocations.
+pub const WARMUP_STEPS: u64 = 3;
+
+/// One rank's step split by where its time went (medians over `WINDOW` steps, ms).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Split {
+    pub step_ms: f64,
+    pub data_ms: f64,
+    pub fwd_ms: f64,
+    /// Backward up to its last bucket's gradients: DDP's wait for the others taken out.
+    pub bwd_ms: f64,
+    /// Backward after its last bucket was ready: the all-reduce tail it waits for.
+    pub comm_ms: f64,
+    pub opt_ms: f64,
+    /// The step's time outside data, forward, backward and optimizer (loss.item(), logging,
+    /// syncs): step time less the parts, never below 0.
+    pub host_ms: f64,
+}
+
+impl Split {
+    fn compute_ms(&self) -> f64 {
+        self.fwd_ms + self.bwd_ms + self.opt_ms
+    }
+    fn describe(&self) -> String {
+        format!(
+            "step {:.1} ms = compute {:.1} (forward {:.1}, backward {:.1}, optimizer {:.1}) + exposed communication {:.1} + data wait {:.1} + host {:.1}",
+            self.step_ms,
+            self.compute_ms(),
+            self.fwd_ms,
+            self.bwd_ms,
+            self.opt_ms,
+            self.comm_ms,
+            self.data_ms,
+            self.host_ms
+        )
+    }
+}
+
+/// `rank`'s split over its last `WINDOW` steps after step `floor` (warm-up, compiles);
+/// `need_comm`: only steps whose exposed communication arrived (a k=1 run's may have none).
+/// `None` without enough steps.
+pub fn rank_split(rank: &RankView, need_comm: bool, floor: u64) -> Option<Split> {
+    // A step message pushes both histories at once: their tails line up.
+    let steps: Vec<(&PhaseSample, f64)> = rank
+        .recent_phases
+        .iter()
+        .rev()
+        .zip(rank.recent_step_ms.iter().rev().copied())
+        .filter(|(p, _)| p.step > floor && (!need_comm || p.comm_ms.is_some()))
+        .take(WINDOW)
+        .collect();
+    if steps.len() < WINDOW {
+        return None;
+    }
+    let med = |f: &dyn Fn(&PhaseSample, f64) -> f64| {
+        median(&steps.iter().map(|(p, t)| f(p, *t)).collect::<Vec<_>>()).unwrap_or(0.0)
+    };
+    let comm = |p: &PhaseSample| p.comm_ms.unwrap_or(0.0).min(p.bwd_ms);
+    let step_ms = med(&|_, t| t);
+    let data_ms = med(&|p, _| p.data_ms);
+    let fwd_ms = med(&|p, _| p.fwd_ms);
+    let bwd_ms = med(&|p, _| p.bwd_ms - comm(p));
+    let comm_ms = med(&|p, _| comm(p));
+    let opt_ms = med(&|p, _| p.opt_ms);
+    let host_ms = med(&|p, t| (t - p.data_ms - p.fwd_ms - p.bwd_ms - p.opt_ms).max(0.0));
+    Some(Split {
+        step_ms,
+        data_ms,
+        fwd_ms,
+        bwd_ms,
+        comm_ms,
+        opt_ms,
+        host_ms,
+    })
+}
+
+/// The last step that is no steady state: warm-up, or the step a compiled run's counters
+/// were last said at (torch compiled until then: `FindingKind::CompileRegression`).
+fn base_floor(run: &RunView) -> u64 {
+    run.compile_counters
+        .as_ref()
+        .map_or(0, |(s, _)| *s)
+        .max(WARMUP_STEPS)
+}
+
+/// One rank alone, measured: a k=1 run of the same settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct One {
+    pub id: String,
+    pub samples_per_s: f64,
+    /// Its step split, when its steps are still in memory (a run of this session).
+    pub split: Option<Split>,
+}
+
+/// The measured k=1 of `run`: the latest completed, unperturbed k=1 run of its curve (the same
+/// experiment, model, batch, samples, data path, backend and settings; for an attached script,
+/// the same script and arguments), its sweep's first.
+pub fn measured_one(run: &RunView, runs: &[RunView]) -> Option<One> {
+    let key = run.spec.curve_key();
+    let base = runs
+        .iter()
+        .filter(|b| {
+            b.id != run.id
+                && b.spec.k == 1
+                && b.status == RunStatus::Completed
+                && b.perturbation().is_none()
+                && b.spec.curve_key() == key
+        })
+        .max_by_key(|b| {
+            (
+                b.sweep.is_some() && b.sweep == run.sweep,
+                (b.started_unix * 1000.0) as i64,
+            )
+        })?;
+    let sps = base.aggregate.as_ref()?.samples_per_s;
+    (sps > 0.0).then(|| One {
+        id: base.id.clone(),
+        samples_per_s: sps,
+        split: base
+            .ranks
+            .values()
+            .next()
+            .and_then(|r| rank_split(r, false, base_floor(base))),
+    })
+}
+
+/// Samples of one step on one rank, as its latest step said.
+fn batch_of(rank: &RankView) -> Option<u64> {
+    let s = rank.last_step.as_ref()?;
+    (s.every.is_none_or(|e| e <= 1) && s.samples > 0).then_some(s.samples)
+}
+
+/// What makes the run slower than one rank, by size: (name, ms).
+fn dominant(s: &Split) -> (&'static str, f64) {
+    [
+        ("comm", s.comm_ms),
+        ("data", s.data_ms),
+        ("host", s.host_ms),
+    ]
+    .into_iter()
+    .fold(("comm", f64::MIN), |a, b| if b.1 > a.1 { b } else { a })
+}
+
+/// The all-reduce's own time per step on `rank` (its latest buckets: first start to last
+/// done) and the bytes it reduced; `None` without a timeline.
+fn allreduce_of(rank: &RankView) -> Option<(f64, u64)> {
+    let b = rank.buckets.as_ref()?;
+    let start = b.buckets.iter().map(|s| s.start_ms).reduce(f64::min)?;
+    let done = b.buckets.iter().map(|s| s.done_ms).reduce(f64::max)?;
+    Some((done - start, b.buckets.iter().map(|s| s.bytes).sum()))
+}
+
+/// The verdict, from every rank's split (`None` until each has `WINDOW` steps past warm-up
+/// with their communication measured, and for runs that are not slower than one rank).
+pub fn slower_than_one_gpu(run: &RunView, one: Option<&One>) -> Option<Diagnosis> {
+    let k = run.spec.k;
+    if k < 2 || run.ranks.len() < 2 || run.spec.backend == crate::protocol::Backend::Sim {
+        return None;
+    }
+    let splits: Vec<(u32, Split)> = run
+        .ranks
+        .values()
+        .map(|r| Some((r.rank, rank_split(r, true, base_floor(run))?)))
+        .collect::<Option<_>>()?;
+    // The rank that waits least: its exposed communication is the all-reduce itself.
+    let (who, s) = *splits
+        .iter()
+        .min_by(|a, b| a.1.comm_ms.total_cmp(&b.1.comm_ms))?;
+    let rank = &run.ranks[&who];
+    let batch = batch_of(rank)? as f64;
+    if s.step_ms <= 0.0 {
+        return None;
+    }
+    let at_k = k as f64 * batch * 1000.0 / s.step_ms;
+    let (one_sps, source) = match one {
+        Some(o) => (o.samples_per_s, format!("measured: k=1 run {}", o.id)),
+        None => {
+            let alone = s.step_ms - s.comm_ms;
+            if alone <= 0.0 {
+                return None;
+            }
+            (
+                batch * 1000.0 / alone,
+                "estimated: this run's step without its exposed communication".to_string(),
+            )
+        }
+    };
+    if at_k > one_sps {
+        return None;
+    }
+    // Compute alone at k must beat one rank: when the ranks compute slower than one rank does
+    // (k ranks sharing the cores or the GPU of one), DDP is not what makes it slow.
+    let compute = s.compute_ms();
+    if compute <= 0.0 || k as f64 * batch * 1000.0 / compute <= one_sps {
+        return None;
+    }
+    let (term, ms) = dominant(&s);
+    let ar = allreduce_of(rank);
+    let (what, fix) = match term {
+        "comm" => {
+            // Micro-batches a step must compute for its compute to cover the all-reduce.
+            let ar_ms = ar.map_or(s.comm_ms, |(t, _)| t.max(s.comm_ms));
+            let m = (ar_ms / compute).ceil().max(2.0) as u64;
+            let n = ar.map_or(String::new(), |(t, b)| {
+                format!(
+                    ": batch per rank {batch:.0} is too small for the all-reduce of {} ({t:.1} ms a step)",
+                    crate::util::fmt_bytes(b)
+                )
+            });
+            (
+                format!("exposed all-reduce {ms:.1} ms of {:.1} ms{n}", s.step_ms),
+                format!(
+                    "compute more per all-reduce: batch per rank ≥ {}, or accumulate {m} micro-batches under ddp.no_sync() per optimizer step; across nodes, a faster interconnect",
+                    batch as u64 * m
+                ),
+            )
+        }
+        "data" => (
+            format!("data wait {ms:.1} ms of {:.1} ms", s.step_ms),
+            "feed the ranks faster: DataLoader(num_workers=…, pin_memory=True, persistent_workers=True) per rank, or data prepared ahead; k ranks share the host's cores and disk".to_string(),
+        ),
+        _ => (
+            format!(
+                "host time outside forward/backward/optimizer {ms:.1} ms of {:.1} ms",
+                s.step_ms
+            ),
+            "sync with the host less: no loss.item(), .cpu(), print or synchronize every step (every N steps instead)".to_string(),
+        ),
+    };
+    let text = format!(
+        "{at_k:.0} samples/s at k={k}, one rank alone {one_sps:.0} ({source}); {what} (rank {who})"
+    );
+    let mut evidence: Vec<String> = splits
+        .iter()
+        .map(|(r, sp)| format!("k={k} rank {r}: {}", sp.describe()))
+        .collect();
+    evidence.push(match one {
+        Some(o) => format!(
+            "k=1 (measured, run {}): {:.1} samples/s{}",
+            o.id,
+            o.samples_per_s,
+            o.split
+                .map_or(String::new(), |sp| format!("; {}", sp.describe()))
+        ),
+        None => format!(
+            "k=1 (estimated): batch {batch:.0} / ({:.1} ms step - {:.1} ms exposed communication) = {one_sps:.1} samples/s; no completed k=1 run of these settings in the store",
+            s.step_ms, s.comm_ms
+        ),
+    });
+    if let Some((t, b)) = ar {
+        evidence.push(format!(
+            "rank {who}'s all-reduce: {} in {t:.1} ms (first bucket's start to last one's end)",
+            crate::util::fmt_bytes(b)
+        ));
+    }
+    Some(Diagnosis {
+        kind: DiagnosisKind::SlowerThanOneGpu,
+        rank: None,
+        step: run.ranks.values().map(|r| r.step).min(),
+        since_unix: crate::util::unix_now(),
+        text,
+        fix,
+        evidence,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Backend, Step, Timing};
+    use crate::run::{Experiment, RunSpec};
+
+    /// A k-rank gloo run whose ranks each took `steps` steps of batch 8 split as given (ms).
+    fn run(k: u32, split: &dyn Fn(u32) -> (f64, f64, f64, f64, f64)) -> RunView {
+        let mut r = RunView::new(
+            "r".into(),
+            RunSpec::new(Experiment::Weak, k, Backend::Gloo),
+            std::time::Instant::now(),
+            0.0,
+        );
+        for (id, rank) in r.ranks.iter_mut() {
+            let (data, fwd, bwd, comm, opt) = split(*id);
+            for step in 1..=12 {
+                rank.recent_phases.push_back(PhaseSample {
+                    step,
+                    data_ms: data,
+                    fwd_ms: fwd,
+                    bwd_ms: bwd + comm,
+                    opt_ms: opt,
+                    comm_ms: (step > 2).then_some(comm),
+                });
+                rank.recent_step_ms.push_back(data + fwd + bwd + comm + opt);
+                rank.step = step;
+            }
+            rank.last_step = Some(Step {
+                rank: *id,
+                step: 12,
+                epoch: 0,
+                t: 0.0,
+                warmup: false,
+                sync: true,
+                samples: 8,
+                fwd_ms: fwd,
+                bwd_ms: bwd + comm,
+                opt_ms: opt,
+                data_ms: data,
+                step_ms: data + fwd + bwd + comm + opt,
+                timing: Timing::Host,
+                loss: None,
+                fused: None,
+                every: None,
+                t_bwd: None,
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn an_exposed_all_reduce_longer_than_the_compute_is_named_with_its_fix() {
+        // 1 ms of compute, 3 ms of exposed all-reduce: 2 x 8 / 4 ms < 8 / 1 ms.
+        let r = run(2, &|_| (0.0, 0.3, 0.5, 3.0, 0.2));
+        let d = slower_than_one_gpu(&r, None).unwrap();
+        assert_eq!(
+            (d.kind, d.rank, d.step),
+            (DiagnosisKind::SlowerThanOneGpu, None, Some(12))
+        );
+        assert_eq!(
+            d.text,
+            "4000 samples/s at k=2, one rank alone 8000 (estimated: this run's step without its \
+             exposed communication); exposed all-reduce 3.0 ms of 4.0 ms (rank 0)"
+        );
+        assert!(
+            d.fix.contains("batch per rank ≥ 24") && d.fix.contains("3 micro-batches"),
+            "{}",
+            d.fix
+        );
+        assert!(
+            d.evidence[2].starts_with("k=1 (estimated): batch 8 / (4.0 ms step - 3.0 ms"),
+            "{:?}",
+            d.evidence
+        );
+        assert!(
+            d.line()
+                .starts_with("slower than one gpu: 4000 samples/s at k=2")
+        );
+    }
+
+    #[test]
+    fn healthy_runs_stragglers_and_shared_cores_are_not_named() {
+        // Communication hidden under the compute.
+        assert!(slower_than_one_gpu(&run(2, &|_| (0.1, 3.0, 6.0, 0.5, 0.5)), None).is_none());
+        assert!(slower_than_one_gpu(&run(4, &|_| (0.1, 3.0, 6.0, 2.0, 0.5)), None).is_none());
+        // Rank 1 is 4x slower: rank 0 waits for it inside the all-reduce (its straggler
+        // story); the least any rank waits is the all-reduce, which is small.
+        let straggler = run(2, &|id| {
+            if id == 1 {
+                (0.0, 4.0, 12.0, 0.3, 0.0)
+            } else {
+                (0.0, 1.0, 3.0, 12.3, 0.0)
+            }
+        });
+        assert!(slower_than_one_gpu(&straggler, None).is_none());
+        // Too few steps past warm-up: no verdict yet.
+        let mut young = run(2, &|_| (0.0, 0.3, 0.5, 3.0, 0.2));
+        for rank in young.ranks.values_mut() {
+            rank.recent_phases.retain(|p| p.step <= 8);
+            let n = rank.recent_phases.len();
+            while rank.recent_step_ms.len() > n {
+                rank.recent_step_ms.pop_back();
+            }
+        }
+        assert!(slower_than_one_gpu(&young, None).is_none());
+        // k=4 ranks computing 4x slower than one rank alone (4 ranks on the cores of one):
+        // slower than the measured k=1, but not because of DDP.
+        let shared = run(4, &|_| (0.0, 4.0, 8.0, 4.0, 0.0));
+        let one = One {
+            id: "k1".into(),
+            samples_per_s: 8.0 * 1000.0 / 3.0,
+            split: None,
+        };
+        assert!(slower_than_one_gpu(&shared, Some(&one)).is_none());
+        // A simulated run is never named (its profile is a model, not a measurement).
+        let mut sim = run(2, &|_| (0.0, 0.3, 0.5, 3.0, 0.2));
+        sim.spec.backend = Backend::Sim;
+        assert!(slower_than_one_gpu(&sim, None).is_none());
+    }
+
+    #[test]
+    fn a_measured_k1_run_is_the_baseline_and_the_dominant_term_is_named() {
+        // The data wait grows with k (ranks share the loader's cores): 2 x 8 / 9 ms < the
+        // measured k=1's 8 / 3 ms, with the compute alone (2 ms) faster than it.
+        let r = run(2, &|_| (6.5, 0.5, 1.0, 0.5, 0.5));
+        let one = One {
+            id: "r-k1".into(),
+            samples_per_s: 2666.7,
+            split: None,
+        };
+        let d = slower_than_one_gpu(&r, Some(&one)).unwrap();
+        assert!(
+            d.text.starts_with("1778 samples/s at k=2, one rank alone 2667 (measured: k=1 run r-k1); data wait 6.5 ms of 9.0 ms"),
+            "{}",
+            d.text
+        );
+        assert!(d.fix.contains("num_workers"), "{}", d.fix);
+        assert!(
+            d.evidence[2].starts_with("k=1 (measured, run r-k1): 2666.7 samples/s"),
+            "{:?}",
+            d.evidence
+        );
+        // The same run against a k=1 slower than it: nothing to say.
+        let slow_one = One {
+            samples_per_s: 1000.0,
+            ..one
+        };
+        assert!(slower_than_one_gpu(&r, Some(&slow_one)).is_none());
+    }
+}
