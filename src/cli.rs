@@ -317,7 +317,8 @@ pub struct RunArgs {
     /// Fault injection: crash:STEP, raise:STEP, hang:STEP, silent:STEP, frozen:STEP, teardown:0,
     /// slowstart:SECONDS (sim and real workers), garbage[:LINES] (sim only); PyTorch workers
     /// only: uneven:RANK:STEPS, unused:LAYER, nojoin:RANK (RANK never calls
-    /// init_process_group), mismatch:STEP (the last rank issues an extra all-reduce at STEP).
+    /// init_process_group), mismatch:STEP (the last rank issues an extra all-reduce at STEP),
+    /// slowlink:MS (every bucket all-reduce ends MS ms late: slower than one rank).
     #[arg(long)]
     pub inject: Option<Fault>,
     /// Run PyTorch's defaults instead of the chapter's two settings (float32 matmul precision

@@ -15,6 +15,10 @@ use crate::util::median;
 
 /// Steps of evidence per rank, after warm-up, each with its exposed communication measured.
 pub const WINDOW: usize = 6;
+/// An estimated one rank alone must do this many times the run's samples/s to be named: the
+/// estimate assumes a rank alone computes as it does at k and that none of the exposed time
+/// would remain, and on a busy host either is off by tens of %. A measured k=1 needs no margin.
+pub const ESTIMATE_MARGIN: f64 = 1.5;
 /// Steps left out at the start: DDP's first iteration (unbucketed, its rebuild), the
 /// communicator's set-up, the first allocations.
 pub const WARMUP_STEPS: u64 = 3;
@@ -203,7 +207,8 @@ pub fn slower_than_one_gpu(run: &RunView, one: Option<&One>) -> Option<Diagnosis
             )
         }
     };
-    if at_k > one_sps {
+    let margin = if one.is_some() { 1.0 } else { ESTIMATE_MARGIN };
+    if at_k * margin > one_sps {
         return None;
     }
     // Compute alone at k must beat one rank: when the ranks compute slower than one rank does
@@ -365,6 +370,9 @@ mod tests {
 
     #[test]
     fn healthy_runs_stragglers_and_shared_cores_are_not_named() {
+        // Estimated one rank alone only 1.25x the run (2 ms of compute, 3 ms exposed of 5):
+        // within the estimate's error, not named.
+        assert!(slower_than_one_gpu(&run(2, &|_| (0.0, 0.5, 1.2, 3.0, 0.3)), None).is_none());
         // Communication hidden under the compute.
         assert!(slower_than_one_gpu(&run(2, &|_| (0.1, 3.0, 6.0, 0.5, 0.5)), None).is_none());
         assert!(slower_than_one_gpu(&run(4, &|_| (0.1, 3.0, 6.0, 2.0, 0.5)), None).is_none());
