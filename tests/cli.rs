@@ -138,7 +138,10 @@ fn json_schema_and_runs_listing() {
     assert_eq!(crashed["runs"][0]["fault"], "crash:3");
     let shown = ddptop(d.path()).args(["show", id]).output().unwrap();
     let shown = String::from_utf8_lossy(&shown.stdout);
-    assert!(shown.contains("⚠ crash:3 injected: off the clean curves"), "{shown}");
+    assert!(
+        shown.contains("⚠ crash:3 injected: off the clean curves"),
+        "{shown}"
+    );
     let out = ddptop(d.path()).arg("runs").output().unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = table.lines().filter(|l| l.starts_with('r')).collect();

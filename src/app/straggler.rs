@@ -1803,7 +1803,11 @@ mod tests {
         // Too little of its lag.
         let few = s(5.0, 0.5, 15.0);
         assert!(!few.starved());
-        assert!(few.evidence().ends_with(": less than half its lag"), "{}", few.evidence());
+        assert!(
+            few.evidence().ends_with(": less than half its lag"),
+            "{}",
+            few.evidence()
+        );
         // Most of its lag, but under 2x what the other rank waits (a healthy k=2 run beside
         // two busy loops: 38.7 vs 20.4 ms).
         let close = s(38.7, 20.4, 22.0);
