@@ -133,12 +133,10 @@ fn unused_parameters_are_named_injected_and_in_a_real_script() {
             "no gradient after backward: aux_head.bias"
         ]
     );
-    assert!(
-        v["fix"]
-            .as_str()
-            .unwrap()
-            .contains("find_unused_parameters=True")
-    );
+    assert!(v["fix"]
+        .as_str()
+        .unwrap()
+        .contains("find_unused_parameters=True"));
     // DDP's own error came after, and the reason leads with the names.
     let reason = r["reason"].as_str().unwrap();
     assert!(
@@ -448,6 +446,29 @@ fn slower_than_one_gpu_is_named_injected_at_k2_and_k4_and_in_a_real_script() {
         serde_json::json!([]),
         "{doc:#}"
     );
+    // On a loaded 2-core CI host the k=1 run itself can be starved (seen once: k=1 605, k=2
+    // 1,089 samples/s while a build ran): then k=2 is not slower than one rank and naming it
+    // would be a false diagnosis. The verdict is asserted where the runs say it is true
+    // (k=2 below 0.8x the k=1 run, ~4.8x below when measured quietly), its absence where k=2
+    // is at least as fast; between the two either is right and the verdict, if any, is checked.
+    let sps = |i: usize| doc["runs"][i]["samples_per_s"].as_f64().unwrap();
+    let (k1, k2) = (sps(0), sps(1));
+    let named = doc["runs"][1]["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["kind"] == "slower_than_one_gpu");
+    if k2 >= k1 {
+        assert!(
+            !named,
+            "k=2 {k2:.0} >= k=1 {k1:.0} samples/s, yet named: {doc:#}"
+        );
+        eprintln!("tiny_model_small_batch: k=1 {k1:.0}, k=2 {k2:.0} samples/s: not slower here");
+        return;
+    }
+    if k2 > 0.8 * k1 && !named {
+        return;
+    }
     let v = slower(&doc["runs"][1], 2);
     assert!(
         v["text"].as_str().unwrap().contains("(measured: k=1 run "),
