@@ -133,10 +133,12 @@ fn unused_parameters_are_named_injected_and_in_a_real_script() {
             "no gradient after backward: aux_head.bias"
         ]
     );
-    assert!(v["fix"]
-        .as_str()
-        .unwrap()
-        .contains("find_unused_parameters=True"));
+    assert!(
+        v["fix"]
+            .as_str()
+            .unwrap()
+            .contains("find_unused_parameters=True")
+    );
     // DDP's own error came after, and the reason leads with the names.
     let reason = r["reason"].as_str().unwrap();
     assert!(
