@@ -133,6 +133,13 @@ impl Agg {
         }
     }
 
+    /// Completed collectives of communicator `i` not yet in a message.
+    pub fn completed(&self, i: usize) -> u64 {
+        self.comms
+            .get(i)
+            .map_or(0, |c| c.funcs.values().map(|f| f.count).sum())
+    }
+
     /// The latest completed call time per communicator, for [`crate::pool::Shared::reap`].
     pub fn done_after(&self) -> [u64; MAX_COMMS] {
         std::array::from_fn(|i| self.comms[i].latest_done_call)

@@ -20,6 +20,8 @@ pub struct Config {
     pub node: Option<String>,
     /// `DDPTOP_NCCL_BATCH_MS`: how often the sender writes (ms, at least 100).
     pub batch_ms: u64,
+    /// `DDPTOP_NCCL_STALL_MS`: a write blocked this long is a stall (ms, at least 200).
+    pub stall_ms: u64,
     /// `DDPTOP_NCCL_SLOTS` / `DDPTOP_NCCL_QUEUE`: collectives in flight at once, queued records.
     pub slots: usize,
     pub queue: usize,
@@ -31,6 +33,13 @@ impl Config {
         let socket = get("DDPTOP_SOCKET")
             .filter(|s| !s.is_empty())
             .ok_or("DDPTOP_SOCKET is not set (this process was not started by ddptop)")?;
+        if socket.starts_with("tls://") {
+            // The plugin links no TLS library; said in one line, and read by the attach bootstrap
+            // (ddptop_nccl_profiler_why), which keeps ddptop's comm hook and says why on screen.
+            return Err(format!(
+                "DDPTOP_SOCKET={socket} is a TLS listener and the plugin speaks no TLS: this rank's NCCL collectives are not reported (no collectives view, no NCCL hang evidence; attach keeps ddptop's comm hook for the buckets)"
+            ));
+        }
         let token = get("DDPTOP_TOKEN")
             .filter(|t| !t.is_empty())
             .ok_or("DDPTOP_TOKEN is not set")?;
@@ -47,6 +56,7 @@ impl Config {
             world_size: num("WORLD_SIZE", 1).max(1) as u32,
             node: get("DDPTOP_NODE").filter(|n| !n.is_empty()),
             batch_ms: num("DDPTOP_NCCL_BATCH_MS", 200).max(100),
+            stall_ms: num("DDPTOP_NCCL_STALL_MS", 5000).max(200),
             slots: num("DDPTOP_NCCL_SLOTS", 1024).clamp(16, 1 << 16) as usize,
             queue: num("DDPTOP_NCCL_QUEUE", 16384).clamp(64, 1 << 22) as usize,
         })
@@ -152,25 +162,50 @@ pub fn hello_line(cfg: &Config, pid: u32, host: &str, abi: &str, t: f64) -> Stri
     )
 }
 
-/// Connect, say hello, wait for `welcome`. `Err` is the one line the plugin logs before it
-/// turns itself off.
-pub fn handshake(cfg: &Config, hello: &str) -> Result<Conn, String> {
-    let mut c = Conn::connect(&cfg.socket)
-        .map_err(|e| format!("cannot reach ddptop at DDPTOP_SOCKET={}: {e}", cfg.socket))?;
+/// Why a handshake failed: ddptop answered no (the token, or a run that is over), or could not be
+/// reached or answered nothing (worth another try once the plugin has been connected).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Handshake {
+    Refused(String),
+    Unreachable(String),
+}
+
+/// Connect, say hello, wait for `welcome`. `Err` holds the one line the plugin logs.
+pub fn handshake(cfg: &Config, hello: &str) -> Result<Conn, Handshake> {
+    use Handshake::Unreachable;
+    let mut c = Conn::connect(&cfg.socket).map_err(|e| {
+        Unreachable(format!(
+            "cannot reach ddptop at DDPTOP_SOCKET={}: {e}",
+            cfg.socket
+        ))
+    })?;
     c.set_timeouts(Some(Duration::from_secs(5)), Some(Duration::from_secs(5)))
-        .map_err(|e| format!("socket setup failed: {e}"))?;
-    c.write_all(format!("{hello}\n").as_bytes())
-        .map_err(|e| format!("ddptop closed the connection during the handshake: {e}"))?;
+        .map_err(|e| Unreachable(format!("socket setup failed: {e}")))?;
+    c.write_all(format!("{hello}\n").as_bytes()).map_err(|e| {
+        Unreachable(format!(
+            "ddptop closed the connection during the handshake: {e}"
+        ))
+    })?;
     let mut line = String::new();
-    let mut rd = BufReader::new(c.try_clone().map_err(|e| e.to_string())?).take(64 << 10);
-    rd.read_line(&mut line)
-        .map_err(|e| format!("no answer from ddptop to the profiler's hello: {e}"))?;
+    let mut rd =
+        BufReader::new(c.try_clone().map_err(|e| Unreachable(e.to_string()))?).take(64 << 10);
+    rd.read_line(&mut line).map_err(|e| {
+        Unreachable(format!(
+            "no answer from ddptop to the profiler's hello: {e}"
+        ))
+    })?;
     if line.contains(r#""type":"welcome""#) {
         Ok(c)
     } else if line.is_empty() {
-        Err("ddptop closed the connection without an answer".into())
+        // ddptop closes a refused connection after its error line, or without one: a refusal.
+        Err(Handshake::Refused(
+            "ddptop closed the connection without an answer".into(),
+        ))
     } else {
-        Err(format!("ddptop refused the profiler: {}", line.trim()))
+        Err(Handshake::Refused(format!(
+            "ddptop refused the profiler: {}",
+            line.trim()
+        )))
     }
 }
 
@@ -202,7 +237,15 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&h).unwrap();
         assert_eq!(v["host"], "gpu\"box");
         assert_eq!(v["node"], serde_json::Value::Null);
+        assert_eq!(c.stall_ms, 5000);
         let e = Config::from_env(|_| None).unwrap_err();
         assert!(e.contains("DDPTOP_SOCKET is not set"), "{e}");
+        // A TLS listener: the plugin says what is missing instead of failing to connect.
+        let tls = Config::from_env(|k| match k {
+            "DDPTOP_SOCKET" => Some("tls://10.0.0.1:4000".into()),
+            _ => env(k),
+        })
+        .unwrap_err();
+        assert!(tls.contains("speaks no TLS"), "{tls}");
     }
 }

@@ -4,14 +4,16 @@
 //! sends them to the ddptop that launched the process, over the run's authenticated socket, every
 //! ≥ 100 ms (docs/profiler.md, docs/protocol.md `nccl_hello` / `nccl`).
 //!
-//! It never fails or slows NCCL: every callback returns `ncclSuccess`; when ddptop is not there,
-//! refuses the token, goes away or stops reading, the plugin logs one line and every callback
-//! returns at once from then on. On NCCL's threads it takes no lock and allocates nothing: a
+//! It never fails or slows NCCL: every callback returns `ncclSuccess`; when ddptop is not there
+//! or refuses the token, the plugin logs one line and every callback returns at once from then
+//! on; when ddptop stalls or the connection breaks mid-run it keeps recording and reconnects
+//! (`sender`). Its state is exported for the attach bootstrap in the same process (`status`). On NCCL's threads it takes no lock and allocates nothing: a
 //! collective takes a slot of the pool allocated at the first `init`, records go through a
 //! bounded queue, and whatever does not fit is counted (`dropped`, `lost`), never waited for.
 //!
-//! Exports `ncclProfiler_v5` (NCCL ≥ 2.28.3) and `ncclProfiler_v4` (2.26–2.28.2; the same
-//! callbacks behind a one-byte event type).
+//! Exports `ncclProfiler_v5` and `ncclProfiler_v4` (the same callbacks behind a one-byte event
+//! type). NCCL picks the newest table it knows by symbol; the plugin reports the one it was called
+//! through (`abi` in `nccl_hello`), so no NCCL version table is needed (tests/fake_nccl.rs).
 
 pub mod abi;
 pub mod agg;
@@ -20,6 +22,7 @@ pub mod names;
 pub mod pool;
 pub mod ring;
 pub mod sender;
+pub mod status;
 
 use abi::*;
 use pool::{CollStart, Handle, Shared};
