@@ -17,8 +17,13 @@ use crate::util::median;
 pub const WINDOW: usize = 6;
 /// An estimated one rank alone must do this many times the run's samples/s to be named: the
 /// estimate assumes a rank alone computes as it does at k and that none of the exposed time
-/// would remain, and on a busy host either is off by tens of %. A measured k=1 needs no margin.
+/// would remain, and on a busy host either is off by tens of %.
 pub const ESTIMATE_MARGIN: f64 = 1.5;
+/// A measured k=1 run must do this many times the run's samples/s: runs minutes apart on a
+/// shared host differ by several %, and a healthy k=2 gloo run on 2 cores read 0.97-0.98x its
+/// k=1 run in a fresh-clone CI (7,917 vs 8,116 and 356 vs 367 samples/s): within that noise
+/// "slower than one GPU" is no finding.
+pub const MEASURED_MARGIN: f64 = 1.25;
 /// Steps left out at the start: DDP's first iteration (unbucketed, its rebuild), the
 /// communicator's set-up, the first allocations.
 pub const WARMUP_STEPS: u64 = 3;
@@ -207,7 +212,11 @@ pub fn slower_than_one_gpu(run: &RunView, one: Option<&One>) -> Option<Diagnosis
             )
         }
     };
-    let margin = if one.is_some() { 1.0 } else { ESTIMATE_MARGIN };
+    let margin = if one.is_some() {
+        MEASURED_MARGIN
+    } else {
+        ESTIMATE_MARGIN
+    };
     if at_k * margin > one_sps {
         return None;
     }
@@ -433,6 +442,14 @@ mod tests {
             "{:?}",
             d.evidence
         );
+        // Within the measured margin (healthy k=2 gloo runs read 0.97-0.98x their k=1 runs
+        // in a fresh-clone CI): not named.
+        let close = One {
+            id: "r-k1".into(),
+            samples_per_s: 1778.0 / 0.97,
+            split: None,
+        };
+        assert!(slower_than_one_gpu(&r, Some(&close)).is_none());
         // The same run against a k=1 slower than it: nothing to say.
         let slow_one = One {
             samples_per_s: 1000.0,
