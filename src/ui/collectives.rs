@@ -9,7 +9,6 @@ use crate::util::fmt_bytes;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, BorderType, Borders, Paragraph, Widget, Wrap};
 
 /// The model as of the run's latest plugin batch (the UI has no clock of its own).
 pub fn model_of(run: &RunView) -> Option<CollectivesModel> {
@@ -147,16 +146,6 @@ pub fn lines(t: &Theme, m: &CollectivesModel) -> Vec<Line<'static>> {
 
 /// The view as a block of its own.
 pub fn render(t: &Theme, run: &RunView, area: Rect, buf: &mut Buffer) {
-    let b = Block::default()
-        .borders(Borders::ALL)
-        .border_type(BorderType::Rounded)
-        .border_style(t.border)
-        .title(Line::from(vec![
-            Span::styled(" Collectives ", t.title),
-            Span::styled(format!("{} · NCCL profiler ", run.id), t.dim),
-        ]));
-    let inner = b.inner(area);
-    b.render(area, buf);
     let body = match model_of(run) {
         Some(m) => lines(t, &m),
         None => vec![Line::from(Span::styled(
@@ -164,7 +153,6 @@ pub fn render(t: &Theme, run: &RunView, area: Rect, buf: &mut Buffer) {
             t.dim,
         ))],
     };
-    Paragraph::new(body)
-        .wrap(Wrap { trim: false })
-        .render(inner, buf);
+    let tag = format!("{} · NCCL profiler ", run.id);
+    crate::ui::boxed_text(t, "Collectives", tag, body, area, buf);
 }

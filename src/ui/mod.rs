@@ -148,6 +148,31 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
     }
 }
 
+/// A view drawn as a block of its own (not a pane of the dashboard: no focus): rounded
+/// border, `name` in the title colour and `tag` dimmed, then `body`, wrapped.
+pub fn boxed_text(
+    t: &Theme,
+    name: &str,
+    tag: String,
+    body: Vec<Line<'_>>,
+    area: Rect,
+    buf: &mut Buffer,
+) {
+    let b = Block::default()
+        .borders(Borders::ALL)
+        .border_type(BorderType::Rounded)
+        .border_style(t.border)
+        .title(Line::from(vec![
+            Span::styled(format!(" {name} "), t.title),
+            Span::styled(tag, t.dim),
+        ]));
+    let inner = b.inner(area);
+    b.render(area, buf);
+    Paragraph::new(body)
+        .wrap(Wrap { trim: false })
+        .render(inner, buf);
+}
+
 /// A pane's frame: rounded border, title, focus colour when `View.pane` points at it. Returns
 /// the inner rect.
 pub fn frame_block(

@@ -10,7 +10,6 @@ use crate::ui::fmt;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, BorderType, Borders, Paragraph, Widget, Wrap};
 
 /// A worst rank this far above the median is marked: the straggler threshold (0.9 of the
 /// others' pace) read the other way round, 1 ÷ 0.9.
@@ -126,16 +125,6 @@ pub fn lines(t: &Theme, m: &PhasesModel) -> Vec<Line<'static>> {
 
 /// The view as a block of its own at `area` (the details draw `lines` among theirs).
 pub fn render(t: &Theme, run: &RunView, area: Rect, buf: &mut Buffer) {
-    let b = Block::default()
-        .borders(Borders::ALL)
-        .border_type(BorderType::Rounded)
-        .border_style(t.border)
-        .title(Line::from(vec![
-            Span::styled(" Phases ", t.title),
-            Span::styled(format!("{} ", run.id), t.dim),
-        ]));
-    let inner = b.inner(area);
-    b.render(area, buf);
     let body = match model_of(run) {
         Some(m) => lines(t, &m),
         None => vec![Line::from(Span::styled(
@@ -143,7 +132,5 @@ pub fn render(t: &Theme, run: &RunView, area: Rect, buf: &mut Buffer) {
             t.dim,
         ))],
     };
-    Paragraph::new(body)
-        .wrap(Wrap { trim: false })
-        .render(inner, buf);
+    crate::ui::boxed_text(t, "Phases", format!("{} ", run.id), body, area, buf);
 }
