@@ -24,13 +24,7 @@ fn attach(data: &std::path::Path, py: &str, flags: &[&str], script: &[&str]) -> 
         .args(script)
         .output()
         .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let doc = json_of(&out);
     assert_no_survivors(&doc);
     (out.status.success(), doc)
 }

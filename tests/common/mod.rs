@@ -29,14 +29,19 @@ pub fn run_json(data: &std::path::Path, args: &[&str]) -> (Output, Value) {
         .arg("--json")
         .output()
         .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let doc = json_of(&out);
+    (out, doc)
+}
+
+/// The JSON document ddptop printed, or a panic quoting what it printed instead (both streams).
+pub fn json_of(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "not JSON ({e}): {}\nstderr: {}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
-    });
-    (out, doc)
+    })
 }
 
 /// `ddptop run ARGS --backend gloo --model tiny --json` with `py` as the workers' Python: the run
@@ -49,13 +54,7 @@ pub fn gloo(data: &std::path::Path, py: &str, args: &[&str]) -> Value {
         .args(["--backend", "gloo", "--model", "tiny", "--json"])
         .output()
         .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let doc = json_of(&out);
     assert!(out.status.success(), "{doc:#}");
     assert_no_survivors(&doc);
     doc
