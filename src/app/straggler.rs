@@ -67,12 +67,27 @@ pub const STEADY: f64 = 0.8;
 /// (15 steps: 1.5 s at 10 steps/s) keeps a 1.5x rank's naming inside the 5 s the issue allows.
 pub const CONFIRM: f64 = 0.5;
 
-/// The quick test: a rank whose every one of its newest samples is below the threshold
-/// (against the fastest rank's median over the same steps) is slow now, without waiting for
-/// the whole window to fill with slow steps (its median, its older half and the 80% steady
-/// share turned only ~24 steps after a mid-run slowdown). The newest samples cover about
-/// `RECENT_S` of the run: between `RECENT_MIN` and `RECENT` of them (docs/stragglers.md).
+/// The quick test: a rank whose newest samples are below the threshold (their median, and
+/// `QUICK_SHARE` of them each, against the others' median over the same steps) is slow now,
+/// without waiting for the whole window to fill with slow steps (its median, its older half
+/// and the 80% steady share turned only ~24 steps after a mid-run slowdown). The newest
+/// samples cover about `RECENT_S` of the run: between `RECENT_MIN` and `RECENT` of them
+/// (docs/stragglers.md).
 pub const RECENT: usize = 10;
+/// The share of the quick test's samples that must each be slow. It was all of them: at load
+/// 8-10 on 2 cores one sample at pace (the others' core taken for a step) failed the test and
+/// restarted confirmation, and a 1.5x rank slowed mid-run was named 5.1-6.6 s late (the third
+/// flake hunt, docs/reliability.md). 9 of 10 (all of fewer): at 0.8 (pending held while the
+/// newest median is slow) a rank 8% behind under 30%
+/// whole-step noise was named in 24 of 300 replayed runs, at 0.9 in 2, as with all of them
+/// (with `HOLD_SHARE`).
+pub const QUICK_SHARE: f64 = 0.9;
+/// A rank found slow stays pending (confirmation goes on) while its newest samples' median is
+/// below the threshold and this share of them each is: an assessment that fails the quick test
+/// by a sample or two does not restart it. Below, it starts again. 0.7, not 0.5: at 0.5 a
+/// rank 8% behind under 30% whole-step noise was named in 7 of 300 replayed runs with the quick
+/// test at 0.9, 2 at a hold of 0.7 (`a_rank_a_little_behind_is_rarely_named_once_confirmed`).
+pub const HOLD_SHARE: f64 = 0.7;
 /// The fewest samples the quick test reads, however slow the steps: 5 samples each below the
 /// threshold by chance is rare on a healthy rank, and confirmation adds `CONFIRM_MIN` more.
 pub const RECENT_MIN: usize = 5;
@@ -145,9 +160,10 @@ impl RankScore {
             && self.steady >= STEADY
     }
 
-    /// The quick test alone: every one of its newest samples below the threshold.
+    /// The quick test alone: its newest samples' median and `QUICK_SHARE` of them each below
+    /// the threshold.
     pub fn slow_now(&self, threshold: f64) -> bool {
-        self.last_in && self.recent < threshold && self.recent_steady >= 1.0
+        self.last_in && self.recent < threshold && self.recent_steady >= QUICK_SHARE - 1e-9
     }
 
     /// Named by the quick test only: its figures over the newest samples, which say where its
@@ -851,8 +867,14 @@ pub fn update(
     });
     for s in &scores {
         let slow = s.is_straggler(cfg.threshold);
-        if !slow {
+        // Confirmation waits out an assessment that is neither slow nor at pace (a sample or
+        // two at pace in a burst): only a rank whose newest samples are back at pace on median
+        // starts again.
+        if !slow && !(s.recent < cfg.threshold && s.recent_steady >= HOLD_SHARE) {
             run.stragglers_pending.remove(&s.rank);
+        }
+        if slow {
+            run.stragglers_recovering.remove(&s.rank);
         }
         let current = run
             .stragglers
@@ -866,8 +888,16 @@ pub fn update(
             // Still slow: its latest score; `since` and `step` stay when it was named.
             (Some(x), true) => x.score = if quick_only { s.recent } else { s.score },
             // Recovered: its newest samples (and its window, or every newest sample) are back
-            // at the pace of the others.
-            (Some(x), false) if s.recovered(cfg.threshold) => x.active = false,
+            // at the pace of the others, and have stayed so for as long as naming takes (a
+            // burst that slowed the others for a second un-named a slow rank of an attached
+            // run and named it again: two records of one episode).
+            (Some(x), false) if s.recovered(cfg.threshold) => {
+                let first = *run.stragglers_recovering.entry(s.rank).or_insert(s.step);
+                if s.step >= first + confirm {
+                    x.active = false;
+                    run.stragglers_recovering.remove(&s.rank);
+                }
+            }
             (Some(_), false) => {}
             (None, true) => {
                 let first = *run.stragglers_pending.entry(s.rank).or_insert(s.step);
@@ -1200,8 +1230,13 @@ mod tests {
         assert_eq!(run.stragglers.len(), 1, "{:?}", run.stragglers);
         assert_eq!(run.stragglers[0].rank, 1);
         let at = un_named_at.expect("un-named");
-        // Back at pace from step 140: every newest sample (10) at pace by step 150.
-        assert!((140..=151).contains(&at), "un-named at step {at}");
+        // Back at pace from step 140: every newest sample (10) at pace by step 150, then at
+        // pace for as long as naming takes (half a window, 15 steps here).
+        let confirm = (cfg.window as f64 * CONFIRM).round() as usize;
+        assert!(
+            (140 + confirm..=151 + confirm).contains(&at),
+            "un-named at step {at}"
+        );
     }
 
     #[test]
@@ -1352,13 +1387,50 @@ mod tests {
             }
             let scores = assess(&run_of(ranks).ranks, &cfg).unwrap();
             dipped += usize::from(scores[1].score < cfg.threshold);
-            named += usize::from(scores[1].is_straggler(cfg.threshold));
+            named += usize::from(scores[1].slow_over_window(cfg.threshold));
         }
         assert!(
             dipped >= 20,
             "only {dipped} of 1000 windows dipped below 0.9"
         );
         assert!(named <= 2, "{named} of 1000 windows named a healthy rank");
+    }
+
+    /// Rank 1 of 2 `shift` times behind, every step of both ranks 30% long or short (all its
+    /// phases together), 120 steps replayed: whether anyone is named.
+    fn behind_run_names(shift: f64, seed: u64) -> bool {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut ranks = vec![
+            rank(0, 120, 1.0, 4.0, 0.0, &mut rng),
+            rank(1, 120, 1.0, 0.5, 0.0, &mut rng),
+        ];
+        for (r, shift) in [(0, 1.0), (1, shift)] {
+            for s in &mut ranks[r].recent_phases {
+                let f = shift * (1.0 + 0.3 * rng.random_range(-1.0..1.0));
+                let comm = s.comm_ms.unwrap_or(0.0);
+                s.fwd_ms *= f;
+                s.bwd_ms = (s.bwd_ms - comm) * f + comm;
+                s.opt_ms *= f;
+            }
+        }
+        let mut run = run_of(ranks);
+        !replay(&mut run, &StragglerConfig::default(), 1.0, &[]).is_empty()
+    }
+
+    #[test]
+    fn a_rank_a_little_behind_is_rarely_named_once_confirmed() {
+        // The quick test's 9-of-10 share and the pending rank kept through an assessment that
+        // misses it by a sample: a single window of the 5%-behind rank above passes the quick
+        // test in 14 of 1000, but confirmation over 15 more steps names it in 1 of 300 runs
+        // (8% behind: 1). Every sample slow and no hold named none; a share of 0.8 with a hold
+        // at 0.5 named a rank at pace in 1 of 300 (2026-12-04).
+        for (shift, most) in [(1.0, 0), (1.05, 3), (1.08, 3)] {
+            let named = (0..300)
+                .filter(|seed| behind_run_names(shift, 100 + seed))
+                .count();
+            eprintln!("{shift}x behind: {named} of 300 runs named");
+            assert!(named <= most, "{shift}x behind: {named} of 300 runs named");
+        }
     }
 
     #[test]
@@ -1575,7 +1647,8 @@ mod tests {
             rank(1, 60, 1.0, 0.5, 0.02, &mut rng),
         ]);
         run.ranks = healthy.ranks;
-        assert!(update(&mut run, &cfg, 2.0, &[]).is_empty());
+        // Un-named once at pace for as long as naming takes (the bounds: the test above).
+        assert!(replay(&mut run, &cfg, 2.0, &[]).is_empty());
         assert!(!run.stragglers[0].active);
         let slow = run_of(vec![
             rank(0, 60, 1.0, 15.0, 0.02, &mut rng),

@@ -380,6 +380,10 @@ pub struct RunView {
     /// Ranks found slow but not yet named: the window's end step when first found slow
     /// (`app::straggler::update` names a rank once it stays slow for `CONFIRM` of a window).
     pub stragglers_pending: BTreeMap<u32, u64>,
+    /// Named ranks back at pace but not yet un-named: the window's end step when first found at
+    /// pace (un-named once at pace for as long as naming takes, so a burst on the others does
+    /// not end and restart the episode).
+    pub stragglers_recovering: BTreeMap<u32, u64>,
     /// This machine's load at the latest run-queue sample (`None`: no local rank sampled).
     pub host_load: Option<HostLoad>,
     /// Ranks found slow from waiting for a CPU core, not named: said once each as a caveat.
@@ -669,6 +673,7 @@ impl RunView {
             node_gpus: Vec::new(),
             stragglers_assessed: None,
             stragglers_pending: BTreeMap::new(),
+            stragglers_recovering: BTreeMap::new(),
             host_load: None,
             cpu_starved: Default::default(),
             collectives: Default::default(),
