@@ -1,11 +1,14 @@
 //! The one enum behind key bindings, the help screen, the hint bar and `--script`. Variants carry
 //! their data (`Launch { k }`, `Toggle(NcclVar)`); names, help lines and hints are generated
-//! from them, so a new toggle or k is one entry in `ALL`.
+//! from them, so a new toggle or k is one entry in `ALL`. A unit variant's name is derived from
+//! the variant (strum, kebab-case: `NextPane` is `next-pane`); only the two variants carrying
+//! data spell theirs out in `name`.
 
 use crate::run::NcclVar;
 use std::borrow::Cow;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Action {
     Launch {
         k: u32,
@@ -79,39 +82,14 @@ impl Action {
         Action::Quit,
     ];
 
-    /// Name used in the config's key map and in `--script`: `launch-k2`, `toggle-p2p-disable`.
+    /// Name used in the config's key map and in `--script`: `launch-k2`, `toggle-p2p-disable`,
+    /// `next-pane`.
     pub fn name(self) -> Cow<'static, str> {
-        Cow::Borrowed(match self {
-            Action::Launch { k } => return format!("launch-k{k}").into(),
-            Action::Toggle(v) => return format!("toggle-{}", v.slug()).into(),
-            Action::Sweep => "sweep",
-            Action::SwitchExperiment => "switch-experiment",
-            Action::ToggleDataPath => "toggle-data-path",
-            Action::Probe => "probe",
-            Action::Bench => "bench",
-            Action::Tune => "tune",
-            Action::SaveTuned => "save-tuned",
-            Action::ToggleNodes => "toggle-nodes",
-            Action::Rerun => "rerun",
-            Action::Stop => "stop",
-            Action::NextPane => "next-pane",
-            Action::Up => "up",
-            Action::Down => "down",
-            Action::PageUp => "page-up",
-            Action::PageDown => "page-down",
-            Action::Top => "top",
-            Action::Bottom => "bottom",
-            Action::Focus => "focus",
-            Action::Close => "close",
-            Action::Zoom => "zoom",
-            Action::NextRank => "next-rank",
-            Action::Freeze => "freeze",
-            Action::NextTheme => "next-theme",
-            Action::NextPreset => "next-preset",
-            Action::WriteReport => "write-report",
-            Action::Help => "help",
-            Action::Quit => "quit",
-        })
+        match self {
+            Action::Launch { k } => format!("launch-k{k}").into(),
+            Action::Toggle(v) => format!("toggle-{}", v.slug()).into(),
+            unit => Cow::Borrowed(unit.into()),
+        }
     }
 
     pub fn from_name(s: &str) -> Option<Action> {
@@ -177,6 +155,55 @@ impl Action {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every name as the hand-written table spelled it before names were derived (issue 49):
+    /// they are the config's key map and `--script`'s words, so none may change.
+    const OLD_NAMES: [&str; 33] = [
+        "launch-k1",
+        "launch-k2",
+        "launch-k4",
+        "sweep",
+        "switch-experiment",
+        "toggle-data-path",
+        "probe",
+        "bench",
+        "tune",
+        "save-tuned",
+        "toggle-shm-memcpy",
+        "toggle-p2p-disable",
+        "toggle-nvls",
+        "toggle-nodes",
+        "rerun",
+        "stop",
+        "next-pane",
+        "up",
+        "down",
+        "page-up",
+        "page-down",
+        "top",
+        "bottom",
+        "focus",
+        "close",
+        "zoom",
+        "next-rank",
+        "freeze",
+        "next-theme",
+        "next-preset",
+        "write-report",
+        "help",
+        "quit",
+    ];
+
+    #[test]
+    fn names_are_the_old_names_and_round_trip() {
+        let names: Vec<String> = Action::ALL.iter().map(|a| a.name().into_owned()).collect();
+        assert_eq!(names, OLD_NAMES);
+        for (a, old) in Action::ALL.into_iter().zip(OLD_NAMES) {
+            assert_eq!(Action::from_name(old), Some(a));
+        }
+        assert_eq!(Action::from_name("next_pane"), None);
+        assert_eq!(Action::from_name("launch-k3"), None);
+    }
 
     #[test]
     fn names_round_trip_and_are_unique() {

@@ -12,20 +12,22 @@ use crate::protocol::Check;
 /// Loss checks a complete verdict needs: step 1 and 3 steps after updates.
 pub const STEPS: usize = 4;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Its name (`ok`, `FAILED`, `incomplete`) is what the run document and the screens print.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString, strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Verdict {
     Ok,
+    /// Upper case: it should stand out in a table.
+    #[strum(serialize = "FAILED")]
     Failed,
     Incomplete,
 }
 
 impl Verdict {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Ok => "ok",
-            Verdict::Failed => "FAILED",
-            Verdict::Incomplete => "incomplete",
-        }
+        self.into()
     }
 }
 
@@ -119,6 +121,17 @@ impl Equality {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The verdicts' names as the hand-written table spelled them (issue 49), both ways.
+    #[test]
+    fn verdict_names_are_the_old_names_and_round_trip() {
+        use strum::VariantArray;
+        let names: Vec<&str> = Verdict::VARIANTS.iter().map(|v| v.as_str()).collect();
+        assert_eq!(names, ["ok", "FAILED", "incomplete"]);
+        for v in Verdict::VARIANTS {
+            assert_eq!(v.as_str().parse::<Verdict>(), Ok(*v));
+        }
+    }
 
     fn check(name: &str, step: u64, diff: f64, tol: f64) -> Check {
         Check {

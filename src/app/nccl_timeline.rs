@@ -7,8 +7,12 @@
 use crate::protocol::{BucketSpan, Buckets, NcclColl};
 use crate::run::RunView;
 
-/// Where the Timeline pane's bucket bars come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the Timeline pane's bucket bars come from. Its name (`nccl_profiler`, `comm_hook`) is
+/// the JSON and store spelling; `label` is the pane's.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum TimelineSource {
     /// NCCL's profiler plugin: DDP's own all-reduce, NCCL's call time and GPU kernel span.
     NcclProfiler,
@@ -35,10 +39,7 @@ impl TimelineSource {
 
     /// The JSON/store spelling.
     pub fn as_str(self) -> &'static str {
-        match self {
-            TimelineSource::NcclProfiler => "nccl_profiler",
-            TimelineSource::CommHook => "comm_hook",
-        }
+        self.into()
     }
 }
 
@@ -253,6 +254,20 @@ mod tests {
     use crate::protocol::{Backend, parse_worker};
     use crate::run::{Experiment, RunSpec};
     use std::time::Instant;
+
+    /// The sources' JSON/store names as the hand-written table spelled them (issue 49).
+    #[test]
+    fn source_names_are_the_old_names_and_round_trip() {
+        use strum::VariantArray;
+        let names: Vec<&str> = TimelineSource::VARIANTS
+            .iter()
+            .map(|s| s.as_str())
+            .collect();
+        assert_eq!(names, ["nccl_profiler", "comm_hook"]);
+        for s in TimelineSource::VARIANTS {
+            assert_eq!(s.as_str().parse::<TimelineSource>(), Ok(*s));
+        }
+    }
 
     fn feed(text: &str) -> RunView {
         let now = Instant::now();

@@ -31,36 +31,45 @@ pub struct NvmlSource {
 }
 
 /// The NVML calls of one sample, for timing and for remembering `NotSupported`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Its name is how `ddptop bench-gpu`'s NVML timing table and the notes name the call.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum Call {
+    #[strum(serialize = "device handle")]
     Handle,
     Utilization,
+    #[strum(serialize = "memory info")]
     Memory,
     Power,
+    #[strum(serialize = "enforced power limit")]
     PowerLimit,
+    #[strum(serialize = "SM clock")]
     SmClock,
     Temperature,
+    #[strum(serialize = "compute processes")]
     ComputeProcesses,
+    #[strum(serialize = "NVLink field values (all links)")]
     NvlinkCounters,
+    #[strum(serialize = "PCIe rx throughput")]
     PcieRx,
+    #[strum(serialize = "PCIe tx throughput")]
     PcieTx,
 }
 
 impl Call {
     pub fn name(self) -> &'static str {
-        match self {
-            Call::Handle => "device handle",
-            Call::Utilization => "utilization",
-            Call::Memory => "memory info",
-            Call::Power => "power",
-            Call::PowerLimit => "enforced power limit",
-            Call::SmClock => "SM clock",
-            Call::Temperature => "temperature",
-            Call::ComputeProcesses => "compute processes",
-            Call::NvlinkCounters => "NVLink field values (all links)",
-            Call::PcieRx => "PCIe rx throughput",
-            Call::PcieTx => "PCIe tx throughput",
-        }
+        self.into()
     }
 }
 
@@ -357,4 +366,32 @@ pub fn compute_pids(gpus: &[u32]) -> Result<Vec<(u32, Vec<u32>)>, String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The calls' names as the hand-written table spelled them (issue 49).
+    #[test]
+    fn call_names_are_the_old_names() {
+        use strum::VariantArray;
+        let names: Vec<&str> = Call::VARIANTS.iter().map(|c| c.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "device handle",
+                "utilization",
+                "memory info",
+                "power",
+                "enforced power limit",
+                "SM clock",
+                "temperature",
+                "compute processes",
+                "NVLink field values (all links)",
+                "PCIe rx throughput",
+                "PCIe tx throughput",
+            ]
+        );
+    }
 }

@@ -18,9 +18,21 @@ pub const MAX_NODE_PROCS: usize = 4096;
 /// Longest name (node, GPU, error text) kept from an agent.
 pub const MAX_NAME: usize = 256;
 
-/// Where an agent's GPU figures come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Where an agent's GPU figures come from. Serde and strum spell it alike (snake_case).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum GpuSourceKind {
     Nvml,
     /// NVIDIA's DCGM exporter (Prometheus text over HTTP).
@@ -33,12 +45,7 @@ pub enum GpuSourceKind {
 
 impl GpuSourceKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            GpuSourceKind::Nvml => "nvml",
-            GpuSourceKind::Dcgm => "dcgm",
-            GpuSourceKind::Fake => "fake",
-            GpuSourceKind::None => "none",
-        }
+        self.into()
     }
 }
 
@@ -276,6 +283,22 @@ pub fn parse_to_agent(line: &str) -> Result<Result<ToAgent, String>, ProtocolErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sources' names as the hand-written table spelled them (issue 49): strum's, and
+    /// serde's on the wire, both ways.
+    #[test]
+    fn gpu_source_names_are_the_old_names_and_round_trip() {
+        use strum::VariantArray;
+        let names: Vec<&str> = GpuSourceKind::VARIANTS.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names, ["nvml", "dcgm", "fake", "none"]);
+        for s in GpuSourceKind::VARIANTS {
+            assert_eq!(s.as_str().parse::<GpuSourceKind>(), Ok(*s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::Value::from(s.as_str())
+            );
+        }
+    }
 
     fn sample() -> NodeSample {
         NodeSample {

@@ -62,8 +62,11 @@ pub enum Fault {
     SlowLink(u64),
 }
 
-/// Where a `slow` fault puts its sleep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a `slow` fault puts its sleep. Its name (`data`, `compute`) is the fault's spelling.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString, strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 pub enum SlowPhase {
     /// In the data wait, before the batch is taken: a slow input pipeline.
     Data,
@@ -73,10 +76,7 @@ pub enum SlowPhase {
 
 impl SlowPhase {
     pub fn as_str(self) -> &'static str {
-        match self {
-            SlowPhase::Data => "data",
-            SlowPhase::Compute => "compute",
-        }
+        self.into()
     }
 }
 
@@ -104,9 +104,10 @@ fn parse_slow(s: &str, arg: &str) -> Result<Fault, String> {
     };
     let phase = match parts.next() {
         None => None,
-        Some("data") => Some(SlowPhase::Data),
-        Some("compute") => Some(SlowPhase::Compute),
-        Some(p) => return Err(bad(&format!(": `{p}` is no phase"))),
+        Some(p) => Some(
+            p.parse::<SlowPhase>()
+                .map_err(|_| bad(&format!(": `{p}` is no phase")))?,
+        ),
     };
     if parts.next().is_some() {
         return Err(bad(""));
@@ -318,6 +319,18 @@ impl<'de> Deserialize<'de> for Fault {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The phases' names as the hand-written table spelled them (issue 49), both ways.
+    #[test]
+    fn slow_phase_names_are_the_old_names_and_round_trip() {
+        use strum::VariantArray;
+        let names: Vec<&str> = SlowPhase::VARIANTS.iter().map(|p| p.as_str()).collect();
+        assert_eq!(names, ["data", "compute"]);
+        for p in SlowPhase::VARIANTS {
+            assert_eq!(p.as_str().parse::<SlowPhase>(), Ok(*p));
+        }
+        assert!("Data".parse::<SlowPhase>().is_err());
+    }
 
     fn parse(s: &str) -> Result<Fault, String> {
         s.parse()

@@ -11,9 +11,23 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// The NCCL variables ddptop knows by name (toggles, presets, the cost model).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+/// The NCCL variables ddptop knows by name (toggles, presets, the cost model). `name` (the
+/// environment variable) is derived from the variant: `P2pDisable` is `NCCL_P2P_DISABLE`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "SCREAMING_SNAKE_CASE", prefix = "NCCL_")]
 pub enum NcclVar {
     ShmUseCudaMemcpy,
     P2pDisable,
@@ -40,14 +54,7 @@ impl NcclVar {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            NcclVar::ShmUseCudaMemcpy => "NCCL_SHM_USE_CUDA_MEMCPY",
-            NcclVar::P2pDisable => "NCCL_P2P_DISABLE",
-            NcclVar::NvlsEnable => "NCCL_NVLS_ENABLE",
-            NcclVar::ShmDisable => "NCCL_SHM_DISABLE",
-            NcclVar::Algo => "NCCL_ALGO",
-            NcclVar::Proto => "NCCL_PROTO",
-        }
+        self.into()
     }
 
     /// The value its toggle sets (`1` for the switches, `0` for NVLS: the toggle turns it off).
@@ -58,7 +65,8 @@ impl NcclVar {
         }
     }
 
-    /// Kebab-case name, as in `toggle:p2p-disable`.
+    /// Kebab-case name, as in `toggle-p2p-disable` (shorter than the variant's: a second
+    /// spelling, so a table of its own).
     pub fn slug(self) -> &'static str {
         match self {
             NcclVar::ShmUseCudaMemcpy => "shm-memcpy",
@@ -343,6 +351,27 @@ impl fmt::Display for NcclSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names as the hand-written tables spelled them before they were derived (issue 49):
+    /// environment variables, and the toggles' words in the config and `--script`.
+    #[test]
+    fn names_are_the_old_names() {
+        let names: Vec<&str> = NcclVar::ALL.iter().map(|v| v.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "NCCL_SHM_USE_CUDA_MEMCPY",
+                "NCCL_P2P_DISABLE",
+                "NCCL_NVLS_ENABLE",
+                "NCCL_SHM_DISABLE",
+                "NCCL_ALGO",
+                "NCCL_PROTO",
+            ]
+        );
+        for v in NcclVar::ALL {
+            assert_eq!(NcclVar::from_slug(v.slug()), Some(v));
+        }
+    }
 
     #[test]
     fn a_gloo_launch_keeps_ddps_settings_and_no_nccl_variable() {

@@ -106,10 +106,24 @@ pub fn signal_group_or_pid(pid: u32, sig: Signal) {
     }
 }
 
-/// The last signal a stop needed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+/// The last signal a stop needed: `none`, `SIGINT`, `SIGTERM`, `SIGKILL` (also its `Display`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum Escalation {
     /// Nothing was left to signal.
+    #[strum(serialize = "none")]
     None,
     Sigint,
     Sigterm,
@@ -118,18 +132,7 @@ pub enum Escalation {
 
 impl Escalation {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Escalation::None => "none",
-            Escalation::Sigint => "SIGINT",
-            Escalation::Sigterm => "SIGTERM",
-            Escalation::Sigkill => "SIGKILL",
-        }
-    }
-}
-
-impl std::fmt::Display for Escalation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 
@@ -181,6 +184,18 @@ pub fn raise_nofile_limit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names as the hand-written table spelled them (issue 49), both ways and as Display.
+    #[test]
+    fn escalation_names_are_the_old_names_and_round_trip() {
+        use strum::VariantArray;
+        let names: Vec<&str> = Escalation::VARIANTS.iter().map(|e| e.as_str()).collect();
+        assert_eq!(names, ["none", "SIGINT", "SIGTERM", "SIGKILL"]);
+        for e in Escalation::VARIANTS {
+            assert_eq!(e.as_str().parse::<Escalation>(), Ok(*e));
+            assert_eq!(e.to_string(), e.as_str());
+        }
+    }
 
     #[test]
     fn only_the_launchers_own_tree_is_known() {

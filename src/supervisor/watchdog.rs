@@ -92,26 +92,26 @@ impl fmt::Display for Activity {
 }
 
 /// Why progress stopped, as far as the evidence says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::VariantArray)]
 pub enum Cause {
     /// A collective started and not completed on some rank, and no rank is computing.
+    #[strum(serialize = "communication hang")]
     Communication,
     /// No collective pending and the process idle: a data loader, a lock, a sleep.
+    #[strum(serialize = "stalled outside communication")]
     Stalled,
     /// Busy with no collective pending for longer than the first-steps allowance.
+    #[strum(serialize = "no progress while computing")]
     Computing,
     /// The worker gave no evidence; judged by the step threshold alone.
+    #[strum(serialize = "no step progress")]
     NoEvidence,
 }
 
 impl Cause {
+    /// How the verdict names it (`hung: communication hang …`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::Communication => "communication hang",
-            Cause::Stalled => "stalled outside communication",
-            Cause::Computing => "no progress while computing",
-            Cause::NoEvidence => "no step progress",
-        }
+        self.into()
     }
 }
 
@@ -551,6 +551,22 @@ mod tests {
     use crate::protocol::{Backend, CollState};
     use crate::run::{Experiment, RunSpec};
     use std::time::Duration;
+
+    /// The causes' words as the hand-written table spelled them (issue 49).
+    #[test]
+    fn cause_names_are_the_old_names() {
+        use strum::VariantArray;
+        let names: Vec<&str> = Cause::VARIANTS.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "communication hang",
+                "stalled outside communication",
+                "no progress while computing",
+                "no step progress",
+            ]
+        );
+    }
 
     fn run(now: Instant) -> RunView {
         let spec = RunSpec::new(Experiment::Weak, 2, Backend::Sim);

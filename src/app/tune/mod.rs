@@ -14,8 +14,11 @@ use crate::run::RunView;
 use decide::{Measured, Verdict};
 use space::Candidate;
 
-/// Where one candidate stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where one candidate stands; its name (snake_case: `predicting`) is the table's and JSON's.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString, strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum RowState {
     /// Waiting for its all-reduce sweep (or the k=1 run).
     Predicting,
@@ -33,14 +36,7 @@ pub enum RowState {
 
 impl RowState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            RowState::Predicting => "predicting",
-            RowState::Predicted => "predicted",
-            RowState::Measuring => "measuring",
-            RowState::Done => "done",
-            RowState::Skipped => "skipped",
-            RowState::Failed => "failed",
-        }
+        self.into()
     }
 }
 
@@ -232,6 +228,27 @@ pub fn ddp_adjustable(base: &RunView) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::run::{Experiment, RunSpec};
+
+    /// The row states' names as the hand-written table spelled them (issue 49), both ways.
+    #[test]
+    fn row_state_names_are_the_old_names_and_round_trip() {
+        use strum::VariantArray;
+        let names: Vec<&str> = RowState::VARIANTS.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "predicting",
+                "predicted",
+                "measuring",
+                "done",
+                "skipped",
+                "failed"
+            ]
+        );
+        for s in RowState::VARIANTS {
+            assert_eq!(s.as_str().parse::<RowState>(), Ok(*s));
+        }
+    }
 
     fn run() -> RunView {
         let spec = RunSpec::new(Experiment::Attach, 1, crate::protocol::Backend::Gloo);
