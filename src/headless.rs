@@ -400,7 +400,6 @@ async fn execute(
                     .collect()
             })
             .unwrap_or_default();
-    let mut doc = report(&runs, &records, engine.state(), &context, note, &sweep);
     // Where each run's launcher and ranks wrote their stdout/stderr: the first place to look
     // when a run failed.
     let runs_dir = engine
@@ -409,11 +408,13 @@ async fn execute(
         .map(crate::paths::runs_dir)
         .unwrap_or_default();
     let output_log = |id: &str| runs_dir.join(id).join("output.log");
-    if let Some(list) = doc["runs"].as_array_mut() {
-        for (v, r) in list.iter_mut().zip(&runs) {
-            v["output_log"] = json!(output_log(&r.id).display().to_string());
-        }
-    }
+    let input = SweepInput {
+        records: &records,
+        state: engine.state(),
+        context: &context,
+        runs_dir: Some(&runs_dir),
+    };
+    let mut doc = sweep_doc(&runs, &input, note, &sweep);
     let all = &engine.state().runs;
     let hand = deficits::anchor(all, None).map(|r| deficits::table(all, &r.spec));
     if a.json {
@@ -448,15 +449,30 @@ async fn execute(
     })
 }
 
+/// What the sweep's run documents are built from besides the runs themselves.
+struct SweepInput<'a> {
+    records: &'a std::collections::HashMap<String, LaunchRecord>,
+    state: &'a State,
+    context: &'a [RunView],
+    /// The engine's run folders (`ddptop run`): each run's output.log is there, record or not.
+    runs_dir: Option<&'a std::path::Path>,
+}
+
 /// A run of this sweep as the one run document (`report::build::run_info`, with its per-rank
-/// sections), plus the Memory pane's DDP-beside-FSDP comparison for an fsdp run.
-fn run_json(r: &RunView, rec: Option<&LaunchRecord>, state: &State, context: &[RunView]) -> Value {
+/// sections), plus its output.log in the engine's folder and, for an fsdp run, the Memory
+/// pane's DDP-beside-FSDP comparison: inputs of `report::json::run`, nothing patched after.
+fn run_json(r: &RunView, input: &SweepInput) -> Value {
     // The run document has `phase_scores` (issue 46) and `fault` as every JSON output does.
-    let mut v = crate::report::json::run(&run_info(r, rec, context, true));
-    if r.spec.experiment() == Experiment::Fsdp {
-        v["memory_comparison"] = memory_comparison(r, state);
-    }
-    v
+    let info = run_info(r, input.records.get(&r.id), input.context, true);
+    let extras = crate::report::run_doc::RunExtras {
+        output_log: input
+            .runs_dir
+            .map(|d| d.join(&r.id).join("output.log").display().to_string()),
+        memory_comparison: (r.spec.experiment() == Experiment::Fsdp)
+            .then(|| memory_comparison(r, input.state)),
+        ..Default::default()
+    };
+    crate::report::json::run(&info, &extras)
 }
 
 /// The deficits table as JSON: per k, samples/s and run id of each column (null where no run).
@@ -589,6 +605,7 @@ fn with_history(state: &State, g: &GlobalArgs) -> Vec<RunView> {
     all
 }
 
+/// The sweep document `ddptop run --json` prints (without the run folders: see `sweep_doc`).
 pub fn report(
     runs: &[&RunView],
     records: &std::collections::HashMap<String, LaunchRecord>,
@@ -597,6 +614,17 @@ pub fn report(
     note: &str,
     sweep: &str,
 ) -> Value {
+    let input = SweepInput {
+        records,
+        state,
+        context,
+        runs_dir: None,
+    };
+    sweep_doc(runs, &input, note, sweep)
+}
+
+fn sweep_doc(runs: &[&RunView], input: &SweepInput, note: &str, sweep: &str) -> Value {
+    let state = input.state;
     let first = runs.first();
     let mut doc = crate::report::json::envelope(
         "sweep",
@@ -611,7 +639,7 @@ pub fn report(
         "toggles": first.map(|r| r.spec.nccl.badges_for(r.spec.backend)),
         "backend_note": note,
         "sweep": sweep,
-        "runs": runs.iter().map(|r| run_json(r, records.get(&r.id), state, context)).collect::<Vec<_>>(),
+        "runs": runs.iter().map(|r| run_json(r, input)).collect::<Vec<_>>(),
         "rejected_strangers": state.rejected_strangers,
     });
     if let (Some(d), Value::Object(b)) = (doc.as_object_mut(), body) {

@@ -321,7 +321,10 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         let mut v = json::envelope("run", &r.ddptop_version, r.generated);
         // The run document with its per-rank sections; `figures` adds what the report derives
         // from the run's curve, probe and bench (not a property of the run alone).
-        v["run"] = json::run(&build::run_info(run, rec, &l.runs, true));
+        v["run"] = json::run(
+            &build::run_info(run, rec, &l.runs, true),
+            &Default::default(),
+        );
         v["figures"] = json!({
             "predicted_samples_per_s": f.point.and_then(|p| p.predicted_samples_per_s),
             "probe_diff_ms": f.probe_diff_ms,
@@ -588,10 +591,14 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
                 let f = r.figures(&info.id);
                 // The run document (figures and prediction included) and what the report
                 // derives from the run's probe and bench.
-                let mut j = json::run(info);
-                j["probe_diff_ms"] = json!(f.probe_diff_ms);
-                j["busbw_peak_gbs"] = json!(f.busbw_peak_gbs);
-                j
+                let extras = crate::report::run_doc::RunExtras {
+                    report_figures: Some(crate::report::run_doc::ReportFigures {
+                        probe_diff_ms: f.probe_diff_ms,
+                        busbw_peak_gbs: f.busbw_peak_gbs,
+                    }),
+                    ..Default::default()
+                };
+                json::run(info, &extras)
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -744,8 +751,8 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
     keys.dedup();
     if a.json {
         let mut v = json::envelope("diff", &r.ddptop_version, r.generated);
-        v["a"] = json::run(ia);
-        v["b"] = json::run(ib);
+        v["a"] = json::run(ia, &Default::default());
+        v["b"] = json::run(ib, &Default::default());
         v["fields"] = text
             .iter()
             .map(|(k, x, y)| json!({"field": k, "a": x, "b": y, "same": x == y}))

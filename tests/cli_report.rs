@@ -55,6 +55,13 @@ fn run_json_carries_the_envelope_model_and_timestamps() {
     assert_eq!(r["samples"], 2000);
     assert!(r["started_at"].as_str().unwrap().ends_with('Z'));
     assert!(r["ended_at"].as_str().unwrap() >= r["started_at"].as_str().unwrap());
+    // One builder makes the whole record (issue 49): `simulated` and `duration_s` come last,
+    // and the output.log is in the engine's run folder, as when they were patched in.
+    let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(keys[keys.len() - 2..], ["simulated", "duration_s"]);
+    let id = r["run_id"].as_str().unwrap();
+    let log = r["output_log"].as_str().unwrap();
+    assert!(log.ends_with(&format!("/runs/{id}/output.log")), "{log}");
 }
 
 fn id(doc: &Value, i: usize) -> String {
@@ -207,6 +214,17 @@ fn report_show_runs_and_diff_read_the_store() {
     );
     let doc = json_of(data, &["runs", "--experiment", "weak", "--json"]);
     assert_eq!(doc["runs"].as_array().unwrap().len(), 2);
+    // The report's figures of each run come after the run document's keys (issue 49).
+    let keys: Vec<&str> = doc["runs"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        keys[keys.len() - 4..],
+        ["simulated", "duration_s", "probe_diff_ms", "busbw_peak_gbs"]
+    );
     assert!(doc["runs"][0]["efficiency"].as_f64().unwrap() > 0.5);
     let csv = ok(data, &["runs", "--experiment", "allreduce", "--csv"]);
     assert_eq!(csv.lines().count(), 3, "{csv}");

@@ -1,6 +1,7 @@
 //! The report as one JSON document, for scripts. Layout versioned by `schema_version`;
 //! docs/report.md describes each field.
 
+use super::run_doc::RunExtras;
 use super::{
     BenchRow, Curve, Environment, ProbeRow, Report, RunInfo, SCHEMA_VERSION, Timeline, Timestamp,
 };
@@ -23,7 +24,11 @@ pub fn document(r: &Report) -> Value {
     v["title"] = json!(r.title);
     v["simulated"] = json!(r.simulated());
     v["environment"] = environment(&r.environment);
-    v["runs"] = r.runs.iter().map(run).collect();
+    v["runs"] = r
+        .runs
+        .iter()
+        .map(|x| run(x, &RunExtras::default()))
+        .collect();
     v["curves"] = r.curves.iter().map(curve).collect();
     v["timelines"] = r.timelines.iter().map(timeline).collect();
     v["probes"] = r.probes.iter().map(|p| probe(r, p)).collect();
@@ -64,19 +69,30 @@ pub fn environment(e: &Environment) -> Value {
 }
 
 /// One run as every JSON output prints it (`run --json`, `runs --json`, `show --json`, `diff
-/// --json`, the report): the run document `RunInfo`, with `simulated` and `duration_s`.
-pub fn run(r: &RunInfo) -> Value {
+/// --json`, the report): the run document `RunInfo`, with `simulated` and `duration_s`, and
+/// what the front end adds (`RunExtras`, after them). The one place a run's JSON is made.
+pub fn run(r: &RunInfo, extras: &RunExtras) -> Value {
     #[derive(serde::Serialize)]
     struct Doc<'a> {
         #[serde(flatten)]
-        run: &'a RunInfo,
+        run: std::borrow::Cow<'a, RunInfo>,
         simulated: bool,
         duration_s: Option<f64>,
+        #[serde(flatten)]
+        extras: &'a RunExtras,
     }
+    let run = match &extras.output_log {
+        Some(path) => std::borrow::Cow::Owned(RunInfo {
+            output_log: Some(path.clone()),
+            ..r.clone()
+        }),
+        None => std::borrow::Cow::Borrowed(r),
+    };
     let doc = Doc {
-        run: r,
+        run,
         simulated: r.simulated(),
         duration_s: r.ended.map(|t| t.0 - r.started.0),
+        extras,
     };
     // Every key is a string and every number finite or null: serializing cannot fail.
     serde_json::to_value(doc).expect("a run document serializes")
