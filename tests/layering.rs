@@ -25,6 +25,11 @@ const LAYERS: &[&[&str]] = &[
     ],
 ];
 
+/// Edges the layers allow but the design does not: `ui` draws the view model and nothing else,
+/// so it reads no store, runs no supervisor code and resolves no paths (the app layer does, and
+/// hands the result over in the model).
+const FORBIDDEN: &[(&str, &[&str])] = &[("ui", &["store", "supervisor", "paths"])];
+
 /// One reference from a file of module `from` to module `to`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct Edge {
@@ -191,6 +196,17 @@ fn violations(modules: &BTreeSet<String>, edges: &[Edge]) -> Vec<String> {
             ));
         }
     }
+    for e in edges {
+        if FORBIDDEN
+            .iter()
+            .any(|(from, to)| *from == e.from && to.contains(&e.to.as_str()))
+        {
+            bad.push(format!(
+                "{}: `{}` uses `{}`, which it must not (FORBIDDEN: it reads only the view model)",
+                e.at, e.from, e.to
+            ));
+        }
+    }
     for cycle in cycles(modules, edges) {
         let at: Vec<&str> = edges
             .iter()
@@ -339,6 +355,13 @@ fn a_synthetic_upward_edge_and_a_cycle_are_reported() {
         bad[0].contains("import cycle between store, supervisor"),
         "{bad:?}"
     );
+    // ui → store is downwards, but forbidden.
+    let bad = violations(&modules, &[edge("ui", "store")]);
+    assert!(
+        bad.iter()
+            .any(|b| b.contains("src/ui.rs:1: `ui` uses `store`, which it must not")),
+        "{bad:?}"
+    );
     // A module outside the table.
     let mut more = modules.clone();
     more.insert("newfamily".into());
@@ -365,4 +388,350 @@ fn the_parser_reads_grouped_inline_and_multiline_paths() {
         got,
         ["app", "gpu", "run", "util", "store", "keys", "config"]
     );
+}
+
+// ---- Inside a folder: the files of one folder form no import circle. ----
+//
+// Every folder of `src/` (and its sub-folders) is checked alone: its files (a sub-folder or a
+// `x.rs` + `x/` pair counts as one) are the nodes, and a reference from one to another is an
+// edge: `crate::run::spec::X`, `super::spec::X` (from `run/curve.rs`) or `super::X` /
+// `crate::run::X` where the folder's root (`mod.rs`, or `x.rs` for `x/`) re-exports `X` from
+// `spec` (`pub use spec::X`, or `pub use spec::*` and `spec` defines `X`). The root itself is
+// the folder's door, not a node: its own items belong to no file, and it may name all of them.
+
+/// A path as written after `crate::` / `super::`: its segments, one entry per item of a group.
+fn expand_path(s: &str) -> Vec<Vec<String>> {
+    let mut segs: Vec<String> = Vec::new();
+    let mut rest = s.trim_start();
+    loop {
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut out = Vec::new();
+            for item in top_level_items(group) {
+                for tail in expand_path(item) {
+                    let mut p = segs.clone();
+                    p.extend(tail);
+                    out.push(p);
+                }
+            }
+            return out;
+        }
+        let id: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if id.is_empty() {
+            break;
+        }
+        rest = &rest[id.len()..];
+        if id != "self" {
+            segs.push(id);
+        }
+        match rest.strip_prefix("::") {
+            Some(r) => rest = r.trim_start(),
+            None => break,
+        }
+    }
+    vec![segs]
+}
+
+/// The absolute module paths a file at module path `module` names, with their lines:
+/// `crate::…` as written, `super::…` resolved from the file (or from an inline `mod x {` in
+/// it, which rustfmt closes with a `}` at the indentation that opened it). Lines under
+/// `#[cfg(test)]` are left out.
+fn module_refs(text: &str, module: &[String]) -> Vec<(usize, Vec<String>)> {
+    let mut out = Vec::new();
+    // (indent, name, under `#[cfg(test)]`) of the open inline mods.
+    let mut inline: Vec<(usize, String, bool)> = Vec::new();
+    let mut prev = "";
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        if let Some((i, _, _)) = inline.last()
+            && *i == indent
+            && line.trim() == "}"
+        {
+            inline.pop();
+        }
+        let t = line.trim_start();
+        let cfg_test = std::mem::replace(&mut prev, t) == "#[cfg(test)]";
+        let t = t.strip_prefix("pub ").unwrap_or(t);
+        if let Some(rest) = t.strip_prefix("mod ")
+            && rest.trim_end().ends_with('{')
+        {
+            let name = rest.trim_end_matches('{').trim().to_string();
+            inline.push((indent, name, cfg_test));
+            continue;
+        }
+        // Test code may use any file of its folder: a test's fixture is no import of the
+        // program's (the top-level check above still reads it).
+        if cfg_test || inline.iter().any(|(_, _, test)| *test) {
+            continue;
+        }
+        let mut here: Vec<String> = module.to_vec();
+        here.extend(inline.iter().map(|(_, m, _)| m.clone()));
+        let code = line.split("//").next().unwrap_or("");
+        let mut i = 0;
+        while i < code.len() {
+            let rest = &code[i..];
+            let before = code[..i].chars().next_back();
+            let word_start = !before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+            let (base, tail) = if word_start && rest.starts_with("crate::") {
+                (Vec::new(), &rest["crate::".len()..])
+            } else if word_start && rest.starts_with("super::") {
+                let mut base = here.clone();
+                let mut tail = rest;
+                while let Some(t) = tail.strip_prefix("super::") {
+                    base.pop();
+                    tail = t.trim_start();
+                }
+                (base, tail)
+            } else {
+                i += rest.chars().next().map_or(1, char::len_utf8);
+                continue;
+            };
+            for p in expand_path(tail) {
+                let mut abs = base.clone();
+                abs.extend(p);
+                out.push((n + 1, abs));
+            }
+            i = code.len() - tail.len();
+        }
+    }
+    out
+}
+
+/// A file's module path: `src/app/state.rs` → `[app, state]`, `src/app/mod.rs` → `[app]`.
+fn module_of(rel: &Path) -> Vec<String> {
+    let mut m: Vec<String> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if m.last().is_some_and(|l| l == "mod") {
+        m.pop();
+    }
+    m
+}
+
+/// The names a file defines as `pub` items (what a glob re-export of it brings).
+fn pub_items(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("pub ") else {
+            continue;
+        };
+        for kw in [
+            "struct ", "enum ", "fn ", "trait ", "type ", "const ", "static ", "mod ",
+        ] {
+            if let Some(r) = rest.strip_prefix(kw)
+                && let Some(name) = first_ident(r)
+            {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// A folder's root re-exports: item name → the file (node) that defines it.
+fn reexports(
+    root: &str,
+    units: &BTreeSet<String>,
+    files: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for stmt in root.split(';') {
+        let s = stmt.trim();
+        let Some(body) = s.strip_prefix("pub use ") else {
+            continue;
+        };
+        let body = body.strip_prefix("self::").unwrap_or(body);
+        for p in expand_path(body) {
+            let Some(unit) = p.first().filter(|u| units.contains(*u)) else {
+                continue;
+            };
+            match p.get(1) {
+                Some(name) if p.len() == 2 => {
+                    out.insert(name.clone(), unit.clone());
+                }
+                None if body.contains('*') => {
+                    for name in pub_items(files.get(unit).map_or("", String::as_str)) {
+                        out.insert(name, unit.clone());
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Edges between the files of every folder under `src`, as `(folder, edges)`.
+fn folder_edges(src: &Path) -> BTreeMap<String, (BTreeSet<String>, Vec<Edge>)> {
+    let mut paths = Vec::new();
+    rust_files(src, &mut paths);
+    paths.sort();
+    let files: Vec<(Vec<String>, String, String)> = paths
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(src).unwrap();
+            let text = std::fs::read_to_string(f).unwrap();
+            (module_of(rel), format!("src/{}", rel.display()), text)
+        })
+        .collect();
+    let mut folders: BTreeSet<Vec<String>> = BTreeSet::new();
+    for (m, _, _) in &files {
+        for n in 1..m.len() {
+            folders.insert(m[..n].to_vec());
+        }
+    }
+    let mut out = BTreeMap::new();
+    for folder in folders {
+        let d = folder.len();
+        let inside: Vec<&(Vec<String>, String, String)> = files
+            .iter()
+            .filter(|(m, _, _)| m.len() > d && m[..d] == folder[..])
+            .collect();
+        let units: BTreeSet<String> = inside.iter().map(|(m, _, _)| m[d].clone()).collect();
+        // A unit's own text (`x.rs`, or `x/mod.rs`) for its glob re-exports.
+        let unit_text: BTreeMap<String, String> = inside
+            .iter()
+            .filter(|(m, _, _)| m.len() == d + 1)
+            .map(|(m, _, t)| (m[d].clone(), t.clone()))
+            .collect();
+        let root = files
+            .iter()
+            .find(|(m, _, _)| *m == folder)
+            .map_or(String::new(), |(_, _, t)| t.clone());
+        let names = reexports(&root, &units, &unit_text);
+        let mut edges = Vec::new();
+        for (m, at, text) in &inside {
+            let from = &m[d];
+            for (line, p) in module_refs(&join_groups(text), m) {
+                if p.len() <= d || p[..d] != folder[..] {
+                    continue;
+                }
+                let to = if units.contains(&p[d]) {
+                    Some(&p[d])
+                } else {
+                    names.get(&p[d])
+                };
+                if let Some(to) = to.filter(|to| *to != from) {
+                    edges.push(Edge {
+                        from: from.clone(),
+                        to: to.clone(),
+                        at: format!("{at}:{line}"),
+                    });
+                }
+            }
+        }
+        out.insert(folder.join("/"), (units, edges));
+    }
+    out
+}
+
+/// The circles among one folder's files: one line each, with every edge's file:line.
+fn folder_cycles(folder: &str, units: &BTreeSet<String>, edges: &[Edge]) -> Vec<String> {
+    cycles(units, edges)
+        .into_iter()
+        .map(|cycle| {
+            let mut at: Vec<&str> = edges
+                .iter()
+                .filter(|e| cycle.contains(&e.from) && cycle.contains(&e.to))
+                .map(|e| e.at.as_str())
+                .collect();
+            at.dedup();
+            format!(
+                "import circle inside src/{folder}/ between {}: {}",
+                cycle.iter().cloned().collect::<Vec<_>>().join(", "),
+                at.join(", ")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn no_import_circles_between_the_files_of_a_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let all = folder_edges(&src);
+    let n: usize = all.values().map(|(_, e)| e.len()).sum();
+    assert!(
+        n > 100,
+        "the parser found only {n} in-folder edges: it is broken"
+    );
+    let bad: Vec<String> = all
+        .iter()
+        .flat_map(|(f, (units, edges))| folder_cycles(f, units, edges))
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn in_folder_paths_resolve_and_a_circle_is_reported() {
+    let m = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
+    // `run/curve.rs`: `super::` is `run`; inside an inline `mod inner {`, `super::` is the file;
+    // test code is left out.
+    let text = "use super::spec::{Experiment, RunSpec};\n\
+                use crate::run::{family::Family, Batch};\n\
+                let x = super::super::util::now();\n\
+                mod inner {\n    use super::helper;\n}\n\
+                #[cfg(test)]\n\
+                mod tests {\n    use crate::run::view::RunView;\n}\n\
+                use super::view::RunView;\n";
+    let got: Vec<(usize, String)> = module_refs(&join_groups(text), &m("run/curve"))
+        .into_iter()
+        .map(|(n, p)| (n, p.join("/")))
+        .collect();
+    let want = [
+        (1, "run/spec/Experiment"),
+        (1, "run/spec/RunSpec"),
+        (2, "run/family/Family"),
+        (2, "run/Batch"),
+        (3, "util/now"),
+        (5, "run/curve/helper"),
+        (11, "run/view/RunView"),
+    ];
+    assert_eq!(got, want.map(|(n, p)| (n, p.to_string())));
+    // Re-exports of a folder's root name the file that defines the item.
+    let units: BTreeSet<String> = ["spec", "curve", "messages"].map(String::from).into();
+    let texts: BTreeMap<String, String> = [(
+        "messages".to_string(),
+        "pub struct Hello {}\npub fn parse() {}\n".to_string(),
+    )]
+    .into();
+    let names = reexports(
+        "pub use curve::{Batch, CurveKey};\npub use messages::*;\npub use other::X;\n",
+        &units,
+        &texts,
+    );
+    let names: Vec<(&str, &str)> = names
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("Batch", "curve"),
+            ("CurveKey", "curve"),
+            ("Hello", "messages"),
+            ("parse", "messages")
+        ]
+    );
+    // Two files naming each other: one circle, with both places.
+    let edge = |from: &str, to: &str, at: &str| Edge {
+        from: from.into(),
+        to: to.into(),
+        at: at.into(),
+    };
+    let edges = [
+        edge("spec", "curve", "src/run/spec.rs:4"),
+        edge("curve", "spec", "src/run/curve.rs:6"),
+        edge("curve", "messages", "src/run/curve.rs:7"),
+    ];
+    let bad = folder_cycles("run", &units, &edges);
+    assert_eq!(
+        bad,
+        [
+            "import circle inside src/run/ between curve, spec: src/run/spec.rs:4, src/run/curve.rs:6"
+        ]
+    );
+    assert!(folder_cycles("run", &units, &edges[..1]).is_empty());
 }

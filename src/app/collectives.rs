@@ -50,8 +50,6 @@ pub fn note_nccl_version(run: &mut RunView, h: &crate::protocol::Hello) {
     }
 }
 
-pub use super::coll_ingest::apply_batch;
-
 /// log2 of a size, the class it is shown in (1 MiB covers [1 MiB, 2 MiB)).
 pub fn size_class(bytes: u64) -> u32 {
     63 - bytes.max(1).leading_zeros()

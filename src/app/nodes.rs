@@ -4,9 +4,10 @@
 //! and a node whose agent's connection closed, or that sent nothing for `stale_after`, is marked
 //! lost: its rows stay on screen greyed, with the reason, and the run goes on.
 
+pub use super::node_gpus::NodeGpus;
 use super::state::State;
 use crate::gpu::{GpuSample, GpuView, HISTORY, ProcStat};
-use crate::protocol::agent::{AgentHello, GpuSourceKind, NodeGpu, NodeSample};
+use crate::protocol::agent::{AgentHello, NodeGpu, NodeSample};
 use crate::run::RankView;
 use crate::run::view::NodeGpuRow;
 use std::collections::BTreeMap;
@@ -19,31 +20,6 @@ pub const STALE_MIN: Duration = Duration::from_millis(2500);
 /// How long a node may stay silent at sample period `period`: 2.5 periods, at least `STALE_MIN`.
 pub fn stale_after(period: Duration) -> Duration {
     (period * 5 / 2).max(STALE_MIN)
-}
-
-/// One other node's GPUs, from its agent.
-#[derive(Debug, Clone)]
-pub struct NodeGpus {
-    pub node: String,
-    pub run: String,
-    pub source: GpuSourceKind,
-    pub driver: Option<String>,
-    /// The agent's caveat (no NVML there, and why).
-    pub note: Option<String>,
-    pub gpus: Vec<GpuView>,
-    /// CPU % and RSS of the run's ranks on that node, by their pid there.
-    pub procs: BTreeMap<u32, ProcStat>,
-    pub last_sample: Option<Instant>,
-    /// The agent is gone or silent: why. Its rows are greyed.
-    pub lost: Option<String>,
-    /// The last tick's failure, when the whole GPU read failed there.
-    pub error: Option<String>,
-}
-
-impl NodeGpus {
-    pub fn simulated(&self) -> bool {
-        self.source == GpuSourceKind::Fake
-    }
 }
 
 fn find<'a>(state: &'a mut State, run: &str, node: &str) -> Option<&'a mut NodeGpus> {
@@ -315,6 +291,7 @@ pub fn nodes_json(run: &crate::run::RunView) -> serde_json::Value {
 mod tests {
     use super::*;
     use crate::app::HostInfo;
+    use crate::protocol::agent::GpuSourceKind;
     use crate::run::{RunSpec, RunView};
 
     fn hello(node: &str) -> AgentHello {

@@ -187,7 +187,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Hlo(h) => run.hlo = Some(h.clone()),
         WorkerMsg::Check(c) => run.checks.push(c.clone()),
         WorkerMsg::NcclHello(h) => crate::app::collectives::apply_hello(run, h, now),
-        WorkerMsg::Nccl(b) => crate::app::collectives::apply_batch(run, b, now),
+        WorkerMsg::Nccl(b) => crate::app::coll_ingest::apply_batch(run, b, now),
         // The run's length (the probe's extra steps arrive as a second plan): progress and ETA.
         // Its `phase` is left to the heartbeats: entering a phase is progress for the watchdog,
         // and only the heartbeat thread says when a rank really is in it.

@@ -76,7 +76,7 @@ pub struct State {
     /// Why there are no GPU rows (no NVML, no driver), shown as one line.
     pub gpu_note: Option<String>,
     /// Other nodes' GPUs, from their agents (multi-node runs; `app::nodes`).
-    pub nodes: Vec<super::nodes::NodeGpus>,
+    pub nodes: Vec<super::node_gpus::NodeGpus>,
     /// ddptop's own CPU and RSS (the dashboard reads /proc/self every few seconds).
     pub self_cost: Option<crate::selfcost::SelfCost>,
     /// Newest first.

@@ -4,15 +4,17 @@
 //! finiteness), `framing` the newline framing with its hard line limit.
 
 pub mod agent;
+pub mod bounds;
 pub mod framing;
 pub mod messages;
 pub mod nccl;
 pub mod validate;
 
+pub use bounds::ProtocolError;
 pub use framing::{LineReader, LineSplitter, MAX_LINE_BYTES, ReadOutcome};
 pub use messages::*;
 pub use nccl::{NcclBatch, NcclColl, NcclFuncSum, NcclHello, NcclInflight};
-pub use validate::{ProtocolError, parse_control, parse_worker};
+pub use validate::{parse_control, parse_worker};
 
 /// The only protocol version this build speaks.
 pub const VERSION: u32 = 1;

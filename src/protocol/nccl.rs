@@ -2,7 +2,7 @@
 //! handshake, `nccl_hello`, on a connection of its own beside the rank's worker connection, and
 //! `nccl`, one communicator's collectives since the previous batch.
 
-use super::validate::{ProtocolError, limits};
+use super::bounds::{ProtocolError, limits};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -1,38 +1,9 @@
 //! The report's content as a list of blocks (headings, paragraphs, tables, code), built once and
 //! rendered by both the Markdown and the HTML writer, so the two never show different figures.
 
+pub use super::block::{Align, Block, PlotSlot};
 use super::{Report, fmt_ms, fmt_rate, fmt_signed_pct};
 use crate::util::{fmt_bytes, fmt_size_pow2};
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Align {
-    Left,
-    Right,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum Block {
-    Heading(u8, String),
-    Para(String),
-    /// A sentence a reader must not miss (SIMULATED data).
-    Warning(String),
-    /// Where a plot goes, when the writer has one for this slot.
-    Plot(PlotSlot),
-    Table {
-        header: Vec<(String, Align)>,
-        rows: Vec<Vec<String>>,
-    },
-    List(Vec<String>),
-    Code(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlotSlot {
-    Scaling,
-    Bench,
-    /// The n-th timeline of the report.
-    Timeline(usize),
-}
 
 fn opt<T>(v: Option<T>, f: impl Fn(T) -> String) -> String {
     v.map(f).unwrap_or_else(|| "—".into())

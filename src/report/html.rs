@@ -2,7 +2,7 @@
 //! file can be mailed or attached without its images getting lost.
 
 use super::Report;
-use super::doc::{Align, Block, PlotSlot};
+use super::block::{Align, Block, PlotSlot};
 use super::plot::Plot;
 
 pub fn escape(s: &str) -> String {

@@ -1,7 +1,7 @@
 //! The report as Markdown: what a person pastes into an issue or a lab notebook.
 
 use super::Report;
-use super::doc::{Align, Block, PlotSlot};
+use super::block::{Align, Block, PlotSlot};
 
 /// A plot file written beside the report, linked from where its slot is.
 #[derive(Debug, Clone, PartialEq)]

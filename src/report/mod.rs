@@ -5,6 +5,7 @@
 //! the same figures: derived ones (ideal line, prediction error, probe net of its control, bench
 //! ratios) are computed once, in this module, never re-derived per format.
 
+pub mod block;
 pub mod build;
 pub mod csv;
 pub mod doc;

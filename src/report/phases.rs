@@ -3,7 +3,7 @@
 //! details show them (`ui::phases`) and `--json` has them (`phase_scores`).
 
 use super::RunInfo;
-use super::doc::{Align, Block};
+use super::block::{Align, Block};
 
 /// A heading, what the figures are, and the table, for a run with per-phase figures; nothing
 /// for one without (k=1, or stored before ddptop kept them).

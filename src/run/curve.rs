@@ -3,7 +3,8 @@
 
 use super::family::Family;
 use super::nccl::NcclSettings;
-use super::spec::{DataPath, DataSource, Experiment, ModelName, RunSpec, TorchSettings};
+use super::run_spec::RunSpec;
+use super::spec::{DataPath, DataSource, Experiment, ModelName, TorchSettings};
 use crate::protocol::Backend;
 use std::fmt;
 
@@ -79,6 +80,13 @@ pub struct Setting {
     pub data_path: DataPath,
     pub data_source: DataSource,
     pub nccl: NcclSettings,
+}
+
+impl RunSpec {
+    /// The scaling curve this run is a point of: runs are comparable only when it matches.
+    pub fn curve_key(&self) -> CurveKey {
+        CurveKey::of(self)
+    }
 }
 
 impl CurveKey {

@@ -10,6 +10,7 @@ pub mod family;
 pub mod fault;
 pub mod handrolled;
 pub mod nccl;
+pub mod run_spec;
 pub mod spec;
 pub mod view;
 
@@ -18,10 +19,10 @@ pub use family::Family;
 pub use fault::Fault;
 pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};
+pub use run_spec::RunSpec;
 pub use spec::{
     AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, Experiment, HostBackend, JaxSharding,
-    ModelName, OptimizerName, RunSpec, RunStatus, SIM_MODEL_ONLY, TorchSettings, TorchStrategy,
-    fits,
+    ModelName, OptimizerName, RunStatus, SIM_MODEL_ONLY, TorchSettings, TorchStrategy, fits,
 };
 pub use view::{
     Aggregate, Caveat, CommTotals, Diagnosis, DiagnosisKind, MAX_BUCKET_HISTORY, MAX_LOG_TAIL,

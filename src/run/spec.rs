@@ -1,10 +1,6 @@
-//! What a run is: the experiment, its settings, its status. Everything a run needs to be
-//! reproduced is in `RunSpec`.
+//! What a run is made of: the experiment, its settings, its status (`RunSpec`, in `run_spec`,
+//! puts them together).
 
-use super::curve::CurveKey;
-use super::family::Family;
-use super::fault::Fault;
-use super::nccl::NcclSettings;
 use crate::protocol::Backend;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -506,91 +502,6 @@ impl AttachTarget {
     }
 }
 
-/// What to launch. Everything a run needs to be reproduced is here.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunSpec {
-    /// The experiment and the settings that belong to it alone (fsdp's strategy, jax's
-    /// sharding, the attached script, the tch loop's variant).
-    pub family: Family,
-    pub k: u32,
-    pub backend: Backend,
-    /// Machine profile of the simulated backend (`h200-nvlink`, `book-pcie`); `None` elsewhere.
-    pub profile: Option<String>,
-    pub model: ModelName,
-    /// Per-rank batch for weak and probe, global batch for strong.
-    pub batch: u32,
-    pub epochs: u32,
-    pub samples: u64,
-    /// NCCL (and other) environment settings of the launch.
-    pub nccl: NcclSettings,
-    pub inject: Option<Fault>,
-    /// A k=1 control run launched alongside a probe.
-    pub control: bool,
-    #[serde(default)]
-    pub data_path: DataPath,
-    #[serde(default)]
-    pub data_source: DataSource,
-    /// The book's TF32/cudnn.benchmark settings (`Off` where there is no PyTorch model).
-    #[serde(default)]
-    pub torch: TorchSettings,
-}
-
-impl RunSpec {
-    /// A launch with the experiment's defaults: its default batch, 2 epochs (the first is
-    /// warm-up), 60,000 samples, the backend's default model and profile, ddptop's NCCL defaults.
-    pub fn new(experiment: Experiment, k: u32, backend: Backend) -> RunSpec {
-        RunSpec {
-            family: Family::of(experiment),
-            k,
-            backend,
-            profile: (backend == Backend::Sim).then(|| DEFAULT_PROFILE.to_string()),
-            model: ModelName::default_for(backend),
-            batch: experiment.default_batch(),
-            epochs: 2,
-            samples: 60_000,
-            nccl: NcclSettings::default(),
-            inject: None,
-            control: false,
-            data_path: DataPath::Device,
-            data_source: DataSource::Synthetic,
-            torch: TorchSettings::for_launch(TorchSettings::Book, experiment, backend),
-        }
-    }
-
-    /// The family's name (`Family::experiment`).
-    pub fn experiment(&self) -> Experiment {
-        self.family.experiment()
-    }
-    /// An attached run's script.
-    pub fn attach(&self) -> Option<&AttachTarget> {
-        self.family.attach()
-    }
-    pub fn per_rank_batch(&self) -> u32 {
-        match self.experiment() {
-            Experiment::Strong => (self.batch / self.k.max(1)).max(1),
-            _ => self.batch,
-        }
-    }
-    pub fn global_batch(&self) -> u32 {
-        self.per_rank_batch() * self.k
-    }
-    /// Worker processes of this run (see `Experiment::processes`).
-    pub fn processes(&self) -> u32 {
-        self.experiment().processes(self.k)
-    }
-    /// `batch 256/rank` or `global batch 512`.
-    pub fn batch_label(&self) -> String {
-        match self.experiment() {
-            Experiment::Strong => format!("global batch {}", self.batch),
-            _ => format!("batch {}/rank", self.batch),
-        }
-    }
-    /// The scaling curve this run is a point of: runs are comparable only when it matches.
-    pub fn curve_key(&self) -> CurveKey {
-        CurveKey::of(self)
-    }
-}
-
 /// The one "does k fit" check (`max_k` = 0: CPUs or simulation, no limit); `Err` says why not.
 pub fn fits(k: u32, max_k: u32) -> Result<(), String> {
     if k == 0 {
@@ -643,7 +554,7 @@ impl fmt::Display for HostBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{HandDispatch, HandReduce};
+    use crate::run::{HandDispatch, HandReduce, RunSpec};
     use clap::ValueEnum;
 
     /// The names table (`util::names!`), serde's snake_case names and clap's value names are

@@ -1,7 +1,8 @@
 //! A run's record: its spec, status and everything its ranks reported. Plain data, filled by
 //! `app::reduce` from worker messages and by the store from history.
 
-use super::spec::{RunSpec, RunStatus};
+use super::run_spec::RunSpec;
+use super::spec::RunStatus;
 use crate::protocol::{
     Backend, Bench, Buckets, Check, Collective, Comm, Hlo, Memory, Phase, Probe, Step,
 };

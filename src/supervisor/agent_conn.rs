@@ -6,7 +6,8 @@
 //! rows are greyed from that moment, and the run goes on.
 
 use super::SupEvent;
-use super::socket::{Registry, Via, refuse, write_line};
+use super::registry::Registry;
+use super::reply::{Via, refuse, write_line};
 use crate::protocol::agent::{AgentHello, AgentMsg, NodeSample, ToAgent, parse_agent};
 use crate::protocol::{ControlMsg, ErrorCode, LineReader, ReadOutcome};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};

@@ -15,6 +15,8 @@ pub mod output;
 pub mod procs;
 pub mod profiler_conn;
 pub mod reader;
+pub mod registry;
+pub mod reply;
 pub mod schedstat;
 pub mod socket;
 pub mod tcp;

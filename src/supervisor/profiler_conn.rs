@@ -4,7 +4,9 @@
 //! commands, and its closing says nothing about the rank (the worker's connection does).
 
 use super::SupEvent;
-use super::socket::{MAX_ERROR_REPLIES, Registry, Via, refuse, write_line};
+use super::lines::MAX_ERROR_REPLIES;
+use super::registry::Registry;
+use super::reply::{Via, refuse, write_line};
 use crate::protocol::{
     ControlMsg, ErrorCode, LineReader, NcclHello, ReadOutcome, WorkerMsg, parse_worker,
 };

@@ -16,7 +16,6 @@
 //! task (`socket::stream_lines`): the TLS state lives there.
 
 use super::lines::{LineCheck, Verdict};
-use super::socket::Registry;
 use super::{Received, SupEvent};
 use crate::protocol::{ControlMsg, LineSplitter, MAX_LINE_BYTES};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -105,13 +104,18 @@ struct Shared {
     stop: AtomicBool,
 }
 
+/// What the reader calls with (run, rank) when a rank's connection closes. A callback, not the
+/// registry itself, so that the reader does not import the socket code that starts it.
+pub(crate) type OnClose = Box<dyn Fn(&str, u32) + Send>;
+
 /// The handle kept by the socket servers and the registry.
 #[derive(Clone)]
 pub(crate) struct Reader(Arc<Shared>);
 
 impl Reader {
-    /// Start the thread. It delivers to `events` and drops closed ranks from `reg`.
-    pub fn start(reg: Registry, events: mpsc::Sender<SupEvent>) -> std::io::Result<Reader> {
+    /// Start the thread. It delivers to `events` and tells `on_close` (run, rank) of each
+    /// closed rank (the registry drops its sender: `Registry::drop_sender`).
+    pub fn start(on_close: OnClose, events: mpsc::Sender<SupEvent>) -> std::io::Result<Reader> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKE)?;
         let shared = Arc::new(Shared {
@@ -122,7 +126,7 @@ impl Reader {
         let s = shared.clone();
         std::thread::Builder::new()
             .name("ddptop-reader".into())
-            .spawn(move || Thread::new(poll, s, reg, events).run())?;
+            .spawn(move || Thread::new(poll, s, on_close, events).run())?;
         Ok(Reader(shared))
     }
 
@@ -288,7 +292,7 @@ fn queue(out: &mut Vec<u8>, msg: Option<ControlMsg>) {
 struct Thread {
     poll: Poll,
     shared: Arc<Shared>,
-    reg: Registry,
+    on_close: OnClose,
     events: mpsc::Sender<SupEvent>,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
@@ -302,13 +306,13 @@ impl Thread {
     fn new(
         poll: Poll,
         shared: Arc<Shared>,
-        reg: Registry,
+        on_close: OnClose,
         events: mpsc::Sender<SupEvent>,
     ) -> Thread {
         Thread {
             poll,
             shared,
-            reg,
+            on_close,
             events,
             conns: Vec::new(),
             free: Vec::new(),
@@ -473,7 +477,7 @@ impl Thread {
                 let mut c = self.conns[i].take().expect("checked above");
                 let _ = self.poll.registry().deregister(c.stream.source());
                 self.free.push(i);
-                self.reg.drop_sender(&c.check.run, c.check.rank);
+                (self.on_close)(&c.check.run, c.check.rank);
                 after.push(SupEvent::Disconnected {
                     run: std::mem::take(&mut c.check.run),
                     rank: c.check.rank,

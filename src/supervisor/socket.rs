@@ -4,248 +4,23 @@
 
 use super::lines::{LineCheck, Verdict};
 use super::reader::{Handoff, Reader, Stream};
+pub use super::registry::Registry;
+pub use super::reply::Via;
+use super::reply::{refuse, write_line};
 use super::{Received, SupEvent};
 use crate::protocol::{ControlMsg, ErrorCode, LineReader, ReadOutcome, WorkerMsg, parse_worker};
-use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::mpsc;
-
-/// A run's admission record.
-struct RunAuth {
-    token: String,
-    world_size: u32,
-    open: bool,
-    seen_ranks: HashSet<u32>,
-    senders: HashMap<u32, mpsc::UnboundedSender<ControlMsg>>,
-    /// Ranks that connected over TCP (another node): their pids are not this machine's.
-    remote: HashMap<u32, std::net::SocketAddr>,
-    /// NCCL profiler plugin connections (`supervisor::profiler_conn`): closed with the run.
-    profilers: Vec<mpsc::UnboundedSender<ControlMsg>>,
-    /// Node agents (`ddptop agent`) by node name: one each; closed with the run.
-    agents: HashMap<String, mpsc::UnboundedSender<crate::protocol::agent::ToAgent>>,
-    /// The nodes whose agents may connect (a multi-node run's other nodes); none by default.
-    agent_nodes: Vec<String>,
-}
-
-#[derive(Clone, Default)]
-pub struct Registry {
-    runs: Arc<Mutex<HashMap<String, RunAuth>>>,
-    /// The paced reader that serves the admitted plain sockets: told when a command waits or
-    /// a run's connections should close.
-    reader: Arc<std::sync::OnceLock<Reader>>,
-}
-
-impl Registry {
-    pub fn open_run(&self, run: &str, token: &str, world_size: u32) {
-        self.lock().insert(
-            run.to_string(),
-            RunAuth {
-                token: token.to_string(),
-                world_size,
-                open: true,
-                seen_ranks: HashSet::new(),
-                senders: HashMap::new(),
-                remote: HashMap::new(),
-                profilers: Vec::new(),
-                agents: HashMap::new(),
-                agent_nodes: Vec::new(),
-            },
-        );
-    }
-
-    /// Refuse new connections and drop the command channels, which closes every connection of
-    /// the run: the workers' dead-man switches fire.
-    pub fn close_run(&self, run: &str) {
-        if let Some(a) = self.lock().get_mut(run) {
-            a.open = false;
-            a.senders.clear();
-            a.profilers.clear();
-            a.agents.clear();
-        }
-        self.wake_reader();
-    }
-
-    /// Send a command to every connected rank of a run; returns how many got it.
-    pub fn command(&self, run: &str, msg: ControlMsg) -> usize {
-        let sent = {
-            let g = self.lock();
-            let Some(a) = g.get(run) else { return 0 };
-            a.senders
-                .values()
-                .filter(|s| s.send(msg.clone()).is_ok())
-                .count()
-        };
-        self.wake_reader();
-        sent
-    }
-
-    /// The peer address of a rank that connected over TCP; `None` for a local (Unix) rank.
-    pub fn remote_peer(&self, run: &str, rank: u32) -> Option<std::net::SocketAddr> {
-        self.lock().get(run)?.remote.get(&rank).copied()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, RunAuth>> {
-        self.runs.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The paced reader of this registry's plain sockets (started with the Unix socket server).
-    pub(crate) fn reader(&self) -> Option<&Reader> {
-        self.reader.get()
-    }
-
-    fn wake_reader(&self) {
-        if let Some(r) = self.reader.get() {
-            r.wake();
-        }
-    }
-
-    /// Admit a `hello`, or say why not.
-    fn admit(
-        &self,
-        h: &crate::protocol::Hello,
-        tx: mpsc::UnboundedSender<ControlMsg>,
-        via: Via,
-    ) -> Result<(), (ErrorCode, String)> {
-        let mut g = self.lock();
-        let a = open_run(&mut g, &h.run_id, &h.token)?;
-        if h.world_size != a.world_size {
-            return Err((
-                ErrorCode::BadMessage,
-                format!(
-                    "world_size {} but run {} has k={}",
-                    h.world_size, h.run_id, a.world_size
-                ),
-            ));
-        }
-        if !a.seen_ranks.insert(h.rank) {
-            return Err((
-                ErrorCode::DuplicateRank,
-                format!("rank {} is already connected", h.rank),
-            ));
-        }
-        a.senders.insert(h.rank, tx);
-        if let Via::Tcp(peer) = via {
-            a.remote.insert(h.rank, peer);
-        }
-        Ok(())
-    }
-
-    /// Admit an NCCL profiler plugin's `nccl_hello`: the run's token, an open run, its world
-    /// size. Not a rank's connection: no duplicate check, no commands.
-    pub(crate) fn admit_profiler(
-        &self,
-        h: &crate::protocol::NcclHello,
-        tx: mpsc::UnboundedSender<ControlMsg>,
-    ) -> Result<(), (ErrorCode, String)> {
-        let mut g = self.lock();
-        let a = open_run(&mut g, &h.run_id, &h.token)?;
-        if h.world_size != a.world_size {
-            return Err((
-                ErrorCode::BadMessage,
-                format!(
-                    "world_size {} but run {} has k={}",
-                    h.world_size, h.run_id, a.world_size
-                ),
-            ));
-        }
-        a.profilers.retain(|s| !s.is_closed());
-        a.profilers.push(tx);
-        Ok(())
-    }
-
-    /// Admit a node agent's `agent_hello`: the run's token, the run still open, one agent per
-    /// node name. A refusal's reason is for ddptop's record only (the peer gets `REFUSED`).
-    pub(crate) fn admit_agent(
-        &self,
-        h: &crate::protocol::agent::AgentHello,
-        tx: mpsc::UnboundedSender<crate::protocol::agent::ToAgent>,
-    ) -> Result<(), (ErrorCode, String)> {
-        let mut g = self.lock();
-        let a = open_run(&mut g, &h.run_id, &h.token)?;
-        if !a.agent_nodes.contains(&h.node) {
-            return Err((
-                ErrorCode::BadMessage,
-                format!("{} is not one of this run's other nodes", h.node),
-            ));
-        }
-        if a.agents.get(&h.node).is_some_and(|s| !s.is_closed()) {
-            return Err((
-                ErrorCode::DuplicateRank,
-                format!("node {} already has an agent", h.node),
-            ));
-        }
-        a.agents.insert(h.node.clone(), tx);
-        Ok(())
-    }
-
-    /// Let the agents of these nodes connect to `run` (its other nodes).
-    pub fn allow_agents(&self, run: &str, nodes: &[String]) {
-        if let Some(a) = self.lock().get_mut(run) {
-            a.agent_nodes = nodes.to_vec();
-        }
-    }
-
-    /// Send a command to a run's agent on `node`; whether it was sent.
-    pub fn agent_command(
-        &self,
-        run: &str,
-        node: &str,
-        msg: crate::protocol::agent::ToAgent,
-    ) -> bool {
-        let g = self.lock();
-        g.get(run)
-            .and_then(|a| a.agents.get(node))
-            .is_some_and(|s| s.send(msg).is_ok())
-    }
-
-    pub(crate) fn drop_agent(&self, run: &str, node: &str) {
-        if let Some(a) = self.lock().get_mut(run) {
-            a.agents.remove(node);
-        }
-    }
-
-    pub(crate) fn drop_sender(&self, run: &str, rank: u32) {
-        if let Some(a) = self.lock().get_mut(run) {
-            a.senders.remove(&rank);
-        }
-    }
-}
 
 /// Whether the `nth` refused connection of a run gets a row in the store: the first ten, then
 /// the 16th, 32nd, 64th, … (a flood of bad hellos must not grow the database by a row each; the
 /// run's `rejected` count still counts every one).
 pub fn worth_a_row(nth: u64) -> bool {
     nth <= 10 || nth.is_power_of_two()
-}
-
-/// The run a connection's first line names, when its token matches and the run is still open.
-/// An unknown run, a wrong token and a finished run get the same answer (`REFUSED`), so a
-/// stranger cannot tell which run ids exist; the reason is only recorded here.
-fn open_run<'a>(
-    runs: &'a mut HashMap<String, RunAuth>,
-    run_id: &str,
-    token: &str,
-) -> Result<&'a mut RunAuth, (ErrorCode, String)> {
-    let refused = |why: String| (ErrorCode::BadToken, why);
-    let a = runs
-        .get_mut(run_id)
-        .ok_or_else(|| refused(format!("no run `{run_id}` here")))?;
-    if !constant_time_eq(a.token.as_bytes(), token.as_bytes()) {
-        return Err(refused(format!("token does not match run {run_id}")));
-    }
-    if !a.open {
-        return Err(refused(format!("run {run_id} has finished")));
-    }
-    Ok(a)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A fresh 256-bit token, hex.
@@ -305,8 +80,10 @@ impl SocketServer {
         let listener = UnixListener::bind(&path)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         let registry = Registry::default();
-        let reader = Reader::start(registry.clone(), events.clone())?;
-        let _ = registry.reader.set(reader.clone());
+        let reg = registry.clone();
+        let on_close = move |run: &str, rank: u32| reg.drop_sender(run, rank);
+        let reader = Reader::start(Box::new(on_close), events.clone())?;
+        registry.set_reader(reader.clone());
         let task = tokio::spawn(accept_loop(listener, registry.clone(), events, reader));
         Ok(SocketServer {
             dir,
@@ -380,14 +157,11 @@ async fn accept_loop(
     }
 }
 
-/// The one answer to an unknown run, a wrong token or a finished run.
-pub(crate) const REFUSED: &str = "no such run, or the token does not match";
 pub const MAX_HELLO_BYTES: usize = 8 << 10;
 
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lines a TLS connection's task hands the engine per event at most.
 const MAX_BATCH: usize = 4;
-pub(crate) use super::lines::MAX_ERROR_REPLIES;
 
 async fn serve(stream: UnixStream, reg: Registry, events: mpsc::Sender<SupEvent>, reader: Reader) {
     let (rd, mut wr) = stream.into_split();
@@ -450,21 +224,6 @@ pub(crate) async fn hand_off(
             reg.drop_sender(&check.run, check.rank);
             let (run, rank) = (check.run, check.rank);
             let _ = events.send(SupEvent::Disconnected { run, rank }).await;
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Via {
-    Unix,
-    Tcp(std::net::SocketAddr),
-}
-
-impl Via {
-    pub(crate) fn suffix(self) -> String {
-        match self {
-            Via::Unix => String::new(),
-            Via::Tcp(a) => format!(" (tcp from {a})"),
         }
     }
 }
@@ -664,42 +423,10 @@ pub(crate) async fn stream_lines<R, W>(
         .await;
 }
 
-pub(crate) async fn refuse<W: AsyncWrite + Unpin>(
-    wr: &mut W,
-    events: &mpsc::Sender<SupEvent>,
-    run: &str,
-    (code, msg): (ErrorCode, String),
-    detail: String,
-) {
-    let msg = if code == ErrorCode::BadToken {
-        REFUSED.to_string()
-    } else {
-        msg
-    };
-    let _ = write_line(wr, &ControlMsg::Error { code, msg }).await;
-    let _ = events
-        .send(SupEvent::Rejected {
-            run: Some(run.to_string()),
-            detail,
-        })
-        .await;
-}
-
-pub(crate) async fn write_line<W: AsyncWrite + Unpin>(
-    wr: &mut W,
-    msg: &ControlMsg,
-) -> std::io::Result<()> {
-    let mut line = msg.to_line();
-    line.push('\n');
-    // A peer that never reads must not stall this task forever.
-    tokio::time::timeout(Duration::from_secs(2), wr.write_all(line.as_bytes()))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "peer not reading"))?
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::supervisor::registry::constant_time_eq;
 
     #[tokio::test]
     async fn private_dir_and_socket_modes_and_stale_dirs_removed() {

@@ -122,7 +122,7 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     if spec.experiment() == crate::run::Experiment::Attach {
         // The user's job: say why ddptop added each variable to its environment.
         for (k, _) in run.env.iter() {
-            if let Some(why) = crate::supervisor::launch::why_set(k) {
+            if let Some(why) = crate::app::run_files::why_set(k) {
                 out.push(kv("  adds", format!("{k}: {why}")));
             }
         }
@@ -248,24 +248,20 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     match s
         .data_dir
         .as_ref()
-        .map(|d| crate::paths::runs_dir(d).join(&run.id))
+        .map(|d| crate::app::run_files::RunFiles::of(d, &run.id))
     {
-        Some(dir) => {
-            out.push(kv("output", dir.join("output.log").display().to_string()));
-            out.push(kv("command", dir.join("command.txt").display().to_string()));
+        Some(f) => {
+            out.push(kv("output", f.output.display().to_string()));
+            out.push(kv("command", f.command.display().to_string()));
             out.push(kv(
                 "steps",
-                format!(
-                    "{} ({})",
-                    dir.join(crate::store::ARCHIVE_FILE).display(),
-                    crate::store::ARCHIVE_WHAT
-                ),
+                format!("{} ({})", f.steps.display(), f.steps_what),
             ));
             out.push(kv(
                 "dumps",
                 format!(
                     "{} (flight-recorder fr_rank*, written when a run hangs)",
-                    dir.display()
+                    f.dir.display()
                 ),
             ));
         }

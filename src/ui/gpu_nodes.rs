@@ -5,7 +5,7 @@
 //! A node whose agent is lost keeps its last rows, greyed, with the reason. Pure drawing.
 
 use super::fmt::{self, NA};
-use super::gpus::{Cols, gpu_cols, gpu_head, gpu_row, lpad, rpad};
+use super::gpu_row::{Cols, gpu_cols, gpu_head, gpu_row, lpad, rpad};
 use super::{Ctx, model, put_line};
 use crate::app::nodes::{NodeGpus, node_gpu_owners};
 use crate::gpu::GpuView;

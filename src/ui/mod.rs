@@ -12,6 +12,7 @@ pub mod deficits;
 pub mod detail;
 pub mod fmt;
 pub mod gpu_nodes;
+pub mod gpu_row;
 pub mod gpus;
 pub mod layout;
 pub mod log;
