@@ -673,8 +673,8 @@ pub struct TuneArgs {
     pub samples: Option<u64>,
     /// Bucket sizes to try (MiB, comma-separated) instead of 1, 5, 10, 50, 100, 1024 and a
     /// sixteenth and a quarter of the model's gradients.
-    #[arg(long, value_delimiter = ',', value_parser = cap_mb)]
-    pub bucket_caps: Vec<f64>,
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(crate::run::BucketCapMb))]
+    pub bucket_caps: Vec<crate::run::BucketCapMb>,
     /// Runs of the default and of each finalist (3 or more for a recommendation).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=50))]
     pub repeats: u32,
@@ -715,13 +715,6 @@ use --k 2 or more (the k=1 run is made anyway, to predict from)"
             .into()),
         Ok(k) if (2..=64).contains(&k) => Ok(k),
         _ => Err(format!("`{s}` is not a world size from 2 to 64")),
-    }
-}
-
-fn cap_mb(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(x) if x > 0.0 && x <= 1e6 => Ok(x),
-        _ => Err(format!("`{s}` is not a bucket size in MiB above 0")),
     }
 }
 

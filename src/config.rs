@@ -903,6 +903,11 @@ impl Config {
                     ));
                 }
                 preset.insert(var, v);
+                // DDP's settings (`DDPTOP_DDP_*`) are typed: a bad one is refused here, not
+                // by every rank of the next launch.
+                if let Err(e) = crate::run::DdpSettings::of_overlay(&preset) {
+                    return Err(err(span, e.0));
+                }
             }
             cfg.presets.insert(name, preset);
         }
@@ -1149,5 +1154,25 @@ mod tests {
         assert_eq!(p["C"], None);
         assert_eq!(p["D"], Some("4".into()));
         assert!(cfg.preset("shm-memcpy").is_some(), "built-in presets stay");
+    }
+
+    /// DDP's settings in a preset are typed (issue 49): a bucket size of 0 or a word is refused
+    /// when the config is read, in one line naming the variable; a good one (a TOML number too)
+    /// is kept as the workers read it.
+    #[test]
+    fn a_presets_ddp_settings_are_checked() {
+        for bad in ["0", "\"lots\"", "-1"] {
+            let text = format!("[presets.t]\nDDPTOP_DDP_BUCKET_CAP_MB = {bad}\n");
+            let e = Config::parse(&text, Path::new("c.toml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("DDPTOP_DDP_BUCKET_CAP_MB="), "{e}");
+            assert!(e.contains("expected MiB above 0"), "{e}");
+        }
+        let text = "[presets.t]\nDDPTOP_DDP_BUCKET_CAP_MB = 5\nDDPTOP_DDP_STATIC_GRAPH = true\n";
+        let cfg = Config::parse(text, Path::new("c.toml")).unwrap();
+        let p = cfg.preset("t").unwrap();
+        assert_eq!(p["DDPTOP_DDP_BUCKET_CAP_MB"], Some("5".into()));
+        assert_eq!(p["DDPTOP_DDP_STATIC_GRAPH"], Some("1".into()));
     }
 }

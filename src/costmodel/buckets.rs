@@ -9,13 +9,6 @@
 
 /// DDP's first bucket (`torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`).
 pub const FIRST_BUCKET_BYTES: u64 = 1 << 20;
-/// The environment variable a run's `bucket_cap_mb` travels in (to ddptop's workers, the
-/// simulator and an attached script's DDP alike: workers/ddptop_worker/ddp_knobs.py).
-pub const CAP_ENV: &str = "DDPTOP_DDP_BUCKET_CAP_MB";
-/// `static_graph=True` (1) or not (0).
-pub const STATIC_GRAPH_ENV: &str = "DDPTOP_DDP_STATIC_GRAPH";
-/// `gradient_as_bucket_view=True` (1) or not (0).
-pub const GRAD_VIEW_ENV: &str = "DDPTOP_DDP_GRAD_AS_BUCKET_VIEW";
 /// DDP's default `bucket_cap_mb`.
 pub const DEFAULT_CAP_MB: f64 = 25.0;
 

@@ -6,6 +6,7 @@ pub mod checks;
 pub mod coll_bounds;
 pub mod collectives;
 pub mod curve;
+pub mod ddp;
 pub mod family;
 pub mod fault;
 pub mod handrolled;
@@ -15,6 +16,7 @@ pub mod spec;
 pub mod view;
 
 pub use curve::{Batch, CurveKey, Setting, Warmup};
+pub use ddp::{BucketCapMb, DdpSettings};
 pub use family::Family;
 pub use fault::Fault;
 pub use handrolled::{HandDispatch, HandReduce, HandRolled};

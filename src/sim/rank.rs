@@ -42,16 +42,10 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
     let settings = NcclSettings::with(&env);
     let mode = settings.mode();
     // `ddptop tune`'s bucket size (DDPTOP_DDP_BUCKET_CAP_MB): the book's buckets re-cut.
-    let layout = match settings.get(costmodel::buckets::CAP_ENV) {
-        Some(v) => {
-            let mb: f64 = v
-                .parse()
-                .ok()
-                .filter(|mb: &f64| *mb > 0.0 && mb.is_finite())
-                .ok_or_else(|| {
-                    anyhow::anyhow!("{}={v}: expected MiB above 0", costmodel::buckets::CAP_ENV)
-                })?;
-            costmodel::buckets::rebucket(&RESNET18_BUCKETS, costmodel::buckets::cap_bytes(mb))
+    let ddp = crate::run::DdpSettings::of(&settings)?;
+    let layout = match ddp.bucket_cap_mb {
+        Some(cap) => {
+            costmodel::buckets::rebucket(&RESNET18_BUCKETS, costmodel::buckets::cap_bytes(cap.mb()))
         }
         None => RESNET18_BUCKETS.to_vec(),
     };

@@ -30,7 +30,7 @@ pub struct Plan {
     pub family: Family,
     pub k: u32,
     /// Bucket sizes to try instead of the built-in ones (empty: those).
-    pub bucket_caps: Vec<f64>,
+    pub bucket_caps: Vec<crate::run::BucketCapMb>,
     pub repeats: u32,
     pub finalists: u32,
     pub min_gain_pct: f64,

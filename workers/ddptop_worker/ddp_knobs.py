@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Final
 
-BUCKET_CAP = "DDPTOP_DDP_BUCKET_CAP_MB"
-STATIC_GRAPH = "DDPTOP_DDP_STATIC_GRAPH"
-GRAD_VIEW = "DDPTOP_DDP_GRAD_AS_BUCKET_VIEW"
+BUCKET_CAP: Final = "DDPTOP_DDP_BUCKET_CAP_MB"
+STATIC_GRAPH: Final = "DDPTOP_DDP_STATIC_GRAPH"
+GRAD_VIEW: Final = "DDPTOP_DDP_GRAD_AS_BUCKET_VIEW"
 
 # DistributedDataParallel(module, device_ids, output_device, dim, broadcast_buffers, init_sync,
 # process_group, bucket_cap_mb, find_unused_parameters, check_reduction,
@@ -30,6 +31,9 @@ POSITIONS = {"bucket_cap_mb": 7, "gradient_as_bucket_view": 10, "static_graph": 
 
 class KnobError(ValueError):
     pass
+
+
+MAX_CAP_MB: Final = 1e6  # ddptop's own bound (run/ddp.rs): past any model's gradients
 
 
 def _flag(env: Mapping[str, str], name: str) -> bool | None:
@@ -43,24 +47,44 @@ def _flag(env: Mapping[str, str], name: str) -> bool | None:
     raise KnobError(f"{name}={v!r}: expected 1 or 0")
 
 
+def _bucket_cap(env: Mapping[str, str]) -> float | None:
+    cap = env.get(BUCKET_CAP, "").strip()
+    if not cap:
+        return None
+    try:
+        mb = float(cap)
+    except ValueError:
+        mb = float("nan")
+    if not 0.0 < mb <= MAX_CAP_MB:  # NaN fails too
+        raise KnobError(f"{BUCKET_CAP}={cap!r}: expected MiB above 0")
+    return mb
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The DDP settings a launch asks for, typed; None leaves the constructor's own."""
+
+    bucket_cap_mb: float | None = None
+    static_graph: bool | None = None
+    gradient_as_bucket_view: bool | None = None
+
+    @classmethod
+    def parse(cls, env: Mapping[str, str]) -> Knobs:
+        """The one reader of the DDPTOP_DDP_* variables; a bad value raises KnobError."""
+        return cls(
+            bucket_cap_mb=_bucket_cap(env),
+            static_graph=_flag(env, STATIC_GRAPH),
+            gradient_as_bucket_view=_flag(env, GRAD_VIEW),
+        )
+
+    def kwargs(self) -> dict[str, Any]:
+        """DDP's keyword arguments for the settings that are set (in this order)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
 def from_env(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The DDP keyword arguments the environment asks for (empty: none)."""
-    env = os.environ if env is None else env
-    out: dict[str, Any] = {}
-    cap = env.get(BUCKET_CAP, "").strip()
-    if cap:
-        try:
-            mb = float(cap)
-        except ValueError:
-            mb = float("nan")
-        if not 0.0 < mb <= 1e6:
-            raise KnobError(f"{BUCKET_CAP}={cap!r}: expected MiB above 0")
-        out["bucket_cap_mb"] = mb
-    for name, kw in ((STATIC_GRAPH, "static_graph"), (GRAD_VIEW, "gradient_as_bucket_view")):
-        v = _flag(env, name)
-        if v is not None:
-            out[kw] = v
-    return out
+    return Knobs.parse(os.environ if env is None else env).kwargs()
 
 
 def passed(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[str]:

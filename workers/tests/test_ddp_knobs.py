@@ -28,9 +28,22 @@ def test_from_env_reads_the_three_settings_and_nothing_when_unset() -> None:
     )
 
 
+def test_knobs_are_typed_and_keep_the_keyword_order() -> None:
+    knobs = ddp_knobs.Knobs.parse({ddp_knobs.BUCKET_CAP: " 0.5 ", ddp_knobs.GRAD_VIEW: "true"})
+    assert knobs == ddp_knobs.Knobs(bucket_cap_mb=0.5, gradient_as_bucket_view=True)
+    assert list(knobs.kwargs()) == ["bucket_cap_mb", "gradient_as_bucket_view"]
+    assert ddp_knobs.Knobs.parse({}) == ddp_knobs.Knobs()
+
+
 @pytest.mark.parametrize(
     "env",
-    [{ddp_knobs.BUCKET_CAP: "0"}, {ddp_knobs.BUCKET_CAP: "lots"}, {ddp_knobs.STATIC_GRAPH: "yes"}],
+    [
+        {ddp_knobs.BUCKET_CAP: "0"},
+        {ddp_knobs.BUCKET_CAP: "lots"},
+        {ddp_knobs.BUCKET_CAP: "nan"},
+        {ddp_knobs.BUCKET_CAP: "2e6"},
+        {ddp_knobs.STATIC_GRAPH: "yes"},
+    ],
 )
 def test_bad_values_are_one_clear_error(env: dict[str, str]) -> None:
     with pytest.raises(ddp_knobs.KnobError, match="DDPTOP_DDP_"):

@@ -284,7 +284,10 @@ mod tests {
         let mut b = Board::new("weak at k=2".into(), true, 2, 1);
         let mut rows = vec![
             Row::new(Candidate::default_one(), Err("x".into())),
-            Row::new(Candidate::bucket_cap(5.0), Err("x".into())),
+            Row::new(
+                Candidate::bucket_cap(crate::run::BucketCapMb::new(5.0).unwrap()),
+                Err("x".into()),
+            ),
         ];
         for (r, xs) in rows
             .iter_mut()

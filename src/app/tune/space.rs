@@ -3,9 +3,8 @@
 //! settings (so a winner is a preset like any other, and reaches an attached script too).
 
 use crate::costmodel::Profile;
-use crate::costmodel::buckets::{CAP_ENV, GRAD_VIEW_ENV, STATIC_GRAPH_ENV};
 use crate::protocol::Backend;
-use crate::run::NcclSettings;
+use crate::run::{BucketCapMb, DdpSettings, NcclSettings};
 
 /// `bucket_cap_mb` values tried besides DDP's default 25 (1024: everything after the first
 /// bucket in one).
@@ -55,9 +54,22 @@ impl Candidate {
         }
     }
 
+    /// DDP settings, spelled as the workers read them (`DdpSettings::env`).
+    fn ddp(d: DdpSettings, label: String, modelled: bool) -> Candidate {
+        Candidate {
+            name: label,
+            env: d.env(),
+            modelled,
+        }
+    }
+
     /// `bucket_cap_mb=MB`.
-    pub fn bucket_cap(mb: f64) -> Candidate {
-        Candidate::one(CAP_ENV, &mb.to_string(), cap_label(mb))
+    pub fn bucket_cap(mb: BucketCapMb) -> Candidate {
+        let d = DdpSettings {
+            bucket_cap_mb: Some(mb),
+            ..Default::default()
+        };
+        Candidate::ddp(d, cap_label(mb.mb()), true)
     }
 
     pub fn is_default(&self) -> bool {
@@ -66,7 +78,8 @@ impl Candidate {
 
     /// Its `bucket_cap_mb`, when it sets one.
     pub fn cap_mb(&self) -> Option<f64> {
-        self.get(CAP_ENV).and_then(|v| v.parse().ok())
+        let d = DdpSettings::from_vars(|k| self.get(k)).ok()?;
+        d.bucket_cap_mb.map(BucketCapMb::mb)
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
@@ -140,17 +153,25 @@ pub fn space(
     grad_bytes: Option<u64>,
 ) -> Vec<Candidate> {
     let mut v = vec![Candidate::default_one()];
-    v.extend(caps_mb(grad_bytes).into_iter().map(Candidate::bucket_cap));
+    // `caps_mb` makes sizes above 0 only: none is dropped here.
+    v.extend(
+        caps_mb(grad_bytes)
+            .into_iter()
+            .filter_map(BucketCapMb::new)
+            .map(Candidate::bucket_cap),
+    );
     if backend != Backend::Sim {
         // The simulator models neither: it would measure noise.
-        v.push(Candidate {
-            name: "static_graph+bucket_view".into(),
-            env: vec![
-                (STATIC_GRAPH_ENV.into(), "1".into()),
-                (GRAD_VIEW_ENV.into(), "1".into()),
-            ],
-            modelled: false,
-        });
+        let both = DdpSettings {
+            static_graph: Some(true),
+            grad_as_bucket_view: Some(true),
+            ..Default::default()
+        };
+        v.push(Candidate::ddp(
+            both,
+            "static_graph+bucket_view".into(),
+            false,
+        ));
     }
     let nccl: Vec<(&str, &str)> = match backend {
         // gloo runs no NCCL: its knobs would be ignored (and ddptop refuses them there).
@@ -221,7 +242,10 @@ mod tests {
         let both = c.combine(sim.last().unwrap());
         assert_eq!(both.name, "bucket_cap_mb=5 + NCCL_P2P_DISABLE=1");
         assert_eq!(both.settings(&base).get("NCCL_P2P_DISABLE"), Some("1"));
-        assert_eq!(both.settings(&base).get(CAP_ENV), Some("5"));
+        assert_eq!(
+            both.settings(&base).get(crate::run::ddp::CAP_ENV),
+            Some("5")
+        );
     }
 
     #[test]
