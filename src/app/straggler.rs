@@ -703,11 +703,13 @@ fn thousands(x: f64) -> String {
 pub const STARVED_SHARE: f64 = 0.5;
 
 /// And its wait must be at least this many times the other local ranks' median: starved, a
-/// rank waits for a core far more than its peers (4x in the fixture run); on a loaded host a
+/// rank waits for a core far more than its peers (4x in the fixture run). On a loaded host a
 /// rank slowed by a sleep was seen waiting 1.4x the others over a 1 s quick-test span (its
 /// wake-ups queue for a core too; 12 ms a step more, most of its lag), and such noise alone
-/// must not un-name a real straggler.
-pub const STARVED_RATIO: f64 = 2.0;
+/// must not un-name a real straggler; healthy ranks of loaded k=2 runs named for a burst
+/// waited 1.6-1.9x theirs (docs/stragglers.md; once more in issue 51's fourth flake hunt, 9.9
+/// vs 5.2 ms, with the rule at 2x). Hence 1.5.
+pub const STARVED_RATIO: f64 = 1.5;
 
 /// The fewest steps a run-queue figure spans: fewer say little of a per-step wait.
 pub const RUN_QUEUE_MIN_STEPS: u64 = 3;
@@ -1881,14 +1883,14 @@ mod tests {
             "{}",
             few.evidence()
         );
-        // Most of its lag, but under 2x what the other rank waits (a healthy k=2 run beside
-        // two busy loops: 38.7 vs 20.4 ms).
-        let close = s(38.7, 20.4, 22.0);
+        // Most of its lag, but under 1.5x what the other rank waits (the sleeping straggler's
+        // wake-ups on a loaded host: 41.0 vs 28.9 ms).
+        let close = s(41.0, 28.9, 15.0);
         assert!(!close.starved());
         assert_eq!(
             close.evidence(),
-            "it waited 38.7 ms per step for a CPU core (the others 20.4 ms): 18.3 ms more, 83% of \
-             its 22.0 ms lag, but less than 2x the others' wait"
+            "it waited 41.0 ms per step for a CPU core (the others 28.9 ms): 12.1 ms more, 81% of \
+             its 15.0 ms lag, but less than 1.5x the others' wait"
         );
     }
 
@@ -1932,6 +1934,22 @@ mod tests {
         wait_per_step(&mut run, 1, 80, |_| 14.0);
         run.ranks.get_mut(&1).unwrap().remote = true;
         assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
+    }
+
+    #[test]
+    fn a_rank_waiting_for_a_core_1_6x_the_others_is_starved_and_1_4x_is_not() {
+        // Rank 1 lags 15 ms a step. Waiting for a core 1.9x the other rank (38.7 vs 20.4 ms, a
+        // starved healthy rank of a loaded k=2 run) or 1.6x (24 vs 15 ms), each over half its
+        // lag, is a caveat; the sleeping straggler's 41.0 vs 28.9 ms (1.4x) is named
+        // (`a_slow_rank_that_waits_little_for_a_core_is_still_named`).
+        for (mine, others) in [(38.7, 20.4), (24.0, 15.0)] {
+            let mut run = slow_backward_run(80, 48);
+            wait_per_step(&mut run, 0, 80, move |_| others);
+            wait_per_step(&mut run, 1, 80, move |_| mine);
+            let lines = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
+            assert!(lines.is_empty(), "{mine} vs {others} ms: {lines:?}");
+            assert_eq!(run.caveats.len(), 1, "{:?}", run.caveats);
+        }
     }
 
     #[test]

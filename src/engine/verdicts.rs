@@ -21,17 +21,40 @@ impl Engine {
         }
         let named = |kind| v.diagnoses.iter().any(|d| d.kind == kind);
         let mut found = None;
+        let mut host_bound = None;
         if v.spec.k >= 2 && !named(DiagnosisKind::SlowerThanOneGpu) {
             let one = diagnose::measured_one(v, &self.state.runs);
-            found = diagnose::slower_than_one_gpu(v, one.as_ref());
+            match diagnose::judge(v, one.as_ref()) {
+                Some(diagnose::Slower::Named(d)) => found = Some(d),
+                // Said once; judged again at later steps, in case the host frees up.
+                Some(diagnose::Slower::HostBound(line))
+                    if !v
+                        .caveats
+                        .iter()
+                        .any(|c| c.text.starts_with(diagnose::HOST_BOUND)) =>
+                {
+                    host_bound = Some(line)
+                }
+                _ => {}
+            }
         }
         // A compiled run's steady state against the same script eager, once its counters came.
         if found.is_none()
+            && host_bound.is_none()
             && v.compile_counters.is_some()
             && !named(DiagnosisKind::CompileRegression)
             && let Some(eager) = diagnose::eager_run(v, &self.state.runs)
         {
             found = diagnose::slower_than_eager(v, &eager);
+        }
+        if let Some(line) = host_bound {
+            if let Some(v) = self.state.run_mut(run) {
+                v.add_caveat(crate::run::Caveat::note(line.clone()));
+                v.push_tail(format!("ddptop: {line}"));
+            }
+            self.pending.push(EventRow::note(run, &line));
+            self.persist_live(run);
+            return;
         }
         let Some(d) = found else {
             return;
