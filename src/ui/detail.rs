@@ -4,7 +4,7 @@
 
 use super::Ctx;
 use super::fmt;
-use super::theme::status_glyph;
+use super::theme::{Theme, status_glyph};
 use crate::app::{RunView, summary};
 use crate::util::median;
 use ratatui::buffer::Buffer;
@@ -14,15 +14,27 @@ use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Widget, Wra
 
 /// The lines of the details of `run` (pure; tested without a screen).
 pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
-    let t = ctx.theme;
-    let s = ctx.state;
     let mut out: Vec<Line<'static>> = Vec::new();
-    let kv = |k: &str, v: String| {
-        Line::from(vec![
-            Span::styled(format!("{k:<10} "), t.label),
-            Span::styled(v, t.text),
-        ])
-    };
+    head(ctx, run, &mut out);
+    launch(ctx, run, &mut out);
+    result(ctx, run, &mut out);
+    ranks(ctx, run, &mut out);
+    checks(ctx, run, &mut out);
+    files(ctx, run, &mut out);
+    out
+}
+
+/// One `key  value` line of the details.
+fn kv_line(t: &Theme, k: &str, v: String) -> Line<'static> {
+    Line::from(vec![
+        Span::styled(format!("{k:<10} "), t.label),
+        Span::styled(v, t.text),
+    ])
+}
+
+/// The spec line: what was launched (or, attached, what was seen of the script).
+fn what(ctx: &Ctx, run: &RunView) -> String {
+    let s = ctx.state;
     let spec = &run.spec;
     let mut what = match spec.attach() {
         // An attached script's settings are its own: only what was seen of them.
@@ -56,6 +68,15 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     {
         what.push_str(&format!(" · sweep {p}/{n}"));
     }
+    what
+}
+
+/// Spec, status, fault, progress, start, versions, PyTorch settings.
+fn head(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
+    let t = ctx.theme;
+    let spec = &run.spec;
+    let kv = |k: &str, v: String| kv_line(t, k, v);
+    let what = what(ctx, run);
     out.push(kv("spec", what));
     out.push(kv(
         "status",
@@ -95,6 +116,13 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     if let Some(t) = run.torch_label() {
         out.push(kv("pytorch", t));
     }
+}
+
+/// The launch: command line, environment (and why ddptop set each variable of an attached job), transport.
+fn launch(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
+    let t = ctx.theme;
+    let spec = &run.spec;
+    let kv = |k: &str, v: String| kv_line(t, k, v);
     out.push(kv(
         "command",
         run.command
@@ -132,6 +160,14 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
         run.transport()
             .map_or_else(|| "not reported".into(), str::to_string),
     ));
+}
+
+/// The result line, its caveats, what an attached run measured.
+fn result(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
+    let t = ctx.theme;
+    let s = ctx.state;
+    let spec = &run.spec;
+    let kv = |k: &str, v: String| kv_line(t, k, v);
     if let Some(agg) = &run.aggregate {
         let mut v = format!(
             "{} samples/s (ranks {}..{})",
@@ -164,6 +200,12 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     if spec.attach().is_some() && run.status.is_final() {
         out.push(kv("measured", summary::attach_note(run)));
     }
+}
+
+/// Per-rank table, per-phase figures, exit codes.
+fn ranks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
+    let t = ctx.theme;
+    let kv = |k: &str, v: String| kv_line(t, k, v);
     out.push(Line::from(Span::styled(
         "rank  pid      device    step    step ms  samples/s  state",
         t.label,
@@ -201,6 +243,12 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     for (who, code) in &run.exit_codes {
         out.push(kv("exit", format!("{who}: {code}")));
     }
+}
+
+/// The equality verdict, its checks, diagnoses, hang evidence, failed ranks' last lines.
+fn checks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
+    let t = ctx.theme;
+    let kv = |k: &str, v: String| kv_line(t, k, v);
     if let Some(e) = crate::app::equality::equality(&run.checks) {
         out.push(kv(
             "equality",
@@ -245,6 +293,13 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
             out.push(kv("  said", format!("[rank {}] {l}", t.rank)));
         }
     }
+}
+
+/// Where the run's files are, and its collectives.
+fn files(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
+    let t = ctx.theme;
+    let s = ctx.state;
+    let kv = |k: &str, v: String| kv_line(t, k, v);
     match s
         .data_dir
         .as_ref()
@@ -270,7 +325,6 @@ pub fn lines(ctx: &Ctx, run: &RunView) -> Vec<Line<'static>> {
     if let Some(m) = super::collectives::model_of(run) {
         out.extend(super::collectives::lines(t, &m));
     }
-    out
 }
 
 /// The details over the screen (all but the hint bar).
