@@ -464,7 +464,7 @@ struct SweepInput<'a> {
 fn run_json(r: &RunView, input: &SweepInput) -> Value {
     // The run document has `phase_scores` (issue 46) and `fault` as every JSON output does.
     let info = run_info(r, input.records.get(&r.id), input.context, true);
-    let extras = crate::report::run_doc::RunExtras {
+    let extras = crate::report::json::RunExtras {
         output_log: input
             .runs_dir
             .map(|d| d.join(&r.id).join("output.log").display().to_string()),

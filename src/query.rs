@@ -591,8 +591,8 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
                 let f = r.figures(&info.id);
                 // The run document (figures and prediction included) and what the report
                 // derives from the run's probe and bench.
-                let extras = crate::report::run_doc::RunExtras {
-                    report_figures: Some(crate::report::run_doc::ReportFigures {
+                let extras = crate::report::json::RunExtras {
+                    report_figures: Some(crate::report::json::ReportFigures {
                         probe_diff_ms: f.probe_diff_ms,
                         busbw_peak_gbs: f.busbw_peak_gbs,
                     }),

@@ -1,7 +1,6 @@
 //! The report as one JSON document, for scripts. Layout versioned by `schema_version`;
 //! docs/report.md describes each field.
 
-use super::run_doc::RunExtras;
 use super::{
     BenchRow, Curve, Environment, ProbeRow, Report, RunInfo, SCHEMA_VERSION, Timeline, Timestamp,
 };
@@ -66,6 +65,30 @@ pub fn environment(e: &Environment) -> Value {
         "gpus": e.gpus,
         "versions": e.versions,
     })
+}
+
+/// What a front end knows of a run beyond the store, given to `run` with the run
+/// document (before issue 49 each was patched into the finished JSON): none of it is stored.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct RunExtras {
+    /// `ddptop run`: the run's output.log in the engine's run folder, in place of the launch
+    /// record's (which a run without a record lacks).
+    #[serde(skip)]
+    pub output_log: Option<String>,
+    /// `ddptop runs --json`: what the report derives from the run's probe and bench.
+    #[serde(flatten)]
+    pub report_figures: Option<ReportFigures>,
+    /// `ddptop run --json`, an fsdp run: the Memory pane's comparison with the other
+    /// strategies' runs at the same k (it needs the engine's runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_comparison: Option<Value>,
+}
+
+/// The report's figures of one run (`Report::figures`), both keys present when given.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ReportFigures {
+    pub probe_diff_ms: Option<f64>,
+    pub busbw_peak_gbs: Option<f64>,
 }
 
 /// One run as every JSON output prints it (`run --json`, `runs --json`, `show --json`, `diff
