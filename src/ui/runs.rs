@@ -11,6 +11,7 @@ use crate::app::{progress, summary};
 use crate::protocol::Backend;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Rect};
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Cell, Row, StatefulWidget, Table, TableState};
 
@@ -167,6 +168,42 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
+    let inner = frame_block(ctx, PaneId::Runs, title(ctx), area, buf);
+    if inner.height == 0 {
+        return;
+    }
+    if s.rows() == 0 {
+        let note = match &s.next.unavailable {
+            Some(why) => why.clone(),
+            None => "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench".into(),
+        };
+        empty_note(ctx, inner, &note, buf);
+        return;
+    }
+    let g = Geometry::of(inner.width as usize);
+    // Queued launches first (the last to start on top, so the next one sits just above the runs
+    // and a started launch keeps its row), greyed, with their place in the queue.
+    let queued_rows = s
+        .queued
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, q)| queued_row(ctx, i, q, g.wide));
+    let run_rows = s.runs.iter().map(|r| run_row(ctx, r, &g));
+    let rows: Vec<Row> = queued_rows.chain(run_rows).collect();
+    let (header, widths): (Vec<&str>, Vec<Constraint>) = columns(s, &g).into_iter().unzip();
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(t.label))
+        .column_spacing(1)
+        .row_highlight_style(t.selected);
+    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.rows() - 1)));
+    StatefulWidget::render(table, inner, buf, &mut ts);
+}
+
+/// The pane's title: runs of this session and earlier ones, the queue, an unbuilt next launch.
+fn title(ctx: &Ctx) -> Vec<Span<'static>> {
+    let s = ctx.state;
+    let t = ctx.theme;
     let live = s.runs.iter().filter(|r| r.live).count();
     let hist = s.runs.len() - live;
     let mut title = vec![Span::raw("Runs")];
@@ -185,213 +222,255 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             t.warn,
         ));
     }
-    let inner = frame_block(ctx, PaneId::Runs, title, area, buf);
-    if inner.height == 0 {
-        return;
+    title
+}
+
+/// The table's width and the layout it picks.
+struct Geometry {
+    w: usize,
+    id_w: usize,
+    /// The wide table (backend and NCCL columns, a note).
+    wide: bool,
+    /// Cells the wide table has beyond its fixed columns.
+    spare: usize,
+}
+
+impl Geometry {
+    fn of(w: usize) -> Geometry {
+        let id_w = if w >= 150 { 21 } else { 11 };
+        // The wide table's fixed columns (id, exp, k, status, figures, a note, the spaces
+        // between): it is used only when they and the backend and NCCL columns fit, so no
+        // column (the run id above all) is ever squeezed.
+        let fixed = 1 + id_w + 9 + 2 + 11 + 16 + 17 + 4 + 9;
+        Geometry {
+            w,
+            id_w,
+            wide: w >= 100 && w >= fixed + 7 + 12,
+            spare: w.saturating_sub(fixed + 7 + 12),
+        }
     }
-    if s.rows() == 0 {
-        let note = match &s.next.unavailable {
-            Some(why) => why.clone(),
-            None => "no runs yet: press 1, 2 or 4 to launch the next experiment at k GPUs, a to sweep k=1,2,4, p for the no_sync probe, b for the all-reduce bench".into(),
-        };
-        empty_note(ctx, inner, &note, buf);
-        return;
+}
+
+/// A queued launch's row, greyed, with its place in the queue.
+fn queued_row(ctx: &Ctx, i: usize, q: &crate::app::Queued, wide: bool) -> Row<'static> {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let st = t.dim;
+    let be = if wide {
+        fmt::backend(&q.spec)
+    } else {
+        fmt::backend_short(&q.spec)
+    };
+    let exp = fmt::experiment(&q.spec);
+    let mut note = vec![];
+    if let Some((p, n)) = q
+        .sweep
+        .as_deref()
+        .and_then(|w| s.sweep_position(w, None, Some(i)))
+    {
+        note.push(format!("sweep {p}/{n}"));
     }
-    let w = inner.width as usize;
-    let id_w = if w >= 150 { 21 } else { 11 };
-    // The wide table's fixed columns (id, exp, k, status, figures, a note, the spaces between):
-    // it is used only when they and the backend and NCCL columns fit, so no column (the run id
-    // above all) is ever squeezed.
-    let fixed = 1 + id_w + 9 + 2 + 11 + 16 + 17 + 4 + 9;
-    let wide = w >= 100 && w >= fixed + 7 + 12;
-    let spare = w.saturating_sub(fixed + 7 + 12);
-    let focused = ctx.view.focused.as_deref();
-    let header_style = t.label;
-    // Queued launches first (the last to start on top, so the next one sits just above the runs
-    // and a started launch keeps its row), greyed, with their place in the queue.
-    let queued_rows = s.queued.iter().enumerate().rev().map(|(i, q)| {
-        let st = t.dim;
-        let be = if wide {
-            fmt::backend(&q.spec)
-        } else {
-            fmt::backend_short(&q.spec)
-        };
-        let exp = fmt::experiment(&q.spec);
-        let mut note = vec![];
-        if let Some((p, n)) = q
-            .sweep
-            .as_deref()
-            .and_then(|w| s.sweep_position(w, None, Some(i)))
-        {
-            note.push(format!("sweep {p}/{n}"));
-        }
-        if let Some(k) = ctx.keys.first_key(crate::app::Action::Stop) {
-            note.push(format!("{k} cancels"));
-        }
-        if wide {
-            note.push("starts when the active run ends".into());
-        }
-        let mut cells = vec![
-            Cell::from(Span::styled(" ", st)),
+    if let Some(k) = ctx.keys.first_key(crate::app::Action::Stop) {
+        note.push(format!("{k} cancels"));
+    }
+    if wide {
+        note.push("starts when the active run ends".into());
+    }
+    let mut cells = vec![
+        Cell::from(Span::styled(" ", st)),
+        Cell::from(Span::styled("—", st)),
+        Cell::from(Span::styled(exp, st)),
+        Cell::from(Span::styled(q.spec.k.to_string(), st)),
+        Cell::from(Span::styled(be, st)),
+    ];
+    let status = Cell::from(Span::styled(format!("◌ queued #{}", i + 1), st));
+    if wide {
+        cells.extend([
+            Cell::from(Span::styled(q.spec.nccl.short(), st)),
+            status,
             Cell::from(Span::styled("—", st)),
-            Cell::from(Span::styled(exp, st)),
-            Cell::from(Span::styled(q.spec.k.to_string(), st)),
-            Cell::from(Span::styled(be, st)),
-        ];
-        let status = Cell::from(Span::styled(format!("◌ queued #{}", i + 1), st));
-        if wide {
-            cells.extend([
-                Cell::from(Span::styled(q.spec.nccl.short(), st)),
-                status,
-                Cell::from(Span::styled("—", st)),
-                Cell::from(Span::styled("—", st)),
-                Cell::from(Span::styled(note.join(" · "), st)),
-            ]);
+            Cell::from(Span::styled("—", st)),
+            Cell::from(Span::styled(note.join(" · "), st)),
+        ]);
+    } else {
+        cells.extend([status, Cell::from(Span::styled(note.join(" · "), st))]);
+    }
+    Row::new(cells)
+}
+
+/// A run's row: mark, id, experiment, k, backend, then the wide or the narrow figures.
+fn run_row(ctx: &Ctx, r: &RunView, g: &Geometry) -> Row<'static> {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let (id_w, wide) = (g.id_w, g.wide);
+    let focused = ctx.view.focused.as_deref();
+    let mut f = figures(r, &s.runs);
+    if let Some((p, n)) = r
+        .sweep
+        .as_deref()
+        .and_then(|w| s.sweep_position(w, Some(&r.id), None))
+    {
+        let sw = format!("sweep {p}/{n}");
+        f.note = if f.note.is_empty() {
+            sw
         } else {
-            cells.extend([status, Cell::from(Span::styled(note.join(" · "), st))]);
+            format!("{sw} · {}", f.note)
+        };
+    }
+    let prog = progress::progress(r);
+    let mark = if Some(r.id.as_str()) == focused {
+        "●"
+    } else {
+        " "
+    };
+    let id = if id_w >= 21 {
+        r.id.clone()
+    } else {
+        fmt::short_id(&r.id).to_string()
+    };
+    let id_style = if r.live { t.text } else { t.dim };
+    let be_style = if r.spec.backend == Backend::Sim {
+        t.sim
+    } else {
+        t.text
+    };
+    let be = if wide {
+        fmt::backend(&r.spec)
+    } else {
+        fmt::backend_short(&r.spec)
+    };
+    let status = Span::styled(
+        format!("{} {}", status_glyph(r.status), r.status.as_str()),
+        t.status(r.status),
+    );
+    let main_style = if f.live {
+        t.running
+    } else if r.status == RunStatus::Completed {
+        t.value
+    } else {
+        t.dim
+    };
+    let exp = fmt::experiment(&r.spec);
+    let mut cells = vec![
+        Cell::from(Span::styled(mark, t.running)),
+        Cell::from(Span::styled(id, id_style)),
+        Cell::from(Span::styled(exp, t.text)),
+        Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
+        Cell::from(Span::styled(be, be_style)),
+    ];
+    if wide {
+        cells.extend(wide_cells(ctx, r, f, prog, status, main_style));
+    } else {
+        let result = narrow_result(ctx, r, f, prog, main_style, g.w.saturating_sub(33 + id_w));
+        cells.extend([Cell::from(status), Cell::from(result)]);
+    }
+    Row::new(cells)
+}
+
+/// The wide table's cells after the backend: NCCL toggles, status, figures (or progress), note.
+fn wide_cells(
+    ctx: &Ctx,
+    r: &RunView,
+    f: Figures,
+    prog: Option<progress::Progress>,
+    status: Span<'static>,
+    main_style: Style,
+) -> [Cell<'static>; 5] {
+    let t = ctx.theme;
+    let note_style = if r.status.shows_results() {
+        t.dim
+    } else {
+        t.status(r.status)
+    };
+    // A running run has no efficiency yet: its progress takes that column, its
+    // phase leads the note.
+    let (eff, note) = match &prog {
+        Some(p) => {
+            let bar = progress_text(
+                &progress::Progress {
+                    phase: None,
+                    ..p.clone()
+                },
+                17,
+            )
+            .unwrap_or_default();
+            let phase = p.phase.map(progress::phase_label).unwrap_or_default();
+            let note = [f.note, phase.to_string()]
+                .into_iter()
+                .filter(|x| !x.is_empty())
+                .collect::<Vec<_>>()
+                .join(" · ");
+            (bar, note)
         }
-        Row::new(cells)
-    });
-    let run_rows = s.runs.iter().map(|r| {
-        let mut f = figures(r, &s.runs);
-        if let Some((p, n)) = r
-            .sweep
-            .as_deref()
-            .and_then(|w| s.sweep_position(w, Some(&r.id), None))
-        {
-            let sw = format!("sweep {p}/{n}");
-            f.note = if f.note.is_empty() {
-                sw
-            } else {
-                format!("{sw} · {}", f.note)
-            };
-        }
-        let prog = progress::progress(r);
-        let mark = if Some(r.id.as_str()) == focused {
-            "●"
-        } else {
-            " "
-        };
-        let id = if id_w >= 21 {
-            r.id.clone()
-        } else {
-            fmt::short_id(&r.id).to_string()
-        };
-        let id_style = if r.live { t.text } else { t.dim };
-        let be_style = if r.spec.backend == Backend::Sim {
-            t.sim
-        } else {
-            t.text
-        };
-        let be = if wide {
-            fmt::backend(&r.spec)
-        } else {
-            fmt::backend_short(&r.spec)
-        };
-        let status = Span::styled(
-            format!("{} {}", status_glyph(r.status), r.status.as_str()),
-            t.status(r.status),
-        );
-        let main_style = if f.live {
-            t.running
-        } else if r.status == RunStatus::Completed {
-            t.value
-        } else {
-            t.dim
-        };
-        let exp = fmt::experiment(&r.spec);
-        let mut cells = vec![
-            Cell::from(Span::styled(mark, t.running)),
-            Cell::from(Span::styled(id, id_style)),
-            Cell::from(Span::styled(exp, t.text)),
-            Cell::from(Span::styled(r.spec.k.to_string(), t.value)),
-            Cell::from(Span::styled(be, be_style)),
-        ];
-        if wide {
-            let note_style = if r.status.shows_results() {
+        None => (f.eff, f.note),
+    };
+    [
+        Cell::from(Span::styled(
+            r.spec.nccl.short(),
+            if r.spec.nccl.is_default() {
                 t.dim
             } else {
-                t.status(r.status)
-            };
-            // A running run has no efficiency yet: its progress takes that column, its
-            // phase leads the note.
-            let (eff, note) = match &prog {
-                Some(p) => {
-                    let bar = progress_text(
-                        &progress::Progress {
-                            phase: None,
-                            ..p.clone()
-                        },
-                        17,
-                    )
-                    .unwrap_or_default();
-                    let phase = p.phase.map(progress::phase_label).unwrap_or_default();
-                    let note = [f.note, phase.to_string()]
-                        .into_iter()
-                        .filter(|x| !x.is_empty())
-                        .collect::<Vec<_>>()
-                        .join(" · ");
-                    (bar, note)
-                }
-                None => (f.eff, f.note),
-            };
-            cells.extend([
-                Cell::from(Span::styled(
-                    r.spec.nccl.short(),
-                    if r.spec.nccl.is_default() {
-                        t.dim
-                    } else {
-                        t.text
-                    },
-                )),
-                Cell::from(status),
-                Cell::from(Span::styled(f.main, main_style)),
-                Cell::from(Span::styled(
-                    eff,
-                    if prog.is_some() { t.running } else { t.value },
-                )),
-                Cell::from(Span::styled(note, note_style)),
-            ]);
+                t.text
+            },
+        )),
+        Cell::from(status),
+        Cell::from(Span::styled(f.main, main_style)),
+        Cell::from(Span::styled(
+            eff,
+            if prog.is_some() { t.running } else { t.value },
+        )),
+        Cell::from(Span::styled(note, note_style)),
+    ]
+}
+
+/// The narrow table's result: the longest figures that fit in `avail` cells and the progress,
+/// or the status's reason.
+fn narrow_result(
+    ctx: &Ctx,
+    r: &RunView,
+    f: Figures,
+    prog: Option<progress::Progress>,
+    main_style: Style,
+    avail: usize,
+) -> Line<'static> {
+    let t = ctx.theme;
+    if r.status.shows_results() {
+        // The longest form that fits the column: the speedup always keeps its k=1 run.
+        let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
+        let (main, eff) = if len(&f.main, &f.eff) <= avail {
+            (f.main, f.eff)
+        } else if len(&f.main, &f.eff_narrow) <= avail {
+            (f.main, f.eff_narrow)
         } else {
-            let result = if r.status.shows_results() {
-                // The longest form that fits the column: the speedup always keeps its k=1 run.
-                let avail = w.saturating_sub(33 + id_w);
-                let len = |a: &str, b: &str| a.chars().count() + 2 + b.chars().count();
-                let (main, eff) = if len(&f.main, &f.eff) <= avail {
-                    (f.main, f.eff)
-                } else if len(&f.main, &f.eff_narrow) <= avail {
-                    (f.main, f.eff_narrow)
-                } else {
-                    (f.main_short, f.eff_narrow)
-                };
-                let mut v = vec![Span::styled(main.clone(), main_style)];
-                if eff != "—" {
-                    v.push(Span::styled(format!("  {eff}"), t.value));
-                }
-                if let Some(p) = &prog {
-                    // The progress, and the sweep position when there is room for both.
-                    let room = avail.saturating_sub(main.chars().count() + 1);
-                    let sweep = f.note.split(" · ").find(|x| x.starts_with("sweep "));
-                    let with_sweep = sweep.and_then(|sw| {
-                        progress_text(p, room.saturating_sub(sw.chars().count() + 3))
-                            .map(|txt| format!(" {txt} · {sw}"))
-                    });
-                    if let Some(txt) =
-                        with_sweep.or_else(|| progress_text(p, room).map(|txt| format!(" {txt}")))
-                    {
-                        v.push(Span::styled(txt, t.running));
-                    }
-                }
-                Line::from(v)
-            } else {
-                Line::from(Span::styled(f.note, t.status(r.status)))
-            };
-            cells.extend([Cell::from(status), Cell::from(result)]);
+            (f.main_short, f.eff_narrow)
+        };
+        let mut v = vec![Span::styled(main.clone(), main_style)];
+        if eff != "—" {
+            v.push(Span::styled(format!("  {eff}"), t.value));
         }
-        Row::new(cells)
-    });
-    let rows: Vec<Row> = queued_rows.chain(run_rows).collect();
-    // (header, width) of each column; the first four are the same in both layouts.
+        if let Some(p) = &prog {
+            // The progress, and the sweep position when there is room for both.
+            let room = avail.saturating_sub(main.chars().count() + 1);
+            let sweep = f.note.split(" · ").find(|x| x.starts_with("sweep "));
+            let with_sweep = sweep.and_then(|sw| {
+                progress_text(p, room.saturating_sub(sw.chars().count() + 3))
+                    .map(|txt| format!(" {txt} · {sw}"))
+            });
+            if let Some(txt) =
+                with_sweep.or_else(|| progress_text(p, room).map(|txt| format!(" {txt}")))
+            {
+                v.push(Span::styled(txt, t.running));
+            }
+        }
+        Line::from(v)
+    } else {
+        Line::from(Span::styled(f.note, t.status(r.status)))
+    }
+}
+
+/// (header, width) of each column; the first four are the same in both layouts.
+fn columns(s: &crate::app::State, g: &Geometry) -> Vec<(&'static str, Constraint)> {
+    let (id_w, wide, spare) = (g.id_w, g.wide, g.spare);
     let id_w = id_w as u16;
     let mut cols: Vec<(&str, Constraint)> = vec![
         ("", Constraint::Length(1)),
@@ -436,13 +515,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             ("samples/s · eff / reason", Constraint::Min(8)),
         ]);
     }
-    let (header, widths): (Vec<&str>, Vec<Constraint>) = cols.into_iter().unzip();
-    let table = Table::new(rows, widths)
-        .header(Row::new(header).style(header_style))
-        .column_spacing(1)
-        .row_highlight_style(t.selected);
-    let mut ts = TableState::default().with_selected(Some(ctx.view.selected.min(s.rows() - 1)));
-    StatefulWidget::render(table, inner, buf, &mut ts);
+    cols
 }
 
 /// A run's progress in at most `room` cells, the longest form that fits:
