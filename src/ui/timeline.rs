@@ -200,8 +200,107 @@ pub fn gantt(
     buf: &mut Buffer,
 ) {
     let t = ctx.theme;
-    let w = r.width as usize;
     let mut y = 0u16;
+    let comm_total: f64 = b.buckets.iter().map(|s| s.comm_ms()).sum();
+    let inferred = predict::is_inferred(b);
+    let info = info_line(ctx, run, b, stats, data_ms, fallback);
+    put_line(buf, r, y, &info);
+    y += 1;
+    if y >= r.height {
+        return;
+    }
+
+    let bwd_end = b.bwd_compute_ms.max(0.0);
+    let comm_end = b.buckets.iter().map(|s| s.done_ms).fold(0.0, f64::max);
+    let opt_start = bwd_end.max(comm_end);
+    let t_end = (opt_start + opt_ms.unwrap_or(0.0)).max(1e-6);
+
+    // Rows available for bars: info 1 already used; bwd 1, opt 1, axis 1, legend 1 (optional).
+    let avail = r.height.saturating_sub(y) as usize;
+    let n = b.buckets.len();
+    let per_bucket = avail >= n + 3;
+    let legend = avail > n + 3 || (!per_bucket && avail >= 5);
+
+    let c = Chart::new(r, t_end);
+    let (chart_x, cw, right_w) = (c.chart_x, c.cw, c.right_w);
+
+    // Backward compute.
+    c.label(buf, y, "bwd", t.label);
+    c.paint(buf, y, 0.0, bwd_end, bar_glyphs(t).0, t.compute);
+    c.right(buf, y, format!("{} compute", fmt::ms(bwd_end)), t.dim);
+    y += 1;
+
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&i, &j| b.buckets[i].start_ms.total_cmp(&b.buckets[j].start_ms));
+    if per_bucket {
+        for (k, &i) in order.iter().enumerate() {
+            let s = &b.buckets[i];
+            c.label(buf, y, &format!("b{}", s.index), t.label);
+            draw_bucket(&c, t, b, bwd_end, buf, y, k, i);
+            c.right(buf, y, bucket_figure(s, stats, right_w), t.dim);
+            y += 1;
+        }
+    } else if n > 0 {
+        c.label(buf, y, "comm", t.label);
+        for (k, &i) in order.iter().enumerate() {
+            draw_bucket(&c, t, b, bwd_end, buf, y, k, i);
+        }
+        c.right(
+            buf,
+            y,
+            format!("{n} buckets {}", fmt::ms(comm_total)),
+            t.dim,
+        );
+        y += 1;
+    }
+    if y < r.height {
+        c.label(buf, y, "opt", t.label);
+        match opt_ms {
+            Some(o) => {
+                c.paint(
+                    buf,
+                    y,
+                    opt_start,
+                    opt_start + o,
+                    bar_glyphs(t).2,
+                    t.optimizer,
+                );
+                c.right(buf, y, format!("{} optimizer", fmt::ms(o)), t.dim);
+            }
+            None => {
+                buf.set_stringn(chart_x, r.y + y, "n/a", cw, t.dim);
+            }
+        }
+        y += 1;
+    }
+    if y < r.height {
+        c.axis(buf, y, bwd_end, t.axis);
+        y += 1;
+    }
+    legend_lines(
+        ctx,
+        run,
+        b,
+        inferred,
+        per_bucket && right_w > 0,
+        legend,
+        r,
+        y,
+        buf,
+    );
+}
+
+/// The chart's first line: which step, buckets, overlap, exposed communication, data wait and
+/// the source's caveats.
+fn info_line(
+    ctx: &Ctx,
+    run: &RunView,
+    b: &Buckets,
+    stats: Option<&TimelineStats>,
+    data_ms: Option<f64>,
+    fallback: Option<&str>,
+) -> Line<'static> {
+    let t = ctx.theme;
     let comm_total: f64 = b.buckets.iter().map(|s| s.comm_ms()).sum();
     let total_bytes: u64 = b.buckets.iter().map(|s| s.bytes).sum();
     let what = match stats {
@@ -266,148 +365,142 @@ pub fn gantt(
     if let Some(f) = fallback {
         info.push(Span::styled(format!(" · {f}"), t.warn));
     }
-    put_line(buf, r, y, &Line::from(info));
-    y += 1;
-    if y >= r.height {
-        return;
-    }
+    Line::from(info)
+}
 
-    let bwd_end = b.bwd_compute_ms.max(0.0);
-    let comm_end = b.buckets.iter().map(|s| s.done_ms).fold(0.0, f64::max);
-    let opt_start = bwd_end.max(comm_end);
-    let t_end = (opt_start + opt_ms.unwrap_or(0.0)).max(1e-6);
+/// Where the bars go: the rows' area, the chart's first column and width, the label and
+/// right-hand figure widths, and the time at the right edge.
+struct Chart {
+    r: Rect,
+    chart_x: u16,
+    cw: usize,
+    label_w: usize,
+    right_w: usize,
+    t_end: f64,
+}
 
-    let label_w = 5usize;
-    // Right-hand labels for bucket rows when there is room (with the window's range when wide).
-    let right_w = if w >= 86 {
-        36
-    } else if w >= 60 {
-        24
-    } else {
-        0
-    };
-    let cw = w.saturating_sub(label_w + right_w).max(4);
-    let x_of = |ms: f64| -> usize { ((ms / t_end).clamp(0.0, 1.0) * cw as f64).round() as usize };
-    let chart_x = r.x + label_w as u16;
-
-    // Rows available for bars: info 1 already used; bwd 1, opt 1, axis 1, legend 1 (optional).
-    let avail = r.height.saturating_sub(y) as usize;
-    let n = b.buckets.len();
-    let per_bucket = avail >= n + 3;
-    let legend = avail > n + 3 || (!per_bucket && avail >= 5);
-
-    // Paint one span [a, b) ms on row y with glyph and style; at least one cell when a < b.
-    let paint = |buf: &mut Buffer, y: u16, a: f64, e: f64, glyph: char, style: Style| {
-        if e <= a || y >= r.height {
-            return;
-        }
-        let x0 = x_of(a);
-        let x1 = x_of(e).max(x0 + 1).min(cw);
-        for x in x0..x1 {
-            let cell = &mut buf[(chart_x + x as u16, r.y + y)];
-            cell.set_char(glyph).set_style(style);
-        }
-    };
-    let label = |buf: &mut Buffer, y: u16, s: &str, style: Style| {
-        if y < r.height {
-            buf.set_stringn(r.x, r.y + y, s, label_w, style);
-        }
-    };
-
-    // The right-hand figure of a row, when there is room for it.
-    let right = |buf: &mut Buffer, y: u16, text: String, style: Style| {
-        if right_w > 0 {
-            buf.set_stringn(chart_x + cw as u16 + 1, r.y + y, text, right_w - 1, style);
-        }
-    };
-
-    // Backward compute.
-    label(buf, y, "bwd", t.label);
-    paint(buf, y, 0.0, bwd_end, bar_glyphs(t).0, t.compute);
-    right(buf, y, format!("{} compute", fmt::ms(bwd_end)), t.dim);
-    y += 1;
-
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| b.buckets[i].start_ms.total_cmp(&b.buckets[j].start_ms));
-    let draw_bucket = |buf: &mut Buffer, y: u16, k: usize, i: usize| {
-        let s = &b.buckets[i];
-        let (glyph, style) = if k.is_multiple_of(2) {
-            (COMM_HIDDEN, t.comm)
+impl Chart {
+    fn new(r: Rect, t_end: f64) -> Chart {
+        let w = r.width as usize;
+        let label_w = 5usize;
+        // Right-hand labels for bucket rows when there is room (with the window's range when
+        // wide).
+        let right_w = if w >= 86 {
+            36
+        } else if w >= 60 {
+            24
         } else {
-            (COMM_HIDDEN_ALT, t.comm_alt)
+            0
         };
-        if s.ready_ms < s.start_ms {
-            paint(buf, y, s.ready_ms, s.start_ms, WAIT, t.dim);
+        Chart {
+            r,
+            chart_x: r.x + label_w as u16,
+            cw: w.saturating_sub(label_w + right_w).max(4),
+            label_w,
+            right_w,
+            t_end,
         }
-        paint(
-            buf,
-            y,
-            s.start_ms,
-            s.done_ms.min(bwd_end).max(s.start_ms),
-            glyph,
-            style,
-        );
-        paint(
-            buf,
-            y,
-            s.start_ms.max(bwd_end),
-            s.done_ms,
-            bar_glyphs(t).1,
-            t.exposed,
-        );
-    };
-    if per_bucket {
-        for (k, &i) in order.iter().enumerate() {
-            let s = &b.buckets[i];
-            label(buf, y, &format!("b{}", s.index), t.label);
-            draw_bucket(buf, y, k, i);
-            right(buf, y, bucket_figure(s, stats, right_w), t.dim);
-            y += 1;
-        }
-    } else if n > 0 {
-        label(buf, y, "comm", t.label);
-        for (k, &i) in order.iter().enumerate() {
-            draw_bucket(buf, y, k, i);
-        }
-        right(
-            buf,
-            y,
-            format!("{n} buckets {}", fmt::ms(comm_total)),
-            t.dim,
-        );
-        y += 1;
     }
-    if y < r.height {
-        label(buf, y, "opt", t.label);
-        match opt_ms {
-            Some(o) => {
-                paint(
-                    buf,
-                    y,
-                    opt_start,
-                    opt_start + o,
-                    bar_glyphs(t).2,
-                    t.optimizer,
-                );
-                right(buf, y, format!("{} optimizer", fmt::ms(o)), t.dim);
-            }
-            None => {
-                buf.set_stringn(chart_x, r.y + y, "n/a", cw, t.dim);
-            }
-        }
-        y += 1;
-    }
-    // Axis: 0 … end, with the end of backward marked.
-    if y < r.height {
+
+    /// Axis: 0 … end, with the end of backward marked.
+    fn axis(&self, buf: &mut Buffer, y: u16, bwd_end: f64, style: Style) {
+        let (r, cw) = (self.r, self.cw);
         let mut axis: Vec<char> = vec!['─'; cw];
-        let xb = x_of(bwd_end).min(cw.saturating_sub(1));
+        let xb = self.x_of(bwd_end).min(cw.saturating_sub(1));
         axis[xb] = '┴';
         let s: String = axis.into_iter().collect();
-        buf.set_stringn(chart_x, r.y + y, &s, cw, t.axis);
-        buf.set_stringn(r.x, r.y + y, "0", label_w, t.axis);
-        right(buf, y, fmt::ms(t_end), t.axis);
-        y += 1;
+        buf.set_stringn(self.chart_x, r.y + y, &s, cw, style);
+        buf.set_stringn(r.x, r.y + y, "0", self.label_w, style);
+        self.right(buf, y, fmt::ms(self.t_end), style);
     }
+
+    fn x_of(&self, ms: f64) -> usize {
+        ((ms / self.t_end).clamp(0.0, 1.0) * self.cw as f64).round() as usize
+    }
+
+    /// Paint one span [a, e) ms on row y with glyph and style; at least one cell when a < e.
+    fn paint(&self, buf: &mut Buffer, y: u16, a: f64, e: f64, glyph: char, style: Style) {
+        if e <= a || y >= self.r.height {
+            return;
+        }
+        let x0 = self.x_of(a);
+        let x1 = self.x_of(e).max(x0 + 1).min(self.cw);
+        for x in x0..x1 {
+            let cell = &mut buf[(self.chart_x + x as u16, self.r.y + y)];
+            cell.set_char(glyph).set_style(style);
+        }
+    }
+
+    fn label(&self, buf: &mut Buffer, y: u16, s: &str, style: Style) {
+        if y < self.r.height {
+            buf.set_stringn(self.r.x, self.r.y + y, s, self.label_w, style);
+        }
+    }
+
+    /// The right-hand figure of a row, when there is room for it.
+    fn right(&self, buf: &mut Buffer, y: u16, text: String, style: Style) {
+        if self.right_w > 0 {
+            let x = self.chart_x + self.cw as u16 + 1;
+            buf.set_stringn(x, self.r.y + y, text, self.right_w - 1, style);
+        }
+    }
+}
+
+/// One bucket's bar on row `y`: queued (ready → start), hidden under backward, exposed after it.
+#[allow(clippy::too_many_arguments)]
+fn draw_bucket(
+    c: &Chart,
+    t: &super::Theme,
+    b: &Buckets,
+    bwd_end: f64,
+    buf: &mut Buffer,
+    y: u16,
+    k: usize,
+    i: usize,
+) {
+    let s = &b.buckets[i];
+    let (glyph, style) = if k.is_multiple_of(2) {
+        (COMM_HIDDEN, t.comm)
+    } else {
+        (COMM_HIDDEN_ALT, t.comm_alt)
+    };
+    if s.ready_ms < s.start_ms {
+        c.paint(buf, y, s.ready_ms, s.start_ms, WAIT, t.dim);
+    }
+    c.paint(
+        buf,
+        y,
+        s.start_ms,
+        s.done_ms.min(bwd_end).max(s.start_ms),
+        glyph,
+        style,
+    );
+    c.paint(
+        buf,
+        y,
+        s.start_ms.max(bwd_end),
+        s.done_ms,
+        bar_glyphs(t).1,
+        t.exposed,
+    );
+}
+
+/// Under the bars: the glyphs' legend and, with per-bucket rows and their figures, what `k`,
+/// `~` and `q` mean for this run's source.
+#[allow(clippy::too_many_arguments)]
+fn legend_lines(
+    ctx: &Ctx,
+    run: &RunView,
+    b: &Buckets,
+    inferred: bool,
+    figures: bool,
+    legend: bool,
+    r: Rect,
+    mut y: u16,
+    buf: &mut Buffer,
+) {
+    let t = ctx.theme;
+    let w = r.width as usize;
     if legend && y < r.height {
         let l = Line::from(vec![
             Span::styled(bar_glyphs(t).0.to_string(), t.compute),
@@ -424,7 +517,7 @@ pub fn gantt(
         put_line(buf, r, y, &l);
         y += 1;
     }
-    if legend && per_bucket && right_w > 0 && y < r.height {
+    if legend && figures && y < r.height {
         // Only NCCL reports a kernel's own time; gloo, CPU and the hand-rolled loop's copies
         // have none, and their legend does not claim it.
         let kernel = b.buckets.iter().any(|s| s.kernel_ms.is_some());
