@@ -13,6 +13,11 @@ use fixtures::{Screen, host_laptop};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 
+/// A bucket size of the fixture (all above 0).
+fn cap(mb: f64) -> ddptop::run::BucketCapMb {
+    ddptop::run::BucketCapMb::new(mb).unwrap()
+}
+
 fn text(t: &Terminal<TestBackend>) -> String {
     let buf = t.backend().buffer();
     let mut s = String::new();
@@ -61,21 +66,21 @@ fn measuring() -> Board {
             RowState::Measuring,
         ),
         row(
-            Candidate::bucket_cap(1.0),
+            Candidate::bucket_cap(cap(1.0)),
             10_459.0,
             &[10_216.0, 10_230.0],
             3,
             RowState::Measuring,
         ),
         row(
-            Candidate::bucket_cap(5.0),
+            Candidate::bucket_cap(cap(5.0)),
             10_380.0,
             &[10_120.0],
             3,
             RowState::Measuring,
         ),
         row(
-            Candidate::bucket_cap(50.0),
+            Candidate::bucket_cap(cap(50.0)),
             7_538.0,
             &[],
             0,
