@@ -74,14 +74,15 @@ pub const CONFIRM: f64 = 0.5;
 /// samples cover about `RECENT_S` of the run: between `RECENT_MIN` and `RECENT` of them
 /// (docs/stragglers.md).
 pub const RECENT: usize = 10;
-/// The share of the quick test's samples that must each be slow. It was all of them: at load
-/// 8-10 on 2 cores one sample at pace (the others' core taken for a step) failed the test and
-/// restarted confirmation, and a 1.5x rank slowed mid-run was named 5.1-6.6 s late (the third
-/// flake hunt, docs/reliability.md). 9 of 10 (all of fewer): at 0.8 (pending held while the
-/// newest median is slow) a rank 8% behind under 30%
-/// whole-step noise was named in 24 of 300 replayed runs, at 0.9 in 2, as with all of them
-/// (with `HOLD_SHARE`).
-pub const QUICK_SHARE: f64 = 0.9;
+/// The share of the quick test's samples that must each be slow: all but one from 7 samples
+/// up (6 of 7, 7 of 8, 8 of 9, 9 of 10), all of fewer. It was all of them: at load 8-10 on 2
+/// cores one sample at pace (the others' core taken for a step) failed the test and restarted
+/// confirmation, and a 1.5x rank slowed mid-run was named 5.1-6.6 s late (the third flake
+/// hunt, docs/reliability.md); at 0.9 a k=2 gloo run at ~8 steps/s (8 samples: all needed)
+/// was still named 5.1 s late once (the fourth). At 0.8 (8 of 10) a rank 8% behind under 30%
+/// whole-step noise was named in 24 of 300 replayed runs, at 9 of 10 in 2, as with all of them
+/// (with `HOLD_SHARE`; `a_rank_a_little_behind_is_rarely_named_once_confirmed`).
+pub const QUICK_SHARE: f64 = 0.85;
 /// A rank found slow stays pending (confirmation goes on) while its newest samples' median is
 /// below the threshold and this share of them each is: an assessment that fails the quick test
 /// by a sample or two does not restart it. Below, it starts again. 0.7, not 0.5: at 0.5 a
@@ -1258,19 +1259,20 @@ mod tests {
     #[test]
     fn healthy_noisy_ranks_at_a_few_steps_a_second_are_not_named() {
         // The shorter quick test reads fewer samples: 15% noise on every phase of 4 ranks at
-        // 360 ms steps, over many seeds, still names nobody.
-        for seed in 0..200 {
+        // 400 ms steps (5 samples, all must be slow) and at 140 ms steps (8 samples, one may be
+        // at pace), over many seeds, still names nobody.
+        for (seed, scale) in (0..200).flat_map(|s| [(s, 10.0), (s, 3.5)]) {
             let mut rng = StdRng::seed_from_u64(1000 + seed);
             let mut ranks: Vec<RankView> = (0..4)
                 .map(|r| rank(r, 80, 2.0, 3.0, 0.15, &mut rng))
                 .collect();
             for v in &mut ranks {
                 for s in &mut v.recent_phases {
-                    s.data_ms *= 10.0;
-                    s.fwd_ms *= 10.0;
-                    s.bwd_ms *= 10.0;
-                    s.opt_ms *= 10.0;
-                    s.comm_ms = s.comm_ms.map(|c| c * 10.0);
+                    s.data_ms *= scale;
+                    s.fwd_ms *= scale;
+                    s.bwd_ms *= scale;
+                    s.opt_ms *= scale;
+                    s.comm_ms = s.comm_ms.map(|c| c * scale);
                 }
             }
             let mut run = run_of(ranks);
