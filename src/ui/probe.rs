@@ -9,35 +9,18 @@ use super::{Ctx, empty_note, frame_block, put_line};
 use crate::app::summary::ProbeSide;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
+
+/// The figure rows' name and value columns.
+const NAME_W: usize = 10;
+const VAL_W: usize = 9;
 
 pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let s = ctx.state;
     let t = ctx.theme;
     let view = model::probe_view(s, ctx.view);
-    let mut title = vec![Span::raw("Probe")];
-    // The backend and device first, where a narrow pane does not cut them.
-    if let Some(bd) = view.as_ref().and_then(|v| fmt::backend_device(&v.run.spec)) {
-        title.push(Span::styled(format!(" · {bd} ·"), t.dim));
-    }
-    title.push(Span::styled(" no_sync", t.dim));
-    if let Some(v) = &view {
-        title.push(Span::styled(
-            format!(" · {} k={}", fmt::tiny_id(&v.run.id), v.run.spec.k),
-            t.dim,
-        ));
-        if v.run.is_simulated() {
-            title.push(Span::raw(" "));
-            title.push(Span::styled(" SIMULATED ", t.sim));
-        }
-        if probing_now(v.run) {
-            title.push(Span::raw(" "));
-            title.push(Span::styled(" LIVE ", t.warn));
-        } else if is_live(v.run) {
-            // Blocks from inside a training run, but the probe is off (or the run is over).
-            title.push(Span::styled(" · in-run, off", t.dim));
-        }
-    }
+    let title = title(ctx, view.as_ref());
     let inner = frame_block(ctx, PaneId::Probe, title, area, buf);
     if inner.height == 0 {
         return;
@@ -68,33 +51,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         y += 1;
     }
     if !run.status.shows_results() {
-        put_line(
-            buf,
-            inner,
-            y,
-            &Line::from(vec![
-                Span::styled(
-                    format!(" {} ", run.status.as_str().to_uppercase()),
-                    t.status(run.status),
-                ),
-                Span::styled(
-                    fmt::trunc(
-                        &format!(" {}", run.reason.as_deref().unwrap_or("no reason recorded")),
-                        w.saturating_sub(10),
-                    ),
-                    t.text,
-                ),
-            ]),
-        );
-        put_line(
-            buf,
-            inner,
-            y + 1,
-            &Line::from(Span::styled(
-                "no figures from a run that did not complete",
-                t.dim,
-            )),
-        );
+        not_done(ctx, run, inner, y, buf);
         return;
     }
     let src = if run.is_simulated() {
@@ -129,29 +86,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         return;
     };
     let wide = w >= 52;
-    let name_w = 10usize;
-    let val_w = 9usize;
-    let side = |name: &str, p: &ProbeSide| -> Line<'static> {
-        let mut spans = vec![
-            Span::styled(format!("{name:<name_w$}"), t.label),
-            Span::styled(format!("{:>val_w$}", fmt::ms(p.median_ms)), t.value),
-        ];
-        if wide {
-            spans.push(Span::styled(
-                format!(
-                    "  [{}–{}] {:>2} blk  ",
-                    fmt::ms_num(p.min_ms),
-                    fmt::ms_num(p.max_ms),
-                    p.blocks
-                ),
-                t.dim,
-            ));
-        } else {
-            spans.push(Span::raw("  "));
-        }
-        spans.push(Span::styled(src.to_string(), src_style));
-        Line::from(spans)
-    };
+    let (name_w, val_w) = (NAME_W, VAL_W);
+    let side = |name: &str, p: &ProbeSide| side_line(ctx, name, p, wide, (src, src_style));
     let header = if wide {
         format!("{:<name_w$}{:>val_w$}  [block range] blocks", "", "median")
     } else {
@@ -179,7 +115,117 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     put_line(buf, inner, y, &Line::from(diff));
     y += 1;
     // k=1 control.
-    let ctrl = match &v.control {
+    let ctrl = control_line(ctx, &v, wide);
+    put_line(buf, inner, y, &ctrl);
+    y += 1;
+    model_line(ctx, &v.prediction, inner, y, buf);
+    y += 1;
+    // (difference − control) / predicted exposed comm: 1.0 when the difference is exactly the
+    // reducer plus what the model predicts is exposed.
+    if y < inner.height {
+        ratio_line(ctx, &v, sum.diff_ms, wide, inner, y, buf);
+    }
+}
+
+/// The pane's title: backend and device, the run, SIMULATED, LIVE or in-run.
+fn title(ctx: &Ctx, view: Option<&model::ProbeView>) -> Vec<Span<'static>> {
+    let t = ctx.theme;
+    let mut title = vec![Span::raw("Probe")];
+    // The backend and device first, where a narrow pane does not cut them.
+    if let Some(bd) = view.and_then(|v| fmt::backend_device(&v.run.spec)) {
+        title.push(Span::styled(format!(" · {bd} ·"), t.dim));
+    }
+    title.push(Span::styled(" no_sync", t.dim));
+    if let Some(v) = view {
+        title.push(Span::styled(
+            format!(" · {} k={}", fmt::tiny_id(&v.run.id), v.run.spec.k),
+            t.dim,
+        ));
+        if v.run.is_simulated() {
+            title.push(Span::raw(" "));
+            title.push(Span::styled(" SIMULATED ", t.sim));
+        }
+        if probing_now(v.run) {
+            title.push(Span::raw(" "));
+            title.push(Span::styled(" LIVE ", t.warn));
+        } else if is_live(v.run) {
+            // Blocks from inside a training run, but the probe is off (or the run is over).
+            title.push(Span::styled(" · in-run, off", t.dim));
+        }
+    }
+    title
+}
+
+/// A probe that did not complete: its status and reason, and no figures.
+fn not_done(ctx: &Ctx, run: &crate::run::RunView, inner: Rect, y: u16, buf: &mut Buffer) {
+    let t = ctx.theme;
+    let w = inner.width as usize;
+    put_line(
+        buf,
+        inner,
+        y,
+        &Line::from(vec![
+            Span::styled(
+                format!(" {} ", run.status.as_str().to_uppercase()),
+                t.status(run.status),
+            ),
+            Span::styled(
+                fmt::trunc(
+                    &format!(" {}", run.reason.as_deref().unwrap_or("no reason recorded")),
+                    w.saturating_sub(10),
+                ),
+                t.text,
+            ),
+        ]),
+    );
+    put_line(
+        buf,
+        inner,
+        y + 1,
+        &Line::from(Span::styled(
+            "no figures from a run that did not complete",
+            t.dim,
+        )),
+    );
+}
+
+/// A synced or no_sync row: median, with room its block range and count, and the source.
+fn side_line(
+    ctx: &Ctx,
+    name: &str,
+    p: &ProbeSide,
+    wide: bool,
+    (src, src_style): (&str, Style),
+) -> Line<'static> {
+    let t = ctx.theme;
+    let (name_w, val_w) = (NAME_W, VAL_W);
+    let mut spans = vec![
+        Span::styled(format!("{name:<name_w$}"), t.label),
+        Span::styled(format!("{:>val_w$}", fmt::ms(p.median_ms)), t.value),
+    ];
+    if wide {
+        spans.push(Span::styled(
+            format!(
+                "  [{}–{}] {:>2} blk  ",
+                fmt::ms_num(p.min_ms),
+                fmt::ms_num(p.max_ms),
+                p.blocks
+            ),
+            t.dim,
+        ));
+    } else {
+        spans.push(Span::raw("  "));
+    }
+    spans.push(Span::styled(src.to_string(), src_style));
+    Line::from(spans)
+}
+
+/// The k=1 control's difference (or why there is none yet).
+fn control_line(ctx: &Ctx, v: &model::ProbeView, wide: bool) -> Line<'static> {
+    let t = ctx.theme;
+    let run = v.run;
+    let (name_w, val_w) = (NAME_W, VAL_W);
+    match &v.control {
         None => Line::from(vec![
             Span::styled(format!("{:<name_w$}", "k=1 ctrl"), t.label),
             Span::styled(format!("{:>val_w$}", "none"), t.dim),
@@ -209,20 +255,29 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 t.dim,
             ),
         ]),
-    };
-    put_line(buf, inner, y, &ctrl);
-    y += 1;
-    model_line(ctx, &v.prediction, inner, y, buf);
-    y += 1;
-    // (difference − control) / predicted exposed comm: 1.0 when the difference is exactly the
-    // reducer plus what the model predicts is exposed.
-    if let (Prediction::Ms { ms, .. }, true) = (&v.prediction, y < inner.height)
+    }
+}
+
+/// (difference − control) / predicted exposed comm: 1.0 when the difference is exactly the
+/// reducer plus what the model predicts is exposed.
+fn ratio_line(
+    ctx: &Ctx,
+    v: &model::ProbeView,
+    diff_ms: f64,
+    wide: bool,
+    inner: Rect,
+    y: u16,
+    buf: &mut Buffer,
+) {
+    let t = ctx.theme;
+    let (name_w, val_w) = (NAME_W, VAL_W);
+    if let Prediction::Ms { ms, .. } = &v.prediction
         && *ms > 0.0
     {
         let ctrl = v.control.as_ref().and_then(|(_, cs)| cs.as_ref());
         let (txt, note) = match ctrl {
             Some(cs) => (
-                format!("{:.2}×", (sum.diff_ms - cs.diff_ms) / ms),
+                format!("{:.2}×", (diff_ms - cs.diff_ms) / ms),
                 " (difference − control) / model",
             ),
             None => ("n/a".to_string(), " needs the k=1 control"),
