@@ -873,7 +873,7 @@ pub fn update(
         // Confirmation waits out an assessment that is neither slow nor at pace (a sample or
         // two at pace in a burst): only a rank whose newest samples are back at pace on median
         // starts again.
-        if !slow && !(s.recent < cfg.threshold && s.recent_steady >= HOLD_SHARE) {
+        if !slow && (s.recent >= cfg.threshold || s.recent_steady < HOLD_SHARE) {
             run.stragglers_pending.remove(&s.rank);
         }
         if slow {
