@@ -10,6 +10,7 @@ use crate::app::Action;
 use crate::run::{HostBackend, NcclVar};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use std::collections::BTreeSet;
 
@@ -43,25 +44,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         let keep = settings.split_off(settings.len() - (MAX_SETTINGS - 1));
         settings = std::iter::once(first).chain(keep).collect();
     }
-    let mut title = vec![Span::raw("Bench")];
-    // Every backend and device its columns are of (they name theirs when several), first.
-    let mut devices: Vec<String> = Vec::new();
-    for d in settings
-        .iter()
-        .filter_map(|s| fmt::backend_device(&s.run.spec))
-    {
-        if !devices.contains(&d) {
-            devices.push(d);
-        }
-    }
-    if !devices.is_empty() {
-        title.push(Span::styled(format!(" · {} ·", devices.join(" + ")), t.dim));
-    }
-    title.push(Span::styled(" all-reduce GB/s", t.dim));
-    if settings.iter().any(|s| s.run.is_simulated()) {
-        title.push(Span::raw(" "));
-        title.push(Span::styled(" SIMULATED ", t.sim));
-    }
+    let title = title(ctx, &settings);
     let inner = frame_block(ctx, PaneId::Bench, title, area, buf);
     if inner.height == 0 {
         return;
@@ -89,40 +72,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
                 t.badge
             },
         ));
-        let ignored: Vec<&str> = s
-            .run
-            .nccl_read
-            .iter()
-            .filter(|(_, taken)| !**taken)
-            .map(|(k, _)| k.trim_start_matches("NCCL_"))
-            .collect();
-        // A setting NCCL did not read makes this column the default in disguise: say so first.
-        let warning = if !ignored.is_empty() {
-            Some(format!("⚠ ignored {}", ignored.join(",")))
-        } else {
-            s.run
-                .gpus_shared
-                .as_ref()
-                .map(|_| "⚠ GPUs shared".to_string())
-        };
-        let sub = if !s.run.status.shows_results() {
-            s.run.status.as_str().to_string()
-        } else if let Some(w) = &warning {
-            w.clone()
-        } else if let Some(tr) = s.run.transport() {
-            tr.to_string()
-        } else if show_alg {
-            "bus / alg".to_string()
-        } else {
-            "busbw".to_string()
-        };
-        let st = if warning.is_some() && s.run.status.shows_results() {
-            t.warn
-        } else if s.run.status.shows_results() {
-            t.dim
-        } else {
-            t.status(s.run.status)
-        };
+        let (sub, st) = column_sub(ctx, s, show_alg);
         h2.push(Span::styled(
             format!("{:>col_w$}", fmt::trunc(&sub, col_w - 1)),
             st,
@@ -183,30 +133,102 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             spans.push(Span::styled(format!("{cell:>col_w$}"), t.value));
         }
         if ratio_w > 0 {
-            let first = settings
-                .first()
-                .and_then(|s| s.rows.get(&size))
-                .map(|r| r.0);
-            let last = settings.last().and_then(|s| s.rows.get(&size)).map(|r| r.0);
-            let (txt, st) = match (first, last) {
-                (Some(a), Some(b)) if a > 0.0 => {
-                    let r = b / a;
-                    (
-                        format!("{r:.2}×"),
-                        if r >= 1.2 {
-                            t.good
-                        } else if r <= 0.8 {
-                            t.bad
-                        } else {
-                            t.text
-                        },
-                    )
-                }
-                _ => ("-".into(), t.dim),
-            };
+            let (txt, st) = ratio(ctx, &settings, size);
             spans.push(Span::styled(format!("{txt:>ratio_w$}"), st));
         }
         put_line(buf, inner, y, &Line::from(spans));
         y += 1;
+    }
+}
+
+/// The pane's title: every backend and device its columns are of, SIMULATED.
+fn title(ctx: &Ctx, settings: &[model::BenchSetting]) -> Vec<Span<'static>> {
+    let t = ctx.theme;
+    let mut title = vec![Span::raw("Bench")];
+    // Every backend and device its columns are of (they name theirs when several), first.
+    let mut devices: Vec<String> = Vec::new();
+    for d in settings
+        .iter()
+        .filter_map(|s| fmt::backend_device(&s.run.spec))
+    {
+        if !devices.contains(&d) {
+            devices.push(d);
+        }
+    }
+    if !devices.is_empty() {
+        title.push(Span::styled(format!(" · {} ·", devices.join(" + ")), t.dim));
+    }
+    title.push(Span::styled(" all-reduce GB/s", t.dim));
+    if settings.iter().any(|s| s.run.is_simulated()) {
+        title.push(Span::raw(" "));
+        title.push(Span::styled(" SIMULATED ", t.sim));
+    }
+    title
+}
+
+/// What a column says under its label, and its style: the status of a run without results, a
+/// setting NCCL ignored or shared GPUs, else the transport (or what the cells hold).
+fn column_sub(ctx: &Ctx, s: &model::BenchSetting, show_alg: bool) -> (String, Style) {
+    let t = ctx.theme;
+    let ignored: Vec<&str> = s
+        .run
+        .nccl_read
+        .iter()
+        .filter(|(_, taken)| !**taken)
+        .map(|(k, _)| k.trim_start_matches("NCCL_"))
+        .collect();
+    // A setting NCCL did not read makes this column the default in disguise: say so first.
+    let warning = if !ignored.is_empty() {
+        Some(format!("⚠ ignored {}", ignored.join(",")))
+    } else {
+        s.run
+            .gpus_shared
+            .as_ref()
+            .map(|_| "⚠ GPUs shared".to_string())
+    };
+    let sub = if !s.run.status.shows_results() {
+        s.run.status.as_str().to_string()
+    } else if let Some(w) = &warning {
+        w.clone()
+    } else if let Some(tr) = s.run.transport() {
+        tr.to_string()
+    } else if show_alg {
+        "bus / alg".to_string()
+    } else {
+        "busbw".to_string()
+    };
+    let st = if warning.is_some() && s.run.status.shows_results() {
+        t.warn
+    } else if s.run.status.shows_results() {
+        t.dim
+    } else {
+        t.status(s.run.status)
+    };
+    (sub, st)
+}
+
+/// The last setting's bus bandwidth over the first's at `size`, styled good, bad or neither.
+fn ratio(ctx: &Ctx, settings: &[model::BenchSetting], size: u64) -> (String, Style) {
+    let t = ctx.theme;
+    let first = settings
+        .first()
+        .and_then(|s| s.rows.get(&size))
+        .map(|r| r.0);
+    let last = settings.last().and_then(|s| s.rows.get(&size)).map(|r| r.0);
+    match (first, last) {
+        (Some(a), Some(b)) if a > 0.0 => {
+            let r = b / a;
+            (
+                format!("{r:.2}×"),
+                if r >= 1.2 {
+                    t.good
+                } else if r <= 0.8 {
+                    t.bad
+                } else {
+                    t.text
+                },
+            )
+        }
+        _ => ("-".into(), t.dim),
     }
 }
