@@ -32,26 +32,10 @@ pub struct Figures {
     pub live: bool,
 }
 
-pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
-    let dash = "—".to_string();
+/// A run's note: the marks that qualify its figure first (they must survive a narrow column),
+/// then its transport, control, caveats and bad lines.
+fn notes(run: &RunView) -> Vec<String> {
     let mut note = Vec::new();
-    match run.status {
-        RunStatus::Failed | RunStatus::Hung | RunStatus::Stopped => {
-            return Figures {
-                main: dash.clone(),
-                main_short: dash.clone(),
-                eff: dash.clone(),
-                eff_narrow: dash,
-                note: run
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "no reason recorded".into()),
-                live: false,
-            };
-        }
-        _ => {}
-    }
-    // Marks that qualify the figure come first: they must survive a narrow column.
     if let Some(shared) = &run.gpus_shared {
         note.push(format!("⚠ {shared}"));
     }
@@ -73,6 +57,28 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     if run.bad_lines() + run.rejected > 0 {
         note.push(format!("{} bad lines", run.bad_lines() + run.rejected));
     }
+    note
+}
+
+pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
+    let dash = "—".to_string();
+    match run.status {
+        RunStatus::Failed | RunStatus::Hung | RunStatus::Stopped => {
+            return Figures {
+                main: dash.clone(),
+                main_short: dash.clone(),
+                eff: dash.clone(),
+                eff_narrow: dash,
+                note: run
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "no reason recorded".into()),
+                live: false,
+            };
+        }
+        _ => {}
+    }
+    let note = notes(run);
     let live = !run.status.is_final();
     let mut eff_narrow = None;
     let mut main_short = None;
