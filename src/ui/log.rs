@@ -3,7 +3,7 @@
 use super::fmt;
 use super::layout::PaneId;
 use super::{Ctx, frame_block, put_line};
-use crate::app::Level;
+use crate::app::{Level, RunView};
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::Style;
@@ -141,91 +141,105 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         }
     };
     if out_r.height > 0 {
-        match run {
-            Some(r) if !r.log_tail.is_empty() => {
-                let lines: Vec<&String> = r.log_tail.iter().collect();
-                let rows = window(
-                    &lines,
-                    |l| l.to_string(),
-                    out_r.width as usize,
-                    out_r.height as usize,
-                    scroll,
-                );
-                for (y, (i, row)) in rows.iter().enumerate() {
-                    put_line(
-                        buf,
-                        out_r,
-                        y as u16,
-                        &Line::from(Span::styled(row.clone(), line_style(ctx, lines[*i]))),
-                    );
-                }
-            }
-            Some(_) => put_line(
-                buf,
-                out_r,
-                0,
-                &Line::from(Span::styled("(no output from this run)", t.dim)),
-            ),
-            None => put_line(
-                buf,
-                out_r,
-                0,
-                &Line::from(Span::styled("(no run focused)", t.dim)),
-            ),
-        }
+        output(ctx, run, out_r, scroll, buf);
     }
     if msg_r.height > 0 {
-        if s.messages.is_empty() {
-            put_line(
-                buf,
-                msg_r,
-                0,
-                &Line::from(Span::styled("(no messages; ? shows the keys)", t.dim)),
+        messages(ctx, msg_r, scroll, buf);
+    }
+}
+
+/// The focused run's output, scrolled `scroll` rows up (or why there is none).
+fn output(ctx: &Ctx, run: Option<&RunView>, out_r: Rect, scroll: usize, buf: &mut Buffer) {
+    let t = ctx.theme;
+    match run {
+        Some(r) if !r.log_tail.is_empty() => {
+            let lines: Vec<&String> = r.log_tail.iter().collect();
+            let rows = window(
+                &lines,
+                |l| l.to_string(),
+                out_r.width as usize,
+                out_r.height as usize,
+                scroll,
             );
-        }
-        let msgs: Vec<&crate::app::Message> = s.messages.iter().collect();
-        let prefix = |m: &crate::app::Message| -> String {
-            let glyph = match m.level {
-                Level::Info => "·",
-                Level::Warn => "!",
-                Level::Error => "✗",
-            };
-            match &m.run {
-                Some(r) => format!("{glyph} {} ", fmt::tiny_id(r)),
-                None => format!("{glyph} "),
+            for (y, (i, row)) in rows.iter().enumerate() {
+                put_line(
+                    buf,
+                    out_r,
+                    y as u16,
+                    &Line::from(Span::styled(row.clone(), line_style(ctx, lines[*i]))),
+                );
             }
-        };
-        let rows = window(
-            &msgs,
-            |m| format!("{}{}", prefix(m), m.text),
-            msg_r.width as usize,
-            msg_r.height as usize,
-            scroll,
-        );
-        let mut prev = None;
-        for (y, (i, row)) in rows.iter().enumerate() {
-            let m = msgs[*i];
-            let st = match m.level {
-                Level::Info => t.msg_info,
-                Level::Warn => t.msg_warn,
-                Level::Error => t.msg_error,
-            };
-            // The first row of a message: its glyph and run id styled apart from the text.
-            let first_row = prev != Some(*i) && row.starts_with(&prefix(m));
-            prev = Some(*i);
-            let line = if first_row {
-                let p = prefix(m);
-                let (glyph, rest) = p.split_at(p.find(' ').map_or(0, |x| x + 1));
-                Line::from(vec![
-                    Span::styled(glyph.to_string(), st),
-                    Span::styled(rest.to_string(), t.dim),
-                    Span::styled(row[p.len()..].to_string(), st),
-                ])
-            } else {
-                Line::from(Span::styled(row.clone(), st))
-            };
-            put_line(buf, msg_r, y as u16, &line);
         }
+        Some(_) => put_line(
+            buf,
+            out_r,
+            0,
+            &Line::from(Span::styled("(no output from this run)", t.dim)),
+        ),
+        None => put_line(
+            buf,
+            out_r,
+            0,
+            &Line::from(Span::styled("(no run focused)", t.dim)),
+        ),
+    }
+}
+
+/// ddptop's messages, newest last, scrolled `scroll` rows up; a message's glyph and run id are
+/// styled apart from its text.
+fn messages(ctx: &Ctx, msg_r: Rect, scroll: usize, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    if s.messages.is_empty() {
+        put_line(
+            buf,
+            msg_r,
+            0,
+            &Line::from(Span::styled("(no messages; ? shows the keys)", t.dim)),
+        );
+    }
+    let msgs: Vec<&crate::app::Message> = s.messages.iter().collect();
+    let prefix = |m: &crate::app::Message| -> String {
+        let glyph = match m.level {
+            Level::Info => "·",
+            Level::Warn => "!",
+            Level::Error => "✗",
+        };
+        match &m.run {
+            Some(r) => format!("{glyph} {} ", fmt::tiny_id(r)),
+            None => format!("{glyph} "),
+        }
+    };
+    let rows = window(
+        &msgs,
+        |m| format!("{}{}", prefix(m), m.text),
+        msg_r.width as usize,
+        msg_r.height as usize,
+        scroll,
+    );
+    let mut prev = None;
+    for (y, (i, row)) in rows.iter().enumerate() {
+        let m = msgs[*i];
+        let st = match m.level {
+            Level::Info => t.msg_info,
+            Level::Warn => t.msg_warn,
+            Level::Error => t.msg_error,
+        };
+        // The first row of a message: its glyph and run id styled apart from the text.
+        let first_row = prev != Some(*i) && row.starts_with(&prefix(m));
+        prev = Some(*i);
+        let line = if first_row {
+            let p = prefix(m);
+            let (glyph, rest) = p.split_at(p.find(' ').map_or(0, |x| x + 1));
+            Line::from(vec![
+                Span::styled(glyph.to_string(), st),
+                Span::styled(rest.to_string(), t.dim),
+                Span::styled(row[p.len()..].to_string(), st),
+            ])
+        } else {
+            Line::from(Span::styled(row.clone(), st))
+        };
+        put_line(buf, msg_r, y as u16, &line);
     }
 }
 
