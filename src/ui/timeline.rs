@@ -36,15 +36,11 @@ pub fn bar_glyphs(t: &super::Theme) -> (char, char, char) {
     }
 }
 
-pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
-    let s = ctx.state;
+/// The pane's title: backend and device, the run, rank, the bars' instrument, FROZEN.
+fn title(ctx: &Ctx, run: Option<&RunView>) -> Vec<Span<'static>> {
     let t = ctx.theme;
     let v = ctx.view;
     let frozen = v.frozen();
-    let run = match frozen {
-        Some(f) => s.run(&f.run_id).or_else(|| v.subject(s)),
-        None => v.subject(s),
-    };
     let mut title = vec![Span::raw("Timeline")];
     if let Some(r) = run {
         // The backend and device first, where a narrow pane does not cut them.
@@ -76,6 +72,19 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         title.push(Span::raw(" "));
         title.push(Span::styled(" FROZEN ", t.frozen));
     }
+    title
+}
+
+pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
+    let s = ctx.state;
+    let t = ctx.theme;
+    let v = ctx.view;
+    let frozen = v.frozen();
+    let run = match frozen {
+        Some(f) => s.run(&f.run_id).or_else(|| v.subject(s)),
+        None => v.subject(s),
+    };
+    let title = title(ctx, run);
     let inner = frame_block(ctx, PaneId::Timeline, title, area, buf);
     if inner.height == 0 {
         return;
