@@ -49,8 +49,20 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
     for r in runs {
         let k = r["k"].as_u64().unwrap() as usize;
         assert_eq!(r["status"], "completed", "{r:#}");
-        // No false diagnosis (issue 44): the tutorial script is healthy.
-        assert_eq!(r["diagnoses"], serde_json::json!([]), "{r:#}");
+        // No false diagnosis (issue 44): the tutorial script is healthy. On 2 CPU cores,
+        // though, its k=2 run is at best as fast as its k=1 (0.97x in an idle CI) and with
+        // other work on the cores truly slower (issue 51's fourth hunt: 2,885 vs 6,443
+        // samples/s, its exposed all-reduce 9.2 of 22.2 ms): there "slower than one GPU" is
+        // a true finding, so it is allowed where the runs' own figures say k=2 was slower.
+        let k1_sps = runs[0]["samples_per_s"].as_f64().unwrap();
+        for d in r["diagnoses"].as_array().unwrap() {
+            assert_eq!((k, &d["kind"]), (2, &"slower_than_one_gpu".into()), "{r:#}");
+            let sps = r["samples_per_s"].as_f64().unwrap();
+            assert!(
+                sps * 1.1 < k1_sps,
+                "k=2 {sps:.0} vs k=1 {k1_sps:.0} samples/s: {r:#}"
+            );
+        }
         assert_eq!(r["instrument"], "full");
         // gloo has no NCCL to profile: ddptop's comm hook timed the buckets, and the run says so.
         assert_eq!(r["collectives"]["comm_timing"], "comm_hook", "{r:#}");
