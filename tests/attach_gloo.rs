@@ -50,16 +50,19 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
         let k = r["k"].as_u64().unwrap() as usize;
         assert_eq!(r["status"], "completed", "{r:#}");
         // No false diagnosis (issue 44): the tutorial script is healthy. On 2 CPU cores,
-        // though, its k=2 run is at best as fast as its k=1 (0.97x in an idle CI) and with
-        // other work on the cores truly slower (issue 51's fourth hunt: 2,885 vs 6,443
-        // samples/s, its exposed all-reduce 9.2 of 22.2 ms): there "slower than one GPU" is
-        // a true finding, so it is allowed where the runs' own figures say k=2 was slower.
+        // though, its k=2 run is at best about as fast as its k=1 (0.97x in an idle CI, 0.94x
+        // in a fresh-clone CI beside the other test lanes) and with more work on the cores
+        // well below (issue 51's fourth hunt: 2,885 vs 6,443 samples/s, its exposed
+        // all-reduce 9.2 of 22.2 ms): "slower than one GPU" is then true, judged on its first
+        // steps past warm-up. So that one verdict is allowed where the whole runs agree: k=2
+        // did fewer samples/s than its k=1 run. Any other verdict, or that one on a k=2 run
+        // at least as fast, fails.
         let k1_sps = runs[0]["samples_per_s"].as_f64().unwrap();
         for d in r["diagnoses"].as_array().unwrap() {
             assert_eq!((k, &d["kind"]), (2, &"slower_than_one_gpu".into()), "{r:#}");
             let sps = r["samples_per_s"].as_f64().unwrap();
             assert!(
-                sps * 1.1 < k1_sps,
+                sps < k1_sps,
                 "k=2 {sps:.0} vs k=1 {k1_sps:.0} samples/s: {r:#}"
             );
         }
