@@ -11,7 +11,9 @@ use std::time::Instant;
 mod compile;
 mod slower;
 pub use compile::{eager_run, slower_than_eager};
-pub use slower::{HOST_BOUND, One, Slower, judge, measured_one, slower_than_one_gpu};
+pub use slower::{
+    HOST_BOUND, One, Slower, judge, measured_one, recheck_at_end, slower_than_one_gpu,
+};
 
 /// Most parameter names quoted in a verdict's line (all are in its evidence).
 const NAMES_IN_LINE: usize = 4;

@@ -331,6 +331,14 @@ impl Engine {
         self.flush_events();
         let transport = nccl_log::transport_of_run(&run_dir);
         let unix = crate::util::unix_now();
+        // The k=1 run a "slower than one GPU" was judged against, to check it on the whole run.
+        let one = self.state.run(run).and_then(|v| {
+            v.diagnoses
+                .iter()
+                .any(|d| d.kind == crate::run::DiagnosisKind::SlowerThanOneGpu)
+                .then(|| crate::app::diagnose::measured_one(v, &self.state.runs))
+                .flatten()
+        });
         let Some(view) = self.state.run_mut(run) else {
             return;
         };
@@ -354,6 +362,9 @@ impl Engine {
         }
         // The phase history is not stored: its per-phase table is, as of the end (issue 46).
         view.phase_scores = crate::app::straggler::phase_scores(&view.ranks, &self.opts.stragglers);
+        if status == RunStatus::Completed {
+            crate::app::diagnose::recheck_at_end(view, one.as_ref());
+        }
         reduce::finish(view, status, reason, unix);
         let view_snapshot = view.clone();
         let scaling = summary::scaling(&view_snapshot, &self.state.runs);

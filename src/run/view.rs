@@ -274,7 +274,7 @@ impl RankView {
 }
 
 /// The figures of a finished (or running) run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Aggregate {
     pub samples_per_s: f64,
     pub per_rank: Vec<f64>,
