@@ -113,15 +113,7 @@ impl Registry {
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
         let a = open_run(&mut g, &h.run_id, &h.token)?;
-        if h.world_size != a.world_size {
-            return Err((
-                ErrorCode::BadMessage,
-                format!(
-                    "world_size {} but run {} has k={}",
-                    h.world_size, h.run_id, a.world_size
-                ),
-            ));
-        }
+        same_world(h.world_size, &h.run_id, a.world_size)?;
         if !a.seen_ranks.insert(h.rank) {
             return Err((
                 ErrorCode::DuplicateRank,
@@ -144,15 +136,7 @@ impl Registry {
     ) -> Result<(), (ErrorCode, String)> {
         let mut g = self.lock();
         let a = open_run(&mut g, &h.run_id, &h.token)?;
-        if h.world_size != a.world_size {
-            return Err((
-                ErrorCode::BadMessage,
-                format!(
-                    "world_size {} but run {} has k={}",
-                    h.world_size, h.run_id, a.world_size
-                ),
-            ));
-        }
+        same_world(h.world_size, &h.run_id, a.world_size)?;
         a.profilers.retain(|s| !s.is_closed());
         a.profilers.push(tx);
         Ok(())
@@ -239,4 +223,15 @@ fn open_run<'a>(
 
 pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A rank's or a plugin's `world_size` against the run's k: the same refusal for both.
+fn same_world(claimed: u32, run_id: &str, k: u32) -> Result<(), (ErrorCode, String)> {
+    if claimed == k {
+        return Ok(());
+    }
+    Err((
+        ErrorCode::BadMessage,
+        format!("world_size {claimed} but run {run_id} has k={k}"),
+    ))
 }
