@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import allreduce, fsdp, jax_worker, probe, train
+    from . import allreduce, fsdp, jax_worker, probe, train, zero1
 
     p = argparse.ArgumentParser(
         prog="python -m ddptop_worker",
@@ -21,6 +21,7 @@ def _parser() -> argparse.ArgumentParser:
         ("allreduce", "bare fp32 all-reduce size sweep", allreduce.add_args, allreduce.run),
         ("fsdp", "FSDP2 or DDP: memory per rank and per-block collectives", fsdp.add_args, fsdp.run),
         ("jax", "one process, k devices: jit + Mesh, HLO receipt", jax_worker.add_args, jax_worker.run),
+        ("zero1", "DDP + ZeroRedundancyOptimizer: per-rank state vs 8P + 8P_r", zero1.add_args, zero1.run),
     ]
     metavar = "{" + ",".join(c[0] for c in commands) + "}"
     sub = p.add_subparsers(dest="command", required=True, metavar=metavar)
