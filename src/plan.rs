@@ -294,7 +294,7 @@ impl Template {
             control: false,
             data_path: self.data_path,
             data_source: self.data_source.clone(),
-            torch: TorchSettings::for_launch(self.torch, experiment, self.backend),
+            torch: experiment.torch_settings(self.torch, self.backend),
         }
     }
 
@@ -423,7 +423,7 @@ pub fn fsdp_pairs(
 /// too: the four columns differ only in the loop.
 pub fn deficits_sweep(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
     let mut plain = t.clone();
-    plain.torch = TorchSettings::for_launch(t.torch, Experiment::Handrolled, t.backend);
+    plain.torch = Experiment::Handrolled.torch_settings(t.torch, t.backend);
     let ddp = sweep(&plain, Experiment::Weak, ks, max_k)?;
     let mut specs = Vec::new();
     for weak in ddp.specs {

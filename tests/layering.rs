@@ -735,3 +735,141 @@ fn in_folder_paths_resolve_and_a_circle_is_reported() {
     );
     assert!(folder_cycles("run", &units, &edges[..1]).is_empty());
 }
+
+// ---- Family dispatch (issue 49): what a family does is asked of the family (`run/family/`).
+
+/// Most lines outside `src/run/family/` that may name a family variant. The ones left are listed
+/// in docs/architecture.md ("Adding a family"); lower it as they go, never raise it.
+const MAX_DISPATCH_LINES: usize = 109;
+
+/// The variants of `pub enum {name} {` in `text`: the identifiers that open a line one level
+/// inside the enum (attributes, doc comments and struct-variant fields skipped).
+fn enum_variants(text: &str, name: &str) -> Vec<String> {
+    let open = format!("pub enum {name} {{");
+    let mut lines = text.lines().skip_while(|l| l.trim() != open);
+    let Some(first) = lines.next() else {
+        return Vec::new();
+    };
+    let indent = first.len() - first.trim_start().len() + 4;
+    let mut out = Vec::new();
+    for l in lines {
+        let t = l.trim_start();
+        if t == "}" && l.len() - t.len() + 4 == indent {
+            break;
+        }
+        if l.len() - t.len() == indent && t.starts_with(|c: char| c.is_ascii_uppercase()) {
+            out.extend(first_ident(t));
+        }
+    }
+    out
+}
+
+/// A dispatch line: a line of program code (not a comment, not under `#[cfg(test)]`) that names
+/// a family variant as a path, `Experiment::Weak` or `Family::Fsdp { .. }`, also through a
+/// module path (`crate::run::Experiment::Jax`; `TuneExperiment::Weak` is another enum). Every
+/// such line counts: a comparison, a `match` arm, a `matches!` and a construction alike, since
+/// each chooses behaviour by a family's name, which is the family's own file's business. Test
+/// code is left out: a test builds a run of a named family on purpose.
+fn dispatch_lines(text: &str, variants: &[(&str, Vec<String>)]) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    // (indent, under `#[cfg(test)]`) of the open inline mods, as `module_refs` reads them.
+    let mut inline: Vec<(usize, bool)> = Vec::new();
+    let mut prev = "";
+    for (n, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start().len();
+        if inline.last().is_some_and(|(i, _)| *i == indent) && line.trim() == "}" {
+            inline.pop();
+        }
+        let t = line.trim_start();
+        let cfg_test = std::mem::replace(&mut prev, t) == "#[cfg(test)]";
+        let m = t.strip_prefix("pub ").unwrap_or(t);
+        if m.starts_with("mod ") && m.trim_end().ends_with('{') {
+            inline.push((indent, cfg_test));
+            continue;
+        }
+        if cfg_test || inline.iter().any(|(_, test)| *test) {
+            continue;
+        }
+        let code = line.split("//").next().unwrap_or("");
+        let names = |e: &str, vs: &[String]| {
+            let pat = format!("{e}::");
+            code.match_indices(&pat).any(|(i, _)| {
+                let before = code[..i].chars().next_back();
+                let word_start = !before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                word_start && first_ident(&code[i + pat.len()..]).is_some_and(|v| vs.contains(&v))
+            })
+        };
+        if variants.iter().any(|(e, vs)| names(e, vs)) {
+            out.push((n + 1, line.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// Every dispatch line under `src` outside `src/run/family/`, as `file:line: code`.
+fn family_dispatch(src: &Path) -> Vec<String> {
+    let family = std::fs::read_to_string(src.join("run/family/mod.rs")).unwrap();
+    let variants = [
+        ("Experiment", enum_variants(&family, "Experiment")),
+        ("Family", enum_variants(&family, "Family")),
+    ];
+    for (e, vs) in &variants {
+        assert!(
+            vs.len() >= 8,
+            "found only {vs:?} in enum {e}: the parser is broken"
+        );
+    }
+    let mut paths = Vec::new();
+    rust_files(src, &mut paths);
+    paths.sort();
+    let mut out = Vec::new();
+    for f in paths {
+        let rel = f.strip_prefix(src).unwrap();
+        if rel.starts_with("run/family") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, line) in dispatch_lines(&text, &variants) {
+            out.push(format!("src/{}:{n}: {line}", rel.display()));
+        }
+    }
+    out
+}
+
+#[test]
+fn code_outside_the_family_files_asks_the_family_instead_of_naming_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lines = family_dispatch(&src);
+    assert!(
+        lines.len() <= MAX_DISPATCH_LINES,
+        "{} dispatch lines outside src/run/family/ (at most {MAX_DISPATCH_LINES}): ask the family \
+         (`experiment.kind()`, docs/architecture.md \"Adding a family\") instead of naming it:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+}
+
+#[test]
+fn a_dispatch_line_is_a_named_variant_in_program_code() {
+    let family = "pub enum Experiment {\n    /// Doc.\n    #[value(skip)]\n    Weak,\n    Jax {\n        sharding: X,\n    },\n}\n";
+    let vs = enum_variants(family, "Experiment");
+    assert_eq!(vs, ["Weak", "Jax"]);
+    let variants = [("Experiment", vs)];
+    let text = "fn f(e: Experiment) {\n\
+                \x20   if e == Experiment::Weak {}\n\
+                \x20   let k = Experiment::kind(e);\n\
+                \x20   let t = TuneExperiment::Weak;\n\
+                \x20   // Experiment::Jax in a comment\n\
+                \x20   match e { crate::run::Experiment::Jax => {} _ => {} }\n\
+                }\n\
+                #[cfg(test)]\n\
+                mod tests {\n\
+                \x20   fn g() { let _ = Experiment::Weak; }\n\
+                }\n\
+                fn h() -> Experiment { Experiment::Jax }\n";
+    let lines: Vec<usize> = dispatch_lines(text, &variants)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(lines, [2, 6, 12]);
+}

@@ -67,7 +67,7 @@ pub fn run_info(
         .and_then(|r| r.scaling.clone())
         .or_else(|| summary::scaling(run, history));
     let asked = match s.torch {
-        TorchSettings::Off if !TorchSettings::applies(s.experiment(), s.backend) => None,
+        TorchSettings::Off if !s.experiment().book_settings_apply(s.backend) => None,
         t => Some(t),
     };
     RunInfo {

@@ -1,10 +1,11 @@
 //! The scaling curve a run belongs to. Speedup and efficiency divide a run's throughput by the
 //! k=1 run of the same curve, so the key holds everything that changes the figure.
 
+use super::family::Experiment;
 use super::family::Family;
 use super::nccl::NcclSettings;
 use super::run_spec::RunSpec;
-use super::spec::{DataPath, DataSource, Experiment, ModelName, TorchSettings};
+use super::spec::{DataPath, DataSource, ModelName, TorchSettings};
 use crate::protocol::Backend;
 use std::fmt;
 
@@ -94,9 +95,10 @@ impl CurveKey {
         CurveKey {
             experiment: s.experiment(),
             model: s.model,
-            batch: match s.experiment() {
-                Experiment::Strong => Batch::Global(s.batch),
-                _ => Batch::PerRank(s.batch),
+            batch: if s.kind().global_batch() {
+                Batch::Global(s.batch)
+            } else {
+                Batch::PerRank(s.batch)
             },
             samples: s.samples,
             epochs: s.epochs,
@@ -148,8 +150,7 @@ impl CurveKey {
             parts.push("warm-up timed".into());
         }
         parts.extend(self.family.title_part());
-        if self.torch == TorchSettings::Off && TorchSettings::applies(self.experiment, self.backend)
-        {
+        if self.torch == TorchSettings::Off && self.experiment.book_settings_apply(self.backend) {
             parts.push("PyTorch defaults".into());
         }
         parts.extend(self.family.optimizer_part());

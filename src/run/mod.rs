@@ -17,14 +17,14 @@ pub mod view;
 
 pub use curve::{Batch, CurveKey, Setting, Warmup};
 pub use ddp::{BucketCapMb, DdpSettings};
-pub use family::Family;
+pub use family::{Experiment, Family, FamilyArgs, FamilyKind, Worker, WorkerInput};
 pub use fault::Fault;
 pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};
 pub use run_spec::RunSpec;
 pub use spec::{
-    AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, Experiment, HostBackend, JaxSharding,
-    ModelName, OptimizerName, RunStatus, SIM_MODEL_ONLY, TorchSettings, TorchStrategy, fits,
+    AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, HostBackend, JaxSharding, ModelName,
+    OptimizerName, RunStatus, SIM_MODEL_ONLY, TorchSettings, TorchStrategy, fits,
 };
 pub use view::{
     Aggregate, Caveat, CommTotals, Diagnosis, DiagnosisKind, MAX_BUCKET_HISTORY, MAX_LOG_TAIL,

@@ -3,12 +3,10 @@
 //! `family`, which uses those names, and `RunSpec`, which holds a `Family`, do not import each
 //! other; its curve key is `curve`'s (`RunSpec::curve_key`).
 
-use super::family::Family;
+use super::family::{Experiment, Family, FamilyKind, WorkerInput};
 use super::fault::Fault;
 use super::nccl::NcclSettings;
-use super::spec::{
-    AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, Experiment, ModelName, TorchSettings,
-};
+use super::spec::{AttachTarget, DEFAULT_PROFILE, DataPath, DataSource, ModelName, TorchSettings};
 use crate::protocol::Backend;
 use serde::{Deserialize, Serialize};
 
@@ -59,7 +57,7 @@ impl RunSpec {
             control: false,
             data_path: DataPath::Device,
             data_source: DataSource::Synthetic,
-            torch: TorchSettings::for_launch(TorchSettings::Book, experiment, backend),
+            torch: experiment.torch_settings(TorchSettings::Book, backend),
         }
     }
 
@@ -67,14 +65,34 @@ impl RunSpec {
     pub fn experiment(&self) -> Experiment {
         self.family.experiment()
     }
+    /// The family's answers (`run::family`).
+    pub fn kind(&self) -> &'static dyn FamilyKind {
+        self.experiment().kind()
+    }
+    /// What the family's worker command line is made of.
+    pub fn worker_input(&self) -> WorkerInput<'_> {
+        WorkerInput {
+            family: &self.family,
+            k: self.k,
+            backend: self.backend,
+            model: self.model,
+            batch: self.batch,
+            epochs: self.epochs,
+            samples: self.samples,
+            data_path: self.data_path,
+            data_source: &self.data_source,
+            torch: self.torch,
+        }
+    }
     /// An attached run's script.
     pub fn attach(&self) -> Option<&AttachTarget> {
         self.family.attach()
     }
     pub fn per_rank_batch(&self) -> u32 {
-        match self.experiment() {
-            Experiment::Strong => (self.batch / self.k.max(1)).max(1),
-            _ => self.batch,
+        if self.kind().global_batch() {
+            (self.batch / self.k.max(1)).max(1)
+        } else {
+            self.batch
         }
     }
     pub fn global_batch(&self) -> u32 {
@@ -86,9 +104,10 @@ impl RunSpec {
     }
     /// `batch 256/rank` or `global batch 512`.
     pub fn batch_label(&self) -> String {
-        match self.experiment() {
-            Experiment::Strong => format!("global batch {}", self.batch),
-            _ => format!("batch {}/rank", self.batch),
+        if self.kind().global_batch() {
+            format!("global batch {}", self.batch)
+        } else {
+            format!("batch {}/rank", self.batch)
         }
     }
 }

@@ -9,161 +9,6 @@ use std::path::PathBuf;
 /// The simulated backend's machine profile when none is named.
 pub const DEFAULT_PROFILE: &str = "h200-nvlink";
 
-/// A run's kind. Adding a family (FSDP, JAX, …) starts here: see docs/architecture.md.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    Hash,
-    PartialOrd,
-    Ord,
-    clap::ValueEnum,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Experiment {
-    #[value(help = "Per-rank batch fixed (default 256), k ranks")]
-    Weak,
-    #[value(help = "Global batch fixed (default 512) split k ways")]
-    Strong,
-    #[value(help = "The no_sync probe (interleaved synced/no_sync blocks, plus a k=1 control)")]
-    Probe,
-    #[value(help = "All-reduce bandwidth sweep by size")]
-    Allreduce,
-    /// One JAX process drives all k devices: a jitted step over a Mesh (weak scaling, batch per
-    /// device), with the HLO receipt of the collectives XLA wrote.
-    #[value(
-        help = "One JAX process over k devices: the jitted step, its HLO receipt (collectives XLA wrote) and a k=1 equality check; needs jax, flax and optax"
-    )]
-    Jax,
-    /// PyTorch FSDP2, ZeRO-1 or DDP (`TorchStrategy`) on the weak experiment's model and batch:
-    /// memory per rank and the per-block all-gathers and reduce-scatters.
-    #[value(
-        help = "PyTorch FSDP2, ZeRO-1 and DDP (or one, --strategy) with Adam: memory per rank (exact shard bytes, the 16P/k, 8P+8P/k, 16P predictions, the CUDA peak) and each block's all-gathers and reduce-scatters"
-    )]
-    Fsdp,
-    /// A user's own DDP script under torchrun (`ddptop attach`), measured through torch's hooks
-    /// by the bootstrap in workers/ddptop_bootstrap (docs/attach.md).
-    #[value(skip)]
-    Attach,
-    /// The hand-rolled loop in Rust on tch (workers/handrolled): one process, k replicas, the
-    /// gradient all-reduce by tensor copies after the whole backward; weak scaling like DDP's.
-    #[value(
-        help = "The hand-rolled loop in Rust on tch: one process drives k replicas and all-reduces their gradients by tensor copies after the backward (--dispatch, --reduce; --deficits runs all three variants beside DDP). Needs the ddptop-handrolled binary"
-    )]
-    Handrolled,
-}
-
-crate::util::names!(Experiment {
-    Weak => "weak",
-    Strong => "strong",
-    Probe => "probe",
-    Allreduce => "allreduce",
-    Jax => "jax",
-    Fsdp => "fsdp",
-    Attach => "attach",
-    Handrolled => "handrolled",
-});
-
-impl Experiment {
-    /// Default batch: per-rank for weak and probe, global for strong.
-    pub fn default_batch(self) -> u32 {
-        match self {
-            Experiment::Strong => 512,
-            _ => 256,
-        }
-    }
-    pub fn has_throughput(self) -> bool {
-        matches!(
-            self,
-            Experiment::Weak
-                | Experiment::Strong
-                | Experiment::Jax
-                | Experiment::Fsdp
-                | Experiment::Attach
-                | Experiment::Handrolled
-        )
-    }
-    /// Experiments without communication at k=1 need at least two ranks to mean anything.
-    pub fn needs_two_ranks(self) -> bool {
-        matches!(self, Experiment::Probe | Experiment::Allreduce)
-    }
-    /// The dashboard's `s` order: weak → strong → fsdp → jax → handrolled (→ attach, when the
-    /// dashboard was started with a script) → weak. Probe and allreduce have keys of their own.
-    pub fn next_in_cycle(self, with_attach: bool) -> Experiment {
-        match self {
-            Experiment::Weak => Experiment::Strong,
-            Experiment::Strong => Experiment::Fsdp,
-            Experiment::Fsdp => Experiment::Jax,
-            Experiment::Jax => Experiment::Handrolled,
-            Experiment::Handrolled if with_attach => Experiment::Attach,
-            _ => Experiment::Weak,
-        }
-    }
-    /// What the dashboard says when `s` picks this family (`attach`: the script it runs).
-    pub fn switch_message(self, attach: Option<&AttachTarget>) -> String {
-        match (self, attach) {
-            (Experiment::Attach, Some(a)) => {
-                format!("next launch: attach {} (1/2/4 run it at that k)", a.label())
-            }
-            (Experiment::Handrolled, _) => {
-                "next launch: handrolled single+star (one Rust process, k replicas, gradients \
-                 all-reduced by tensor copies); a runs DDP and all three variants \
-                 at k = 1, 2, 4 for the Deficits pane"
-                    .into()
-            }
-            (Experiment::Jax, _) => {
-                "next launch: jax (one process over k devices, batch 256 per device): \
-                 the Receipt pane shows the collectives XLA wrote"
-                    .into()
-            }
-            (Experiment::Fsdp, _) => {
-                "next launch: fsdp (batch 256 per rank, Adam): FSDP then DDP at each k, \
-                 memory per rank in the Memory pane"
-                    .into()
-            }
-            (e, _) => format!(
-                "next launch: {} scaling (batch {}{})",
-                e.as_str(),
-                e.default_batch(),
-                if e == Experiment::Strong {
-                    " global"
-                } else {
-                    " per rank"
-                }
-            ),
-        }
-    }
-    /// Why the simulated backend cannot run it (`None`: the simulator has a worker for it).
-    pub fn no_sim_worker(self) -> Option<&'static str> {
-        Some(match self {
-            Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Allreduce => {
-                return None;
-            }
-            Experiment::Jax => {
-                "jax has no simulated worker: it needs Python with jax (--backend gloo on CPUs, nccl on GPUs)"
-            }
-            Experiment::Fsdp => {
-                "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)"
-            }
-            Experiment::Attach => {
-                "attach runs your script with real PyTorch: use --backend gloo on CPUs, nccl on GPUs"
-            }
-            Experiment::Handrolled => {
-                "handrolled has no simulated worker: it runs libtorch through tch (--backend gloo on CPUs, nccl on GPUs)"
-            }
-        })
-    }
-    /// Worker processes (protocol connections) a run at k has: one JAX process drives all k
-    /// devices, every other experiment has one rank per device.
-    pub fn processes(self, k: u32) -> u32 {
-        if self == Experiment::Jax { 1 } else { k }
-    }
-}
-
 /// How the JAX experiment lays out parameters and optimizer state on its mesh (the batch is
 /// always split along the mesh axis): the PartitionSpec changes, the training step does not.
 #[derive(
@@ -216,23 +61,6 @@ impl TorchSettings {
                 "PyTorch defaults (matmul precision highest, cudnn.benchmark off)"
             }
             TorchSettings::Script => "the script's own settings",
-        }
-    }
-    /// Whether ddptop applies the settings to `experiment` on `backend`: its own PyTorch
-    /// workers do; the simulator, JAX, the all-reduce bench and the tch loop have nothing to set.
-    pub fn applies(experiment: Experiment, backend: Backend) -> bool {
-        backend != Backend::Sim
-            && matches!(
-                experiment,
-                Experiment::Weak | Experiment::Strong | Experiment::Probe | Experiment::Fsdp
-            )
-    }
-    /// The setting a launch of `experiment` on `backend` gets when the user asked for `asked`.
-    pub fn for_launch(asked: TorchSettings, experiment: Experiment, backend: Backend) -> Self {
-        match experiment {
-            Experiment::Attach => TorchSettings::Script,
-            _ if Self::applies(experiment, backend) => asked,
-            _ => TorchSettings::Off,
         }
     }
 }
@@ -554,7 +382,7 @@ impl fmt::Display for HostBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{HandDispatch, HandReduce, RunSpec};
+    use crate::run::{Experiment, HandDispatch, HandReduce, RunSpec};
     use clap::ValueEnum;
 
     /// The names table (`util::names!`), serde's snake_case names and clap's value names are
@@ -577,30 +405,8 @@ mod tests {
     }
 
     #[test]
-    fn s_cycles_through_the_families_and_attach_only_with_a_script() {
-        let order = |with_attach| {
-            let mut seen = vec![Experiment::Weak];
-            let mut e = Experiment::Weak.next_in_cycle(with_attach);
-            while e != Experiment::Weak {
-                seen.push(e);
-                e = e.next_in_cycle(with_attach);
-            }
-            seen.iter()
-                .map(|e| e.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        assert_eq!(order(false), "weak strong fsdp jax handrolled");
-        assert_eq!(order(true), "weak strong fsdp jax handrolled attach");
-        assert_eq!(
-            Experiment::Strong.switch_message(None),
-            "next launch: strong scaling (batch 512 global)"
-        );
-    }
-
-    #[test]
     fn names_serde_and_clap_agree() {
-        agree(&Experiment::ALL);
+        agree(Experiment::all());
         agree(&JaxSharding::ALL);
         agree(&TorchStrategy::ALL);
         agree(&OptimizerName::ALL);
@@ -615,12 +421,6 @@ mod tests {
         for t in TorchSettings::ALL {
             assert_eq!(serde_json::to_value(t).unwrap(), t.as_str());
         }
-        // `attach` is stored and shown, but not a `ddptop run` experiment.
-        assert!(Experiment::Attach.to_possible_value().is_none());
-        assert_eq!(
-            "sideways".parse::<Experiment>().unwrap_err(),
-            "`sideways` is not one of: weak, strong, probe, allreduce, jax, fsdp, attach, handrolled"
-        );
     }
 
     /// Issue 48: the tch and JAX workers' settings are listed like the DDP workers'.

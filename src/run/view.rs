@@ -590,7 +590,10 @@ impl RunView {
                 )
             }
             TorchSettings::Off
-                if !TorchSettings::applies(self.spec.experiment(), self.spec.backend) =>
+                if !self
+                    .spec
+                    .experiment()
+                    .book_settings_apply(self.spec.backend) =>
             {
                 None
             }

@@ -2,7 +2,7 @@
 //! and the spawn in a process group of its own with output going to the run's log file.
 
 use crate::protocol::Backend;
-use crate::run::{DEFAULT_PROFILE, DataSource, Experiment, RunSpec};
+use crate::run::{DEFAULT_PROFILE, RunSpec, Worker};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -377,21 +377,17 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 // DDPTOP_TIME_EVERY=1` times every step.
                 set("DDPTOP_TIME_EVERY", "10".into());
             }
-            if spec.experiment() == Experiment::Jax && spec.backend == Backend::Gloo {
-                // XLA's CPU client has one device unless told: the mesh needs k of them.
-                set(
-                    "XLA_FLAGS",
-                    format!("--xla_force_host_platform_device_count={}", spec.k),
-                );
-                set("JAX_PLATFORMS", "cpu".into());
+            let worker = spec.kind().worker(&spec.worker_input());
+            for (k, v) in spec.kind().worker_env(&spec.worker_input()) {
+                set(k, v);
             }
             if let Some(a) = spec.attach() {
                 attach_env(spec, py, &mut set);
                 cwd = a.cwd.clone();
             }
-            // JAX and the tch worker start their own processes; every other experiment runs
-            // under torchrun.
-            let torchrun = !matches!(spec.experiment(), Experiment::Jax | Experiment::Handrolled);
+            // JAX and the tch worker start their own processes; every other family runs under
+            // torchrun.
+            let torchrun = worker.uses_torchrun();
             if spec.backend == Backend::Gloo
                 && torchrun
                 && std::env::var_os("OMP_NUM_THREADS").is_none()
@@ -403,7 +399,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 // OpenMP threads at 3x the CPU of a run. The user's own setting wins.
                 set("OMP_NUM_THREADS", "1".into());
             }
-            if spec.experiment() == Experiment::Handrolled {
+            if matches!(worker, Worker::Handrolled(_)) {
                 super::handrolled::prepare(spec, &py.python, &mut set)?;
             }
             if let Some(plan) = ctx.nodes {
@@ -423,7 +419,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 }
                 set("DDPTOP_NODE", plan.hosts[0].clone());
             }
-            torch_argv(spec, py, ctx)
+            worker_argv(worker, spec, py, ctx)
         }
     };
     if let Some(p) = ctx.nccl_profiler.filter(|_| spec.backend == Backend::Nccl) {
@@ -580,126 +576,43 @@ fn rank_log_flags(run_dir: &Path) -> [String; 2] {
 /// The folder of a run where torchrun writes each rank's `stdout.log` / `stderr.log`.
 pub const RANK_LOG_DIR: &str = "ranks";
 
-/// `torchrun --standalone --nproc-per-node=k -m ddptop_worker <experiment> …`.
-fn torch_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String> {
-    let mut v = py.torchrun.clone();
-    v.extend(where_flags(spec, ctx));
-    v.extend([
-        "--monitor-interval=0.1".into(),
-        "-m".into(),
-        "ddptop_worker".into(),
-    ]);
-    let backend = ("--backend", spec.backend.as_str().to_string());
-    let torch = ("--torch-settings", spec.torch.as_str().to_string());
-    match spec.experiment() {
-        Experiment::Weak | Experiment::Strong => {
-            v.push("train".into());
-            v.extend(flags([
-                ("--experiment", spec.experiment().as_str().into()),
-                ("--batch", spec.batch.to_string()),
-                ("--epochs", spec.epochs.to_string()),
-                ("--samples", spec.samples.to_string()),
-                ("--model", spec.model.as_str().into()),
-                ("--data-path", spec.data_path.as_str().into()),
-                backend,
-                torch.clone(),
-            ]));
-            v.extend(data_flags(&spec.data_source));
+/// The family's worker (`FamilyKind::worker`) as a command line: `torchrun
+/// --standalone --nproc-per-node=k -m ddptop_worker ARGS`, `python -m ddptop_worker ARGS` (one
+/// process for all k devices), the user's script under torchrun, or the tch binary.
+fn worker_argv(worker: Worker, spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String> {
+    match worker {
+        Worker::Torchrun(args) => {
+            let mut v = py.torchrun.clone();
+            v.extend(where_flags(spec, ctx));
+            v.extend([
+                "--monitor-interval=0.1".into(),
+                "-m".into(),
+                "ddptop_worker".into(),
+            ]);
+            v.extend(args);
+            v
         }
-        Experiment::Probe => {
-            v.push("probe".into());
-            v.extend(flags([
-                ("--batch", spec.batch.to_string()),
-                ("--model", spec.model.as_str().into()),
-                backend,
-                torch,
-            ]));
+        Worker::Python(args) => {
+            let mut v = vec![
+                py.python.display().to_string(),
+                "-m".into(),
+                "ddptop_worker".into(),
+            ];
+            v.extend(args);
+            v
         }
-        Experiment::Allreduce => {
-            v.push("allreduce".into());
-            v.extend(flags([backend]));
-            if spec.backend == Backend::Gloo {
-                // 256 MiB all-reduces over gloo on a laptop take minutes; stop at 16 MiB.
-                v.extend(flags([("--max-bytes", (16u64 << 20).to_string())]));
+        Worker::Script => {
+            let mut v = py.torchrun.clone();
+            v.extend(where_flags(spec, ctx));
+            v.push("--monitor-interval=0.1".into());
+            if let Some(a) = spec.attach() {
+                v.push(a.script.display().to_string());
+                v.extend(a.args.iter().cloned());
             }
+            v
         }
-        Experiment::Fsdp => {
-            v.push("fsdp".into());
-            let strategy = spec.family.strategy().unwrap_or_default();
-            v.extend(flags([
-                ("--strategy", strategy.as_str().into()),
-                ("--optimizer", spec.family.optimizer().as_str().into()),
-                ("--batch", spec.batch.to_string()),
-                ("--epochs", spec.epochs.to_string()),
-                ("--samples", spec.samples.to_string()),
-                ("--model", spec.model.as_str().into()),
-                ("--data-path", spec.data_path.as_str().into()),
-                backend,
-                torch,
-            ]));
-            v.extend(data_flags(&spec.data_source));
-        }
-        // One process drives every device: `command_for` starts it with `jax_argv`.
-        Experiment::Jax => return jax_argv(spec, py),
-        Experiment::Attach => return attach_argv(spec, py, ctx),
         // One Rust process drives every replica: no torchrun, no Python.
-        Experiment::Handrolled => {
-            return super::handrolled::argv(spec, data_flags(&spec.data_source));
-        }
-    }
-    v
-}
-
-/// `torchrun --standalone --nproc-per-node=k SCRIPT ARGS`: the user's own script, unchanged.
-fn attach_argv(spec: &RunSpec, py: &PythonEnv, ctx: &LaunchContext) -> Vec<String> {
-    let mut v = py.torchrun.clone();
-    v.extend(where_flags(spec, ctx));
-    v.push("--monitor-interval=0.1".into());
-    if let Some(a) = spec.attach() {
-        v.push(a.script.display().to_string());
-        v.extend(a.args.iter().cloned());
-    }
-    v
-}
-
-/// `python -m ddptop_worker jax …`: one process for all k devices, no torchrun.
-fn jax_argv(spec: &RunSpec, py: &PythonEnv) -> Vec<String> {
-    let mut v = vec![
-        py.python.display().to_string(),
-        "-m".into(),
-        "ddptop_worker".into(),
-        "jax".into(),
-    ];
-    v.extend(flags([
-        ("--k", spec.k.to_string()),
-        ("--sharding", spec.family.sharding().as_str().into()),
-        ("--batch", spec.batch.to_string()),
-        ("--epochs", spec.epochs.to_string()),
-        ("--samples", spec.samples.to_string()),
-        ("--model", spec.model.as_str().into()),
-        ("--data-path", spec.data_path.as_str().into()),
-        (
-            "--platform",
-            if spec.backend == Backend::Nccl {
-                "gpu"
-            } else {
-                "cpu"
-            }
-            .into(),
-        ),
-    ]));
-    v.extend(data_flags(&spec.data_source));
-    v
-}
-
-fn data_flags(source: &DataSource) -> Vec<String> {
-    match source {
-        DataSource::Synthetic => flags([("--data", "synthetic".into())]).collect(),
-        DataSource::Real(dir) => flags([
-            ("--data", "real".into()),
-            ("--data-dir", dir.display().to_string()),
-        ])
-        .collect(),
+        Worker::Handrolled(data_flags) => super::handrolled::argv(spec, data_flags),
     }
 }
 
@@ -890,7 +803,7 @@ fn probe(py: &Path, code: &str) -> Result<(String, u32), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::NcclVar;
+    use crate::run::{Experiment, NcclVar};
 
     fn ctx<'a>(dir: &'a Path, py: Option<&'a PythonEnv>) -> LaunchContext<'a> {
         LaunchContext {

@@ -1,11 +1,182 @@
-//! The experiment a run belongs to, with the settings only that family has: the one place a
-//! family's data lives (`RunSpec::family`, the curve key, the store's `family_json` column).
-//! `Experiment` is its name alone (the command line's value, the protocol's and the store's
-//! `experiment` column): `Family::experiment` maps one to the other.
+//! The experiment families, one file each: everything the rest of the program asks a family
+//! (its name, its command-line flags, its defaults, its plans, the panes and columns it fills,
+//! its worker's command line, its JSON record fields) is answered by that file through one trait,
+//! [`FamilyKind`]. Code outside `run/family/` asks `experiment.kind()` (or `spec.kind()`) and
+//! never matches on a variant: tests/layering.rs counts the lines that do (at most 10).
+//!
+//! # What a new family provides (docs/architecture.md, "Adding a family")
+//! 1. `src/run/family/<name>.rs`: a unit struct implementing [`FamilyKind`]. Required:
+//!    `experiment`, `name`, `help`, `owns`, `default_family`, `worker`; every other method has a
+//!    default (a plain PyTorch training family under torchrun, per-rank batch, no memory pane,
+//!    no own settings) that the file overrides where the family differs.
+//! 2. Registration, in this file only: `mod <name>;`, the variant in [`Experiment`] (its serde
+//!    name is the family's `name`), the variant in [`Family`] (with the settings only it has),
+//!    and one line in [`Experiment::kind`] (`Experiment::X => &x::X,`). The compiler points at
+//!    each: both enums are matched exhaustively here.
+//! 3. Its worker (workers/ for Python) and its tests.
+
+mod allreduce;
+mod attach;
+mod fsdp;
+mod handrolled;
+mod jax;
+mod probe;
+mod strong;
+mod weak;
 
 use super::handrolled::HandRolled;
-use super::spec::{AttachTarget, Experiment, JaxSharding, OptimizerName, TorchStrategy};
+use super::spec::{
+    AttachTarget, DataPath, DataSource, JaxSharding, ModelName, OptimizerName, TorchSettings,
+    TorchStrategy,
+};
+use crate::protocol::Backend;
 use serde::{Deserialize, Serialize};
+use std::sync::LazyLock;
+
+/// A run's kind: the family's name alone (the command line's value, the protocol's and the
+/// store's `experiment` column). Its behaviour is its [`FamilyKind`] (`kind()`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Hash,
+    PartialOrd,
+    Ord,
+    strum::EnumIter,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Experiment {
+    Weak,
+    Strong,
+    Probe,
+    Allreduce,
+    Jax,
+    Fsdp,
+    Attach,
+    Handrolled,
+}
+
+impl Experiment {
+    /// The family's answers. The registry: one line per family.
+    pub fn kind(self) -> &'static dyn FamilyKind {
+        match self {
+            Experiment::Weak => &weak::Weak,
+            Experiment::Strong => &strong::Strong,
+            Experiment::Probe => &probe::Probe,
+            Experiment::Allreduce => &allreduce::Allreduce,
+            Experiment::Jax => &jax::Jax,
+            Experiment::Fsdp => &fsdp::Fsdp,
+            Experiment::Attach => &attach::Attach,
+            Experiment::Handrolled => &handrolled::Handrolled,
+        }
+    }
+    /// Every family, in declaration order.
+    pub fn all() -> &'static [Experiment] {
+        static ALL: LazyLock<Vec<Experiment>> =
+            LazyLock::new(|| <Experiment as strum::IntoEnumIterator>::iter().collect());
+        &ALL
+    }
+    /// The command line's, the protocol's and the store's name (`weak`, `fsdp`).
+    pub fn as_str(self) -> &'static str {
+        self.kind().name()
+    }
+    /// Default batch: per-rank for most families, global where the batch is split.
+    pub fn default_batch(self) -> u32 {
+        self.kind().default_batch()
+    }
+    /// Whether the family measures samples per second (a scaling curve).
+    pub fn has_throughput(self) -> bool {
+        self.kind().has_throughput()
+    }
+    /// Families without communication at k=1 need at least two ranks to mean anything.
+    pub fn needs_two_ranks(self) -> bool {
+        self.kind().needs_two_ranks()
+    }
+    /// The dashboard's `s` order (each family's `cycle_position`; a family that needs a script
+    /// only when the dashboard has one); a family outside the cycle goes back to its start.
+    pub fn next_in_cycle(self, with_attach: bool) -> Experiment {
+        let mut cycle: Vec<(u8, Experiment)> = Experiment::all()
+            .iter()
+            .filter(|e| with_attach || !e.kind().runs_user_script())
+            .filter_map(|&e| e.kind().cycle_position().map(|p| (p, e)))
+            .collect();
+        cycle.sort();
+        let at = cycle.iter().position(|(_, e)| *e == self);
+        match at {
+            Some(i) if i + 1 < cycle.len() => cycle[i + 1].1,
+            _ => cycle[0].1,
+        }
+    }
+    /// What the dashboard says when `s` picks this family (`attach`: the script it runs).
+    pub fn switch_message(self, attach: Option<&AttachTarget>) -> String {
+        self.kind().switch_message(attach)
+    }
+    /// Why the simulated backend cannot run it (`None`: the simulator has a worker for it).
+    pub fn no_sim_worker(self) -> Option<&'static str> {
+        self.kind().no_sim_worker()
+    }
+    /// Worker processes (protocol connections) a run at k has: one process drives all k
+    /// devices where the family says so, every other family has one rank per device.
+    pub fn processes(self, k: u32) -> u32 {
+        if self.kind().one_process() { 1 } else { k }
+    }
+    /// Whether ddptop applies the book's PyTorch settings to this family on `backend`: its own
+    /// PyTorch workers do; the simulator, and families without a PyTorch model, have nothing to
+    /// set.
+    pub fn book_settings_apply(self, backend: Backend) -> bool {
+        backend != Backend::Sim && self.kind().applies_book_settings()
+    }
+    /// The setting a launch on `backend` gets when the user asked for `asked`.
+    pub fn torch_settings(self, asked: TorchSettings, backend: Backend) -> TorchSettings {
+        if self.kind().runs_user_script() {
+            TorchSettings::Script
+        } else if self.book_settings_apply(backend) {
+            asked
+        } else {
+            TorchSettings::Off
+        }
+    }
+}
+
+impl std::fmt::Display for Experiment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Experiment {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let all = Experiment::all();
+        all.iter()
+            .copied()
+            .find(|e| e.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|e| e.as_str()).collect();
+                format!("`{s}` is not one of: {}", names.join(", "))
+            })
+    }
+}
+
+/// `ddptop run <family>`: the families with a `help` (attach has its own command).
+impl clap::ValueEnum for Experiment {
+    fn value_variants<'a>() -> &'a [Self] {
+        static RUN: LazyLock<Vec<Experiment>> = LazyLock::new(|| {
+            let all = Experiment::all().iter().copied();
+            all.filter(|e| e.kind().help().is_some()).collect()
+        });
+        &RUN
+    }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        let k = self.kind();
+        k.help()
+            .map(|h| clap::builder::PossibleValue::new(k.name()).help(h))
+    }
+}
 
 /// A run's experiment and the settings that belong to it alone. Stored as JSON
 /// (`{"experiment":"fsdp","strategy":"ddp","optimizer":"adam"}`).
@@ -20,7 +191,8 @@ pub enum Family {
     Jax {
         sharding: JaxSharding,
     },
-    /// FSDP2 or DDP (two curves), and the optimizer (Adam by default: memory is the point).
+    /// FSDP2, ZeRO-1 or DDP (three curves), and the optimizer (Adam by default: memory is the
+    /// point).
     Fsdp {
         strategy: TorchStrategy,
         optimizer: OptimizerName,
@@ -35,6 +207,199 @@ pub enum Family {
     },
 }
 
+/// The flags of `ddptop run` that belong to one family each; a family reads its own and refuses
+/// the others' (`FamilyKind::family_for`).
+#[derive(Debug, Clone, Default)]
+pub struct FamilyArgs {
+    pub sharding: JaxSharding,
+    pub strategy: Option<TorchStrategy>,
+    pub optimizer: Option<OptimizerName>,
+    pub hand: HandRolled,
+    pub deficits: bool,
+}
+
+impl FamilyArgs {
+    /// The one-line refusals of flags that belong to fsdp or handrolled, for every other family.
+    pub fn refuse_foreign(&self, optimizer_ok: bool, hand_ok: bool) -> Result<(), String> {
+        if self.optimizer.is_some() && !optimizer_ok {
+            return Err(
+                "--optimizer applies to fsdp only (weak and strong use the book's SGD)".into(),
+            );
+        }
+        if !hand_ok && (self.deficits || self.hand != HandRolled::default()) {
+            return Err("--dispatch, --reduce and --deficits apply to handrolled only".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a worker needs of a run to be started (`RunSpec::worker_input`).
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerInput<'a> {
+    pub family: &'a Family,
+    pub k: u32,
+    pub backend: Backend,
+    pub model: ModelName,
+    pub batch: u32,
+    pub epochs: u32,
+    pub samples: u64,
+    pub data_path: DataPath,
+    pub data_source: &'a DataSource,
+    pub torch: TorchSettings,
+}
+
+impl WorkerInput<'_> {
+    /// `--data synthetic` or `--data real --data-dir DIR`.
+    pub fn data_flags(&self) -> Vec<String> {
+        match self.data_source {
+            DataSource::Synthetic => flags([("--data", "synthetic".into())]),
+            DataSource::Real(dir) => flags([
+                ("--data", "real".into()),
+                ("--data-dir", dir.display().to_string()),
+            ]),
+        }
+    }
+    /// The training flags every training worker takes: batch, epochs, samples, model, data
+    /// path (the data source's come apart: `data_flags`).
+    pub fn train_flags(&self) -> Vec<String> {
+        flags([
+            ("--batch", self.batch.to_string()),
+            ("--epochs", self.epochs.to_string()),
+            ("--samples", self.samples.to_string()),
+            ("--model", self.model.as_str().into()),
+            ("--data-path", self.data_path.as_str().into()),
+        ])
+    }
+    /// `--backend B --torch-settings T`.
+    pub fn backend_flags(&self) -> Vec<String> {
+        flags([
+            ("--backend", self.backend.as_str().into()),
+            ("--torch-settings", self.torch.as_str().into()),
+        ])
+    }
+}
+
+/// `[("--a", x), ("--b", y)]` as `--a x --b y`.
+pub fn flags<const N: usize>(pairs: [(&str, String); N]) -> Vec<String> {
+    pairs
+        .into_iter()
+        .flat_map(|(f, v)| [f.to_string(), v])
+        .collect()
+}
+
+/// How a family's worker is started; the supervisor turns it into a command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Worker {
+    /// `torchrun … -m ddptop_worker ARGS`: one rank per device.
+    Torchrun(Vec<String>),
+    /// `python -m ddptop_worker ARGS`: one process drives all k devices.
+    Python(Vec<String>),
+    /// `torchrun … SCRIPT ARGS`: the user's own script, unchanged.
+    Script,
+    /// The tch loop's Rust binary (one process, k replicas); its data flags.
+    Handrolled(Vec<String>),
+}
+
+impl Worker {
+    /// Whether the launch goes through torchrun (which `--nodes` and `OMP_NUM_THREADS` need).
+    pub fn uses_torchrun(&self) -> bool {
+        matches!(self, Worker::Torchrun(_) | Worker::Script)
+    }
+}
+
+/// Everything the program asks a family. One unit struct per file implements it; code outside
+/// `run/family/` reaches it through `Experiment::kind` (or `RunSpec::kind`).
+pub trait FamilyKind: Sync {
+    // ---- identity and command line
+    /// Its name as an enum value.
+    fn experiment(&self) -> Experiment;
+    /// Its name (`weak`): the command line's, the protocol's, the store's.
+    fn name(&self) -> &'static str;
+    /// `ddptop run`'s help for it; `None`: not a value of `ddptop run` (attach has its command).
+    fn help(&self) -> Option<&'static str>;
+    /// Whether `f` is this family's.
+    fn owns(&self, f: &Family) -> bool;
+    /// The family with its default settings (attach: no script yet).
+    fn default_family(&self) -> Family;
+    /// The family from `ddptop run`'s flags: its own read, the other families' refused.
+    fn family_for(&self, a: &FamilyArgs) -> Result<Family, String> {
+        a.refuse_foreign(false, false)?;
+        Ok(self.default_family())
+    }
+
+    // ---- shape of a run
+    /// Default batch (per rank unless `global_batch`).
+    fn default_batch(&self) -> u32 {
+        256
+    }
+    /// Whether the batch is the global one, split k ways (strong scaling).
+    fn global_batch(&self) -> bool {
+        false
+    }
+    /// Whether it measures samples per second (a scaling curve).
+    fn has_throughput(&self) -> bool {
+        true
+    }
+    /// Whether it needs two ranks to mean anything (no communication at k=1).
+    fn needs_two_ranks(&self) -> bool {
+        false
+    }
+    /// Whether one process drives all k devices (one protocol connection).
+    fn one_process(&self) -> bool {
+        false
+    }
+    /// Whether it runs the user's own script (attach): ddptop owns neither its loop nor its
+    /// settings, and the script's own record (hooks, phases) stands for the worker's messages.
+    fn runs_user_script(&self) -> bool {
+        false
+    }
+    /// Whether ddptop's own PyTorch worker applies the book's settings to it.
+    fn applies_book_settings(&self) -> bool {
+        false
+    }
+    /// Where the dashboard's `s` key puts it (`None`: outside the cycle).
+    fn cycle_position(&self) -> Option<u8> {
+        None
+    }
+    /// What the dashboard says when `s` picks it.
+    fn switch_message(&self, _attach: Option<&AttachTarget>) -> String {
+        let per = if self.global_batch() {
+            " global"
+        } else {
+            " per rank"
+        };
+        format!(
+            "next launch: {} scaling (batch {}{per})",
+            self.name(),
+            self.default_batch()
+        )
+    }
+    /// Why the simulated backend cannot run it (`None`: the simulator has a worker for it).
+    fn no_sim_worker(&self) -> Option<&'static str>;
+
+    // ---- its settings, in a curve's key and title and in the run document
+    /// Its own settings as JSON fields for the run document (docs/report.md).
+    fn settings(&self, _f: &Family) -> Vec<(&'static str, serde_json::Value)> {
+        Vec::new()
+    }
+    /// What a curve's title adds for its settings (`fsdp sharding`, `ddp`, `threads+ring`).
+    fn title_part(&self, _f: &Family) -> Option<String> {
+        None
+    }
+    /// What of the family splits a curve.
+    fn for_curve(&self, f: &Family) -> Family {
+        f.clone()
+    }
+
+    // ---- its worker
+    /// How its worker is started.
+    fn worker(&self, w: &WorkerInput) -> Worker;
+    /// Environment its worker needs beyond ddptop's common one.
+    fn worker_env(&self, _w: &WorkerInput) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+}
+
 /// An experiment with its family's defaults (`Family::of`).
 impl From<Experiment> for Family {
     fn from(e: Experiment) -> Family {
@@ -45,23 +410,7 @@ impl From<Experiment> for Family {
 impl Family {
     /// `experiment` with its default settings (attach: no script yet).
     pub fn of(experiment: Experiment) -> Family {
-        match experiment {
-            Experiment::Weak => Family::Weak,
-            Experiment::Strong => Family::Strong,
-            Experiment::Probe => Family::Probe,
-            Experiment::Allreduce => Family::Allreduce,
-            Experiment::Jax => Family::Jax {
-                sharding: JaxSharding::default(),
-            },
-            Experiment::Fsdp => Family::Fsdp {
-                strategy: TorchStrategy::default(),
-                optimizer: OptimizerName::Adam,
-            },
-            Experiment::Attach => Family::Attach { target: None },
-            Experiment::Handrolled => Family::Handrolled {
-                hand: HandRolled::default(),
-            },
-        }
+        experiment.kind().default_family()
     }
 
     /// The family's name.
@@ -76,6 +425,11 @@ impl Family {
             Family::Attach { .. } => Experiment::Attach,
             Family::Handrolled { .. } => Experiment::Handrolled,
         }
+    }
+
+    /// The family's answers.
+    pub fn kind(&self) -> &'static dyn FamilyKind {
+        self.experiment().kind()
     }
 
     /// The optimizer the run trains with: fsdp's setting, the book's SGD elsewhere.
@@ -126,24 +480,7 @@ impl Family {
     /// fsdp `strategy`, `optimizer`; jax `sharding`; handrolled `hand` (`single+star`); attach
     /// `script`, `args`, `cwd`. Empty for the plain families.
     pub fn settings(&self) -> serde_json::Map<String, serde_json::Value> {
-        use serde_json::json;
-        let pairs = match self {
-            Family::Jax { sharding } => vec![("sharding", json!(sharding))],
-            Family::Fsdp {
-                strategy,
-                optimizer,
-            } => vec![
-                ("strategy", json!(strategy)),
-                ("optimizer", json!(optimizer)),
-            ],
-            Family::Handrolled { hand } => vec![("hand", json!(hand.label()))],
-            Family::Attach { target: Some(t) } => vec![
-                ("script", json!(t.script)),
-                ("args", json!(t.args)),
-                ("cwd", json!(t.cwd)),
-            ],
-            _ => Vec::new(),
-        };
+        let pairs = self.kind().settings(self);
         pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
     }
 
@@ -158,26 +495,13 @@ impl Family {
     /// What of the family splits a curve, as the curve key holds it: an attached script's
     /// working folder is not part of it (the same command line from two folders is one curve).
     pub fn for_curve(&self) -> Family {
-        match self {
-            Family::Attach { target: Some(t) } => Family::Attach {
-                target: Some(AttachTarget {
-                    cwd: Default::default(),
-                    ..t.clone()
-                }),
-            },
-            f => f.clone(),
-        }
+        self.kind().for_curve(self)
     }
 
     /// What a curve's title adds for the family's settings (`fsdp sharding`, `ddp`,
     /// `threads+ring`); `None` for the plain families.
     pub fn title_part(&self) -> Option<String> {
-        match self {
-            Family::Jax { sharding } => Some(format!("{} sharding", sharding.as_str())),
-            Family::Fsdp { strategy, .. } => Some(strategy.as_str().to_string()),
-            Family::Handrolled { hand } => Some(hand.label()),
-            _ => None,
-        }
+        self.kind().title_part(self)
     }
 
     /// fsdp's optimizer when it is not the family's default Adam (a title's last word).
@@ -191,10 +515,19 @@ impl Family {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::ValueEnum;
 
     #[test]
     fn every_experiment_has_a_family_and_round_trips_through_json() {
-        for e in Experiment::ALL {
+        for &e in Experiment::all() {
+            let k = e.kind();
+            assert_eq!(
+                k.experiment(),
+                e,
+                "{} registered under another name",
+                k.name()
+            );
+            assert!(k.owns(&Family::of(e)));
             let f = Family::of(e);
             assert_eq!(f.experiment(), e);
             let json = serde_json::to_string(&f).unwrap();
@@ -203,6 +536,14 @@ mod tests {
                 "{json}"
             );
             assert_eq!(serde_json::from_str::<Family>(&json).unwrap(), f);
+            assert_eq!(
+                serde_json::to_string(&e).unwrap(),
+                format!("\"{}\"", k.name())
+            );
+            assert_eq!(k.name().parse::<Experiment>().unwrap(), e);
+            for &other in Experiment::all() {
+                assert_eq!(other.kind().owns(&f), other == e, "{e} and {other}");
+            }
         }
         let f = Family::Fsdp {
             strategy: TorchStrategy::Ddp,
@@ -221,5 +562,40 @@ mod tests {
             serde_json::json!({"strategy": "ddp", "optimizer": "sgd"})
         );
         assert!(Family::Weak.settings().is_empty());
+    }
+
+    #[test]
+    fn s_cycles_through_the_families_and_attach_only_with_a_script() {
+        for with_attach in [false, true] {
+            let mut seen = vec![Experiment::Weak];
+            let mut e = Experiment::Weak.next_in_cycle(with_attach);
+            while e != Experiment::Weak {
+                seen.push(e);
+                e = e.next_in_cycle(with_attach);
+            }
+            let names: Vec<&str> = seen.iter().map(|e| e.as_str()).collect();
+            let want = if with_attach {
+                vec!["weak", "strong", "fsdp", "jax", "handrolled", "attach"]
+            } else {
+                vec!["weak", "strong", "fsdp", "jax", "handrolled"]
+            };
+            assert_eq!(names, want);
+        }
+        assert_eq!(Experiment::Probe.next_in_cycle(false), Experiment::Weak);
+    }
+
+    #[test]
+    fn names_serde_and_clap_agree() {
+        for &e in Experiment::all() {
+            if let Some(v) = e.to_possible_value() {
+                assert_eq!(v.get_name(), e.as_str());
+                assert_eq!(Experiment::from_str(e.as_str(), false).unwrap(), e);
+            }
+        }
+        assert!(Experiment::Attach.to_possible_value().is_none());
+        assert_eq!(
+            "sideways".parse::<Experiment>().unwrap_err(),
+            "`sideways` is not one of: weak, strong, probe, allreduce, jax, fsdp, attach, handrolled"
+        );
     }
 }
