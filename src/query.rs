@@ -449,6 +449,9 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if run.spec.attach().is_some() {
         rows.push(("measured", crate::app::summary::attach_note(run)));
     }
+    if let Some(w) = crate::app::comm_source::words(run) {
+        rows.push(("communication", w));
+    }
     if let Some(p) = f.point.and_then(|p| p.predicted_samples_per_s) {
         rows.push((
             "predicted",

@@ -105,6 +105,9 @@ pub fn collectives_json(run: &RunView) -> Value {
     let over = over_cap(s.as_ref());
     json!({
         "comm_timing": run.comm_timing.map(|c| c.as_str()),
+        // Which instrument timed the buckets, in words, and per rank (issue 45).
+        "comm_source": super::comm_source::line(run),
+        "comm_sources": super::comm_source::per_rank_json(run),
         "timeline_source": source,
         "ranks": ranks,
         "per_step": s.map(|s| s.per_step).unwrap_or_default(),

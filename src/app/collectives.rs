@@ -33,18 +33,19 @@ pub fn apply_hello(run: &mut RunView, h: &NcclHello, now: Instant) {
     }
 }
 
-/// A worker's `hello` names its NCCL: one line on the run when the plugin was set on the launch
-/// but that NCCL cannot load it.
-pub fn note_nccl_version(run: &mut RunView, h: &crate::protocol::Hello) {
+/// A worker's `hello` names the NCCL library it mapped and the profiler interfaces that library
+/// looks up: one line on the run when the plugin was set on the launch but that NCCL cannot load
+/// it (by symbol, not by version number: `supervisor::nccl_profiler::cannot_load`).
+pub fn note_nccl_interfaces(run: &mut RunView, h: &crate::protocol::Hello) {
     let on = run
         .env
         .get(crate::supervisor::nccl_profiler::ENV)
         .is_some_and(Option::is_some);
     if let Some(line) = h
-        .nccl
-        .as_deref()
+        .nccl_lib
+        .as_ref()
         .filter(|_| on)
-        .and_then(crate::supervisor::nccl_profiler::too_old)
+        .and_then(crate::supervisor::nccl_profiler::cannot_load)
     {
         run.add_caveat(Caveat::note(line));
     }
@@ -910,14 +911,35 @@ mod tests {
     }
 
     #[test]
-    fn an_nccl_too_old_for_the_plugin_is_one_line_on_the_run() {
+    fn an_nccl_without_the_plugins_interfaces_is_one_line_on_the_run_by_symbol() {
         let (mut r, t0) = run(Experiment::Weak, 2);
-        let hello = r#"{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cuda:0","backend":"nccl","worker":"train","torch":"2.5.0","nccl":"2.21.5","cuda":"12.4","t":1.0}"#;
+        // Its version number is new enough: the names in its library decide.
+        let hello = r#"{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cuda:0","backend":"nccl","worker":"train","torch":"2.5.0","nccl":"2.28.9","cuda":"12.4","t":1.0,"nccl_lib":{"path":"/v/libnccl.so.2","profiler":[3,2,1]}}"#;
         feed(&mut r, t0, hello);
+        assert!(
+            r.caveats.iter().any(|c| c
+                .text
+                .contains("(/v/libnccl.so.2) looks up ncclProfiler_v3/v2/v1 only")),
+            "{:?}",
+            r.caveats
+        );
+        // One that names v4 (NCCL 2.27), and a worker that did not say: nothing said.
+        let (mut r, t0) = run(Experiment::Weak, 2);
+        feed(&mut r, t0, &hello.replace("[3,2,1]", "[4,3,2,1]"));
+        feed(
+            &mut r,
+            t0,
+            &hello
+                .replace(
+                    r#","nccl_lib":{"path":"/v/libnccl.so.2","profiler":[3,2,1]}"#,
+                    "",
+                )
+                .replace(r#""rank":0"#, r#""rank":1"#),
+        );
         assert!(
             r.caveats
                 .iter()
-                .any(|c| c.text.contains("NCCL 2.21.5 predates")),
+                .all(|c| !c.text.contains("profiler plugin off")),
             "{:?}",
             r.caveats
         );

@@ -8,6 +8,7 @@ pub mod action;
 pub mod coll_ingest;
 pub mod coll_store;
 pub mod collectives;
+pub mod comm_source;
 pub mod deficits;
 pub mod diagnose;
 pub mod equality;

@@ -71,7 +71,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 }
             }
             run.versions.insert("host".into(), h.host.clone());
-            crate::app::collectives::note_nccl_version(run, h);
+            crate::app::collectives::note_nccl_interfaces(run, h);
             if let Some(i) = h.instrument {
                 lower_instrument(run, i);
             }
@@ -199,11 +199,8 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                 run.total_steps = p.total_steps;
             }
             if let Some(c) = p.comm_timing {
-                // Ranks decide alike (same backend, same environment); the hook is the fallback
-                // any one rank falling back makes the run's.
-                if run.comm_timing != Some(crate::protocol::CommTiming::CommHook) {
-                    run.comm_timing = Some(c);
-                }
+                // Switched live per rank (issue 45): the run's is the weakest rank's.
+                crate::app::comm_source::apply(run, rank_id, p.step, c, p.comm_why.as_deref());
             }
             if let Some(b) = p.bucket_bytes.as_ref().filter(|b| !b.is_empty()) {
                 run.bucket_bytes = b.clone();

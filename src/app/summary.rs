@@ -163,7 +163,10 @@ pub fn attach_note(r: &RunView) -> String {
         }
         Some(crate::protocol::Instrument::Full) => match r.comm_timing {
             Some(crate::protocol::CommTiming::NcclProfiler) => {
-                "steps and samples measured, buckets by ddptop's NCCL profiler plugin (DDP's own all-reduce, no ddptop comm hook)"
+                "steps and samples measured, buckets by ddptop's NCCL profiler plugin (DDP's own all-reduce)"
+            }
+            Some(crate::protocol::CommTiming::Untimed) => {
+                "steps and samples measured, buckets not timed (the script's own comm hook, the NCCL profiler plugin not reporting)"
             }
             Some(crate::protocol::CommTiming::CommHook) => {
                 "steps, samples and buckets measured (buckets: ddptop's comm hook)"

@@ -140,6 +140,18 @@ pub struct Hello {
     /// Host name of the node for multi-node runs; absent means `host`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// The NCCL library the rank mapped and the profiler interfaces it can look up
+    /// (`ncclProfiler_vN` names in it; issue 45): whether ddptop's plugin can load there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl_lib: Option<NcclLib>,
+}
+
+/// `hello.nccl_lib` (workers/ddptop_worker/nccl_lib.py).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NcclLib {
+    pub path: String,
+    /// N of every `ncclProfiler_vN` the library names, newest first.
+    pub profiler: Vec<u32>,
 }
 
 fn one() -> u32 {
@@ -177,6 +189,7 @@ impl Hello {
             devices: 1,
             instrument: None,
             node: None,
+            nccl_lib: None,
         }
     }
 
@@ -482,9 +495,13 @@ pub struct Plan {
     pub steps_per_epoch: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
-    /// What times DDP's bucket all-reduces on this rank (attach mode).
+    /// What times DDP's bucket all-reduces on this rank (attach mode), sent again whenever it
+    /// changes (issue 45: the hook until the plugin reports, and again when it stops).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub comm_timing: Option<CommTiming>,
+    /// Why the plugin is not the source (`plugin not reporting: …`), when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm_why: Option<String>,
     /// DDP's bucket sizes in all-reduce order, once rebuilt: sent when no comm hook reports them
     /// (the NCCL profiler plugin times the buckets).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -499,6 +516,8 @@ pub enum CommTiming {
     CommHook,
     /// DDP's own all-reduce, untouched; NCCL's profiler plugin reports each collective.
     NcclProfiler,
+    /// Nothing of ddptop's: the script's own comm hook runs and the plugin is not reporting.
+    Untimed,
 }
 
 impl CommTiming {
@@ -506,6 +525,7 @@ impl CommTiming {
         match self {
             CommTiming::CommHook => "comm_hook",
             CommTiming::NcclProfiler => "nccl_profiler",
+            CommTiming::Untimed => "untimed",
         }
     }
 
@@ -513,6 +533,7 @@ impl CommTiming {
         match s {
             "comm_hook" => Some(CommTiming::CommHook),
             "nccl_profiler" => Some(CommTiming::NcclProfiler),
+            "untimed" => Some(CommTiming::Untimed),
             _ => None,
         }
     }

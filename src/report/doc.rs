@@ -379,6 +379,9 @@ fn runs(d: &mut Vec<Block>, r: &Report) {
             if let Some(t) = &run.transport {
                 parts.push(format!("transport {t}"));
             }
+            if let Some(l) = run.collectives.get("comm_source").and_then(|v| v.as_str()) {
+                parts.push(l.to_string());
+            }
             if let Some(reason) = &run.reason {
                 parts.push(format!("{}: {}", run.status, reason.replace('\n', " ")));
             }

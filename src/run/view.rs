@@ -446,6 +446,23 @@ pub struct Observed {
     /// torch.compile as the ranks measured it (the slowest rank's); `None`: no compile seen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile: Option<Compiled>,
+    /// What timed each rank's buckets as it last said (`plan.comm_timing`, `plan.comm_why`),
+    /// switched live (issue 45); `app::comm_source` words it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub comm_sources: BTreeMap<u32, CommSourceSeen>,
+}
+
+/// One rank's source of its bucket timings (`app::comm_source`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommSourceSeen {
+    pub timing: Option<crate::protocol::CommTiming>,
+    /// Why the plugin is not the source, in the worker's words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// The rank's step when it said so.
+    pub since_step: u64,
+    /// How often the source changed after the first.
+    pub switches: u32,
 }
 
 /// An attached script's torch.compile cost: kept out of its samples/s (docs/attach.md).

@@ -239,6 +239,7 @@ impl Sim<'_> {
             steps_per_epoch: per_epoch,
             phase: Some(phase),
             comm_timing: None,
+            comm_why: None,
             bucket_bytes: None,
         }));
     }

@@ -29,21 +29,27 @@ pub fn beside(dir: &Path) -> Option<PathBuf> {
     FILES.iter().map(|f| dir.join(f)).find(|p| p.is_file())
 }
 
-/// NCCL versions that can load the plugin: `ncclProfiler_v4` from 2.26, `v5` from 2.28.3.
-/// `Some(line)` saying why the plugin stays off for an older NCCL (`major.minor.patch`).
-pub fn too_old(nccl: &str) -> Option<String> {
-    let v: Vec<u32> = nccl
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .take(3)
-        .filter_map(|s| s.parse().ok())
-        .collect();
-    let (major, minor) = (*v.first()?, *v.get(1)?);
-    ((major, minor) < (2, 26)).then(|| {
-        format!(
-            "NCCL profiler plugin off: NCCL {nccl} predates the profiler interfaces it exports (v4 from NCCL 2.26, v5 from 2.28.3); collectives come from the worker's hooks only"
-        )
-    })
+/// The profiler interfaces the plugin exports (`ncclProfiler_v5`, `ncclProfiler_v4`).
+pub const INTERFACES: [u32; 2] = [5, 4];
+
+/// Whether the NCCL a rank mapped can load the plugin, judged by symbol (issue 45): NCCL finds
+/// a plugin's table with `dlsym("ncclProfiler_vN")`, newest it knows first, so the names in its
+/// library (`hello.nccl_lib`, read by the worker) are the interfaces it can use, whatever its
+/// version number. `Some(line)` when it names neither of the plugin's.
+pub fn cannot_load(lib: &crate::protocol::NcclLib) -> Option<String> {
+    if lib.profiler.iter().any(|v| INTERFACES.contains(v)) {
+        return None;
+    }
+    let names = if lib.profiler.is_empty() {
+        "no ncclProfiler_vN name at all".to_string()
+    } else {
+        let v: Vec<String> = lib.profiler.iter().map(|v| format!("v{v}")).collect();
+        format!("ncclProfiler_{} only", v.join("/"))
+    };
+    Some(format!(
+        "NCCL profiler plugin off: this rank's NCCL ({}) looks up {names}, not the plugin's ncclProfiler_v5/v4 (NCCL 2.27 and later); communication comes from ddptop's Python comm hook",
+        lib.path
+    ))
 }
 
 #[cfg(test)]
@@ -62,11 +68,22 @@ mod tests {
     }
 
     #[test]
-    fn versions_before_the_v4_interface_say_why_it_is_off() {
-        assert!(too_old("2.25.1").unwrap().contains("NCCL 2.25.1 predates"));
-        assert_eq!(too_old("2.26.2"), None);
-        assert_eq!(too_old("2.28.9"), None);
-        assert!(too_old("(2, 21, 5)").is_some(), "torch's tuple spelling");
-        assert_eq!(too_old("unknown"), None);
+    fn whether_an_nccl_can_load_the_plugin_is_read_from_its_symbol_names() {
+        let lib = |v: &[u32]| crate::protocol::NcclLib {
+            path: "/x/libnccl.so.2".into(),
+            profiler: v.to_vec(),
+        };
+        assert_eq!(cannot_load(&lib(&[5, 4, 3, 2, 1])), None, "NCCL 2.28: v5");
+        assert_eq!(cannot_load(&lib(&[4, 3, 2, 1])), None, "NCCL 2.27: v4");
+        let old = cannot_load(&lib(&[3, 2, 1])).unwrap();
+        assert!(
+            old.contains("(/x/libnccl.so.2) looks up ncclProfiler_v3/v2/v1 only"),
+            "{old}"
+        );
+        assert!(
+            cannot_load(&lib(&[]))
+                .unwrap()
+                .contains("no ncclProfiler_vN name")
+        );
     }
 }

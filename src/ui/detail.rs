@@ -200,6 +200,10 @@ fn result(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
     if spec.attach().is_some() && run.status.is_final() {
         out.push(kv("measured", summary::attach_note(run)));
     }
+    // Live too: the source switches while the run goes on (issue 45).
+    if let Some(w) = crate::app::comm_source::words(run) {
+        out.push(kv("communication", w));
+    }
 }
 
 /// Per-rank table, per-phase figures, exit codes.

@@ -28,7 +28,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import attach_fsdp
 from . import attach_hooks as hooks
-from . import book, ddp_knobs, diagnose, protocol
+from . import attach_plugin
+from . import book, ddp_knobs, diagnose, nccl_lib, protocol
 from .attach_compile import CompileClock
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
 from .client import Client
@@ -47,8 +48,6 @@ from .timing import (
 )
 
 ATTACHED_PID_ENV = "DDPTOP_ATTACHED_PID"  # the same name as in ddptop_bootstrap/sitecustomize.py
-# Set to 1 by ddptop when NCCL loads ddptop's profiler plugin (supervisor::nccl_profiler::ON_ENV).
-NCCL_PLUGIN_ENV = "DDPTOP_NCCL_PLUGIN"
 REBUILD_MIN_STEPS = 2  # DDP's iteration 0 runs on one bucket; the rebuild happens before step 2
 REBUILD_GIVE_UP_STEPS = 8  # then time whatever layout there is, marked rebuilt:false
 MEMORY_EVERY = 50
@@ -84,16 +83,6 @@ class DdpRecord:
     layout: list[int] | None = None
 
 
-def comm_timing(backend: str | None, env: Any) -> str:
-    """What times DDP's bucket all-reduces (docs/profiler.md): `nccl_profiler` when DDP runs on
-    NCCL and NCCL loads ddptop's profiler plugin (ddptop set DDPTOP_NCCL_PLUGIN=1): then no comm
-    hook is installed, DDP's own all-reduce and the script's own comm hooks run untouched, and
-    the plugin reports each bucket's collective. Else `comm_hook`: ddptop's timing hook (gloo has
-    no NCCL to profile; a plugin of the user's own does not report to ddptop)."""
-    on = str(env.get(NCCL_PLUGIN_ENV, "")) == "1"
-    return "nccl_profiler" if backend == "nccl" and on else "comm_hook"
-
-
 def _hello_backend(local_rank: int) -> tuple[str, str]:
     """(backend, device) for hello: what ddptop asked for (DDPTOP_BACKEND), else a guess that
     touches no GPU API; checked against the real process group once DDP is built."""
@@ -117,6 +106,14 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
+def _nccl_lib(backend: str) -> dict[str, Any] | None:
+    """hello.nccl_lib on NCCL launches: which ncclProfiler_vN names the mapped NCCL holds, so
+    ddptop can say when ddptop's plugin (v5/v4) cannot load (nccl_lib.py; ~15 ms)."""
+    if backend != "nccl" or not os.environ.get(attach_plugin.PLUGIN_PATH_ENV):
+        return None
+    return nccl_lib.hello_field()
+
+
 def connect(instrument: str) -> Client:
     """Connect as this torchrun rank with worker "attach" (raises HandshakeError or OSError)."""
     rank = int(os.environ.get("RANK", "0") or 0)
@@ -131,7 +128,7 @@ def connect(instrument: str) -> Client:
         world_size=world,
         local_rank=local_rank,
         versions=_versions(),
-        hello_extra=protocol.hello_extra(instrument=instrument),
+        hello_extra=protocol.hello_extra(instrument=instrument, nccl_lib=_nccl_lib(backend)),
     )
 
 
@@ -146,8 +143,10 @@ class Session:
         self.pid = os.getpid()
         self.hooks_on = False  # the torch hooks do something (else they pass through)
         self.instrument = "full"
-        self.comm_timing = "comm_hook"  # set per watched DDP module: comm_timing()
-        self.layout_sent = False  # plan.bucket_bytes, when the plugin times the buckets
+        # What times the buckets, switched live (attach_plugin): ddptop's comm hook until its NCCL
+        # profiler plugin is confirmed reporting, and again whenever it stops.
+        self.source = attach_plugin.CommSource(False, None, lambda: None)
+        self.layout_sent = False  # plan.bucket_bytes, when the plugin may time the buckets
         self.cur_t_bwd: float | None = None  # host time backward began (the plugin's step cut)
         self.handles: list[Any] = []
         self.records: weakref.WeakKeyDictionary[DDP, DdpRecord] = weakref.WeakKeyDictionary()
@@ -352,12 +351,14 @@ class Session:
         self.clock = clock_for(device)
         self.restart_step()
         backend = hooks.backend_of(ddp)
-        self.comm_timing = comm_timing(backend, os.environ)
-        if self.comm_timing == "nccl_profiler":
-            pass  # no hook: DDP's all-reduce (and any hook of the script's) stays as it is
-        elif rec.user_hook is not None:
+        self.source = attach_plugin.from_env(backend, os.environ)
+        self.source.own_hook = rec.user_hook if self.source.expected else None
+        self.source.poll(self.step_no)  # DDP's broadcast may already have made NCCL report
+        if rec.user_hook is not None and not self.source.expected:
             self.steps_only(rec.user_hook)
-        elif self.instrument == "full":
+        elif rec.user_hook is None and self.instrument == "full":
+            # The fallback: registered at the first forward unless the plugin reports by then,
+            # and later (at the next forward) whenever it stops reporting.
             rec.timer = BucketTimer(
                 self.clock, ddp.process_group, kernel_timing=hooks.enable_kernel_timing(ddp)
             )
@@ -367,12 +368,10 @@ class Session:
             int(p.numel() * p.element_size()) for p in ddp.parameters() if p.requires_grad
         )
         self.model_size = (params, grad_bytes)  # for the result: the module is gone by exit
-        if self.comm_timing == "nccl_profiler":
-            self.client.log(
-                "info",
-                "buckets timed by ddptop's NCCL profiler plugin: DDP's own all-reduce and any "
-                "comm hook of the script's run untouched (no ddptop comm hook)",
-            )
+        if self.source.expected:
+            self.client.log("info", f"communication: {self.source_words()}; ddptop's comm hook "
+                            "times the buckets until its NCCL profiler plugin reports, and again "
+                            "whenever it stops")
         self.client.log(
             "info",
             f"DDP module watched: {params} params, {grad_bytes} gradient bytes on {device}, "
@@ -383,18 +382,53 @@ class Session:
             if backend != hello_backend:
                 self.client.log("warn", f"the script runs backend {backend}, ddptop expected "
                                 f"{hello_backend} (hello says {hello_backend})")
-        self.client.send("plan", **protocol.plan_fields(None, comm_timing=self.comm_timing))
+        self.send_source()
+
+    def source_words(self) -> str:
+        s = self.source
+        if s.source == attach_plugin.PLUGIN:
+            return "NCCL profiler plugin"
+        name = "Python comm hook" if s.source == attach_plugin.HOOK else "not timed"
+        return f"{name} ({s.why})"
+
+    def send_source(self, bucket_bytes: list[int] | None = None) -> None:
+        """`plan` with what times the buckets now and, when not the plugin, why."""
+        s = self.source
+        self.client.send("plan", **protocol.plan_fields(
+            None, comm_timing=s.source, comm_why=s.why or None, bucket_bytes=bucket_bytes))
+
+    def poll_source(self, wr: tuple[DDP, DdpRecord] | None) -> None:
+        """At a step's end: has the plugin started or stopped reporting? Switch the hook's
+        marks (the hook itself stays in DDP's reducer: DDP takes one hook per module, once)."""
+        before = self.source.source
+        if not self.source.poll(self.step_no):
+            return
+        now = self.source.source
+        if now == before:
+            self.send_source()  # same source, a new reason
+            return
+        rec = wr[1] if wr is not None else None
+        if rec is not None and rec.timer is not None:
+            rec.timer.recording = False  # back on after this step when the hook is the source
+        self.send_source(self.layout or None if now == attach_plugin.PLUGIN else None)
+        level = "info" if now == attach_plugin.PLUGIN else "warn"
+        self.client.log(level, f"communication from step {self.step_no + 1}: {self.source_words()}")
 
     def own_comm_hook(self, ddp: DDP, name: str) -> None:
         rec = self.records.get(ddp)
         if rec is None:
             return
         rec.user_hook = name
-        if rec.watched and self.comm_timing == "nccl_profiler":
-            # Nothing of ddptop's is in the reducer: the script's hook runs as written, and its
-            # NCCL collectives still reach the plugin.
+        if rec.watched and self.source.expected:
+            # Nothing of ddptop's times the buckets: the script's hook runs as written, and its
+            # NCCL collectives still reach the plugin (the only source left).
+            self.source.own_hook = name
+            if rec.timer is not None:
+                rec.timer.recording = False
             self.log_once("own_hook_plugin", "info", f"the script's own DDP comm hook ({name}) "
-                          "runs untouched; buckets timed by the NCCL profiler plugin")
+                          "runs untouched; buckets timed by the NCCL profiler plugin while it reports")
+            if self.source.poll(self.step_no):
+                self.send_source()
         elif rec.watched:
             self.steps_only(name)
 
@@ -500,7 +534,8 @@ class Session:
             return
         else:
             ddp, rec = wr
-            if not rec.registered and rec.user_hook is None and rec.hook_state is not None:
+            if (not rec.registered and rec.user_hook is None and rec.hook_state is not None
+                    and self.source.hook_times()):
                 hooks.register_ddp_hook(ddp, rec.hook_state)
                 rec.registered = True
         m = self.cur.marks
@@ -534,7 +569,7 @@ class Session:
     def on_forward_post(self, module: DDP) -> None:
         if torch.is_grad_enabled() and module.training and "fwd0" in self.cur.marks:
             self.cur.marks["fwd1"] = self.clock.mark()
-            if self.comm_timing == "nccl_profiler":
+            if self.source.expected:
                 # The plugin's clock (CLOCK_MONOTONIC, as `t`): cuts NCCL's all-reduces into steps.
                 self.cur_t_bwd = time.monotonic()
 
@@ -708,11 +743,15 @@ class Session:
                               "timing optimizer steps only")
             return
         ddp, rec = wr
-        if self.comm_timing == "nccl_profiler" and not self.layout_sent:
+        self.poll_source(wr)
+        if self.source.expected and not self.layout_sent:
             self.send_layout(ddp)
         bt = rec.timer
-        if bt is not None and self.instrument == "full" and rec.registered and not bt.recording:
-            if self.step_no >= REBUILD_MIN_STEPS:
+        if (bt is not None and self.instrument == "full" and rec.registered and not bt.recording
+                and self.source.hook_times() and rec.user_hook is None):
+            if rec.layout is not None:
+                bt.recording = True  # the hook is the source again (the plugin stopped)
+            elif self.step_no >= REBUILD_MIN_STEPS:
                 rec.layout = rebuilt_bucket_sizes(ddp)
                 if rec.layout is not None:
                     self.layout = rec.layout
@@ -754,9 +793,7 @@ class Session:
                             "NCCL's all-reduces to buckets")
             return
         self.layout = layout
-        self.client.send(
-            "plan", **protocol.plan_fields(None, comm_timing=self.comm_timing, bucket_bytes=layout)
-        )
+        self.send_source(layout)
 
     def maybe_fault(self) -> None:
         f = self.fault

@@ -127,7 +127,9 @@ def dict_of(value: Check) -> Check:
 BACKENDS: Final = ("nccl", "gloo", "sim", "xla", "copy")
 WORKERS: Final = ("train", "probe", "allreduce", "sim", "handrolled", "fsdp", "jax", "attach")
 INSTRUMENTS: Final = ("full", "steps_only", "off")
-COMM_TIMINGS: Final = ("comm_hook", "nccl_profiler")  # plan.comm_timing: what times the buckets
+# plan.comm_timing: what times the buckets ("untimed": the script's own comm hook runs and the
+# plugin is not reporting; issue 45).
+COMM_TIMINGS: Final = ("comm_hook", "nccl_profiler", "untimed")
 MATMUL_PRECISIONS: Final = ("highest", "high", "medium")
 PHASES: Final = ("init", "ddp_init", "train", "probe", "bench", "compile", "autotune", "done")
 TIMINGS: Final = ("cuda_events", "host", "profiler", "model")
@@ -385,7 +387,13 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
 
 # Optional fields: checked only when present; null allowed except for hello.devices.
 WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
-    "hello": {"devices": pos_int, "instrument": opt(one_of(*INSTRUMENTS)), "node": opt_string},
+    "hello": {
+        "devices": pos_int,
+        "instrument": opt(one_of(*INSTRUMENTS)),
+        "node": opt_string,
+        # The NCCL library the rank mapped and the ncclProfiler_vN names it holds (nccl_lib.py).
+        "nccl_lib": opt(obj({"path": string, "profiler": list_of(uint)})),
+    },
     "heartbeat": {
         "phase": opt(one_of(*PHASES)),
         "cpu_s": opt_nonneg,
@@ -437,6 +445,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "steps_per_epoch": opt_uint,
         "phase": opt(one_of(*PHASES)),
         "comm_timing": opt(one_of(*COMM_TIMINGS)),
+        "comm_why": opt_string,
         "bucket_bytes": opt(list_of(uint)),
     },
     "check": {"note": opt_string},
@@ -537,7 +546,11 @@ def _checked(mtype: str, fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def hello_extra(
-    *, devices: int = 1, instrument: str | None = None, node: str | None = None
+    *,
+    devices: int = 1,
+    instrument: str | None = None,
+    node: str | None = None,
+    nccl_lib: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The optional `hello` fields, to merge into a hello message (only those that are set)."""
     if not pos_int(devices):
@@ -551,6 +564,10 @@ def hello_extra(
         out["instrument"] = instrument
     if node is not None:
         out["node"] = node
+    if nccl_lib is not None:
+        if not WORKER_OPTIONAL["hello"]["nccl_lib"](nccl_lib):
+            raise ProtocolError("hello: nccl_lib must be {path: string, profiler: [int >= 0]}")
+        out["nccl_lib"] = nccl_lib
     return out
 
 
@@ -561,6 +578,7 @@ def plan_fields(
     steps_per_epoch: int | None = None,
     phase: str | None = "train",
     comm_timing: str | None = None,
+    comm_why: str | None = None,
     bucket_bytes: list[int] | None = None,
 ) -> dict[str, Any]:
     """`plan`: total_steps None means unknown (attach mode); `comm_timing` says what times DDP's
@@ -571,6 +589,7 @@ def plan_fields(
         ("steps_per_epoch", steps_per_epoch),
         ("phase", phase),
         ("comm_timing", comm_timing),
+        ("comm_why", comm_why),
         ("bucket_bytes", bucket_bytes),
     ):
         if value is not None:

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import ddp_knobs, rendezvous
+from . import ddp_knobs, nccl_lib, protocol, rendezvous
 from .client import Client, torch_versions
 from .faults import Fault
 from .fr_env import add_legacy_names
@@ -108,6 +108,10 @@ class Runtime:
             world_size=self.world_size,
             local_rank=self.local_rank,
             versions=torch_versions(),
+            # Which profiler interfaces this rank's NCCL names (ddptop's plugin needs v5/v4).
+            hello_extra=protocol.hello_extra(nccl_lib=nccl_lib.hello_field())
+            if self.backend == "nccl" and os.environ.get("NCCL_PROFILER_PLUGIN")
+            else None,
         )
         try:
             self.fault = Fault.from_env()
