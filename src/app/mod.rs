@@ -12,6 +12,7 @@ pub mod comm_source;
 pub mod deficits;
 pub mod diagnose;
 pub mod equality;
+pub mod gpu_evidence;
 pub mod gpus;
 pub mod nccl_timeline;
 pub mod node_gpus;

@@ -15,7 +15,7 @@
 //! the host is oversubscribed (`cpu_starvation`). Pure: `assess` reads rank views, `update`
 //! records verdicts.
 
-use crate::gpu::{GpuSample, GpuView};
+use super::gpu_evidence::{RankGpus, gpu_evidence};
 pub use crate::run::view::PhaseScore;
 use crate::run::view::{PhaseSample, RankView, RunView, Straggler};
 use std::collections::BTreeMap;
@@ -541,88 +541,6 @@ pub fn explain(this: &RankScore, all: &[RankScore]) -> (String, String) {
     (PHASES[cause].to_string(), evidence)
 }
 
-/// A clock this far below its peers' median is a slower GPU (boost clocks move a few per cent
-/// with temperature and load on healthy GPUs).
-const CLOCK_LOWER: f64 = 0.95;
-/// Power within this share of the enforced limit: the GPU is at its cap (and throttles).
-const AT_CAP: f64 = 0.95;
-
-/// What this node's GPU rows say about the straggler's GPU, against the GPUs of the run's other
-/// ranks: a lower SM clock, a power cap reached, other processes on it (a job sharing the GPU),
-/// or, when none of these, that it looks like the others (so the cause is not the GPU's).
-/// `None` when the rank's process is on no GPU this node samples (CPU runs, remote ranks).
-pub fn gpu_evidence(run: &RunView, rank: u32, gpus: &[GpuView]) -> Option<String> {
-    let on_gpu = |pid: Option<u32>| {
-        let pid = pid?;
-        gpus.iter()
-            .map(|g| &g.latest)
-            .find(|g| g.pids.contains(&pid))
-    };
-    let r = run.ranks.get(&rank).filter(|r| !r.remote)?;
-    let own = on_gpu(r.pid)?;
-    let ours: Vec<u32> = run.ranks.values().filter_map(|r| r.pid).collect();
-    let peers: Vec<&GpuSample> = run
-        .ranks
-        .values()
-        .filter(|p| p.rank != rank && !p.remote)
-        .filter_map(|p| on_gpu(p.pid))
-        .filter(|g| g.index != own.index)
-        .collect();
-    let peer_median = |f: &dyn Fn(&GpuSample) -> Option<f64>| {
-        let xs: Vec<f64> = peers.iter().filter_map(|g| f(g)).collect();
-        (!xs.is_empty()).then(|| median(xs))
-    };
-    let mut found = Vec::new();
-    let others = own.pids.iter().filter(|p| !ours.contains(p)).count();
-    if others > 0 {
-        let s = if others == 1 { "" } else { "es" };
-        found.push(format!(
-            "its GPU {} runs {others} other process{s}",
-            own.index
-        ));
-    }
-    let clock = own.sm_clock_mhz.map(f64::from);
-    let peer_clock = peer_median(&|g| g.sm_clock_mhz.map(f64::from));
-    if let (Some(c), Some(m)) = (clock, peer_clock)
-        && c < CLOCK_LOWER * m
-    {
-        found.push(format!(
-            "its GPU {} is clocked lower: {} MHz vs {} MHz",
-            own.index,
-            thousands(c),
-            thousands(m)
-        ));
-    }
-    if let (Some(p), Some(cap)) = (own.power_w, own.power_limit_w)
-        && p >= AT_CAP * cap
-    {
-        found.push(format!("at its power cap ({p:.0} W of {cap:.0} W)"));
-    }
-    if !found.is_empty() {
-        return Some(found.join("; "));
-    }
-    let mut facts = Vec::new();
-    if let Some(c) = clock {
-        facts.push(format!("SM {} MHz", thousands(c)));
-    }
-    if let (Some(p), Some(cap)) = (own.power_w, own.power_limit_w) {
-        facts.push(format!("{p:.0} W of {cap:.0} W"));
-    }
-    if let Some(t) = own.temp_c {
-        facts.push(format!("{t} °C"));
-    }
-    let like = if peers.is_empty() {
-        "no other GPU of the run to compare"
-    } else {
-        "like the others'"
-    };
-    Some(format!(
-        "its GPU {} {like} ({})",
-        own.index,
-        facts.join(", ")
-    ))
-}
-
 /// Collectives every local rank has called that the last-to-call figure needs.
 const MIN_COMMON_COLLS: usize = 8;
 
@@ -683,15 +601,6 @@ pub fn nccl_evidence(run: &RunView, rank: u32) -> Option<String> {
         last as f64 / common.len() as f64 * 100.0,
         common.len()
     ))
-}
-
-fn thousands(x: f64) -> String {
-    let n = x.round() as u64;
-    if n >= 1000 {
-        format!("{},{:03}", n / 1000, n % 1000)
-    } else {
-        n.to_string()
-    }
 }
 
 /// The share of a slow rank's lag (its busy time above the others' median, per step) that its
@@ -842,13 +751,13 @@ pub fn cpu_starvation(run: &RunView, s: &RankScore) -> Option<Starvation> {
 }
 
 /// Fold the latest assessment into the run's record: returns the log line of each rank named
-/// now for the first time (or again, after it had recovered). `gpus`: this node's GPU rows, for
-/// the evidence (`gpu_evidence`).
+/// now for the first time (or again, after it had recovered). `gpus`: the GPU rows of this node
+/// and of the agents' nodes, for the evidence (`gpu_evidence`).
 pub fn update(
     run: &mut RunView,
     cfg: &StragglerConfig,
     now_s: f64,
-    gpus: &[GpuView],
+    gpus: &RankGpus,
 ) -> Vec<String> {
     comm_from_plugin(run);
     let Some(scores) = assess(&run.ranks, cfg) else {
@@ -961,7 +870,12 @@ fn comm_from_plugin(run: &mut RunView) {
     let ids: Vec<u32> = run
         .ranks
         .values()
-        .filter(|r| r.buckets.is_none() && run.collectives.ranks.contains_key(&r.rank))
+        // Also a rank whose hook timed steps before the plugin took over (issue 45): only the
+        // steps without the hook's figure are filled, so no step has both.
+        .filter(|r| {
+            (r.buckets.is_none() || crate::app::comm_source::plugin_times(run, r.rank))
+                && run.collectives.ranks.contains_key(&r.rank)
+        })
         .map(|r| r.rank)
         .collect();
     for id in ids {
@@ -1016,6 +930,7 @@ pub fn record_buckets(rank: &mut RankView, b: &crate::protocol::Buckets) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::{GpuSample, GpuView};
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     /// `steps` steps of one rank: `data` and compute (fwd 10, bwd 20 + comm, opt 5) ms, each
@@ -1061,7 +976,7 @@ mod tests {
                     .copied()
                     .collect();
             }
-            named.extend(update(run, cfg, now, gpus));
+            named.extend(update(run, cfg, now, &RankGpus::local(gpus)));
         }
         named
     }
@@ -1133,7 +1048,15 @@ mod tests {
         // Found slow when its first full window ended (step 33), named half a window later.
         assert_eq!(s.step, 33 + 15);
         // Named once: the next assessment updates the record and says nothing new.
-        assert!(update(&mut run, &StragglerConfig::default(), 3.0, &[]).is_empty());
+        assert!(
+            update(
+                &mut run,
+                &StragglerConfig::default(),
+                3.0,
+                &RankGpus::default()
+            )
+            .is_empty()
+        );
         assert_eq!(run.stragglers.len(), 1);
     }
 
@@ -1225,7 +1148,7 @@ mod tests {
             for (id, r) in run.ranks.iter_mut() {
                 r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
             }
-            update(&mut run, &cfg, end as f64, &[]);
+            update(&mut run, &cfg, end as f64, &RankGpus::default());
             if un_named_at.is_none() && run.stragglers.first().is_some_and(|s| !s.active) {
                 un_named_at = Some(end);
             }
@@ -1360,7 +1283,12 @@ mod tests {
                 for (id, r) in run.ranks.iter_mut() {
                     r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
                 }
-                let named = update(&mut run, &StragglerConfig::default(), end as f64, &[]);
+                let named = update(
+                    &mut run,
+                    &StragglerConfig::default(),
+                    end as f64,
+                    &RankGpus::default(),
+                );
                 assert!(named.is_empty(), "seed {seed} step {end}: {named:?}");
             }
         }
@@ -1734,35 +1662,6 @@ mod tests {
         );
         run.ranks.values_mut().for_each(|r| r.connected = true);
         run
-    }
-
-    #[test]
-    fn gpu_evidence_names_a_lower_clock_a_power_cap_and_a_sharing_process() {
-        let run = run_on_gpus(4);
-        let mut gpus = gpus_for(4);
-        assert_eq!(
-            gpu_evidence(&run, 1, &gpus).as_deref(),
-            Some("its GPU 1 like the others' (SM 1,980 MHz, 400 W of 700 W, 60 °C)")
-        );
-        gpus[1].latest.sm_clock_mhz = Some(1_410);
-        gpus[1].latest.power_w = Some(699.0);
-        assert_eq!(
-            gpu_evidence(&run, 1, &gpus).as_deref(),
-            Some(
-                "its GPU 1 is clocked lower: 1,410 MHz vs 1,980 MHz; at its power cap (699 W of 700 W)"
-            )
-        );
-        // A second job on rank 3's GPU (as `--shared-gpus` allows): named, with its count.
-        gpus[3].latest.pids.push(4242);
-        assert_eq!(
-            gpu_evidence(&run, 3, &gpus).as_deref(),
-            Some("its GPU 3 runs 1 other process")
-        );
-        // A rank whose process is on no sampled GPU (a CPU run, another node): nothing to say.
-        assert_eq!(gpu_evidence(&run, 1, &[]), None);
-        let mut remote = run.clone();
-        remote.ranks.get_mut(&1).unwrap().remote = true;
-        assert_eq!(gpu_evidence(&remote, 1, &gpus), None);
     }
 
     #[test]

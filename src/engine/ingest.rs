@@ -126,7 +126,10 @@ impl Engine {
         }
         // The runs and the GPU rows are borrowed apart: a straggler's evidence quotes its GPU's
         // row.
-        let gpus = &self.state.gpus;
+        let gpus = crate::app::gpu_evidence::RankGpus {
+            local: &self.state.gpus,
+            nodes: &self.state.nodes,
+        };
         let Some(view) = self.state.runs.iter_mut().find(|v| v.id == run) else {
             return true;
         };
@@ -150,7 +153,7 @@ impl Engine {
             crate::supervisor::schedstat::sample(view);
             let before = view.stragglers.len();
             let noted = view.caveats.len();
-            let named = crate::app::straggler::update(view, &self.opts.stragglers, since, gpus);
+            let named = crate::app::straggler::update(view, &self.opts.stragglers, since, &gpus);
             let records: Vec<_> = view.stragglers[before..].to_vec();
             for (line, rec) in named.iter().zip(records) {
                 view.push_tail(format!("ddptop: {line}"));
