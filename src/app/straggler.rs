@@ -139,6 +139,13 @@ pub struct RankScore {
     /// rank can be named by the quick test: on an oversubscribed CPU the ranks that wait for a
     /// slow one were seen with busy times well apart (4 gloo ranks on 2 cores, one slowed).
     pub last_in: bool,
+    /// Over the window, another rank arrives at the collectives clearly later than it: its own
+    /// wait there sits more than halfway from the latest arriver's to the others' median
+    /// (`BEHIND_ANOTHER`). The job waits for that other rank, not for this one, so the window's
+    /// test does not name it: 4 gloo ranks on 2 cores, rank 1 slowed, had rank 3 named too
+    /// (busy 0.55x, waiting 41.5 ms at the collectives where rank 1 waited 16.3 and the others
+    /// 52.4: issue 51's fifth hunt). `false` where the waits are not known.
+    pub behind_another: bool,
     /// The first step of the window, and of the quick test's samples: where its run-queue
     /// wait is read from (`cpu_starvation`).
     pub from_step: u64,
@@ -154,9 +161,11 @@ impl RankScore {
         self.slow_over_window(threshold) || self.slow_now(threshold)
     }
 
-    /// The window's test: median, both halves and 80% of its steps below the threshold.
+    /// The window's test: median, both halves and 80% of its steps below the threshold, and no
+    /// other rank arriving clearly later at the collectives.
     pub fn slow_over_window(&self, threshold: f64) -> bool {
-        self.score < threshold
+        !self.behind_another
+            && self.score < threshold
             && self.halves.iter().all(|h| *h < threshold)
             && self.steady >= STEADY
     }
@@ -185,6 +194,26 @@ impl RankScore {
     pub fn recovered(&self, threshold: f64) -> bool {
         self.recent >= threshold && (self.score >= threshold || self.recent_steady == 0.0)
     }
+}
+
+/// How far from the latest arriver's wait at the collectives towards the others' median a rank's
+/// own wait may be and still count as one the job waits for (`RankScore::behind_another`).
+const BEHIND_ANOTHER: f64 = 0.5;
+
+/// Rank `i`'s wait `waits[i]` against the other ranks': another arrives clearly later (waits
+/// clearly less). A tenth of its own wait is allowed for noise (two equally slow ranks).
+fn behind_another(own: f64, waits: &[f64], i: usize) -> bool {
+    let others: Vec<f64> = waits
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| *j != i)
+        .map(|(_, w)| *w)
+        .collect();
+    if others.is_empty() {
+        return false;
+    }
+    let least = others.iter().copied().fold(f64::INFINITY, f64::min);
+    own - least > BEHIND_ANOTHER * (median(others) - least) + 0.1 * own
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -410,6 +439,7 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
                 sample_s,
                 steps_per_sample,
                 last_in: true,
+                behind_another: false,
                 from_step: v.first().map_or(0, |s| s.step),
                 recent_from_step: v.get(quick).map_or(0, |s| s.step),
                 recent_busy_ms: recent[i],
@@ -422,6 +452,12 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
         let least = comms.iter().copied().fold(f64::INFINITY, f64::min);
         for (s, c) in scores.iter_mut().zip(comms) {
             s.last_in = c <= least;
+        }
+    }
+    let window: Option<Vec<f64>> = scores.iter().map(|s| s.comm_ms).collect();
+    if let Some(window) = window {
+        for (i, s) in scores.iter_mut().enumerate() {
+            s.behind_another = behind_another(window[i], &window, i);
         }
     }
     Some(scores)
@@ -1021,6 +1057,22 @@ mod tests {
         let mut run = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
         run.ranks = ranks.into_iter().map(|r| (r.rank, r)).collect();
         run
+    }
+
+    #[test]
+    fn a_rank_that_waits_for_a_later_rank_at_the_collectives_is_behind_another() {
+        // Issue 51's fifth hunt, k=4 on 2 cores, rank 1 slowed: the collective waits of ranks
+        // 0..3. Rank 3 (busy 0.55x, starved of a core) waited 41.5 ms for rank 1 (16.3 ms).
+        let waits = [52.4, 16.3, 55.0, 41.5];
+        assert!(behind_another(waits[3], &waits, 3));
+        assert!(!behind_another(waits[1], &waits, 1));
+        // Two equally slow ranks: neither is behind the other (a tenth of noise allowed).
+        let two = [50.0, 10.0, 10.8, 49.0];
+        assert!(!behind_another(two[1], &two, 1) && !behind_another(two[2], &two, 2));
+        // k=2: the slow rank waits less than its peer; a large transfer time in every wait (a
+        // slow link) does not make it look behind.
+        assert!(!behind_another(30.0, &[60.0, 30.0], 1));
+        assert!(behind_another(60.0, &[60.0, 30.0], 0));
     }
 
     #[test]
