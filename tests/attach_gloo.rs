@@ -615,3 +615,93 @@ fn a_rank_that_aborts_after_its_bye_leaves_a_completed_run_with_the_failure_as_c
         "{tails:#?}"
     );
 }
+
+/// Issue 45, "never silently blind": an attached run where ddptop expects its NCCL profiler
+/// plugin to report and the plugin cannot still reports steps and communication, and says which
+/// instrument timed them. Real torchrun and PyTorch DDP over gloo on the CPU: gloo makes no NCCL
+/// communicator, so NCCL never loads the plugin — the plugin-cannot-report case, for real.
+///
+/// ddptop itself never sets the plugin on a gloo launch (and refuses `--env NCCL_…` there), so
+/// the test puts `DDPTOP_NCCL_PLUGIN=1` and `NCCL_PROFILER_PLUGIN=<the built plugin>` in ddptop's
+/// own environment, which the ranks inherit: each rank's bootstrap then expects the plugin
+/// exactly as on an NCCL launch, reads its state through ctypes, and finds it never loaded.
+#[test]
+fn an_attached_run_whose_plugin_never_reports_keeps_the_hook_and_says_so() {
+    let _cpu = cpu_shared();
+    let Some(py) = python_importing("torch") else {
+        return;
+    };
+    let plugin = std::path::Path::new(env!("CARGO_BIN_EXE_ddptop"))
+        .with_file_name("libnccl_profiler_ddptop.so");
+    assert!(
+        plugin.is_file(),
+        "the plugin is built beside ddptop (cargo build -p ddptop-nccl-profiler): {}",
+        plugin.display()
+    );
+    let d = tempfile::tempdir().unwrap();
+    let script = format!("{}/examples/train_ddp.py", env!("CARGO_MANIFEST_DIR"));
+    let out = ddptop(d.path())
+        .env("DDPTOP_PYTHON", &py)
+        .env("DDPTOP_NCCL_PLUGIN", "1")
+        .env("NCCL_PROFILER_PLUGIN", &plugin)
+        .args(["attach", "--k", "2", "--backend", "gloo", "--json", "--"])
+        .args([
+            script.as_str(),
+            "--samples",
+            "640",
+            "--epochs",
+            "1",
+            "--hidden",
+            "128",
+        ])
+        .output()
+        .unwrap();
+    let doc = json_of(&out);
+    assert_no_survivors(&doc);
+    assert!(out.status.success(), "{doc:#}");
+    let r = &doc["runs"][0];
+    assert_eq!(r["status"], "completed", "{r:#}");
+    // Steps on every rank and the hook's bucket timeline: not blind.
+    let steps: Vec<u64> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_u64().unwrap())
+        .collect();
+    assert_eq!(steps.len(), 2);
+    assert!(steps.iter().all(|&s| s >= 8), "{steps:?}");
+    assert_eq!(r["instrument"], "full");
+    let tl = &r["timeline"][0];
+    assert!(
+        tl["buckets"].as_array().is_some_and(|b| !b.is_empty()),
+        "{:#}",
+        r["timeline"]
+    );
+    assert!(tl["exposed_ms"].as_f64().is_some());
+    // Which source, and why, on every rank.
+    let c = &r["collectives"];
+    assert_eq!(c["comm_timing"], "comm_hook");
+    assert_eq!(c["timeline_source"], "comm_hook");
+    let why = format!(
+        "plugin not reporting: the process group is gloo, so NCCL never loaded it ({})",
+        plugin.display()
+    );
+    assert_eq!(
+        c["comm_source"],
+        Value::String(format!("communication: Python comm hook ({why})"))
+    );
+    for rank in ["0", "1"] {
+        assert_eq!(c["comm_sources"][rank]["timing"], "comm_hook", "{c:#}");
+        assert_eq!(c["comm_sources"][rank]["why"], why.as_str(), "{c:#}");
+    }
+    // The stored run says it too (`show` reads the database).
+    let id = r["run_id"].as_str().unwrap();
+    let show = ddptop(d.path()).args(["show", id]).output().unwrap();
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("communication")
+                && l.ends_with(&format!("Python comm hook ({why})"))),
+        "{text}"
+    );
+}

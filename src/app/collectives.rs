@@ -49,6 +49,11 @@ pub fn note_nccl_interfaces(run: &mut RunView, h: &crate::protocol::Hello) {
     {
         run.add_caveat(Caveat::note(line));
     }
+    if on && h.backend == crate::protocol::CommBackend::Nccl {
+        if let Some(line) = crate::app::comm_source::tls_line(run) {
+            run.add_caveat(Caveat::note(line));
+        }
+    }
 }
 
 /// log2 of a size, the class it is shown in (1 MiB covers [1 MiB, 2 MiB)).
@@ -942,6 +947,31 @@ mod tests {
                 .all(|c| !c.text.contains("profiler plugin off")),
             "{:?}",
             r.caveats
+        );
+    }
+
+    #[test]
+    fn a_tls_run_with_the_plugin_says_on_screen_what_it_lacks() {
+        let hello = r#"{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cuda:0","backend":"nccl","worker":"attach","torch":"2.11.0","nccl":"2.28.9","cuda":"13.0","t":1.0}"#;
+        let lacks = |socket: &str, plugin: bool| {
+            let (mut r, t0) = run(Experiment::Attach, 2);
+            r.env.insert("DDPTOP_SOCKET".into(), Some(socket.into()));
+            let path = plugin.then(|| "/o/libnccl_profiler_ddptop.so".to_string());
+            r.env
+                .insert(crate::supervisor::nccl_profiler::ENV.into(), path);
+            feed(&mut r, t0, hello);
+            r.caveats
+                .iter()
+                .filter(|c| c.text.starts_with("NCCL profiler plugin: no TLS"))
+                .count()
+        };
+        assert_eq!(lacks("tls://10.0.0.1:4000", true), 1);
+        assert_eq!(lacks("tcp://10.0.0.1:4000", true), 0);
+        assert_eq!(lacks("/run/ddptop-1/s.sock", true), 0);
+        assert_eq!(
+            lacks("tls://10.0.0.1:4000", false),
+            0,
+            "no plugin on the launch"
         );
     }
 

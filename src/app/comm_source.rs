@@ -100,6 +100,25 @@ pub fn line(run: &RunView) -> Option<String> {
     words(run).map(|w| format!("communication: {w}"))
 }
 
+/// The plugin times `rank`'s buckets now (its latest `plan.comm_timing`): the straggler score
+/// takes that rank's comm wait from NCCL's all-reduces for the steps the hook did not time.
+pub fn plugin_times(run: &RunView, rank: u32) -> bool {
+    run.observed
+        .comm_sources
+        .get(&rank)
+        .is_some_and(|s| s.timing == Some(CommTiming::NcclProfiler))
+}
+
+/// The plugin speaks no TLS (it links no TLS library): a run whose ranks reach ddptop over
+/// `tls://` (multi-node `--tls`) says on screen, in one line, exactly what it lacks. `None`
+/// on a Unix socket or plain TCP.
+pub fn tls_line(run: &RunView) -> Option<String> {
+    let socket = run.env.get("DDPTOP_SOCKET").cloned().flatten()?;
+    socket.starts_with("tls://").then(|| {
+        "NCCL profiler plugin: no TLS, so its ranks' NCCL collectives are not reported over this tls:// run (missing: the collectives view, NCCL hang evidence, bus bandwidth); buckets timed by ddptop's Python comm hook".to_string()
+    })
+}
+
 /// Per rank, for `show --json` / the report's JSON (`collectives.comm_sources`).
 pub fn per_rank_json(run: &RunView) -> serde_json::Value {
     serde_json::json!(run.observed.comm_sources)
