@@ -353,6 +353,7 @@ class Session:
         backend = hooks.backend_of(ddp)
         self.source = attach_plugin.from_env(backend, os.environ)
         self.source.own_hook = rec.user_hook if self.source.expected else None
+        self.source.single_rank = self.source.expected and self.world_size == 1
         self.source.poll(self.step_no)  # DDP's broadcast may already have made NCCL report
         if rec.user_hook is not None and not self.source.expected:
             self.steps_only(rec.user_hook)

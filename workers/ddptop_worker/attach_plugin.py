@@ -38,6 +38,8 @@ PLUGIN_ON_ENV = "DDPTOP_NCCL_PLUGIN"
 NEVER_LOADED_AFTER = 3
 
 HOOK, PLUGIN, UNTIMED = "comm_hook", "nccl_profiler", "untimed"
+SINGLE_RANK_WHY = ("k=1: one rank, nothing to communicate (NCCL fires no collective events for a "
+                   "one-rank communicator, so its profiler plugin never reports)")
 
 Reading = Optional[tuple[int, str]]  # (state, why); None: the library is not loaded
 
@@ -82,6 +84,10 @@ class CommSource:
         self.read = read
         self.plugin_path = plugin_path
         self.own_hook: Optional[str] = None
+        # One rank (k=1): nothing to communicate, and NCCL fires no collective events for a
+        # one-rank communicator, so the plugin never reports; no hook either (its cost on short
+        # steps was measured: docs/profiler.md).
+        self.single_rank = False
         self.source = HOOK
         self.why = self._not_expected_why() if not expected else "plugin not reporting: not checked yet"
         self.reported = False  # the plugin reported at some point of this run
@@ -114,7 +120,9 @@ class CommSource:
         if not self.expected:
             return False
         reading = self.read()
-        if reading is not None and reading[0] == REPORTING:
+        if self.single_rank:
+            new, why = UNTIMED, SINGLE_RANK_WHY
+        elif reading is not None and reading[0] == REPORTING:
             new, why = PLUGIN, ""
             self.reported = True
         else:
@@ -130,7 +138,7 @@ class CommSource:
 
     def hook_times(self) -> bool:
         """ddptop's comm hook records marks (it is the source)."""
-        return self.source == HOOK
+        return self.source == HOOK and not self.single_rank
 
 
 def from_env(backend: Optional[str], env: "os._Environ[str] | dict[str, str]") -> CommSource:

@@ -68,10 +68,12 @@ class FakePlugin:
         return self.reading
 
 
-def session(monkeypatch: pytest.MonkeyPatch, backend: str, plugin: FakePlugin | None
-            ) -> tuple[attach.Session, Recorder]:
-    """An attached rank on the test's one-rank gloo group; `plugin` set: ddptop put its plugin
-    on the launch (DDPTOP_NCCL_PLUGIN=1) and the test says what its exported state reads."""
+def session(monkeypatch: pytest.MonkeyPatch, backend: str, plugin: FakePlugin | None,
+            world: int = 2) -> tuple[attach.Session, Recorder]:
+    """An attached rank on the test's one-rank gloo group, rank 0 of `world` as torchrun's
+    WORLD_SIZE says; `plugin` set: ddptop put its plugin on the launch (DDPTOP_NCCL_PLUGIN=1)
+    and the test says what its exported state reads."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))
     if plugin is not None:
         monkeypatch.setenv("DDPTOP_NCCL_PLUGIN", "1")
         monkeypatch.setenv("NCCL_PROFILER_PLUGIN", __file__)  # a file that exists
@@ -317,6 +319,24 @@ def test_on_gloo_the_timing_hook_stays(group: None, monkeypatch: pytest.MonkeyPa
         assert rec.of("plan")[0]["comm_why"] == "gloo: no NCCL to profile"
         assert rec.of("buckets"), "the hook's bucket timelines"
         assert all("t_bwd" not in st for st in rec.of("step"))
+    finally:
+        s.stop_hooks()
+        attach_hooks.set_session(None)
+
+
+def test_at_k1_with_the_plugin_expected_no_hook_and_the_run_says_why(
+    group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank: NCCL reports nothing for a one-rank communicator and there is nothing to
+    communicate, so no ddptop hook costs the steps; the source says so."""
+    fake = FakePlugin()
+    fake.reading = (attach_plugin.CONNECTED, "")
+    s, rec = session(monkeypatch, "nccl", fake, world=1)
+    try:
+        ddp = DDP(model(), bucket_cap_mb=0.01)
+        train(ddp, 6)
+        assert not ddptop_hook_in(ddp) and not rec.of("buckets")
+        assert {src[1:] for src in sources(rec)} == {("untimed", attach_plugin.SINGLE_RANK_WHY)}
     finally:
         s.stop_hooks()
         attach_hooks.set_session(None)
