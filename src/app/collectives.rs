@@ -49,10 +49,11 @@ pub fn note_nccl_interfaces(run: &mut RunView, h: &crate::protocol::Hello) {
     {
         run.add_caveat(Caveat::note(line));
     }
-    if on && h.backend == crate::protocol::CommBackend::Nccl {
-        if let Some(line) = crate::app::comm_source::tls_line(run) {
-            run.add_caveat(Caveat::note(line));
-        }
+    if on
+        && h.backend == crate::protocol::CommBackend::Nccl
+        && let Some(line) = crate::app::comm_source::tls_line(run)
+    {
+        run.add_caveat(Caveat::note(line));
     }
 }
 
