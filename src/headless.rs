@@ -9,9 +9,7 @@ use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::report::build::run_info;
 use crate::run::HandRolled;
-use crate::run::{
-    AttachTarget, DataSource, EnvOverlay, Experiment, Family, NcclVar, RunStatus, RunView,
-};
+use crate::run::{AttachTarget, DataSource, EnvOverlay, Family, NcclVar, RunStatus, RunView};
 use crate::store::LaunchRecord;
 use crate::util::BadInput;
 use serde_json::{Value, json};
@@ -39,28 +37,21 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     template.data_path = a.data_path;
     // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
     template.fsdp_pairs = a.strategy.is_none();
-    if a.optimizer.is_some() && experiment != Experiment::Fsdp {
-        anyhow::bail!("--optimizer applies to fsdp only (weak and strong use the book's SGD)");
-    }
-    let hand = HandRolled {
-        dispatch: a.dispatch,
-        reduce: a.reduce,
-    };
-    if experiment != Experiment::Handrolled && (a.deficits || hand != HandRolled::default()) {
-        anyhow::bail!("--dispatch, --reduce and --deficits apply to handrolled only");
-    }
-    // The experiment with its own flags (each family reads only its own).
-    let family = match experiment {
-        Experiment::Jax => Family::Jax {
+    // The experiment with its own flags (each family reads only its own, and refuses the
+    // others').
+    let family = experiment
+        .kind()
+        .family_for(&crate::run::FamilyArgs {
             sharding: a.sharding,
-        },
-        Experiment::Fsdp => Family::Fsdp {
-            strategy: a.strategy.unwrap_or_default(),
-            optimizer: a.optimizer.unwrap_or(crate::run::OptimizerName::Adam),
-        },
-        Experiment::Handrolled => Family::Handrolled { hand },
-        e => Family::of(e),
-    };
+            strategy: a.strategy,
+            optimizer: a.optimizer,
+            hand: HandRolled {
+                dispatch: a.dispatch,
+                reduce: a.reduce,
+            },
+            deficits: a.deficits,
+        })
+        .map_err(anyhow::Error::msg)?;
     template.deficits = a.deficits;
     template.inject = a.inject;
     if a.no_book_settings {
@@ -69,7 +60,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     // A worker that is not built is bad set-up (exit 2, with the command that builds it), not a
     // failed run.
-    if (experiment == Experiment::Handrolled || a.deficits)
+    if (experiment.kind().needs_built_binary() || a.deficits)
         && template.backend != crate::protocol::Backend::Sim
         && crate::supervisor::handrolled::find_binary().is_none()
     {
@@ -141,9 +132,7 @@ pub async fn attach(g: &GlobalArgs, a: AttachArgs) -> anyhow::Result<i32> {
         teardown_timeout: None,
         nodes: a.nodes.options(&setup.config.nodes)?,
     };
-    let family = Family::Attach {
-        target: Some(target),
-    };
+    let family = Family::script(target);
     execute(g, setup, template, family, &note, drive).await
 }
 
@@ -468,7 +457,10 @@ fn run_json(r: &RunView, input: &SweepInput) -> Value {
         output_log: input
             .runs_dir
             .map(|d| d.join(&r.id).join("output.log").display().to_string()),
-        memory_comparison: (r.spec.experiment() == Experiment::Fsdp)
+        memory_comparison: r
+            .spec
+            .kind()
+            .has_memory_pane()
             .then(|| memory_comparison(r, input.state)),
         ..Default::default()
     };
@@ -667,11 +659,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
                 .unwrap_or_default(),
             s.nccl,
             s.batch,
-            match s.experiment() {
-                Experiment::Strong => " global",
-                Experiment::Jax => " per device, one process",
-                _ => " per rank",
-            },
+            s.kind().batch_unit(),
         ));
     }
     out.push_str(&format!(
@@ -730,17 +718,17 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         {
             notes.push(format!("WARNING {why}"));
         }
-        if r.spec.experiment() == Experiment::Fsdp
+        if r.spec.kind().has_memory_pane()
             && let Some(n) = fsdp_note(r)
         {
             notes.push(n);
         }
-        if r.spec.experiment() == Experiment::Jax
+        if r.spec.kind().has_receipt_pane()
             && let Some(n) = jax_note(r)
         {
             notes.push(n);
         }
-        if r.spec.experiment() == Experiment::Handrolled {
+        if r.spec.kind().has_deficits_pane() {
             notes.push(format!("hand-rolled {}", r.spec.family.hand().label()));
         }
         if r.spec.attach().is_some() {

@@ -311,7 +311,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     });
     state.max_k = opts.ranks;
     let mut engine = Engine::start(eo, state)?;
-    let spec = RunSpec::new(Experiment::Weak, opts.ranks, Backend::Nccl);
+    let spec = RunSpec::new(Experiment::default(), opts.ranks, Backend::Nccl);
     let (run, token) = engine.open_external(spec)?;
     let view = View::default();
     let theme = crate::ui::Theme::dark();

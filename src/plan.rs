@@ -11,10 +11,10 @@ use crate::engine::{Engine, EngineOptions};
 use crate::protocol::Backend;
 pub use crate::run::fits;
 use crate::run::{
-    DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, Experiment, HostBackend, ModelName,
-    NcclSettings, RunSpec, TorchStrategy,
+    DEFAULT_PROFILE, DataPath, DataSource, EnvOverlay, HostBackend, ModelName, NcclSettings,
+    RunSpec,
 };
-use crate::run::{Family, HandRolled, TorchSettings};
+use crate::run::{Family, TorchSettings};
 use crate::util::BadInput;
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -330,7 +330,8 @@ pub fn sweep(
 ) -> Result<Planned, String> {
     let family = family.into();
     let experiment = family.experiment();
-    if experiment == Experiment::Attach && family.attach().is_none() {
+    let kind = family.kind();
+    if kind.runs_user_script() && family.attach().is_none() {
         return Err("attach needs a script: ddptop attach -- train.py ARGS".into());
     }
     if let Some(why) = experiment
@@ -343,15 +344,12 @@ pub fn sweep(
         for &k in ks {
             f.fits_k(k)?;
         }
-        if experiment == Experiment::Attach
+        if kind.runs_user_script()
             && let Some(why) = f.attach_refusal()
         {
             return Err(why);
         }
-        if f.torch_only()
-            && (t.backend == Backend::Sim
-                || !matches!(experiment, Experiment::Weak | Experiment::Strong))
-        {
+        if f.torch_only() && (t.backend == Backend::Sim || !kind.ddptop_loop()) {
             return Err(format!(
                 "fault `{f}` changes ddptop's own PyTorch training loop: use it with `run weak` or `run strong` on --backend gloo or nccl (an attached script has that bug in its own code, or not)"
             ));
@@ -368,8 +366,8 @@ pub fn sweep(
     if specs.is_empty() {
         return Err(notes.join("; "));
     }
-    if experiment == Experiment::Probe && !ks.contains(&1) {
-        let mut control = t.spec(Experiment::Probe, 1);
+    if kind.k1_control() && !ks.contains(&1) {
+        let mut control = t.spec(family.clone(), 1);
         control.control = true;
         specs.push(control);
     }
@@ -388,10 +386,13 @@ pub fn request(
     max_k: u32,
 ) -> Result<Planned, String> {
     let family = family.into();
-    match family {
-        Family::Fsdp { .. } if t.fsdp_pairs => fsdp_pairs(t, &family, ks, max_k),
-        Family::Handrolled { .. } if t.deficits => deficits_sweep(t, ks, max_k),
-        _ => sweep(t, family, ks, max_k),
+    let kind = family.kind();
+    if t.fsdp_pairs && kind.strategy_pairs(&family).is_some() {
+        fsdp_pairs(t, &family, ks, max_k)
+    } else if t.deficits && kind.deficit_columns().is_some() {
+        deficits_sweep(t, &family, ks, max_k)
+    } else {
+        sweep(t, family, ks, max_k)
     }
 }
 
@@ -405,9 +406,11 @@ pub fn fsdp_pairs(
 ) -> Result<Planned, String> {
     let mut specs = Vec::new();
     let mut notes = Vec::new();
+    let pairs = family.kind().strategy_pairs(family);
+    let pairs = pairs.unwrap_or_else(|| vec![family.clone()]);
     for &k in ks {
-        for strategy in TorchStrategy::ALL {
-            let p = sweep(t, family.with_strategy(strategy), &[k], max_k)?;
+        for side in &pairs {
+            let p = sweep(t, side.clone(), &[k], max_k)?;
             specs.extend(p.specs);
             notes.extend(p.notes);
         }
@@ -415,22 +418,32 @@ pub fn fsdp_pairs(
     Ok(Planned { specs, notes })
 }
 
-/// The deficits table's launches: at each k that fits, DDP (weak) then the hand-rolled loop as
-/// the book wrote it (single+star) and with each fix (threads+star, threads+ring), interleaved
-/// so that a drift of the machine spreads over all four.
+/// The deficits table's launches of `family` (`FamilyKind::deficit_columns`): at each k that
+/// fits, DDP (weak) then the hand-rolled loop as the book wrote it (single+star) and with each
+/// fix (threads+star, threads+ring), interleaved so that a drift of the machine spreads over
+/// all four.
 ///
 /// The tch loop cannot apply the book's PyTorch settings, so its DDP column runs without them
 /// too: the four columns differ only in the loop.
-pub fn deficits_sweep(t: &Template, ks: &[u32], max_k: u32) -> Result<Planned, String> {
+pub fn deficits_sweep(
+    t: &Template,
+    family: &Family,
+    ks: &[u32],
+    max_k: u32,
+) -> Result<Planned, String> {
+    let columns = family.kind().deficit_columns().unwrap_or_default();
+    let Some((ddp_column, loops)) = columns.split_first() else {
+        return Err(format!("{} has no deficits table", family.experiment()));
+    };
     let mut plain = t.clone();
-    plain.torch = Experiment::Handrolled.torch_settings(t.torch, t.backend);
-    let ddp = sweep(&plain, Experiment::Weak, ks, max_k)?;
+    plain.torch = family.experiment().torch_settings(t.torch, t.backend);
+    let ddp = sweep(&plain, ddp_column.clone(), ks, max_k)?;
     let mut specs = Vec::new();
     for weak in ddp.specs {
         let k = weak.k;
         specs.push(weak);
-        for hand in HandRolled::DEFICITS {
-            specs.push(t.spec(Family::Handrolled { hand }, k));
+        for hand in loops {
+            specs.push(t.spec(hand.clone(), k));
         }
     }
     if t.backend == Backend::Sim {
@@ -534,7 +547,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::run::{AttachTarget, JaxSharding, OptimizerName};
+    use crate::run::{AttachTarget, Experiment, JaxSharding, OptimizerName, TorchStrategy};
 
     #[test]
     fn the_configs_launch_table_sizes_the_template() {
@@ -688,7 +701,7 @@ mod tests {
     #[test]
     fn the_deficits_sweep_interleaves_ddp_and_each_hand_rolled_variant_per_k() {
         let t = Template::new(Backend::Nccl, None);
-        let p = deficits_sweep(&t, &[1, 2, 4], 2).unwrap();
+        let p = deficits_sweep(&t, &Family::of(Experiment::Handrolled), &[1, 2, 4], 2).unwrap();
         let shape: Vec<(u32, &str, String)> = p
             .specs
             .iter()
@@ -709,7 +722,8 @@ mod tests {
         // DDP without the book's settings, as the tch loop: the columns differ in the loop only.
         assert_eq!(weak.torch, TorchSettings::Off);
         assert_eq!(weak.torch, p.specs[3].torch);
-        let err = deficits_sweep(&Template::new(Backend::Sim, None), &[2], 0).unwrap_err();
+        let hand = Family::of(Experiment::Handrolled);
+        let err = deficits_sweep(&Template::new(Backend::Sim, None), &hand, &[2], 0).unwrap_err();
         assert!(err.contains("no simulated version"), "{err}");
         let err = sweep(
             &Template::new(Backend::Sim, None),

@@ -520,7 +520,7 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(t) = &info.torch {
         rows.push(("pytorch", t.clone()));
     }
-    if let Some(rec) = rec.filter(|_| run.spec.experiment() == crate::run::Experiment::Attach) {
+    if let Some(rec) = rec.filter(|_| run.spec.kind().runs_user_script()) {
         // The user's job: every variable ddptop added to its environment, and why.
         for (k, v) in &rec.environ {
             if let Some(why) = crate::supervisor::launch::why_set(k) {

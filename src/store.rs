@@ -5,11 +5,11 @@
 //! synchronous and small; a run's final figures are committed before anything reports them.
 
 use crate::protocol::{Backend, Bench, Buckets, Probe, WorkerMsg};
+use crate::run::{self, Family, TorchSettings};
 use crate::run::{
-    Aggregate, DataPath, DataSource, Experiment, JaxSharding, ModelName, NcclSettings,
-    OptimizerName, RankView, RunSpec, RunStatus, RunView, Scaling, TorchStrategy,
+    Aggregate, DataPath, DataSource, Experiment, ModelName, NcclSettings, RankView, RunSpec,
+    RunStatus, RunView, Scaling,
 };
-use crate::run::{Family, HandRolled, TorchSettings};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -485,7 +485,7 @@ impl Store {
                 serde_json::to_string(&run.nccl_read)?,
                 serde_json::to_string(&run.caveats)?,
                 // Only an attached run has observed settings (the others' are their spec's).
-                (run.spec.experiment() == Experiment::Attach)
+                run.spec.kind().runs_user_script()
                     .then(|| serde_json::to_string(&run.observed))
                     .transpose()?,
                 run.comm_timing.map(|c| c.as_str()),
@@ -596,7 +596,7 @@ impl Store {
         )?;
         // Every memory report of an fsdp run (a handful of phases); others send one every 50 steps.
         // A JAX run's too: a few per device.
-        let memory = matches!(run.spec.experiment(), Experiment::Fsdp | Experiment::Jax);
+        let memory = run.spec.kind().keeps_every_memory_report();
         let rows = stmt.query_map(params![&run.id, memory], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
         })?;
@@ -756,13 +756,7 @@ const STORED_TIMELINES: i64 = 50;
 
 /// A column that must name one of ddptop's values.
 fn known<T>(r: &rusqlite::Row, col: &str, parse: impl Fn(&str) -> Option<T>) -> anyhow::Result<T> {
-    let v: String = r.get(col)?;
-    parse(&v).ok_or_else(|| {
-        let id: String = r.get("id").unwrap_or_default();
-        anyhow::anyhow!(
-            "run {id} in the database has {col} `{v}`, which this ddptop does not know (written by a newer version?)"
-        )
-    })
+    run::family::known_column(&Columns(r), col, parse)
 }
 
 fn json_col<T: serde::de::DeserializeOwned + Default>(
@@ -795,30 +789,31 @@ fn family(r: &rusqlite::Row, experiment: Experiment) -> anyhow::Result<Family> {
         }
         return Ok(f);
     }
-    Ok(match experiment {
-        Experiment::Jax => Family::Jax {
-            sharding: known(r, "sharding", |s| s.parse::<JaxSharding>().ok())?,
-        },
-        Experiment::Fsdp => Family::Fsdp {
-            strategy: known(r, "strategy", |s| s.parse::<TorchStrategy>().ok())?,
-            optimizer: known(r, "optimizer", |s| s.parse::<OptimizerName>().ok())?,
-        },
-        Experiment::Handrolled => Family::Handrolled {
-            hand: known(r, "hand", HandRolled::parse)?,
-        },
-        Experiment::Attach => Family::Attach {
-            target: match r.get::<_, Option<String>>("attach_json")? {
-                None => None,
-                Some(text) => Some(serde_json::from_str(&text).map_err(|e| {
-                    anyhow::anyhow!(
-                        "run {} in the database has an unreadable attach_json: {e}",
-                        spec_id(r)
-                    )
-                })?),
-            },
-        },
-        e => Family::of(e),
-    })
+    experiment.kind().read_columns(&Columns(r))
+}
+
+/// A stored row's columns as the family files read them (`run::StoredColumns`).
+struct Columns<'a, 'b>(&'a rusqlite::Row<'b>);
+
+impl run::StoredColumns for Columns<'_, '_> {
+    fn text(&self, col: &str) -> anyhow::Result<Option<String>> {
+        Ok(self.0.get(col)?)
+    }
+    fn value(&self, col: &str) -> anyhow::Result<String> {
+        Ok(self.0.get(col)?)
+    }
+    fn unknown(&self, col: &str, value: &str) -> anyhow::Error {
+        let id: String = self.0.get("id").unwrap_or_default();
+        anyhow::anyhow!(
+            "run {id} in the database has {col} `{value}`, which this ddptop does not know (written by a newer version?)"
+        )
+    }
+    fn unreadable(&self, col: &str, why: &dyn std::fmt::Display) -> anyhow::Error {
+        anyhow::anyhow!(
+            "run {} in the database has an unreadable {col}: {why}",
+            spec_id(self.0)
+        )
+    }
 }
 
 fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
@@ -903,6 +898,7 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::{HandRolled, JaxSharding, OptimizerName, TorchStrategy};
 
     /// Issue 45: a data directory another user made in a shared parent (the /tmp fallback) is
     /// refused in one line, not written into.

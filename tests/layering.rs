@@ -740,7 +740,7 @@ fn in_folder_paths_resolve_and_a_circle_is_reported() {
 
 /// Most lines outside `src/run/family/` that may name a family variant. The ones left are listed
 /// in docs/architecture.md ("Adding a family"); lower it as they go, never raise it.
-const MAX_DISPATCH_LINES: usize = 109;
+const MAX_DISPATCH_LINES: usize = 10;
 
 /// The variants of `pub enum {name} {` in `text`: the identifiers that open a line one level
 /// inside the enum (attributes, doc comments and struct-variant fields skipped).

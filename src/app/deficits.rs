@@ -3,7 +3,7 @@
 //! (threads+ring), and DDP (weak scaling, same model, batch and data) — so each fix's worth on
 //! this machine is read off one row. Each cell is the latest completed run of its curve.
 
-use crate::run::{Experiment, Family, HandRolled, RunSpec, RunStatus, RunView};
+use crate::run::{HandRolled, RunSpec, RunStatus, RunView};
 use std::collections::BTreeMap;
 
 /// The table's columns, in order: the three hand-rolled variants, then DDP.
@@ -33,8 +33,14 @@ impl Column {
     fn spec(self, anchor: &RunSpec) -> RunSpec {
         let mut s = anchor.clone();
         match self {
-            Column::Hand(hand) => s.family = Family::Handrolled { hand },
-            Column::Ddp => s.family = Family::Weak,
+            Column::Hand(hand) => s.family = anchor.family.with_hand(hand),
+            // The table's first column (`FamilyKind::deficit_columns`): DDP.
+            Column::Ddp => {
+                let columns = anchor.kind().deficit_columns().unwrap_or_default();
+                if let Some(ddp) = columns.into_iter().next() {
+                    s.family = ddp;
+                }
+            }
         }
         s
     }
@@ -112,10 +118,10 @@ pub fn table(runs: &[RunView], anchor: &RunSpec) -> Deficits {
 /// The run whose setting the deficits view shows: `run` if it is hand-rolled, else the latest
 /// hand-rolled run.
 pub fn anchor<'a>(runs: &'a [RunView], run: Option<&'a RunView>) -> Option<&'a RunView> {
-    run.filter(|r| r.spec.experiment() == Experiment::Handrolled)
+    run.filter(|r| r.spec.kind().has_deficits_pane())
         .or_else(|| {
             runs.iter()
-                .filter(|r| r.spec.experiment() == Experiment::Handrolled)
+                .filter(|r| r.spec.kind().has_deficits_pane())
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
         })
 }
@@ -147,7 +153,7 @@ pub fn text(d: &Deficits) -> String {
 mod tests {
     use super::*;
     use crate::protocol::Backend;
-    use crate::run::Aggregate;
+    use crate::run::{Aggregate, Experiment, Family};
 
     fn done(id: &str, spec: RunSpec, t: f64, sps: f64) -> RunView {
         let mut r = RunView::new(id.into(), spec, std::time::Instant::now(), t);

@@ -7,7 +7,7 @@ use crate::costmodel::predict::{
 };
 use crate::costmodel::{BusbwCurve, Profile};
 use crate::protocol::{Backend, BucketSpan, Buckets};
-use crate::run::{Experiment, RankView, RunSpec, RunStatus, RunView};
+use crate::run::{RankView, RunSpec, RunStatus, RunView};
 use crate::util::median;
 use serde::Serialize;
 
@@ -242,7 +242,7 @@ pub fn comm_source(spec: &RunSpec, k: u32, runs: &[RunView]) -> Result<(BusbwSou
     let bench = runs
         .iter()
         .filter(|b| {
-            b.spec.experiment() == Experiment::Allreduce
+            b.spec.kind().sweeps_allreduce()
                 && b.status == RunStatus::Completed
                 && b.spec.k == k
                 && b.spec.backend == spec.backend
@@ -323,7 +323,7 @@ pub fn exposed_prediction(spec: &RunSpec, runs: &[RunView]) -> Result<ExposedPre
     let base = runs
         .iter()
         .filter(|b| {
-            b.spec.experiment() == Experiment::Weak
+            b.spec.kind().cost_model_predicts()
                 && b.spec.k == 1
                 && !b.spec.control
                 && b.status == RunStatus::Completed
@@ -381,7 +381,7 @@ pub fn predict_run(run: &RunView, runs: &[RunView]) -> Result<RunPrediction, Na>
     if run.status != RunStatus::Completed || run.spec.k < 2 {
         return Err("only completed runs at k>1 are predicted".into());
     }
-    if run.spec.experiment() != Experiment::Weak {
+    if !run.spec.kind().cost_model_predicts() {
         return Err(
             "not predicted: strong scaling changes the per-rank batch, so the k=1 step's compute does not carry over"
                 .into(),

@@ -2,7 +2,7 @@
 
 use super::summary;
 use crate::protocol::{Instrument, WorkerMsg};
-use crate::run::{Aggregate, Caveat, Experiment, RunStatus, RunView};
+use crate::run::{Aggregate, Caveat, RunStatus, RunView};
 use std::time::Instant;
 
 const RECENT_STEPS: usize = 64;
@@ -127,7 +127,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             let previous = rank.last_step.as_ref().map(|p| p.step);
             rank.last_step = Some(s.clone());
             crate::app::straggler::record_step(rank, s);
-            if run.spec.experiment() == Experiment::Attach {
+            if run.spec.kind().runs_user_script() {
                 // The script's batch as its steps showed it (ddptop sets none of its settings).
                 if let Some(batch) = one_step_samples(s, previous) {
                     *run.observed.step_samples.entry(batch).or_default() += 1;

@@ -114,7 +114,7 @@ impl State {
             messages: VecDeque::new(),
             messages_pushed: 0,
             next: LaunchPrefs {
-                experiment: Experiment::Weak,
+                experiment: Experiment::default(),
                 data_path: DataPath::Device,
                 nccl: NcclSettings::default(),
                 attach: None,

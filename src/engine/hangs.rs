@@ -185,7 +185,7 @@ impl Engine {
             && self
                 .state
                 .run(run)
-                .is_some_and(|v| v.spec.experiment() == crate::run::Experiment::Attach);
+                .is_some_and(|v| v.spec.kind().runs_user_script());
         let Some(l) = self.launches.get_mut(run) else {
             return;
         };

@@ -9,7 +9,7 @@
 use super::Engine;
 use crate::app::Level;
 use crate::app::diagnose::{self, JoinWait};
-use crate::run::{Experiment, RunStatus};
+use crate::run::RunStatus;
 use crate::store::EventRow;
 use std::time::{Duration, Instant};
 
@@ -63,7 +63,7 @@ impl Engine {
             && self
                 .state
                 .run(run)
-                .is_some_and(|v| v.spec.experiment() == Experiment::Attach);
+                .is_some_and(|v| v.spec.kind().runs_user_script());
         let line = d.line();
         let evidence = d.evidence.clone();
         let Some(v) = self.state.run_mut(run) else {

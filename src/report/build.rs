@@ -10,7 +10,7 @@ use super::{
 };
 use crate::app::predict;
 use crate::app::summary;
-use crate::run::{CurveKey, Experiment, RunStatus, RunView, Scaling, TorchSettings};
+use crate::run::{CurveKey, RunStatus, RunView, Scaling, TorchSettings};
 use crate::store::LaunchRecord;
 use std::collections::{BTreeMap, HashMap};
 
@@ -273,11 +273,11 @@ fn probes(src: &Source) -> Vec<ProbeRow> {
     let missing: Vec<&RunView> = src
         .selected
         .iter()
-        .filter(|r| r.spec.experiment() == Experiment::Probe && r.spec.k > 1 && r.sweep.is_some())
+        .filter(|r| r.spec.kind().probes_no_sync() && r.spec.k > 1 && r.sweep.is_some())
         .filter_map(|r| {
             src.history.iter().find(|c| {
                 c.sweep == r.sweep
-                    && c.spec.experiment() == Experiment::Probe
+                    && c.spec.kind().probes_no_sync()
                     && c.spec.k == 1
                     && !rows.iter().any(|p| p.run_id == c.id)
             })
@@ -382,7 +382,7 @@ pub fn build(title: String, src: &Source, now: f64) -> Report {
 mod tests {
     use super::*;
     use crate::protocol::Backend;
-    use crate::run::{Aggregate, RunSpec};
+    use crate::run::{Aggregate, Experiment, RunSpec};
 
     /// An attached script with the spec's default batch (256) that was seen to step 32 samples
     /// per rank: the curve's title and the Runs table say 32, and nothing says 256.

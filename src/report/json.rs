@@ -5,7 +5,7 @@ use super::{
     BenchRow, Curve, Environment, ProbeRow, Report, RunInfo, SCHEMA_VERSION, Timeline, Timestamp,
 };
 use crate::app::predict;
-use crate::run::{Experiment, RunStatus, RunView};
+use crate::run::{RunStatus, RunView};
 use serde_json::{Value, json};
 
 /// The fields every ddptop JSON document starts with.
@@ -201,10 +201,7 @@ fn bench_row(b: &BenchRow) -> Value {
 
 /// Predicted against measured for a completed k>1 run (`{"na": why}` when it cannot be).
 pub fn prediction(r: &RunView, runs: &[RunView]) -> Option<Value> {
-    if r.spec.k < 2
-        || r.status != RunStatus::Completed
-        || !matches!(r.spec.experiment(), Experiment::Weak | Experiment::Strong)
-    {
+    if r.spec.k < 2 || r.status != RunStatus::Completed || !r.spec.kind().ddptop_loop() {
         return None;
     }
     Some(match predict::predict_run(r, runs) {

@@ -225,10 +225,7 @@ fn timeline_median(st: &predict::TimelineStats) -> Value {
 
 /// The probe's model ratio: (difference − k=1 control) / predicted exposed comm.
 fn probe_model(r: &RunView, runs: &[RunView]) -> Option<Value> {
-    if r.spec.experiment() != Experiment::Probe
-        || r.spec.control
-        || r.status != RunStatus::Completed
-    {
+    if !r.spec.kind().probes_no_sync() || r.spec.control || r.status != RunStatus::Completed {
         return None;
     }
     let p = probe_summary(&r.probe)?;

@@ -1,7 +1,7 @@
 //! What is known before a launch to make its figures less than solid (said before it starts,
 //! kept with the run as `Caveat`s): the engine, `ddptop run` and the dashboard share it.
 
-use super::{Caveat, Experiment, RunSpec};
+use super::{Caveat, RunSpec};
 use crate::protocol::Backend;
 
 /// Fewer timed steps than this make a samples/s figure of a few noisy steps.
@@ -31,10 +31,7 @@ pub fn launch_caveats(spec: &RunSpec, cores: usize) -> Vec<Caveat> {
 /// each rank gets samples/k samples in per-rank batches (the rest dropped), and the first
 /// epoch is warm-up when another follows.
 pub fn timed_steps(spec: &RunSpec) -> Option<u64> {
-    if !matches!(
-        spec.experiment(),
-        Experiment::Weak | Experiment::Strong | Experiment::Fsdp
-    ) {
+    if !spec.kind().times_steps() {
         return None;
     }
     let per_epoch =
@@ -51,6 +48,7 @@ pub fn cpu_cores() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::run::Experiment;
 
     #[test]
     fn oversubscribed_gloo_and_few_timed_steps_are_caveats() {

@@ -17,7 +17,10 @@ pub mod view;
 
 pub use curve::{Batch, CurveKey, Setting, Warmup};
 pub use ddp::{BucketCapMb, DdpSettings};
-pub use family::{Experiment, Family, FamilyArgs, FamilyKind, Worker, WorkerInput};
+pub use family::{
+    Experiment, Family, FamilyArgs, FamilyKind, ScalingCurves, SimWorker, StoredColumns, Worker,
+    WorkerInput,
+};
 pub use fault::Fault;
 pub use handrolled::{HandDispatch, HandReduce, HandRolled};
 pub use nccl::{EnvOverlay, NcclMode, NcclSettings, NcclVar};

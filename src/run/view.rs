@@ -595,17 +595,11 @@ impl RunView {
                 }
             ));
         }
+        // The tch worker applies what tch offers of the book's settings, always.
+        let own = (self.spec.kind().own_book_settings())
+            .filter(|_| self.spec.backend != crate::protocol::Backend::Sim);
         let asked = match self.spec.torch {
-            // The tch worker applies what tch offers of the book's settings, always.
-            _ if self.spec.experiment() == crate::run::Experiment::Handrolled
-                && self.spec.backend != crate::protocol::Backend::Sim =>
-            {
-                Some(
-                    "the book's cudnn.benchmark on; tch has no matmul-precision setting \
-                     (libtorch's default, highest)"
-                        .to_string(),
-                )
-            }
+            _ if own.is_some() => own.map(str::to_string),
             TorchSettings::Off
                 if !self
                     .spec
@@ -707,7 +701,7 @@ impl RunView {
     /// run the per-rank batch it was seen to use (`batch ?/rank` before a step said it): one
     /// source with `settings()`, never the spec's default.
     pub fn batch_label(&self) -> String {
-        if self.spec.experiment() == super::Experiment::Attach {
+        if self.spec.kind().runs_user_script() {
             let b = self.settings().per_rank_batch;
             return format!("batch {}/rank", b.map_or("?".into(), |b| b.to_string()));
         }
@@ -716,7 +710,7 @@ impl RunView {
 
     pub fn settings(&self) -> Settings {
         let s = &self.spec;
-        if s.experiment() == super::Experiment::Attach {
+        if s.kind().runs_user_script() {
             let o = &self.observed;
             let batch = o.per_rank_batch();
             return Settings {

@@ -18,7 +18,7 @@ pub struct SimArgs {
     #[arg(long, default_value = "h200-nvlink")]
     pub profile: String,
     /// weak, strong, probe or allreduce (the families the cost model has).
-    #[arg(long, value_enum, default_value_t = Experiment::Weak)]
+    #[arg(long, value_enum, default_value_t = Experiment::default())]
     pub experiment: Experiment,
     #[arg(long, default_value_t = 1)]
     pub world_size: u32,

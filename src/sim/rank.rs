@@ -6,7 +6,7 @@ use crate::costmodel::{self, Profile, RESNET18_BUCKETS};
 use crate::protocol::*;
 use crate::run::NcclMode;
 use crate::run::{EnvOverlay, NcclSettings};
-use crate::run::{Experiment, Fault};
+use crate::run::{Fault, SimWorker};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -71,11 +71,11 @@ pub fn run(args: &SimArgs, rank: u32) -> anyhow::Result<i32> {
     {
         sim.send_garbage(n.unwrap_or(Fault::GARBAGE_LINES));
     }
-    let code = match args.experiment {
-        Experiment::Weak | Experiment::Strong => sim.train(),
-        Experiment::Probe => sim.probe_only(),
-        Experiment::Allreduce => sim.allreduce(),
-        other => anyhow::bail!("the simulated worker has no {other} experiment"),
+    let code = match args.experiment.kind().sim_worker() {
+        Some(SimWorker::Train) => sim.train(),
+        Some(SimWorker::Probe) => sim.probe_only(),
+        Some(SimWorker::Allreduce) => sim.allreduce(),
+        None => anyhow::bail!("the simulated worker has no {} experiment", args.experiment),
     };
     Ok(code)
 }
@@ -118,7 +118,7 @@ impl Sim<'_> {
     }
 
     fn per_rank_batch(&self) -> u32 {
-        if self.args.experiment == Experiment::Strong {
+        if self.args.experiment.kind().global_batch() {
             (self.args.batch / self.k).max(1)
         } else {
             self.args.batch

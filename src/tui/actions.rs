@@ -87,19 +87,14 @@ impl Controller {
     /// What the dashboard launches for `experiment`: the family's defaults, and the script
     /// for attach.
     fn family(&self, experiment: Experiment) -> Family {
-        match experiment {
-            Experiment::Attach => Family::Attach {
-                target: self.attach.clone(),
-            },
-            e => Family::of(e),
-        }
+        Family::with_script(experiment, self.attach.clone())
     }
 
     /// Plan `ks` of `experiment` and queue it, or say why not. A sweep of handrolled is the
     /// deficits set (DDP and the three hand-rolled variants at each k).
     fn plan(&mut self, state: &mut State, experiment: Experiment, ks: &[u32], sweep: bool) {
         let mut template = self.next(state);
-        template.deficits = sweep && experiment == Experiment::Handrolled;
+        template.deficits = sweep && experiment.kind().deficit_columns().is_some();
         let planned = plan::request(&template, self.family(experiment), ks, state.max_k);
         match planned {
             Ok(p) => {
@@ -270,7 +265,7 @@ impl Controller {
                 let e = state.next.experiment.next_in_cycle(self.attach.is_some());
                 state.next.experiment = e;
                 // Said when it is chosen, not only when 1 fails: the worker must be built.
-                state.next.unavailable = (e == Experiment::Handrolled
+                state.next.unavailable = (e.kind().needs_built_binary()
                     && crate::supervisor::handrolled::find_binary().is_none())
                 .then(|| crate::supervisor::handrolled::build_hint(python.as_deref()));
                 if let Some(why) = state.next.unavailable.clone() {
@@ -330,14 +325,20 @@ impl Controller {
                     return Flow::Continue;
                 }
                 match plan::two_ranks(state.max_k, "the no_sync probe") {
-                    Ok(k) => self.plan(state, Experiment::Probe, &[k], true),
+                    Ok(k) => {
+                        let probe = Experiment::find(|f| f.probes_no_sync());
+                        self.plan(state, probe, &[k], true)
+                    }
                     Err(why) => {
                         state.push_message(Level::Warn, None, format!("not launched: {why}"))
                     }
                 }
             }
             Action::Bench => match plan::two_ranks(state.max_k, "an all-reduce bench") {
-                Ok(k) => self.plan(state, Experiment::Allreduce, &[k], false),
+                Ok(k) => {
+                    let bench = Experiment::find(|f| f.sweeps_allreduce());
+                    self.plan(state, bench, &[k], false)
+                }
                 Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
             },
             Action::Toggle(var) if state.host.backend == crate::run::HostBackend::Gloo => state

@@ -224,7 +224,7 @@ async fn setup(g: &GlobalArgs, a: &TuiArgs) -> anyhow::Result<App> {
         );
     }
     if let Some(a) = &attach {
-        st.next.experiment = crate::run::Experiment::Attach;
+        st.next.experiment = crate::run::Experiment::find(|f| f.runs_user_script());
         st.next.attach = Some(a.label());
         st.push_message(
             Level::Info,

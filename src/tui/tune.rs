@@ -68,10 +68,7 @@ pub fn start(
     queue: &mut Queue,
 ) -> Result<DashTune, String> {
     let experiment = state.next.experiment;
-    if !matches!(
-        experiment,
-        Experiment::Weak | Experiment::Strong | Experiment::Attach
-    ) {
+    if !(experiment.kind().ddptop_loop() || experiment.kind().runs_user_script()) {
         return Err(format!(
             "tune measures weak, strong or the attached script, not {experiment}: pick one with s"
         ));

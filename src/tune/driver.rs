@@ -107,7 +107,7 @@ fn sweep_spec(template: &Template, nccl: &[(String, String)], k: u32) -> RunSpec
     for (name, value) in nccl {
         t.nccl.set(name, Some(value.clone()));
     }
-    t.spec(Experiment::Allreduce, k)
+    t.spec(Experiment::find(|f| f.sweeps_allreduce()), k)
 }
 
 /// The NCCL settings and bucket sizes of a predicted layout.
@@ -148,14 +148,12 @@ impl Tuning {
     /// Check the plan and hand out the prediction runs (`take_launches`).
     pub fn new(plan: Plan) -> Result<Tuning, String> {
         let t = &plan.template;
-        match plan.experiment() {
-            Experiment::Weak | Experiment::Strong => {}
-            Experiment::Attach if plan.family.attach().is_some() => {}
-            e => {
-                return Err(format!(
-                    "tune measures weak or strong scaling or an attached script, not {e}"
-                ));
-            }
+        let kind = plan.family.kind();
+        if !(kind.ddptop_loop() || kind.runs_user_script() && plan.family.attach().is_some()) {
+            return Err(format!(
+                "tune measures weak or strong scaling or an attached script, not {}",
+                plan.experiment()
+            ));
         }
         if plan.k < 2 {
             return Err("tune needs k ≥ 2: at k=1 nothing communicates".into());
@@ -163,12 +161,12 @@ impl Tuning {
         let target = t.spec(plan.family.clone(), plan.k);
         // The k=1 run whose compute the k-rank step keeps: weak at the target's per-rank
         // batch (for strong scaling, the global batch split k ways); the script itself at k=1.
-        let base_spec = if plan.experiment() == Experiment::Attach {
+        let base_spec = if kind.runs_user_script() {
             t.spec(plan.family.clone(), 1)
         } else {
             let mut b = t.clone();
             b.batch = Some(target.per_rank_batch());
-            b.spec(Experiment::Weak, 1)
+            b.spec(Experiment::find(|f| f.cost_model_predicts()), 1)
         };
         let profile = t.profile.as_deref().and_then(Profile::get);
         // The NCCL settings to sweep do not depend on the model; the bucket sizes do.
@@ -489,7 +487,7 @@ impl Tuning {
         }
         self.board.base_run = Some(run.id.clone());
         self.base_wall = (run.ended_unix.unwrap_or(run.started_unix) - run.started_unix).max(1.0);
-        if self.plan.experiment() == Experiment::Attach {
+        if self.plan.family.kind().runs_user_script() {
             self.ddp_ok = crate::app::tune::ddp_adjustable(run);
             if let Err(why) = &self.ddp_ok {
                 let line = format!(
@@ -533,7 +531,7 @@ impl Tuning {
     /// The per-rank samples of one step at k: the target's, or what the script's k=1 run
     /// showed.
     fn per_rank(&self, base: &RunView) -> Result<u32, String> {
-        if self.plan.experiment() != Experiment::Attach {
+        if !self.plan.family.kind().runs_user_script() {
             return Ok(self.target.per_rank_batch());
         }
         base.observed

@@ -64,6 +64,14 @@ async fn drive(engine: &mut Engine, tuning: &mut Tuning, interrupted: &AtomicBoo
 }
 
 /// The script of `--attach -- SCRIPT ARGS`, checked.
+/// The family `tune --experiment` names: its value is the family's name (`weak`, `strong`).
+fn tune_experiment(e: TuneExperiment) -> anyhow::Result<Experiment> {
+    use clap::ValueEnum;
+    let name = e.to_possible_value().map(|v| v.get_name().to_string());
+    let name = name.unwrap_or_default();
+    name.parse().map_err(anyhow::Error::msg)
+}
+
 fn attach_target(a: &TuneArgs) -> anyhow::Result<Option<AttachTarget>> {
     if !a.attach {
         return Ok(None);
@@ -87,11 +95,6 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
         )
         .into());
     }
-    let experiment = match (&attach, a.experiment) {
-        (Some(_), _) => Experiment::Attach,
-        (None, TuneExperiment::Weak) => Experiment::Weak,
-        (None, TuneExperiment::Strong) => Experiment::Strong,
-    };
     let setup = plan::setup(
         &g.globals(),
         a.backend,
@@ -107,10 +110,8 @@ pub async fn tune(g: &GlobalArgs, a: TuneArgs) -> anyhow::Result<i32> {
     crate::headless::environment(g, &mut template, &setup, &a.preset, &a.env, None)?;
     let mut state = setup.state(crate::paths::hostname());
     let family = match attach {
-        Some(target) => Family::Attach {
-            target: Some(target),
-        },
-        None => Family::of(experiment),
+        Some(target) => Family::script(target),
+        None => Family::of(tune_experiment(a.experiment)?),
     };
     // The k to tune must fit this machine (the same check `ddptop run` makes).
     plan::sweep(&template, family.clone(), &[a.k], state.max_k)

@@ -5,7 +5,6 @@
 use super::layout::PaneId;
 use super::{Ctx, empty_note, fmt, frame_block, put_line};
 use crate::app::deficits::{self, Column};
-use crate::run::Experiment;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -14,7 +13,7 @@ use ratatui::text::{Line, Span};
 fn active(ctx: &Ctx) -> bool {
     ctx.view
         .subject(ctx.state)
-        .is_some_and(|r| r.spec.experiment() == Experiment::Handrolled)
+        .is_some_and(|r| r.spec.kind().has_deficits_pane())
 }
 
 /// Probe and Bench (always adjacent) give their union to the Deficits pane.

@@ -147,7 +147,7 @@ fn launch(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
             .collect()
     };
     out.push(kv("env", env.join("  ")));
-    if spec.experiment() == crate::run::Experiment::Attach {
+    if spec.kind().runs_user_script() {
         // The user's job: say why ddptop added each variable to its environment.
         for (k, _) in run.env.iter() {
             if let Some(why) = crate::app::run_files::why_set(k) {

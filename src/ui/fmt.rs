@@ -98,63 +98,47 @@ pub fn tiny_id(id: &str) -> &str {
 
 /// `SIM h200-nvlink`, `nccl`, `gloo`.
 pub fn backend(spec: &RunSpec) -> String {
-    use crate::run::Experiment;
     let device = if spec.backend == Backend::Nccl {
         "GPU"
     } else {
         "CPU"
     };
-    match (spec.experiment(), spec.backend) {
+    match (spec.kind().engine(), spec.backend) {
         (_, Backend::Sim) => match &spec.profile {
             Some(p) => format!("SIM {p}"),
             None => "SIM".into(),
         },
-        // What really runs: no gloo or NCCL process group in either.
-        (Experiment::Jax, _) => format!("XLA {device}"),
-        (Experiment::Handrolled, _) => format!("copies {device}"),
-        (_, b) => b.as_str().to_string(),
+        // What really runs: no gloo or NCCL process group (jax's XLA, the tch loop's copies).
+        (Some((engine, _)), _) => format!("{engine} {device}"),
+        (None, b) => b.as_str().to_string(),
     }
 }
 
 /// Where a pane's figures were measured, for its title: `gloo CPU`, `nccl GPU`, `XLA GPU`;
 /// `None` for a simulated run (its SIMULATED badge says so).
 pub fn backend_device(spec: &RunSpec) -> Option<String> {
-    use crate::run::Experiment;
-    match (spec.experiment(), spec.backend) {
+    match (spec.kind().engine(), spec.backend) {
         (_, Backend::Sim) => None,
         // `backend` already names the device of these.
-        (Experiment::Jax | Experiment::Handrolled, _) => Some(backend(spec)),
-        (_, Backend::Nccl) => Some(format!("{} GPU", backend(spec))),
-        (_, Backend::Gloo) => Some(format!("{} CPU", backend(spec))),
+        (Some(_), _) => Some(backend(spec)),
+        (None, Backend::Nccl) => Some(format!("{} GPU", backend(spec))),
+        (None, Backend::Gloo) => Some(format!("{} CPU", backend(spec))),
     }
 }
 
 /// `backend` in four cells (the Runs pane's narrow column).
 pub fn backend_short(spec: &RunSpec) -> String {
-    use crate::run::Experiment;
-    match (spec.experiment(), spec.backend) {
+    match (spec.kind().engine(), spec.backend) {
         (_, Backend::Sim) => "SIM".into(),
-        (Experiment::Jax, _) => "XLA".into(),
-        (Experiment::Handrolled, _) => "copy".into(),
-        (_, b) => b.as_str().to_string(),
+        (Some((_, short)), _) => short.into(),
+        (None, b) => b.as_str().to_string(),
     }
 }
 
 /// The experiment as the Runs pane lists it: the fsdp experiment's ZeRO-1 and DDP sides (queued
 /// after its FSDP run at each k) say so, a probe's k=1 control has a `*`.
 pub fn experiment(spec: &RunSpec) -> String {
-    use crate::run::{Family, TorchStrategy};
-    let name = match &spec.family {
-        Family::Fsdp {
-            strategy: TorchStrategy::Ddp,
-            ..
-        } => "fsdp:DDP".to_string(),
-        Family::Fsdp {
-            strategy: TorchStrategy::Zero1,
-            ..
-        } => "fsdp:ZeRO".to_string(),
-        f => f.experiment().as_str().to_string(),
-    };
+    let name = spec.kind().runs_label(&spec.family);
     if spec.control {
         format!("{name}*")
     } else {

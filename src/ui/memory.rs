@@ -9,7 +9,7 @@ use super::layout::PaneId;
 use super::{Ctx, empty_note, frame_block, put_line};
 use crate::app::State;
 use crate::protocol::{Backend, Collective, Memory};
-use crate::run::{CommTotals, Experiment, RunSpec, RunView, TorchStrategy};
+use crate::run::{CommTotals, RunSpec, RunView, TorchStrategy};
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
@@ -95,7 +95,7 @@ pub fn counterpart<'a>(
         .runs
         .iter()
         .filter(|r| {
-            r.spec.experiment() == Experiment::Fsdp
+            r.spec.kind().has_memory_pane()
                 && r.spec.k == run.spec.k
                 && r.spec.curve_key() == want
                 && r.status.shows_results()
@@ -193,7 +193,7 @@ pub fn swap_in(ctx: &Ctx, panes: &[(PaneId, Rect)]) -> Vec<(PaneId, Rect)> {
     let fsdp = ctx
         .view
         .subject(ctx.state)
-        .is_some_and(|r| r.spec.experiment() == Experiment::Fsdp);
+        .is_some_and(|r| r.spec.kind().has_memory_pane());
     if !fsdp {
         return panes.to_vec();
     }
@@ -217,7 +217,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let run = ctx
         .view
         .subject(ctx.state)
-        .filter(|r| r.spec.experiment() == Experiment::Fsdp);
+        .filter(|r| r.spec.kind().has_memory_pane());
     let mut title = vec![Span::raw("Memory")];
     if let Some(r) = run {
         title.push(Span::styled(
@@ -403,6 +403,7 @@ mod tests {
     use super::*;
     use crate::app::HostInfo;
     use crate::protocol::Strategy;
+    use crate::run::Experiment;
     use std::time::Instant;
 
     fn fsdp_run(id: &str, strategy: TorchStrategy, k: u32, per_rank: u64) -> RunView {

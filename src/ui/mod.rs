@@ -117,13 +117,11 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
         PaneId::Scaling => scaling::render(ctx, r, buf),
         PaneId::Timeline => match ctx.view.subject(ctx.state) {
             // A JAX run has no bucket timeline: its receipt takes the place.
-            Some(run) if run.spec.experiment() == crate::app::Experiment::Jax => {
-                receipt::render(ctx, run, r, buf)
-            }
+            Some(run) if run.spec.kind().has_receipt_pane() => receipt::render(ctx, run, r, buf),
             _ => timeline::render(ctx, r, buf),
         },
         PaneId::Probe => match ctx.view.subject(ctx.state) {
-            Some(run) if run.spec.experiment() == crate::app::Experiment::Jax => {
+            Some(run) if run.spec.kind().has_receipt_pane() => {
                 receipt::render_layout(ctx, run, r, buf)
             }
             _ => probe::render(ctx, r, buf),
@@ -133,16 +131,11 @@ fn pane(ctx: &Ctx, id: PaneId, r: Rect, buf: &mut Buffer) {
         PaneId::Deficits => deficits::render(ctx, r, buf),
         PaneId::Log => log::render(ctx, r, buf),
         PaneId::Detail => {
-            use crate::app::Experiment;
             let v = ctx.view;
             match v.selected_run(ctx.state).or_else(|| v.subject(ctx.state)) {
                 Some(run) if !run.status.shows_results() => runs::render_status(ctx, run, r, buf),
-                Some(run) if run.spec.experiment() == Experiment::Probe => {
-                    probe::render(ctx, r, buf)
-                }
-                Some(run) if run.spec.experiment() == Experiment::Allreduce => {
-                    bench::render(ctx, r, buf)
-                }
+                Some(run) if run.spec.kind().probes_no_sync() => probe::render(ctx, r, buf),
+                Some(run) if run.spec.kind().sweeps_allreduce() => bench::render(ctx, r, buf),
                 _ => scaling::render(ctx, r, buf),
             }
         }
@@ -356,7 +349,7 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
 
     let exp = s.next.experiment;
     let batch = match (&s.next.attach, exp) {
-        (Some(label), crate::run::Experiment::Attach) => label.clone(),
+        (Some(label), e) if e.kind().runs_user_script() => label.clone(),
         _ => crate::run::RunSpec::new(exp, 1, crate::protocol::Backend::Sim).batch_label(),
     };
     let mut l2: Vec<(u8, Vec<Span<'static>>)> = vec![(

@@ -6,7 +6,9 @@ use crate::app::summary::{self, ProbeSummary};
 use crate::app::{State, View};
 use crate::gpu::GpuView;
 use crate::protocol::{Backend, Bench};
-use crate::run::{Aggregate, CurveKey, Experiment, NcclSettings, RunSpec, RunStatus, RunView};
+use crate::run::{
+    Aggregate, CurveKey, Experiment, NcclSettings, RunSpec, RunStatus, RunView, ScalingCurves,
+};
 use std::collections::{BTreeMap, HashMap};
 
 /// (run id, rank) of every rank of an active run whose worker pid is on this GPU (this node's
@@ -120,7 +122,7 @@ fn curve(state: &State, key: CurveKey) -> Curve {
                 efficiency: sc.as_ref().map(|s| s.efficiency),
                 baseline: sc.map(|s| s.baseline),
                 // The cost model predicts DDP weak scaling (docs/methods.md).
-                prediction: (r.spec.k > 1 && r.spec.experiment() == Experiment::Weak)
+                prediction: (r.spec.k > 1 && r.spec.kind().cost_model_predicts())
                     .then(|| crate::app::predict::predict_run(r, &state.runs)),
             }
         })
@@ -163,21 +165,20 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
     let Some(anchor) = anchor else {
         return Vec::new();
     };
-    if anchor.spec.experiment() == Experiment::Fsdp {
-        return fsdp_curves(state, &anchor.spec);
-    }
-    if anchor.spec.experiment() == Experiment::Handrolled {
-        return handrolled_curves(state, &anchor.spec);
-    }
-    if anchor.spec.experiment() == Experiment::Attach {
+    match anchor.spec.kind().scaling_curves() {
+        ScalingCurves::EachStrategy => return fsdp_curves(state, &anchor.spec),
+        ScalingCurves::Deficits => return handrolled_curves(state, &anchor.spec),
         // The user's own job: one curve per script and arguments, nothing beside it.
-        return vec![curve(state, anchor.spec.curve_key())];
+        ScalingCurves::Alone => return vec![curve(state, anchor.spec.curve_key())],
+        ScalingCurves::Beside | ScalingCurves::OwnThenBeside => {}
     }
     let setting = anchor.spec.curve_key().setting();
     let mut out = Vec::new();
     // JAX's one-process curve sits beside DDP's at the same setting (backend, model, data); a
     // family of its own (none today) shows its curve first, with those beside it.
-    let beside = [Experiment::Weak, Experiment::Strong, Experiment::Jax];
+    let beside: Vec<Experiment> = (Experiment::all().iter().copied())
+        .filter(|e| e.kind().scaling_curves() == ScalingCurves::Beside)
+        .collect();
     if !beside.contains(&anchor.spec.experiment()) {
         out.push(curve(state, anchor.spec.curve_key()));
     }
@@ -203,8 +204,13 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
 /// A hand-rolled run's curve (titled by its dispatch+reduce) and, beside it, DDP's weak-scaling
 /// curve at the same model, batch and data: what DDP's fixes are worth.
 fn handrolled_curves(state: &State, spec: &RunSpec) -> Vec<Curve> {
+    // The deficits table's first column (`FamilyKind::deficit_columns`): DDP.
+    let columns = spec.kind().deficit_columns().unwrap_or_default();
     let ddp = RunSpec {
-        family: crate::run::Family::Weak,
+        family: columns
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| spec.family.clone()),
         ..spec.clone()
     };
     vec![
@@ -258,14 +264,12 @@ pub fn probe_run<'a>(state: &'a State, view: &View) -> Option<&'a RunView> {
     [view.selected_run(state), view.subject(state)]
         .into_iter()
         .flatten()
-        .find(|r| {
-            !r.spec.control && (r.spec.experiment() == Experiment::Probe || !r.probe.is_empty())
-        })
+        .find(|r| !r.spec.control && (r.spec.kind().probes_no_sync() || !r.probe.is_empty()))
         .or_else(|| {
             state
                 .runs
                 .iter()
-                .filter(|r| r.spec.experiment() == Experiment::Probe && !r.spec.control)
+                .filter(|r| r.spec.kind().probes_no_sync() && !r.spec.control)
                 .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
         })
 }
@@ -365,7 +369,7 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
     for r in state
         .runs
         .iter()
-        .filter(|r| r.spec.experiment() == Experiment::Allreduce)
+        .filter(|r| r.spec.kind().sweeps_allreduce())
     {
         let key = (
             r.spec.backend,

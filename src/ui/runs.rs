@@ -6,7 +6,7 @@ use super::fmt;
 use super::layout::PaneId;
 use super::theme::status_glyph;
 use super::{Ctx, empty_note, frame_block, model};
-use crate::app::{Experiment, RunStatus, RunView};
+use crate::app::{RunStatus, RunView};
 use crate::app::{progress, summary};
 use crate::protocol::Backend;
 use ratatui::buffer::Buffer;
@@ -130,7 +130,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
             };
             (main, dash.clone())
         }
-        (Experiment::Probe, st) => {
+        (e, st) if e.kind().probes_no_sync() => {
             let main = match summary::probe_summary(&run.probe) {
                 Some(p) => format!("Δ {}", fmt::ms(p.diff_ms)),
                 None if st == RunStatus::Completed => "no probe data".into(),
@@ -148,7 +148,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
                 dash.clone(),
             )
         }
-        (Experiment::Allreduce, _) => {
+        (e, _) if e.kind().sweeps_allreduce() => {
             let peak = model::bench_table(&run.bench)
                 .values()
                 .map(|(bus, _)| *bus)

@@ -115,20 +115,16 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
     let w = r.width as usize;
     let mut title = vec![
         Span::styled(
-            match c.key.experiment {
-                // The switches name a hand-rolled curve first: they are what tells curves apart.
-                crate::run::Experiment::Handrolled => {
-                    format!("handrolled {}", c.key.family.hand())
-                }
-                e => e.as_str().to_string(),
-            },
+            // A hand-rolled curve's switches come first: they tell its curves apart.
+            c.key.experiment.kind().curve_name(&c.key.family),
             t.value,
         ),
         Span::styled(
-            match c.key.experiment {
-                // An attached script's batch is its own: the title names the command line.
-                crate::run::Experiment::Attach => format!(" · {}", c.key.title()),
-                _ => format!(" · {} · {}", c.key.batch, c.key.title()),
+            // An attached script's batch is its own: the title names the command line.
+            if c.key.experiment.kind().runs_user_script() {
+                format!(" · {}", c.key.title())
+            } else {
+                format!(" · {} · {}", c.key.batch, c.key.title())
             },
             t.dim,
         ),

@@ -10,7 +10,7 @@ use crate::app::predict::{self, TimelineStats};
 use crate::app::summary::overlap_pct;
 use crate::app::view::same_step;
 use crate::protocol::Buckets;
-use crate::run::{Experiment, RunView};
+use crate::run::RunView;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -60,7 +60,7 @@ fn title(ctx: &Ctx, run: Option<&RunView>) -> Vec<Span<'static>> {
     // The bars' instrument, always said (in the title, where it costs no figure its room): the
     // two differ in what "ready" and "start" are (docs/profiler.md). A simulated run's bars are
     // the simulator's (its SIMULATED badge says so).
-    if let Some(r) = run.filter(|r| !r.is_simulated() && r.spec.experiment() != Experiment::Fsdp) {
+    if let Some(r) = run.filter(|r| !r.is_simulated() && r.spec.kind().has_bucket_timeline()) {
         let source = match frozen.filter(|f| f.run_id == r.id) {
             Some(f) => f.source,
             None => crate::app::nccl_timeline::choose(r, v.timeline_rank(r)).source,
@@ -126,7 +126,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             y += 1;
         }
     }
-    if run.spec.experiment() == Experiment::Allreduce {
+    if run.spec.kind().sweeps_allreduce() {
         put_line(
             buf,
             inner,
@@ -138,7 +138,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         );
         return;
     }
-    if run.spec.experiment() == Experiment::Fsdp {
+    if !run.spec.kind().has_bucket_timeline() {
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
         super::comm::render_step(ctx, run, v.timeline_rank(run), sub, buf);
         return;
@@ -531,7 +531,7 @@ fn legend_lines(
         // have none, and their legend does not claim it.
         let kernel = b.buckets.iter().any(|s| s.kernel_ms.is_some());
         let nccl = run.spec.backend == crate::protocol::Backend::Nccl
-            && run.spec.experiment() != crate::run::Experiment::Handrolled;
+            && run.spec.kind().engine().is_none();
         let key = match (kernel, inferred) {
             (true, true) if nccl => {
                 "k NCCL kernel time · ~ done − start (start inferred) · q queued: start − ready"

@@ -30,6 +30,12 @@ impl FamilyKind for Allreduce {
     fn no_sim_worker(&self) -> Option<&'static str> {
         None
     }
+    fn sweeps_allreduce(&self) -> bool {
+        true
+    }
+    fn sim_worker(&self) -> Option<super::SimWorker> {
+        Some(super::SimWorker::Allreduce)
+    }
     fn worker(&self, w: &WorkerInput) -> Worker {
         let mut v = vec!["allreduce".to_string()];
         v.extend(flags([("--backend", w.backend.as_str().into())]));

@@ -62,6 +62,18 @@ impl FamilyKind for Attach {
             None => f.clone(),
         }
     }
+    fn scaling_curves(&self) -> super::ScalingCurves {
+        super::ScalingCurves::Alone
+    }
+    fn read_columns(&self, cols: &dyn super::StoredColumns) -> anyhow::Result<Family> {
+        let target = match cols.text("attach_json")? {
+            None => None,
+            Some(text) => {
+                Some(serde_json::from_str(&text).map_err(|e| cols.unreadable("attach_json", &e))?)
+            }
+        };
+        Ok(Family::Attach { target })
+    }
     fn worker(&self, _: &WorkerInput) -> Worker {
         Worker::Script
     }

@@ -3,7 +3,7 @@
 //! reduce-scatters. Without `--strategy` the plan pairs all three at each k.
 
 use super::{Experiment, Family, FamilyArgs, FamilyKind, Worker, WorkerInput, flags};
-use crate::run::spec::OptimizerName;
+use crate::run::spec::{OptimizerName, TorchStrategy};
 use serde_json::json;
 
 pub struct Fsdp;
@@ -66,6 +66,38 @@ impl FamilyKind for Fsdp {
     }
     fn title_part(&self, f: &Family) -> Option<String> {
         f.strategy().map(|s| s.as_str().to_string())
+    }
+    fn times_steps(&self) -> bool {
+        true
+    }
+    fn has_memory_pane(&self) -> bool {
+        true
+    }
+    /// Its Timeline pane shows the per-block step (all-gathers, reduce-scatters) instead.
+    fn has_bucket_timeline(&self) -> bool {
+        false
+    }
+    fn scaling_curves(&self) -> super::ScalingCurves {
+        super::ScalingCurves::EachStrategy
+    }
+    /// The ZeRO-1 and DDP sides (queued after the FSDP run at each k) say so.
+    fn runs_label(&self, f: &Family) -> String {
+        match f.strategy() {
+            Some(TorchStrategy::Ddp) => "fsdp:DDP".into(),
+            Some(TorchStrategy::Zero1) => "fsdp:ZeRO".into(),
+            _ => self.name().into(),
+        }
+    }
+    /// At each k, FSDP, ZeRO-1 then DDP with the same settings, so that the Memory pane (and
+    /// `--json`'s `memory_comparison`) has every side and the curves grow together.
+    fn strategy_pairs(&self, f: &Family) -> Option<Vec<Family>> {
+        Some(TorchStrategy::ALL.map(|s| f.with_strategy(s)).to_vec())
+    }
+    fn read_columns(&self, cols: &dyn super::StoredColumns) -> anyhow::Result<Family> {
+        Ok(Family::Fsdp {
+            strategy: super::known_column(cols, "strategy", |s| s.parse().ok())?,
+            optimizer: super::known_column(cols, "optimizer", |s| s.parse().ok())?,
+        })
     }
     fn worker(&self, w: &WorkerInput) -> Worker {
         let mut v = vec!["fsdp".to_string()];

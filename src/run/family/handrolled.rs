@@ -3,6 +3,7 @@
 //! like DDP's. `--deficits` runs DDP and all three variants at each k (the Deficits pane).
 
 use super::{Experiment, Family, FamilyArgs, FamilyKind, Worker, WorkerInput};
+use crate::run::HandRolled;
 use serde_json::json;
 
 pub struct Handrolled;
@@ -50,6 +51,38 @@ impl FamilyKind for Handrolled {
     }
     fn title_part(&self, f: &Family) -> Option<String> {
         Some(f.hand().label())
+    }
+    fn engine(&self) -> Option<(&'static str, &'static str)> {
+        Some(("copies", "copy"))
+    }
+    fn own_book_settings(&self) -> Option<&'static str> {
+        Some(
+            "the book's cudnn.benchmark on; tch has no matmul-precision setting \
+             (libtorch's default, highest)",
+        )
+    }
+    fn needs_built_binary(&self) -> bool {
+        true
+    }
+    fn has_deficits_pane(&self) -> bool {
+        true
+    }
+    fn scaling_curves(&self) -> super::ScalingCurves {
+        super::ScalingCurves::Deficits
+    }
+    /// The switches name a hand-rolled curve first: they are what tells curves apart.
+    fn curve_name(&self, f: &Family) -> String {
+        format!("handrolled {}", f.hand())
+    }
+    /// DDP (weak), then the loop as the book wrote it (single+star) and with each fix.
+    fn deficit_columns(&self) -> Option<Vec<Family>> {
+        let hands = HandRolled::DEFICITS.map(|hand| Family::Handrolled { hand });
+        Some([Family::Weak].into_iter().chain(hands).collect())
+    }
+    fn read_columns(&self, cols: &dyn super::StoredColumns) -> anyhow::Result<Family> {
+        Ok(Family::Handrolled {
+            hand: super::known_column(cols, "hand", HandRolled::parse)?,
+        })
     }
     /// One Rust process drives every replica: no torchrun, no Python.
     fn worker(&self, w: &WorkerInput) -> Worker {

@@ -55,6 +55,27 @@ impl FamilyKind for Jax {
     fn title_part(&self, f: &Family) -> Option<String> {
         Some(format!("{} sharding", f.sharding().as_str()))
     }
+    fn engine(&self) -> Option<(&'static str, &'static str)> {
+        Some(("XLA", "XLA"))
+    }
+    fn batch_unit(&self) -> &'static str {
+        " per device, one process"
+    }
+    /// A few memory reports per device, all kept.
+    fn keeps_every_memory_report(&self) -> bool {
+        true
+    }
+    fn has_receipt_pane(&self) -> bool {
+        true
+    }
+    fn scaling_curves(&self) -> super::ScalingCurves {
+        super::ScalingCurves::Beside
+    }
+    fn read_columns(&self, cols: &dyn super::StoredColumns) -> anyhow::Result<Family> {
+        Ok(Family::Jax {
+            sharding: super::known_column(cols, "sharding", |s| s.parse().ok())?,
+        })
+    }
     /// `python -m ddptop_worker jax …`: one process for all k devices, no torchrun.
     fn worker(&self, w: &WorkerInput) -> Worker {
         let mut v = vec!["jax".to_string()];

@@ -46,10 +46,13 @@ use std::sync::LazyLock;
     Hash,
     PartialOrd,
     Ord,
+    Default,
     strum::EnumIter,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Experiment {
+    /// The dashboard's first family and `ddptop sim`'s default.
+    #[default]
     Weak,
     Strong,
     Probe,
@@ -79,6 +82,13 @@ impl Experiment {
         static ALL: LazyLock<Vec<Experiment>> =
             LazyLock::new(|| <Experiment as strum::IntoEnumIterator>::iter().collect());
         &ALL
+    }
+    /// The first family whose answers satisfy `q` (`Experiment::find(|k| k.sweeps_allreduce())`:
+    /// the all-reduce bench), for code that needs a family by what it does; the default family
+    /// when none does.
+    pub fn find(q: impl Fn(&dyn FamilyKind) -> bool) -> Experiment {
+        let all = Experiment::all().iter().copied();
+        all.into_iter().find(|e| q(e.kind())).unwrap_or_default()
     }
     /// The command line's, the protocol's and the store's name (`weak`, `fsdp`).
     pub fn as_str(self) -> &'static str {
@@ -307,6 +317,52 @@ impl Worker {
     }
 }
 
+/// The columns of a run stored before `family_json`, when each family's settings had columns of
+/// their own (`store`): each family reads its own (`FamilyKind::read_columns`).
+pub trait StoredColumns {
+    /// A column's text (`None`: NULL).
+    fn text(&self, col: &str) -> anyhow::Result<Option<String>>;
+    /// A column's text, which must not be NULL.
+    fn value(&self, col: &str) -> anyhow::Result<String>;
+    /// The error for a column whose value this ddptop does not know, naming the run.
+    fn unknown(&self, col: &str, value: &str) -> anyhow::Error;
+    /// The error for a column that cannot be read, naming the run.
+    fn unreadable(&self, col: &str, why: &dyn std::fmt::Display) -> anyhow::Error;
+}
+
+/// A column of `cols` that must name one of ddptop's values.
+pub fn known_column<T>(
+    cols: &dyn StoredColumns,
+    col: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> anyhow::Result<T> {
+    let v = cols.value(col)?;
+    parse(&v).ok_or_else(|| cols.unknown(col, &v))
+}
+
+/// Which curves the Scaling pane draws for an anchor run of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalingCurves {
+    /// One per strategy (fsdp).
+    EachStrategy,
+    /// DDP and the tch loop's variants (handrolled).
+    Deficits,
+    /// Its own curve alone (the user's script).
+    Alone,
+    /// One of the families drawn side by side at one setting (weak, strong, jax).
+    Beside,
+    /// Its own curve first, then the side-by-side ones.
+    OwnThenBeside,
+}
+
+/// The simulated worker's loops (`sim::rank`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimWorker {
+    Train,
+    Probe,
+    Allreduce,
+}
+
 /// Everything the program asks a family. One unit struct per file implements it; code outside
 /// `run/family/` reaches it through `Experiment::kind` (or `RunSpec::kind`).
 pub trait FamilyKind: Sync {
@@ -377,6 +433,107 @@ pub trait FamilyKind: Sync {
     /// Why the simulated backend cannot run it (`None`: the simulator has a worker for it).
     fn no_sim_worker(&self) -> Option<&'static str>;
 
+    /// What it runs its gradients through instead of a gloo or NCCL process group, as a
+    /// backend column says it (long, short): jax `XLA`, handrolled `copies`/`copy`.
+    fn engine(&self) -> Option<(&'static str, &'static str)> {
+        None
+    }
+    /// The unit of its batch in `ddptop run`'s table (` per rank`, ` global`).
+    fn batch_unit(&self) -> &'static str {
+        if self.global_batch() {
+            " global"
+        } else {
+            " per rank"
+        }
+    }
+    /// The book's settings as its own worker applies them, where not through PyTorch (the tch
+    /// loop): what the run's settings say instead of the asked ones.
+    fn own_book_settings(&self) -> Option<&'static str> {
+        None
+    }
+    /// Whether its worker is a separate binary that may not be built (`supervisor::handrolled`).
+    fn needs_built_binary(&self) -> bool {
+        false
+    }
+
+    // ---- what it measures: the panes, columns and report sections it fills
+    /// ddptop's own PyTorch training loop (weak, strong): the faults that change that loop, the
+    /// cost model's prediction and `tune` apply to it.
+    fn ddptop_loop(&self) -> bool {
+        false
+    }
+    /// Whether the cost model (`app::predict`) predicts it from its k=1 run and an all-reduce
+    /// bench (weak scaling only: strong changes the per-rank batch).
+    fn cost_model_predicts(&self) -> bool {
+        false
+    }
+    /// Whether ddptop's worker decides its steps (samples/k in per-rank batches), so that the
+    /// timed steps are known before it runs (`run::checks::timed_steps`).
+    fn times_steps(&self) -> bool {
+        false
+    }
+    /// The no_sync probe's blocks (the Probe pane and its report model).
+    fn probes_no_sync(&self) -> bool {
+        false
+    }
+    /// The all-reduce bandwidth table (the Bench pane, the prediction's bench).
+    fn sweeps_allreduce(&self) -> bool {
+        false
+    }
+    /// The Memory pane (per-rank state by strategy, its JSON comparison and report section).
+    fn has_memory_pane(&self) -> bool {
+        false
+    }
+    /// Whether every memory report is kept when the run is loaded (not one in 50 steps).
+    fn keeps_every_memory_report(&self) -> bool {
+        self.has_memory_pane()
+    }
+    /// The HLO receipt pane (in the Timeline's and Probe's places) and its report section.
+    fn has_receipt_pane(&self) -> bool {
+        false
+    }
+    /// The Deficits pane (the tch loop's variants beside DDP).
+    fn has_deficits_pane(&self) -> bool {
+        false
+    }
+    /// Whether the bucket timeline (DDP's hooks) is drawn for it.
+    fn has_bucket_timeline(&self) -> bool {
+        true
+    }
+    /// Which curves the Scaling pane draws when one of its runs is the anchor.
+    fn scaling_curves(&self) -> ScalingCurves {
+        ScalingCurves::OwnThenBeside
+    }
+    /// A curve's name in the Scaling pane's title.
+    fn curve_name(&self, _f: &Family) -> String {
+        self.name().to_string()
+    }
+    /// Its name in the Runs pane (fsdp's ZeRO-1 and DDP sides say so).
+    fn runs_label(&self, _f: &Family) -> String {
+        self.name().to_string()
+    }
+
+    // ---- plans (`plan::request`)
+    /// Whether its plan adds a k=1 control run (the probe: k=1 has no communication).
+    fn k1_control(&self) -> bool {
+        false
+    }
+    /// The launches one of its runs stands for at each k when the template pairs them (fsdp:
+    /// one per strategy); `None`: it has no pairs.
+    fn strategy_pairs(&self, _f: &Family) -> Option<Vec<Family>> {
+        None
+    }
+    /// The deficits table's columns (DDP first, then the loop's variants); `None`: no table.
+    fn deficit_columns(&self) -> Option<Vec<Family>> {
+        None
+    }
+
+    // ---- the simulator
+    /// The simulated worker's loop for it (`None`: `no_sim_worker` says why).
+    fn sim_worker(&self) -> Option<SimWorker> {
+        None
+    }
+
     // ---- its settings, in a curve's key and title and in the run document
     /// Its own settings as JSON fields for the run document (docs/report.md).
     fn settings(&self, _f: &Family) -> Vec<(&'static str, serde_json::Value)> {
@@ -389,6 +546,11 @@ pub trait FamilyKind: Sync {
     /// What of the family splits a curve.
     fn for_curve(&self, f: &Family) -> Family {
         f.clone()
+    }
+
+    /// A run stored before `family_json`: the family from the columns its settings had.
+    fn read_columns(&self, _cols: &dyn StoredColumns) -> anyhow::Result<Family> {
+        Ok(self.default_family())
     }
 
     // ---- its worker
@@ -424,6 +586,21 @@ impl Family {
             Family::Fsdp { .. } => Experiment::Fsdp,
             Family::Attach { .. } => Experiment::Attach,
             Family::Handrolled { .. } => Experiment::Handrolled,
+        }
+    }
+
+    /// The user's script's family (`ddptop attach`, the dashboard's `--attach`).
+    pub fn script(target: AttachTarget) -> Family {
+        Family::Attach {
+            target: Some(target),
+        }
+    }
+
+    /// `experiment` with its defaults, and `script` where the family runs the user's script.
+    pub fn with_script(experiment: Experiment, script: Option<AttachTarget>) -> Family {
+        match experiment.kind().default_family() {
+            Family::Attach { .. } => Family::Attach { target: script },
+            f => f,
         }
     }
 
@@ -472,6 +649,15 @@ impl Family {
                 strategy,
                 optimizer: *optimizer,
             },
+            f => f.clone(),
+        }
+    }
+
+    /// The same handrolled run with another variant (the Deficits pane's columns); every other
+    /// family unchanged.
+    pub fn with_hand(&self, hand: HandRolled) -> Family {
+        match self {
+            Family::Handrolled { .. } => Family::Handrolled { hand },
             f => f.clone(),
         }
     }

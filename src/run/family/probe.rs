@@ -32,6 +32,15 @@ impl FamilyKind for Probe {
     fn no_sim_worker(&self) -> Option<&'static str> {
         None
     }
+    fn probes_no_sync(&self) -> bool {
+        true
+    }
+    fn k1_control(&self) -> bool {
+        true
+    }
+    fn sim_worker(&self) -> Option<super::SimWorker> {
+        Some(super::SimWorker::Probe)
+    }
     fn worker(&self, w: &WorkerInput) -> Worker {
         let mut v = vec!["probe".to_string()];
         v.extend(flags([

@@ -29,6 +29,21 @@ impl FamilyKind for Weak {
     fn no_sim_worker(&self) -> Option<&'static str> {
         None
     }
+    fn ddptop_loop(&self) -> bool {
+        true
+    }
+    fn cost_model_predicts(&self) -> bool {
+        true
+    }
+    fn times_steps(&self) -> bool {
+        true
+    }
+    fn scaling_curves(&self) -> super::ScalingCurves {
+        super::ScalingCurves::Beside
+    }
+    fn sim_worker(&self) -> Option<super::SimWorker> {
+        Some(super::SimWorker::Train)
+    }
     fn worker(&self, w: &WorkerInput) -> Worker {
         Worker::Torchrun(train_argv(self.name(), w))
     }
