@@ -750,6 +750,90 @@ mod tests {
         assert!(Family::Weak.settings().is_empty());
     }
 
+    /// The answers the program used to spell as matches on the variants (before issue 49), one
+    /// row per family: moving them into the family files changed none.
+    #[test]
+    fn each_family_answers_as_the_matches_it_replaced_did() {
+        let data = DataSource::Synthetic;
+        let row = |e: Experiment| {
+            let k = e.kind();
+            let family = Family::of(e);
+            let input = WorkerInput {
+                family: &family,
+                k: 4,
+                backend: Backend::Gloo,
+                model: ModelName::Tiny,
+                batch: 256,
+                epochs: 2,
+                samples: 1000,
+                data_path: DataPath::Device,
+                data_source: &data,
+                torch: TorchSettings::Off,
+            };
+            let flags = [
+                ("throughput", k.has_throughput()),
+                ("two-ranks", k.needs_two_ranks()),
+                ("global", k.global_batch()),
+                ("script", k.runs_user_script()),
+                ("book", e.book_settings_apply(Backend::Gloo)),
+                ("loop", k.ddptop_loop()),
+                ("predicted", k.cost_model_predicts()),
+                ("steps", k.times_steps()),
+                ("probe", k.probes_no_sync()),
+                ("bench", k.sweeps_allreduce()),
+                ("memory", k.has_memory_pane()),
+                ("receipt", k.has_receipt_pane()),
+                ("deficits", k.has_deficits_pane()),
+                ("control", k.k1_control()),
+                ("binary", k.needs_built_binary()),
+                ("torchrun", k.worker(&input).uses_torchrun()),
+                ("sim", k.no_sim_worker().is_none()),
+            ];
+            let on: Vec<&str> = flags.iter().filter(|f| f.1).map(|f| f.0).collect();
+            let (batch, procs) = (e.default_batch(), e.processes(4));
+            format!("{e} {batch} {procs}: {}", on.join(" "))
+        };
+        let rows: Vec<String> = [
+            Experiment::Weak,
+            Experiment::Strong,
+            Experiment::Probe,
+            Experiment::Allreduce,
+            Experiment::Jax,
+            Experiment::Fsdp,
+            Experiment::Attach,
+            Experiment::Handrolled,
+        ]
+        .into_iter()
+        .map(row)
+        .collect();
+        assert_eq!(
+            rows,
+            [
+                "weak 256 4: throughput book loop predicted steps torchrun sim",
+                "strong 512 4: throughput global book loop steps torchrun sim",
+                "probe 256 4: two-ranks book probe control torchrun sim",
+                "allreduce 256 4: two-ranks bench torchrun sim",
+                "jax 256 1: throughput receipt",
+                "fsdp 256 4: throughput book steps memory torchrun",
+                "attach 256 4: throughput script torchrun",
+                "handrolled 256 4: throughput deficits binary",
+            ]
+        );
+        let attach = Experiment::Attach;
+        assert_eq!(
+            attach.torch_settings(TorchSettings::Book, Backend::Gloo),
+            TorchSettings::Script
+        );
+        assert_eq!(
+            Experiment::Jax.torch_settings(TorchSettings::Book, Backend::Gloo),
+            TorchSettings::Off
+        );
+        assert_eq!(
+            Experiment::Weak.torch_settings(TorchSettings::Book, Backend::Sim),
+            TorchSettings::Off
+        );
+    }
+
     #[test]
     fn s_cycles_through_the_families_and_attach_only_with_a_script() {
         for with_attach in [false, true] {
