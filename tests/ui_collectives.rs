@@ -2,6 +2,8 @@
 //! with plugin messages (tests/fixtures/nccl/*.jsonl: hand-written in the plugin's format, not
 //! captured on a GPU) and kept as insta snapshots.
 
+mod common;
+
 use ddptop::app::reduce::apply_worker;
 use ddptop::protocol::{Backend, parse_worker};
 use ddptop::run::{Experiment, RunSpec, RunView};
@@ -85,5 +87,101 @@ fn a_run_without_the_plugin_says_how_it_was_launched() {
     assert!(
         s.contains("launched without the NCCL profiler plugin"),
         "{s}"
+    );
+}
+
+/// Issue 45: which instrument timed an attached run's communication, in its details while it
+/// runs (the source switches live), and a tls:// run's missing plugin as one line on the Runs
+/// pane. Plan and hello lines as an attached rank sends them (workers/ddptop_worker/attach.py).
+#[test]
+fn the_details_say_the_communication_source_live_and_a_tls_run_what_it_lacks() {
+    use common::ui::{Screen, draw, host_gpubox};
+    let now = Instant::now();
+    let mut r = RunView::new(
+        "r20261205-0100-ab12".into(),
+        RunSpec::new(Experiment::Attach, 2, Backend::Nccl),
+        now,
+        0.0,
+    );
+    r.env.insert(
+        "NCCL_PROFILER_PLUGIN".into(),
+        Some("/opt/ddptop/libnccl_profiler_ddptop.so".into()),
+    );
+    r.env
+        .insert("DDPTOP_SOCKET".into(), Some("tls://10.0.0.1:4000".into()));
+    let feed = |r: &mut RunView, line: &str| apply_worker(r, &parse_worker(line).unwrap(), now);
+    let off = "plugin not reporting: off: DDPTOP_SOCKET=tls://10.0.0.1:4000 is a TLS listener and the plugin speaks no TLS";
+    for rank in 0..2 {
+        feed(
+            &mut r,
+            &format!(
+                r#"{{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":{rank},"world_size":2,"local_rank":{rank},"pid":1,"host":"h","device":"cuda:{rank}","backend":"nccl","worker":"attach","torch":"2.11.0","nccl":"2.28.9","cuda":"13.0","t":1.0,"nccl_lib":{{"path":"/v/libnccl.so.2","profiler":[5,4,3,2,1]}}}}"#
+            ),
+        );
+        feed(
+            &mut r,
+            &format!(
+                r#"{{"v":1,"type":"plan","rank":{rank},"step":0,"t":2.0,"total_steps":null,"comm_timing":"comm_hook","comm_why":"{off}"}}"#
+            ),
+        );
+    }
+    let mut st = Screen::new(host_gpubox(2));
+    st.state.runs = vec![r];
+    let details = |st: &Screen| -> String {
+        let keys = ddptop::keys::KeyMap::default();
+        let theme = Theme::dark();
+        let ctx = ddptop::ui::Ctx {
+            state: &st.state,
+            view: &st.view,
+            theme: &theme,
+            keys: &keys,
+        };
+        ddptop::ui::detail::lines(&ctx, &st.state.runs[0])
+            .iter()
+            .map(|l| {
+                l.spans
+                    .iter()
+                    .map(|s| s.content.as_ref())
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let d = details(&st);
+    assert!(
+        d.contains(&format!("communication Python comm hook ({off})")),
+        "{d}"
+    );
+    // The tls:// line, on the dashboard itself (the Runs pane's notes), not only in a log.
+    let t = draw(&st, 200, 40);
+    let buf = t.backend().buffer();
+    let screen: String = (0..buf.area.height)
+        .map(|y| {
+            (0..buf.area.width)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    // The Runs pane's note column shows its start; the details the whole line.
+    assert!(screen.contains("⚠ no NCCL via TLS"), "{screen}");
+    assert!(
+        d.contains("no NCCL via TLS: the NCCL profiler plugin speaks no TLS, so no collectives view, no NCCL hang evidence, no bus bandwidth; buckets timed by ddptop's Python comm hook"),
+        "{d}"
+    );
+    // A plain-TCP run whose plugins then report: the details switch, live.
+    let r = &mut st.state.runs[0];
+    for rank in 0..2 {
+        feed(
+            r,
+            &format!(
+                r#"{{"v":1,"type":"plan","rank":{rank},"step":9,"t":3.0,"total_steps":null,"comm_timing":"nccl_profiler"}}"#
+            ),
+        );
+    }
+    let d = details(&st);
+    assert!(
+        d.contains("communication NCCL profiler plugin; the Python comm hook until step 9, before it was confirmed"),
+        "{d}"
     );
 }

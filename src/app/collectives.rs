@@ -963,7 +963,7 @@ mod tests {
             feed(&mut r, t0, hello);
             r.caveats
                 .iter()
-                .filter(|c| c.text.starts_with("NCCL profiler plugin: no TLS"))
+                .filter(|c| c.text.starts_with("no NCCL via TLS: "))
                 .count()
         };
         assert_eq!(lacks("tls://10.0.0.1:4000", true), 1);

@@ -115,7 +115,7 @@ pub fn plugin_times(run: &RunView, rank: u32) -> bool {
 pub fn tls_line(run: &RunView) -> Option<String> {
     let socket = run.env.get("DDPTOP_SOCKET").cloned().flatten()?;
     socket.starts_with("tls://").then(|| {
-        "NCCL profiler plugin: no TLS, so its ranks' NCCL collectives are not reported over this tls:// run (missing: the collectives view, NCCL hang evidence, bus bandwidth); buckets timed by ddptop's Python comm hook".to_string()
+        "no NCCL via TLS: the NCCL profiler plugin speaks no TLS, so no collectives view, no NCCL hang evidence, no bus bandwidth; buckets timed by ddptop's Python comm hook".to_string()
     })
 }
 
