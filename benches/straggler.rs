@@ -13,6 +13,7 @@
 //! ranks and samples, not on their values.
 
 use criterion::{BatchSize, BenchmarkId, Criterion, criterion_group, criterion_main};
+use ddptop::app::gpu_evidence::RankGpus;
 use ddptop::app::straggler::{StragglerConfig, assess_every, phase_scores, update};
 use ddptop::protocol::Backend;
 use ddptop::run::view::{PhaseSample, RankView};
@@ -64,9 +65,9 @@ fn named(k: u32, cfg: &StragglerConfig) -> RunView {
     for r in run.ranks.values_mut() {
         r.recent_phases.truncate(r.recent_phases.len() - 16);
     }
-    update(&mut run, cfg, 0.0, &[]);
+    update(&mut run, cfg, 0.0, &RankGpus::default());
     run.ranks = full;
-    update(&mut run, cfg, 1.0, &[]);
+    update(&mut run, cfg, 1.0, &RankGpus::default());
     let names: Vec<u32> = run.stragglers.iter().map(|s| s.rank).collect();
     assert_eq!(names, [1], "k={k}: the bench's input names rank 1 alone");
     run
@@ -83,7 +84,7 @@ fn straggler(c: &mut Criterion) {
                 // Returned, so that the copy is dropped outside the timing (criterion drops
                 // outputs after it): the engine updates its one run in place.
                 |mut r| {
-                    black_box(update(&mut r, &cfg, 1.0, &[]));
+                    black_box(update(&mut r, &cfg, 1.0, &RankGpus::default()));
                     r
                 },
                 BatchSize::LargeInput,
@@ -108,7 +109,7 @@ fn share(_: &mut Criterion) {
             .map(|_| {
                 let mut r = run.clone();
                 let at = Instant::now();
-                black_box(update(&mut r, &cfg, 1.0, &[]));
+                black_box(update(&mut r, &cfg, 1.0, &RankGpus::default()));
                 at.elapsed()
             })
             .collect();
