@@ -10,8 +10,8 @@ use crate::detect::BackendChoice;
 use crate::plan::Globals;
 use crate::protocol::Backend;
 use crate::report::Format;
-use crate::run::{DataPath, Experiment, JaxSharding, ModelName, OptimizerName, TorchStrategy};
-use crate::run::{Fault, HandDispatch, HandReduce};
+use crate::run::Fault;
+use crate::run::{DataPath, Experiment, ModelName};
 use crate::util::BadInput;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -287,25 +287,9 @@ pub struct RunArgs {
     /// Where training batches come from.
     #[arg(long, value_enum, default_value_t = DataPath::Device)]
     pub data_path: DataPath,
-    /// jax: how parameters are laid out on the mesh (the batch is always split).
-    #[arg(long, value_enum, default_value_t = JaxSharding::Data)]
-    pub sharding: JaxSharding,
-    /// fsdp: run only this strategy [default: FSDP then DDP at each k, as the dashboard does].
-    #[arg(long, value_enum)]
-    pub strategy: Option<TorchStrategy>,
-    /// Optimizer of PyTorch runs [default: adam for fsdp, sgd (the book's) elsewhere].
-    #[arg(long, value_enum)]
-    pub optimizer: Option<OptimizerName>,
-    /// handrolled: who issues the replicas' work.
-    #[arg(long, value_enum, default_value_t = HandDispatch::Single)]
-    pub dispatch: HandDispatch,
-    /// handrolled: how the gradients are all-reduced.
-    #[arg(long, value_enum, default_value_t = HandReduce::Star)]
-    pub reduce: HandReduce,
-    /// handrolled: at each k run DDP (weak) and the hand-rolled loop as single+star,
-    /// threads+star and threads+ring, interleaved, then print the deficits table.
-    #[arg(long)]
-    pub deficits: bool,
+    /// The flags that belong to one family each (`run::FamilyArgs`, in run/family/).
+    #[command(flatten)]
+    pub family: crate::run::FamilyArgs,
     /// Train on the real FashionMNIST raw files in DIR (nothing is downloaded; default: synthetic
     /// FashionMNIST-shaped images). `--env DDPTOP_DATASET_DIR=DIR` does the same.
     #[arg(long, value_name = "DIR")]

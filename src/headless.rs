@@ -8,7 +8,6 @@ use crate::detect::BackendChoice;
 use crate::engine::Engine;
 use crate::plan::{self, BrokenConfig};
 use crate::report::build::run_info;
-use crate::run::HandRolled;
 use crate::run::{AttachTarget, DataSource, EnvOverlay, Family, NcclVar, RunStatus, RunView};
 use crate::store::LaunchRecord;
 use crate::util::BadInput;
@@ -36,23 +35,14 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     let mut template = setup.template_with(a.model, a.batch, a.samples, a.epochs)?;
     template.data_path = a.data_path;
     // No --strategy: FSDP and DDP at each k, as the dashboard launches them (plan::request).
-    template.fsdp_pairs = a.strategy.is_none();
+    template.fsdp_pairs = a.family.strategy.is_none();
     // The experiment with its own flags (each family reads only its own, and refuses the
     // others').
     let family = experiment
         .kind()
-        .family_for(&crate::run::FamilyArgs {
-            sharding: a.sharding,
-            strategy: a.strategy,
-            optimizer: a.optimizer,
-            hand: HandRolled {
-                dispatch: a.dispatch,
-                reduce: a.reduce,
-            },
-            deficits: a.deficits,
-        })
+        .family_for(&a.family)
         .map_err(anyhow::Error::msg)?;
-    template.deficits = a.deficits;
+    template.deficits = a.family.deficits;
     template.inject = a.inject;
     if a.no_book_settings {
         template.torch = crate::run::TorchSettings::Off;
@@ -60,7 +50,7 @@ pub async fn run(g: &GlobalArgs, a: RunArgs) -> anyhow::Result<i32> {
     environment(g, &mut template, &setup, &a.preset, &a.env, a.nvls)?;
     // A worker that is not built is bad set-up (exit 2, with the command that builds it), not a
     // failed run.
-    if (experiment.kind().needs_built_binary() || a.deficits)
+    if (experiment.kind().needs_built_binary() || a.family.deficits)
         && template.backend != crate::protocol::Backend::Sim
         && crate::supervisor::handrolled::find_binary().is_none()
     {

@@ -139,7 +139,14 @@ impl RunDetail {
         match r.spec.experiment() {
             Experiment::Fsdp => fsdp(r, &mut d.family),
             Experiment::Jax => jax(r, &mut d.family),
-            _ => {}
+            // A family's own record (FamilyKind::record), from its memory reports.
+            _ => {
+                let memory: Vec<_> = r.ranks.values().flat_map(|x| &x.memory_phases).collect();
+                let k = r.spec.k;
+                for (key, v) in r.spec.kind().record(&r.spec.family, k, &memory) {
+                    d.family.insert(key.into(), v);
+                }
+            }
         }
         if r.spec.attach().is_some() {
             let f = &mut d.family;

@@ -79,25 +79,30 @@ pub struct MemoryModel {
     pub comm: Vec<CommLine>,
 }
 
-/// The run of `strategy` at the same k whose settings otherwise match (`run`'s curve key with
-/// the strategy swapped), the most recent one that reported memory.
+/// The run of `strategy` at the same k whose settings otherwise match (the curve keys of both
+/// with the strategy set aside), the most recent one that reported memory. A `zero1` run and
+/// an fsdp run with `--strategy zero1` are the same side.
 pub fn counterpart<'a>(
     state: &'a State,
     run: &RunView,
     strategy: TorchStrategy,
 ) -> Option<&'a RunView> {
-    let want = RunSpec {
-        family: run.spec.family.with_strategy(strategy),
-        ..run.spec.clone()
-    }
-    .curve_key();
+    let settings = |r: &RunView| {
+        RunSpec {
+            family: r.spec.family.with_strategy(TorchStrategy::Fsdp),
+            ..r.spec.clone()
+        }
+        .curve_key()
+    };
+    let want = settings(run);
     state
         .runs
         .iter()
         .filter(|r| {
             r.spec.kind().has_memory_pane()
                 && r.spec.k == run.spec.k
-                && r.spec.curve_key() == want
+                && r.spec.family.strategy() == Some(strategy)
+                && settings(r) == want
                 && r.status.shows_results()
                 && r.ranks.values().any(|rv| rv.last_memory_phase().is_some())
         })
@@ -477,6 +482,44 @@ mod tests {
         assert!(
             hint.contains("--k 4 --strategy fsdp") && hint.contains("--k 4 --strategy zero1"),
             "{hint}"
+        );
+    }
+
+    /// `ddptop run zero1` (its own family) sits beside fsdp's FSDP and DDP runs, and is their
+    /// ZeRO-1 side.
+    #[test]
+    fn a_zero1_run_is_the_zero1_side_of_fsdps_runs() {
+        let mut s = State::new(HostInfo::default());
+        s.runs.push(fsdp_run("f", TorchStrategy::Fsdp, 2, 100));
+        s.runs.push(fsdp_run("d", TorchStrategy::Ddp, 2, 200));
+        let mut z = fsdp_run("z", TorchStrategy::Zero1, 2, 160);
+        z.spec = RunSpec {
+            family: crate::run::Family::of(Experiment::Zero1),
+            ..RunSpec::new(Experiment::Zero1, 2, Backend::Gloo)
+        };
+        s.runs.push(z);
+        let m = model(&s, &s.runs[2]);
+        let rows: Vec<(u32, TorchStrategy, u64)> = m
+            .rows
+            .iter()
+            .map(|r| (r.rank, r.strategy, r.state()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (0, TorchStrategy::Zero1, 160),
+                (0, TorchStrategy::Fsdp, 100),
+                (0, TorchStrategy::Ddp, 200),
+                (1, TorchStrategy::Zero1, 160),
+                (1, TorchStrategy::Fsdp, 100),
+                (1, TorchStrategy::Ddp, 200)
+            ]
+        );
+        assert_eq!(m.others, ["f", "d"]);
+        assert_eq!(
+            counterpart(&s, &s.runs[0], TorchStrategy::Zero1).map(|r| r.id.as_str()),
+            Some("z"),
+            "the fsdp run finds the zero1 run as its ZeRO-1 side"
         );
     }
 }

@@ -30,7 +30,7 @@ impl FamilyKind for Handrolled {
     }
     fn family_for(&self, a: &FamilyArgs) -> Result<Family, String> {
         a.refuse_foreign(false, true)?;
-        Ok(Family::Handrolled { hand: a.hand })
+        Ok(Family::Handrolled { hand: a.hand() })
     }
     fn cycle_position(&self) -> Option<u8> {
         Some(4)

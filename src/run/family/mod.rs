@@ -23,8 +23,9 @@ mod jax;
 mod probe;
 mod strong;
 mod weak;
+mod zero1;
 
-use super::handrolled::HandRolled;
+use super::handrolled::{HandDispatch, HandReduce, HandRolled};
 use super::spec::{
     AttachTarget, DataPath, DataSource, JaxSharding, ModelName, OptimizerName, TorchSettings,
     TorchStrategy,
@@ -61,6 +62,7 @@ pub enum Experiment {
     Fsdp,
     Attach,
     Handrolled,
+    Zero1,
 }
 
 impl Experiment {
@@ -75,6 +77,7 @@ impl Experiment {
             Experiment::Fsdp => &fsdp::Fsdp,
             Experiment::Attach => &attach::Attach,
             Experiment::Handrolled => &handrolled::Handrolled,
+            Experiment::Zero1 => &zero1::Zero1,
         }
     }
     /// Every family, in declaration order.
@@ -215,20 +218,46 @@ pub enum Family {
     Handrolled {
         hand: HandRolled,
     },
+    /// DDP with ZeroRedundancyOptimizer, and its optimizer (Adam by default, as fsdp's).
+    Zero1 {
+        optimizer: OptimizerName,
+    },
 }
 
-/// The flags of `ddptop run` that belong to one family each; a family reads its own and refuses
-/// the others' (`FamilyKind::family_for`).
-#[derive(Debug, Clone, Default)]
+/// The flags of `ddptop run` that belong to one family each (flattened into `cli::RunArgs`, in
+/// this order in its `--help`); a family reads its own and refuses the others'
+/// (`FamilyKind::family_for`). A new family's flag is a field here.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct FamilyArgs {
+    /// jax: how parameters are laid out on the mesh (the batch is always split).
+    #[arg(long, value_enum, default_value_t = JaxSharding::Data)]
     pub sharding: JaxSharding,
+    /// fsdp: run only this strategy [default: FSDP then DDP at each k, as the dashboard does].
+    #[arg(long, value_enum)]
     pub strategy: Option<TorchStrategy>,
+    /// Optimizer of PyTorch runs [default: adam for fsdp, sgd (the book's) elsewhere].
+    #[arg(long, value_enum)]
     pub optimizer: Option<OptimizerName>,
-    pub hand: HandRolled,
+    /// handrolled: who issues the replicas' work.
+    #[arg(long, value_enum, default_value_t = HandDispatch::Single)]
+    pub dispatch: HandDispatch,
+    /// handrolled: how the gradients are all-reduced.
+    #[arg(long, value_enum, default_value_t = HandReduce::Star)]
+    pub reduce: HandReduce,
+    /// handrolled: at each k run DDP (weak) and the hand-rolled loop as single+star,
+    /// threads+star and threads+ring, interleaved, then print the deficits table.
+    #[arg(long)]
     pub deficits: bool,
 }
 
 impl FamilyArgs {
+    /// The tch loop's variant the flags name (`--dispatch`, `--reduce`).
+    pub fn hand(&self) -> HandRolled {
+        HandRolled {
+            dispatch: self.dispatch,
+            reduce: self.reduce,
+        }
+    }
     /// The one-line refusals of flags that belong to fsdp or handrolled, for every other family.
     pub fn refuse_foreign(&self, optimizer_ok: bool, hand_ok: bool) -> Result<(), String> {
         if self.optimizer.is_some() && !optimizer_ok {
@@ -236,7 +265,7 @@ impl FamilyArgs {
                 "--optimizer applies to fsdp only (weak and strong use the book's SGD)".into(),
             );
         }
-        if !hand_ok && (self.deficits || self.hand != HandRolled::default()) {
+        if !hand_ok && (self.deficits || self.hand() != HandRolled::default()) {
             return Err("--dispatch, --reduce and --deficits apply to handrolled only".into());
         }
         Ok(())
@@ -560,6 +589,18 @@ pub trait FamilyKind: Sync {
     fn worker_env(&self, _w: &WorkerInput) -> Vec<(&'static str, String)> {
         Vec::new()
     }
+
+    // ---- its record
+    /// Its own figures for the run document (the report and `--json`), from the memory reports
+    /// of a run at k (every rank's phases, in order); none by default.
+    fn record(
+        &self,
+        _f: &Family,
+        _k: u32,
+        _memory: &[&crate::protocol::Memory],
+    ) -> Vec<(&'static str, serde_json::Value)> {
+        Vec::new()
+    }
 }
 
 /// An experiment with its family's defaults (`Family::of`).
@@ -586,6 +627,7 @@ impl Family {
             Family::Fsdp { .. } => Experiment::Fsdp,
             Family::Attach { .. } => Experiment::Attach,
             Family::Handrolled { .. } => Experiment::Handrolled,
+            Family::Zero1 { .. } => Experiment::Zero1,
         }
     }
 
@@ -609,18 +651,20 @@ impl Family {
         self.experiment().kind()
     }
 
-    /// The optimizer the run trains with: fsdp's setting, the book's SGD elsewhere.
+    /// The optimizer the run trains with: fsdp's and zero1's setting, the book's SGD elsewhere.
     pub fn optimizer(&self) -> OptimizerName {
         match self {
-            Family::Fsdp { optimizer, .. } => *optimizer,
+            Family::Fsdp { optimizer, .. } | Family::Zero1 { optimizer } => *optimizer,
             _ => OptimizerName::Sgd,
         }
     }
 
-    /// fsdp's strategy (`None` for every other family).
+    /// fsdp's strategy, and zero1's (one of fsdp's three, as its own family: the Memory pane
+    /// sets it beside fsdp's DDP and FSDP runs); `None` for every other family.
     pub fn strategy(&self) -> Option<TorchStrategy> {
         match self {
             Family::Fsdp { strategy, .. } => Some(*strategy),
+            Family::Zero1 { .. } => Some(TorchStrategy::Zero1),
             _ => None,
         }
     }
@@ -642,10 +686,14 @@ impl Family {
     }
 
     /// The same fsdp run with the other `strategy` (the Memory pane's and the Scaling pane's
-    /// comparison); every other family unchanged.
+    /// comparison; a zero1 run's DDP and FSDP sides are fsdp's); every other family unchanged.
     pub fn with_strategy(&self, strategy: TorchStrategy) -> Family {
         match self {
             Family::Fsdp { optimizer, .. } => Family::Fsdp {
+                strategy,
+                optimizer: *optimizer,
+            },
+            Family::Zero1 { optimizer } if strategy != TorchStrategy::Zero1 => Family::Fsdp {
                 strategy,
                 optimizer: *optimizer,
             },
@@ -802,6 +850,7 @@ mod tests {
             Experiment::Fsdp,
             Experiment::Attach,
             Experiment::Handrolled,
+            Experiment::Zero1,
         ]
         .into_iter()
         .map(row)
@@ -817,6 +866,7 @@ mod tests {
                 "fsdp 256 4: throughput book steps memory torchrun",
                 "attach 256 4: throughput script torchrun",
                 "handrolled 256 4: throughput deficits binary",
+                "zero1 256 4: throughput book steps memory torchrun",
             ]
         );
         let attach = Experiment::Attach;
@@ -865,7 +915,7 @@ mod tests {
         assert!(Experiment::Attach.to_possible_value().is_none());
         assert_eq!(
             "sideways".parse::<Experiment>().unwrap_err(),
-            "`sideways` is not one of: weak, strong, probe, allreduce, jax, fsdp, attach, handrolled"
+            "`sideways` is not one of: weak, strong, probe, allreduce, jax, fsdp, attach, handrolled, zero1"
         );
     }
 }
