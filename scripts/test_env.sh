@@ -32,22 +32,24 @@ install_extras() {
     "$VENV/bin/pip" install -q --disable-pip-version-check "jax[cpu]==0.10.2" flax==0.12.8 optax==0.2.8 || return 1
   fi
 }
-extras_pid=""
+extras_log=""
 if [[ ${DDPTOP_EXTRAS_BACKGROUND:-} == 1 ]]; then
   extras_log=$(mktemp)
-  install_extras >"$extras_log" 2>&1 &
-  extras_pid=$!
+  # Its exit status goes to a file, so that a subshell (scripts/test's pytest, started beside
+  # the builds) can wait for it too: `wait` only knows the shell's own children.
+  { install_extras >"$extras_log" 2>&1; echo $? >"$extras_log.rc"; } &
 else
   install_extras
 fi
 # Waits for a background install of the extras, prints what it said, and fails as it did.
 extras_wait() {
-  [[ -n $extras_pid ]] || return 0
-  local rc=0
-  wait "$extras_pid" || rc=$?
+  [[ -n $extras_log ]] || return 0
+  while [[ ! -s $extras_log.rc ]]; do sleep 1; done
+  local rc
+  rc=$(cat "$extras_log.rc")
   cat "$extras_log"
-  rm -f "$extras_log"
-  extras_pid=""
+  rm -f "$extras_log" "$extras_log.rc"
+  extras_log=""
   if ((rc != 0)); then
     echo "scripts/test: installing lightning/accelerate/jax into $VENV failed (above): check the network or disk, then run again" >&2
     return 1
