@@ -895,9 +895,17 @@ mod tests {
             }
             let names: Vec<&str> = seen.iter().map(|e| e.as_str()).collect();
             let want = if with_attach {
-                vec!["weak", "strong", "fsdp", "jax", "handrolled", "attach"]
+                vec![
+                    "weak",
+                    "strong",
+                    "fsdp",
+                    "jax",
+                    "handrolled",
+                    "attach",
+                    "zero1",
+                ]
             } else {
-                vec!["weak", "strong", "fsdp", "jax", "handrolled"]
+                vec!["weak", "strong", "fsdp", "jax", "handrolled", "zero1"]
             };
             assert_eq!(names, want);
         }

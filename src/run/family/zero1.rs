@@ -109,6 +109,15 @@ impl FamilyKind for Zero1 {
     fn applies_book_settings(&self) -> bool {
         true
     }
+    /// Last in the dashboard's `s` cycle (after attach when a script is given).
+    fn cycle_position(&self) -> Option<u8> {
+        Some(6)
+    }
+    fn switch_message(&self, _: Option<&crate::run::AttachTarget>) -> String {
+        "next launch: zero1 (batch 256 per rank, Adam): DDP + ZeroRedundancyOptimizer, \
+         memory per rank in the Memory pane beside fsdp's FSDP and DDP runs"
+            .into()
+    }
     /// fsdp's trainer: its steps are known before it runs, as fsdp's.
     fn times_steps(&self) -> bool {
         true
