@@ -1,4 +1,4 @@
-//! Which instrument an attached run's communication figures came from (issue 45, docs/attach.md
+//! Which instrument an attached run's communication figures came from (issue 45, docs/profiler.md
 //! "Never silently blind"): ddptop's Python comm hook, or NCCL's profiler plugin once it reports
 //! for the run, and back. Each rank says it in `plan` (`comm_timing`, `comm_why`) whenever it
 //! changes; the run keeps the latest per rank (`Observed::comm_sources`, stored with the run) and

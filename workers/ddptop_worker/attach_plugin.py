@@ -1,5 +1,5 @@
 """Which instrument times DDP's bucket all-reduces on an attached rank, switched live (issue 45,
-docs/profiler.md "Never silently blind").
+docs/profiler.md "attach: never silently blind").
 
 ddptop's NCCL profiler plugin lives in this very process once NCCL loads it, and exports its
 state (`ddptop_nccl_profiler_state`, `ddptop_nccl_profiler_why`; plugins/nccl-profiler/src/

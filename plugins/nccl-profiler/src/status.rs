@@ -1,7 +1,7 @@
 //! What the plugin is doing, for the process it lives in: the attach bootstrap (same process,
 //! `workers/ddptop_worker/attach_plugin.py`) reads it through two exported C functions and keeps
 //! ddptop's own comm hook timing DDP's buckets until the plugin is `REPORTING`, and again while it
-//! is not (docs/profiler.md "Never silently blind"). Written by the sender thread and by `disable`;
+//! is not (docs/profiler.md "attach: never silently blind"). Written by the sender thread and by `disable`;
 //! never touched on NCCL's threads.
 
 use std::ffi::{c_char, c_int};
