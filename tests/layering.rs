@@ -873,3 +873,247 @@ fn a_dispatch_line_is_a_named_variant_in_program_code() {
         .collect();
     assert_eq!(lines, [2, 6, 12]);
 }
+
+/// Issue 49: a function of `src/` longer than this many lines (signature to closing brace) is
+/// split by what it draws or decides.
+const MAX_FN_LINES: usize = 120;
+
+/// Functions still over [`MAX_FN_LINES`], with their length now: each must still exist and
+/// still be too long (so the list only shrinks), and none may grow.
+const LONG_FNS: &[(&str, &str, usize)] = &[
+    ("src/app/diagnose/slower.rs", "judge", 144),
+    ("src/app/diagnose.rs", "collective_mismatch", 161),
+    ("src/app/reduce.rs", "apply_worker", 257),
+    ("src/app/straggler.rs", "assess", 124),
+    ("src/config.rs", "parse", 199),
+    ("src/engine/ingest.rs", "on_worker", 170),
+    ("src/engine/launching.rs", "try_launch", 175),
+    ("src/engine/stopping.rs", "on_stop_done", 121),
+    ("src/headless.rs", "execute", 194),
+    ("src/headless.rs", "table", 141),
+    ("src/loadgen.rs", "measure", 161),
+    ("src/protocol/validate.rs", "check_numbers", 198),
+    ("src/query.rs", "show", 270),
+    ("src/query.rs", "diff", 125),
+    ("src/report/plot.rs", "scaling", 158),
+    ("src/supervisor/launch.rs", "command_for", 123),
+    ("src/tui/actions.rs", "handle_inner", 243),
+    ("src/ui/comm.rs", "render_step", 161),
+    ("src/ui/memory.rs", "draw", 154),
+    ("src/ui/mod.rs", "header", 149),
+    ("src/ui/scaling.rs", "draw_curve", 175),
+];
+
+/// `text` with the insides of comments, string and char literals blanked to spaces (line breaks
+/// kept), so that braces and `fn` in them count for nothing.
+fn code_only(text: &str) -> String {
+    let c: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let blank = |out: &mut String, ch: char| out.push(if ch == '\n' { '\n' } else { ' ' });
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut i = 0;
+    while i < c.len() {
+        let prev_ident = i > 0 && ident(c[i - 1]);
+        if c[i] == '/' && c.get(i + 1) == Some(&'/') {
+            while i < c.len() && c[i] != '\n' {
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.push_str("  ");
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.push_str("  ");
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+            }
+        } else if !prev_ident && (c[i] == 'r' || (c[i] == 'b' && c.get(i + 1) == Some(&'r'))) && {
+            let j = i + if c[i] == 'b' { 2 } else { 1 };
+            let k = (j..c.len()).find(|&k| c[k] != '#').unwrap_or(c.len());
+            c.get(k) == Some(&'"')
+        } {
+            // A raw string: r"…", r#"…"#, br"…".
+            let j = i + if c[i] == 'b' { 2 } else { 1 };
+            let k = (j..c.len()).find(|&k| c[k] != '#').unwrap_or(c.len());
+            let hashes = k - j;
+            out.extend(std::iter::repeat_n(' ', k + 1 - i));
+            i = k + 1;
+            while i < c.len() {
+                if c[i] == '"' && (1..=hashes).all(|h| c.get(i + h) == Some(&'#')) {
+                    out.extend(std::iter::repeat_n(' ', hashes + 1));
+                    i += hashes + 1;
+                    break;
+                }
+                blank(&mut out, c[i]);
+                i += 1;
+            }
+        } else if c[i] == '"' {
+            out.push(' ');
+            i += 1;
+            while i < c.len() && c[i] != '"' {
+                if c[i] == '\\' {
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+                if i < c.len() {
+                    blank(&mut out, c[i]);
+                    i += 1;
+                }
+            }
+            out.push(' ');
+            i += 1;
+        } else if c[i] == '\'' && (c.get(i + 1) == Some(&'\\') || c.get(i + 2) == Some(&'\'')) {
+            // A char literal ('{', '\n', '\''); a lifetime ('a) has no closing quote.
+            out.push(' ');
+            i += 1;
+            if c.get(i) == Some(&'\\') {
+                out.push(' ');
+                i += 1;
+            }
+            while i < c.len() && c[i] != '\'' {
+                out.push(' ');
+                i += 1;
+            }
+            out.push(' ');
+            i += 1;
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Every `fn` with a body in `text` before its first `#[cfg(test)]` line: (line of `fn`, name,
+/// lines from the `fn` line to the closing brace).
+fn fn_lengths(text: &str) -> Vec<(usize, String, usize)> {
+    let program: String = text
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let code: Vec<char> = code_only(&program).chars().collect();
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let line_at = |i: usize| 1 + code[..i].iter().filter(|&&ch| ch == '\n').count();
+    let mut out = Vec::new();
+    for i in 0..code.len() {
+        let word = code[i..].starts_with(&['f', 'n'])
+            && (i == 0 || !ident(code[i - 1]))
+            && code.get(i + 2).is_some_and(|ch| ch.is_whitespace());
+        if !word {
+            continue;
+        }
+        let mut j = i + 2;
+        while code.get(j).is_some_and(|ch| ch.is_whitespace()) {
+            j += 1;
+        }
+        let name: String = code[j..].iter().take_while(|&&ch| ident(ch)).collect();
+        if name.is_empty() {
+            continue; // a `fn(…)` pointer type
+        }
+        // The body opens at the first `{` (a declaration ends at `;` first).
+        let Some(open) = (j..code.len()).find(|&k| code[k] == '{' || code[k] == ';') else {
+            continue;
+        };
+        if code[open] == ';' {
+            continue;
+        }
+        let mut depth = 0;
+        for (k, &ch) in code.iter().enumerate().skip(open) {
+            match ch {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => continue,
+            }
+            if depth == 0 {
+                let start = line_at(i);
+                out.push((start, name, line_at(k) - start + 1));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// `path:line name N lines` for every function of `src` over [`MAX_FN_LINES`].
+fn long_functions(src: &Path) -> Vec<(String, String, usize, String)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let rel = format!("src/{}", f.strip_prefix(src).unwrap().display());
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (line, name, n) in fn_lengths(&text) {
+            if n > MAX_FN_LINES {
+                let at = format!("{rel}:{line} {name} {n} lines");
+                out.push((rel.clone(), name, n, at));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_in_src_is_longer_than_120_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let long = long_functions(&src);
+    let mut bad = Vec::new();
+    for (path, name, n, at) in &long {
+        match LONG_FNS.iter().find(|(p, f, _)| p == path && f == name) {
+            Some((_, _, allowed)) if n <= allowed => {}
+            Some((_, _, allowed)) => bad.push(format!("{at} (grew past its allowed {allowed})")),
+            None => bad.push(at.clone()),
+        }
+    }
+    for (path, name, allowed) in LONG_FNS {
+        if !long.iter().any(|(p, f, _, _)| p == path && f == name) {
+            bad.push(format!(
+                "{path} {name} ({allowed} lines allowed) is no longer over {MAX_FN_LINES}: \
+                 drop it from LONG_FNS"
+            ));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "functions over {MAX_FN_LINES} lines in src/ (split them by what they draw or \
+         decide):\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_function_counter_counts_signature_to_brace_and_ignores_literals() {
+    let body = |n: usize| "    let _ = 1;\n".repeat(n - 2);
+    // Braces in strings, raw strings, chars and comments do not count; lifetimes are no chars.
+    let text = format!(
+        "fn long<'a>(x: &'a str) -> char {{\n{}    let _ = \"}}\";\n    let _ = r#\"{{\"#;\n    \
+         // }}\n    '}}'\n}}\n\nfn exact() {{\n{}}}\nfn decl();\nfn short() {{ let f: fn(u8) = g; }}\n\
+         #[cfg(test)]\nmod tests {{\n    fn hidden() {{\n{}    }}\n}}\n",
+        body(121 - 4),
+        body(120),
+        body(200),
+    );
+    let lens = fn_lengths(&text);
+    let got: Vec<(&str, usize)> = lens.iter().map(|(_, n, l)| (n.as_str(), *l)).collect();
+    assert_eq!(got, [("long", 121), ("exact", 120), ("short", 1)]);
+    let long: Vec<&str> = lens
+        .iter()
+        .filter(|(_, _, l)| *l > MAX_FN_LINES)
+        .map(|(_, n, _)| n.as_str())
+        .collect();
+    assert_eq!(long, ["long"]);
+    assert_eq!(lens[0].0, 1);
+    assert_eq!(lens[1].0, 123);
+}
