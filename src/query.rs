@@ -318,40 +318,69 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
         },
     );
     if a.json {
-        let mut v = json::envelope("run", &r.ddptop_version, r.generated);
-        // The run document with its per-rank sections; `figures` adds what the report derives
-        // from the run's curve, probe and bench (not a property of the run alone).
-        v["run"] = json::run(
-            &build::run_info(run, rec, &l.runs, true),
-            &Default::default(),
-        );
-        v["figures"] = json!({
-            "predicted_samples_per_s": f.point.and_then(|p| p.predicted_samples_per_s),
-            "probe_diff_ms": f.probe_diff_ms,
-            "probe_net_of_control_ms": f.probe_net_ms,
-            "busbw_peak_gbs": f.busbw_peak_gbs,
-        });
-        v["ranks"] = run
-            .ranks
-            .values()
-            .map(|x| json!({"rank": x.rank, "pid": x.pid, "device": x.device, "samples_per_s": x.result_sps}))
-            .collect();
-        let full = json::document(&r);
-        v["timelines"] = full["timelines"].clone();
-        v["probes"] = full["probes"].clone();
-        v["bench"] = full["bench"].clone();
-        v["environ"] = json!(rec.map(|r| &r.environ));
-        v["environ_why"] = json!(rec.map(|r| {
-            r.environ
-                .keys()
-                .filter_map(|k| crate::supervisor::launch::why_set(k).map(|w| (k.clone(), w)))
-                .collect::<std::collections::BTreeMap<_, _>>()
-        }));
-        v["run_dir"] = json!(rec.map(|r| r.run_dir.display().to_string()));
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
+        return show_json(&r, &l, run, rec, &f);
     }
-    let mut rows: Vec<(&str, String)> = vec![
+    let mut rows = run_rows(run, info);
+    figure_rows(&mut rows, &r, &f, info, run, sc.as_ref(), &l.runs);
+    source_rows(&mut rows, run, info, rec);
+    for (k, v) in rows {
+        // Reasons, devices, hosts and versions come from workers: no escape sequences.
+        println!("{k:<11} {}", crate::util::printable(&v));
+    }
+    if info.simulated() {
+        println!(
+            "SIMULATED: figures come from the cost model of the profile, not from a measurement."
+        );
+    }
+    Ok(0)
+}
+
+/// `ddptop show --json`: the run document, the figures the report derives for it and its
+/// launch (environment, why each variable was set, run directory).
+fn show_json(
+    r: &Report,
+    l: &Loaded,
+    run: &RunView,
+    rec: Option<&LaunchRecord>,
+    f: &crate::report::RunFigures,
+) -> anyhow::Result<i32> {
+    let mut v = json::envelope("run", &r.ddptop_version, r.generated);
+    // The run document with its per-rank sections; `figures` adds what the report derives
+    // from the run's curve, probe and bench (not a property of the run alone).
+    v["run"] = json::run(
+        &build::run_info(run, rec, &l.runs, true),
+        &Default::default(),
+    );
+    v["figures"] = json!({
+        "predicted_samples_per_s": f.point.and_then(|p| p.predicted_samples_per_s),
+        "probe_diff_ms": f.probe_diff_ms,
+        "probe_net_of_control_ms": f.probe_net_ms,
+        "busbw_peak_gbs": f.busbw_peak_gbs,
+    });
+    v["ranks"] = run
+        .ranks
+        .values()
+        .map(|x| json!({"rank": x.rank, "pid": x.pid, "device": x.device, "samples_per_s": x.result_sps}))
+        .collect();
+    let full = json::document(r);
+    v["timelines"] = full["timelines"].clone();
+    v["probes"] = full["probes"].clone();
+    v["bench"] = full["bench"].clone();
+    v["environ"] = json!(rec.map(|r| &r.environ));
+    v["environ_why"] = json!(rec.map(|r| {
+        r.environ
+            .keys()
+            .filter_map(|k| crate::supervisor::launch::why_set(k).map(|w| (k.clone(), w)))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    }));
+    v["run_dir"] = json!(rec.map(|r| r.run_dir.display().to_string()));
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(0)
+}
+
+/// What the run was: its identity, status, workload and settings.
+fn run_rows(run: &RunView, info: &crate::report::RunInfo) -> Vec<(&'static str, String)> {
+    let mut rows: Vec<(&'static str, String)> = vec![
         ("run", info.id.clone()),
         ("status", info.status.to_string()),
     ];
@@ -411,6 +440,19 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
     if let Some(sweep) = &info.sweep {
         rows.push(("sweep", sweep.clone()));
     }
+    rows
+}
+
+/// What the run measured or is predicted to: throughput, scaling, caveats, probe, timeline.
+fn figure_rows(
+    rows: &mut Vec<(&'static str, String)>,
+    r: &Report,
+    f: &crate::report::RunFigures,
+    info: &crate::report::RunInfo,
+    run: &RunView,
+    sc: Option<&crate::run::Scaling>,
+    history: &[RunView],
+) {
     if let Some(agg) = run
         .aggregate
         .as_ref()
@@ -426,17 +468,17 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             ),
         ));
     }
-    if let Some(s) = &sc {
+    if let Some(s) = sc {
         rows.push((
             "speedup",
             format!(
                 "{:.2}× · efficiency {} · vs k=1 run {}",
                 s.speedup,
-                crate::app::summary::efficiency_words(run, s, &l.runs),
+                crate::app::summary::efficiency_words(run, s, history),
                 s.baseline
             ),
         ));
-        if let Some(why) = crate::app::summary::scaling_caveat_for(run, s, &l.runs) {
+        if let Some(why) = crate::app::summary::scaling_caveat_for(run, s, history) {
             rows.push(("caveat", format!("⚠ {why}")));
         }
     }
@@ -489,6 +531,15 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             ),
         ));
     }
+}
+
+/// Where the figures come from: ranks, versions, the launch, logs, diagnoses and exits.
+fn source_rows(
+    rows: &mut Vec<(&'static str, String)>,
+    run: &RunView,
+    info: &crate::report::RunInfo,
+    rec: Option<&LaunchRecord>,
+) {
     if let Some(t) = &info.transport {
         rows.push(("transport", t.clone()));
     }
@@ -558,16 +609,6 @@ pub fn show(g: &GlobalArgs, a: &ShowArgs) -> anyhow::Result<i32> {
             rows.push(("  said", format!("[rank {}] {l}", t.rank)));
         }
     }
-    for (k, v) in rows {
-        // Reasons, devices, hosts and versions come from workers: no escape sequences.
-        println!("{k:<11} {}", crate::util::printable(&v));
-    }
-    if info.simulated() {
-        println!(
-            "SIMULATED: figures come from the cost model of the profile, not from a measurement."
-        );
-    }
-    Ok(0)
 }
 
 pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
@@ -683,53 +724,7 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
     let r = build_report(format!("ddptop diff {} {}", ra.id, rb.id), vec![ra, rb], &l);
     let (ia, ib) = (&r.runs[0], &r.runs[1]);
     let (fa, fb) = (r.figures(&ia.id), r.figures(&ib.id));
-    let text: Vec<(&str, String, String)> = vec![
-        (
-            "experiment",
-            ia.experiment.to_string(),
-            ib.experiment.to_string(),
-        ),
-        ("k", ia.k.to_string(), ib.k.to_string()),
-        ("backend", ia.backend_label(), ib.backend_label()),
-        (
-            "profile",
-            ia.profile.clone().unwrap_or_default(),
-            ib.profile.clone().unwrap_or_default(),
-        ),
-        (
-            "model",
-            crate::report::known(&ia.model),
-            crate::report::known(&ib.model),
-        ),
-        (
-            "batch/rank",
-            crate::report::known(&ia.per_rank_batch),
-            crate::report::known(&ib.per_rank_batch),
-        ),
-        (
-            "epochs",
-            crate::report::known(&ia.epochs),
-            crate::report::known(&ib.epochs),
-        ),
-        (
-            "samples",
-            crate::report::known(&ia.samples),
-            crate::report::known(&ib.samples),
-        ),
-        (
-            "data",
-            crate::report::known(&ia.data_path),
-            crate::report::known(&ib.data_path),
-        ),
-        ("settings", ia.settings.clone(), ib.settings.clone()),
-        ("status", ia.status.to_string(), ib.status.to_string()),
-        (
-            "transport",
-            ia.transport.clone().unwrap_or_default(),
-            ib.transport.clone().unwrap_or_default(),
-        ),
-        ("started", ia.started.to_string(), ib.started.to_string()),
-    ];
+    let text = diff_fields(ia, ib);
     let nums: Vec<(&str, Option<f64>, Option<f64>)> = vec![
         (
             "samples/s",
@@ -797,6 +792,60 @@ pub fn diff(g: &GlobalArgs, a: &DiffArgs) -> anyhow::Result<i32> {
         println!("SIMULATED: at least one of these runs is simulated (cost model plus noise).");
     }
     Ok(0)
+}
+
+/// The fields `ddptop diff` sets side by side as text (a `*` marks those that differ).
+fn diff_fields(
+    ia: &crate::report::RunInfo,
+    ib: &crate::report::RunInfo,
+) -> Vec<(&'static str, String, String)> {
+    vec![
+        (
+            "experiment",
+            ia.experiment.to_string(),
+            ib.experiment.to_string(),
+        ),
+        ("k", ia.k.to_string(), ib.k.to_string()),
+        ("backend", ia.backend_label(), ib.backend_label()),
+        (
+            "profile",
+            ia.profile.clone().unwrap_or_default(),
+            ib.profile.clone().unwrap_or_default(),
+        ),
+        (
+            "model",
+            crate::report::known(&ia.model),
+            crate::report::known(&ib.model),
+        ),
+        (
+            "batch/rank",
+            crate::report::known(&ia.per_rank_batch),
+            crate::report::known(&ib.per_rank_batch),
+        ),
+        (
+            "epochs",
+            crate::report::known(&ia.epochs),
+            crate::report::known(&ib.epochs),
+        ),
+        (
+            "samples",
+            crate::report::known(&ia.samples),
+            crate::report::known(&ib.samples),
+        ),
+        (
+            "data",
+            crate::report::known(&ia.data_path),
+            crate::report::known(&ib.data_path),
+        ),
+        ("settings", ia.settings.clone(), ib.settings.clone()),
+        ("status", ia.status.to_string(), ib.status.to_string()),
+        (
+            "transport",
+            ia.transport.clone().unwrap_or_default(),
+            ib.transport.clone().unwrap_or_default(),
+        ),
+        ("started", ia.started.to_string(), ib.started.to_string()),
+    ]
 }
 
 pub fn completions(a: &CompletionsArgs) -> anyhow::Result<i32> {

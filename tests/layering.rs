@@ -893,8 +893,6 @@ const LONG_FNS: &[(&str, &str, usize)] = &[
     ("src/headless.rs", "table", 141),
     ("src/loadgen.rs", "measure", 161),
     ("src/protocol/validate.rs", "check_numbers", 198),
-    ("src/query.rs", "show", 270),
-    ("src/query.rs", "diff", 125),
     ("src/report/plot.rs", "scaling", 158),
     ("src/supervisor/launch.rs", "command_for", 123),
     ("src/tui/actions.rs", "handle_inner", 243),
