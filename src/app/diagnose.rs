@@ -479,28 +479,7 @@ pub fn collective_mismatch(run: &RunView, tails: &[RankTail]) -> Option<Diagnosi
     }
     if calls.len() >= 2 {
         let odd = odd_one(&calls);
-        let text = match odd {
-            Some(o) => {
-                let rest: Vec<String> = calls
-                    .iter()
-                    .filter(|c| c.rank != o.rank)
-                    .map(|c| format!("rank {} called {}", c.rank, c.describe()))
-                    .collect();
-                format!(
-                    "rank {} called {} while {}",
-                    o.rank,
-                    o.describe(),
-                    rest.join(", ")
-                )
-            }
-            None => {
-                let all: Vec<String> = calls
-                    .iter()
-                    .map(|c| format!("rank {} called {}", c.rank, c.describe()))
-                    .collect();
-                format!("ranks called different collectives: {}", all.join("; "))
-            }
-        };
+        let text = mismatch_text(&calls, odd, "");
         return Some(diag(odd.map(|o| o.rank), text, quoted));
     }
     // gloo's size check fired on the rank whose buffer was the smaller.
@@ -529,21 +508,7 @@ pub fn collective_mismatch(run: &RunView, tails: &[RankTail]) -> Option<Diagnosi
     }
     // Hung ranks whose recorders show different collectives (op or size) pending at the same
     // sequence number.
-    let pending: Vec<Called> = run
-        .ranks
-        .values()
-        .filter_map(|r| {
-            let (_, c) = r.coll.as_ref()?;
-            Some(Called {
-                rank: r.rank,
-                op: c.op.clone()?,
-                seq: Some(c.seq?),
-                shape: None,
-                elems: None,
-                bytes: c.bytes,
-            })
-        })
-        .collect();
+    let pending = pending_calls(run);
     for a in &pending {
         let same: Vec<Called> = pending.iter().filter(|c| c.seq == a.seq).cloned().collect();
         let differ = same.iter().any(|c| {
@@ -553,28 +518,7 @@ pub fn collective_mismatch(run: &RunView, tails: &[RankTail]) -> Option<Diagnosi
             continue;
         }
         let odd = odd_one(&same);
-        let text = match odd {
-            Some(o) => {
-                let rest: Vec<String> = same
-                    .iter()
-                    .filter(|c| c.rank != o.rank)
-                    .map(|c| format!("rank {} called {}", c.rank, c.describe()))
-                    .collect();
-                format!(
-                    "rank {} called {} while {}; each waits for the other",
-                    o.rank,
-                    o.describe(),
-                    rest.join(", ")
-                )
-            }
-            None => {
-                let all: Vec<String> = same
-                    .iter()
-                    .map(|c| format!("rank {} called {}", c.rank, c.describe()))
-                    .collect();
-                format!("ranks called different collectives: {}", all.join("; "))
-            }
-        };
+        let text = mismatch_text(&same, odd, "; each waits for the other");
         let evidence = same
             .iter()
             .map(|c| {
@@ -588,6 +532,51 @@ pub fn collective_mismatch(run: &RunView, tails: &[RankTail]) -> Option<Diagnosi
         return Some(diag(odd.map(|o| o.rank), text, evidence));
     }
     None
+}
+
+/// "rank o called X while rank p called Y…" (`then` follows), or every call when no rank is
+/// the odd one out.
+fn mismatch_text(calls: &[Called], odd: Option<&Called>, then: &str) -> String {
+    match odd {
+        Some(o) => {
+            let rest: Vec<String> = calls
+                .iter()
+                .filter(|c| c.rank != o.rank)
+                .map(|c| format!("rank {} called {}", c.rank, c.describe()))
+                .collect();
+            format!(
+                "rank {} called {} while {}{then}",
+                o.rank,
+                o.describe(),
+                rest.join(", ")
+            )
+        }
+        None => {
+            let all: Vec<String> = calls
+                .iter()
+                .map(|c| format!("rank {} called {}", c.rank, c.describe()))
+                .collect();
+            format!("ranks called different collectives: {}", all.join("; "))
+        }
+    }
+}
+
+/// The collective each rank's flight recorder shows pending (op, sequence number, bytes).
+fn pending_calls(run: &RunView) -> Vec<Called> {
+    run.ranks
+        .values()
+        .filter_map(|r| {
+            let (_, c) = r.coll.as_ref()?;
+            Some(Called {
+                rank: r.rank,
+                op: c.op.clone()?,
+                seq: Some(c.seq?),
+                shape: None,
+                elems: None,
+                bytes: c.bytes,
+            })
+        })
+        .collect()
 }
 
 /// Add `d` unless the run already has a verdict of its kind for its rank (other kinds than

@@ -56,105 +56,10 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         }
     }
     match msg {
-        WorkerMsg::Hello(h) => {
-            rank.pid = Some(h.pid);
-            rank.device = Some(h.device.clone());
-            rank.node = Some(h.node_name().to_string());
-            rank.connected = true;
-            rank.hello_at.get_or_insert(now);
-            if run.status == RunStatus::Starting {
-                run.status = RunStatus::Running;
-            }
-            for (k, v) in [("torch", &h.torch), ("nccl", &h.nccl), ("cuda", &h.cuda)] {
-                if let Some(v) = v {
-                    run.versions.insert(k.into(), v.clone());
-                }
-            }
-            run.versions.insert("host".into(), h.host.clone());
-            crate::app::collectives::note_nccl_interfaces(run, h);
-            if let Some(i) = h.instrument {
-                lower_instrument(run, i);
-            }
-        }
-        WorkerMsg::Heartbeat(hb) => {
-            if let Some(c) = hb.cpu_s {
-                rank.cpu.push_back((now, c));
-                while rank.cpu.len() > crate::run::view::CPU_SAMPLES {
-                    rank.cpu.pop_front();
-                }
-            }
-            if let Some(c) = &hb.coll {
-                rank.coll = Some((now, c.clone()));
-            }
-            if let Some(r) = &hb.rendezvous {
-                match r.state {
-                    crate::protocol::RendezvousState::Entered => {
-                        rank.init_entered = Some((now, r.clone()));
-                    }
-                    crate::protocol::RendezvousState::Joined => {
-                        rank.init_joined.get_or_insert(now);
-                    }
-                }
-            }
-            if hb.phase.is_some() && hb.phase != rank.phase {
-                // Entering a phase is progress: a rank that hangs in its very first collective
-                // (DDP's parameter broadcast) is then judged by the step threshold from here,
-                // not by the long start-up allowance.
-                rank.phase = hb.phase;
-                rank.last_progress = Some(now);
-                run.last_progress = Some(now);
-            }
-        }
-        WorkerMsg::Step(s) => {
-            rank.recent_step_ms.push_back(s.step_ms);
-            rank.recent_data_ms.push_back(s.data_ms);
-            while rank.recent_step_ms.len() > RECENT_STEPS {
-                rank.recent_step_ms.pop_front();
-                rank.recent_data_ms.pop_front();
-            }
-            if !s.warmup {
-                rank.recent_samples.push_back((now, s.samples));
-                while rank.recent_samples.len() > RECENT_STEPS {
-                    rank.recent_samples.pop_front();
-                }
-            }
-            if let Some(t) = s.t_bwd {
-                rank.recent_bwd.push_back((s.step, t));
-                while rank.recent_bwd.len() > crate::run::view::BWD_MARKS {
-                    rank.recent_bwd.pop_front();
-                }
-            }
-            let previous = rank.last_step.as_ref().map(|p| p.step);
-            rank.last_step = Some(s.clone());
-            crate::app::straggler::record_step(rank, s);
-            if run.spec.kind().runs_user_script() {
-                // The script's batch as its steps showed it (ddptop sets none of its settings).
-                if let Some(batch) = one_step_samples(s, previous) {
-                    *run.observed.step_samples.entry(batch).or_default() += 1;
-                }
-                run.observed.steps = run.observed.steps.max(s.step);
-            }
-        }
-        WorkerMsg::Buckets(b) => {
-            crate::app::straggler::record_buckets(rank, b);
-            match &mut rank.buckets {
-                Some(latest) => assign_buckets(latest, b),
-                None => rank.buckets = Some(b.clone()),
-            }
-            let cap = crate::run::view::bucket_history_cap(rank.rank, run.spec.k);
-            // A full history recycles its oldest timeline's buffer for the newest.
-            if rank.recent_buckets.len() >= cap
-                && let Some(mut oldest) = rank.recent_buckets.pop_front()
-            {
-                assign_buckets(&mut oldest, b);
-                rank.recent_buckets.push_back(oldest);
-            } else {
-                rank.recent_buckets.push_back(b.clone());
-            }
-            while rank.recent_buckets.len() > cap {
-                rank.recent_buckets.pop_front();
-            }
-        }
+        WorkerMsg::Hello(h) => on_hello(run, rank_id, h, now),
+        WorkerMsg::Heartbeat(hb) => on_heartbeat(run, rank_id, hb, now),
+        WorkerMsg::Step(s) => on_step(run, rank_id, s, now),
+        WorkerMsg::Buckets(b) => on_buckets(run, rank_id, b),
         WorkerMsg::Epoch(e) => {
             rank.epochs.push((e.epoch, e.samples_per_s, e.warmup));
             run.aggregate = Aggregate::of(run);
@@ -188,75 +93,9 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Check(c) => run.checks.push(c.clone()),
         WorkerMsg::NcclHello(h) => crate::app::collectives::apply_hello(run, h, now),
         WorkerMsg::Nccl(b) => crate::app::coll_ingest::apply_batch(run, b, now),
-        // The run's length (the probe's extra steps arrive as a second plan): progress and ETA.
-        // Its `phase` is left to the heartbeats: entering a phase is progress for the watchdog,
-        // and only the heartbeat thread says when a rank really is in it.
-        WorkerMsg::Plan(p) => {
-            if rank_id == 0 {
-                if run.total_steps.is_some() && run.total_steps != p.total_steps {
-                    run.replanned_at = Some(p.step);
-                }
-                run.total_steps = p.total_steps;
-            }
-            if let Some(c) = p.comm_timing {
-                // Switched live per rank (issue 45): the run's is the weakest rank's.
-                crate::app::comm_source::apply(run, rank_id, p.step, c, p.comm_why.as_deref());
-            }
-            if let Some(b) = p.bucket_bytes.as_ref().filter(|b| !b.is_empty()) {
-                run.bucket_bytes = b.clone();
-            }
-        }
-        WorkerMsg::Log(l) => {
-            if l.level == crate::protocol::LogLevel::Error {
-                rank.error = Some(l.msg.chars().take(300).collect());
-            }
-            if l.level == crate::protocol::LogLevel::Warn {
-                // The attach bootstrap learns after hello that it measures less (docs/attach.md).
-                if l.msg.starts_with("instrument: steps_only") {
-                    lower_instrument(run, Instrument::StepsOnly);
-                } else if l.msg.starts_with("instrumentation off") {
-                    lower_instrument(run, Instrument::Off);
-                }
-            }
-            run.push_tail(format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
-            if let Some(f) = &l.finding {
-                if f.kind == crate::protocol::FindingKind::CompileRegression {
-                    run.compile_counters = Some((l.step, f.clone()));
-                }
-                if let Some(d) = crate::app::diagnose::from_finding(rank_id, l.step, f) {
-                    crate::app::diagnose::add(run, d);
-                }
-            }
-        }
-        WorkerMsg::Result(r) => {
-            rank.result_sps = r.samples_per_s;
-            if run.grad_bytes.is_none() {
-                run.grad_bytes = r.grad_bytes;
-            }
-            if run.bucket_bytes.is_empty() {
-                run.bucket_bytes = r.bucket_bytes.clone();
-            }
-            run.note_torch_seen(r);
-            let o = &mut run.observed;
-            // A run used a process group / a DDP module when any rank did.
-            let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
-                (None, x) | (x, None) => x,
-                (Some(x), Some(y)) => Some(x || y),
-            };
-            o.process_group = any(o.process_group, r.process_group);
-            o.ddp_module = any(o.ddp_module, r.ddp_module);
-            for a in r.ddp_args.iter().flatten() {
-                if !o.ddp_args.contains(a) {
-                    o.ddp_args.push(a.clone());
-                }
-            }
-            o.epochs = o.epochs.max(r.epochs_seen);
-            if let Some(c) = crate::run::view::Compiled::of(r) {
-                o.compile = Some(o.compile.map_or(c, |x| x.max(c)));
-            }
-            o.steps = o.steps.max(r.step);
-            run.aggregate = Aggregate::of(run);
-        }
+        WorkerMsg::Plan(p) => on_plan(run, rank_id, p),
+        WorkerMsg::Log(l) => on_log(run, rank_id, l),
+        WorkerMsg::Result(r) => on_result(run, rank_id, r),
         WorkerMsg::Bye(b) => {
             if b.reason == crate::protocol::ByeReason::Error && rank.error.is_none() {
                 rank.error = Some("ended with an error".into());
@@ -266,6 +105,205 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
             rank.phase = Some(crate::protocol::Phase::Done);
         }
     }
+}
+
+/// A rank's hello: its process, device and versions; the run is running.
+fn on_hello(run: &mut RunView, rank_id: u32, h: &crate::protocol::Hello, now: Instant) {
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    rank.pid = Some(h.pid);
+    rank.device = Some(h.device.clone());
+    rank.node = Some(h.node_name().to_string());
+    rank.connected = true;
+    rank.hello_at.get_or_insert(now);
+    if run.status == RunStatus::Starting {
+        run.status = RunStatus::Running;
+    }
+    for (k, v) in [("torch", &h.torch), ("nccl", &h.nccl), ("cuda", &h.cuda)] {
+        if let Some(v) = v {
+            run.versions.insert(k.into(), v.clone());
+        }
+    }
+    run.versions.insert("host".into(), h.host.clone());
+    crate::app::collectives::note_nccl_interfaces(run, h);
+    if let Some(i) = h.instrument {
+        lower_instrument(run, i);
+    }
+}
+
+/// A heartbeat: CPU time, the collective in flight, rendezvous and phase.
+fn on_heartbeat(run: &mut RunView, rank_id: u32, hb: &crate::protocol::Heartbeat, now: Instant) {
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    if let Some(c) = hb.cpu_s {
+        rank.cpu.push_back((now, c));
+        while rank.cpu.len() > crate::run::view::CPU_SAMPLES {
+            rank.cpu.pop_front();
+        }
+    }
+    if let Some(c) = &hb.coll {
+        rank.coll = Some((now, c.clone()));
+    }
+    if let Some(r) = &hb.rendezvous {
+        match r.state {
+            crate::protocol::RendezvousState::Entered => {
+                rank.init_entered = Some((now, r.clone()));
+            }
+            crate::protocol::RendezvousState::Joined => {
+                rank.init_joined.get_or_insert(now);
+            }
+        }
+    }
+    if hb.phase.is_some() && hb.phase != rank.phase {
+        // Entering a phase is progress: a rank that hangs in its very first collective
+        // (DDP's parameter broadcast) is then judged by the step threshold from here,
+        // not by the long start-up allowance.
+        rank.phase = hb.phase;
+        rank.last_progress = Some(now);
+        run.last_progress = Some(now);
+    }
+}
+
+/// A step: the rank's recent step, data and backward times and samples.
+fn on_step(run: &mut RunView, rank_id: u32, s: &crate::protocol::Step, now: Instant) {
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    rank.recent_step_ms.push_back(s.step_ms);
+    rank.recent_data_ms.push_back(s.data_ms);
+    while rank.recent_step_ms.len() > RECENT_STEPS {
+        rank.recent_step_ms.pop_front();
+        rank.recent_data_ms.pop_front();
+    }
+    if !s.warmup {
+        rank.recent_samples.push_back((now, s.samples));
+        while rank.recent_samples.len() > RECENT_STEPS {
+            rank.recent_samples.pop_front();
+        }
+    }
+    if let Some(t) = s.t_bwd {
+        rank.recent_bwd.push_back((s.step, t));
+        while rank.recent_bwd.len() > crate::run::view::BWD_MARKS {
+            rank.recent_bwd.pop_front();
+        }
+    }
+    let previous = rank.last_step.as_ref().map(|p| p.step);
+    rank.last_step = Some(s.clone());
+    crate::app::straggler::record_step(rank, s);
+    if run.spec.kind().runs_user_script() {
+        // The script's batch as its steps showed it (ddptop sets none of its settings).
+        if let Some(batch) = one_step_samples(s, previous) {
+            *run.observed.step_samples.entry(batch).or_default() += 1;
+        }
+        run.observed.steps = run.observed.steps.max(s.step);
+    }
+}
+
+/// A step's bucket timeline: the latest, and a bounded history.
+fn on_buckets(run: &mut RunView, rank_id: u32, b: &crate::protocol::Buckets) {
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    crate::app::straggler::record_buckets(rank, b);
+    match &mut rank.buckets {
+        Some(latest) => assign_buckets(latest, b),
+        None => rank.buckets = Some(b.clone()),
+    }
+    let cap = crate::run::view::bucket_history_cap(rank.rank, run.spec.k);
+    // A full history recycles its oldest timeline's buffer for the newest.
+    if rank.recent_buckets.len() >= cap
+        && let Some(mut oldest) = rank.recent_buckets.pop_front()
+    {
+        assign_buckets(&mut oldest, b);
+        rank.recent_buckets.push_back(oldest);
+    } else {
+        rank.recent_buckets.push_back(b.clone());
+    }
+    while rank.recent_buckets.len() > cap {
+        rank.recent_buckets.pop_front();
+    }
+}
+
+/// The run's length (the probe's extra steps arrive as a second plan): progress and ETA.
+/// Its `phase` is left to the heartbeats: entering a phase is progress for the watchdog,
+/// and only the heartbeat thread says when a rank really is in it.
+fn on_plan(run: &mut RunView, rank_id: u32, p: &crate::protocol::Plan) {
+    if rank_id == 0 {
+        if run.total_steps.is_some() && run.total_steps != p.total_steps {
+            run.replanned_at = Some(p.step);
+        }
+        run.total_steps = p.total_steps;
+    }
+    if let Some(c) = p.comm_timing {
+        // Switched live per rank (issue 45): the run's is the weakest rank's.
+        crate::app::comm_source::apply(run, rank_id, p.step, c, p.comm_why.as_deref());
+    }
+    if let Some(b) = p.bucket_bytes.as_ref().filter(|b| !b.is_empty()) {
+        run.bucket_bytes = b.clone();
+    }
+}
+
+/// A log line: errors, a lowered instrument level, the tail, and findings.
+fn on_log(run: &mut RunView, rank_id: u32, l: &crate::protocol::Log) {
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    if l.level == crate::protocol::LogLevel::Error {
+        rank.error = Some(l.msg.chars().take(300).collect());
+    }
+    if l.level == crate::protocol::LogLevel::Warn {
+        // The attach bootstrap learns after hello that it measures less (docs/attach.md).
+        if l.msg.starts_with("instrument: steps_only") {
+            lower_instrument(run, Instrument::StepsOnly);
+        } else if l.msg.starts_with("instrumentation off") {
+            lower_instrument(run, Instrument::Off);
+        }
+    }
+    run.push_tail(format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
+    if let Some(f) = &l.finding {
+        if f.kind == crate::protocol::FindingKind::CompileRegression {
+            run.compile_counters = Some((l.step, f.clone()));
+        }
+        if let Some(d) = crate::app::diagnose::from_finding(rank_id, l.step, f) {
+            crate::app::diagnose::add(run, d);
+        }
+    }
+}
+
+/// A rank's result: its samples/s and what the run was seen to use.
+fn on_result(run: &mut RunView, rank_id: u32, r: &crate::protocol::ResultMsg) {
+    let Some(rank) = run.ranks.get_mut(&rank_id) else {
+        return;
+    };
+    rank.result_sps = r.samples_per_s;
+    if run.grad_bytes.is_none() {
+        run.grad_bytes = r.grad_bytes;
+    }
+    if run.bucket_bytes.is_empty() {
+        run.bucket_bytes = r.bucket_bytes.clone();
+    }
+    run.note_torch_seen(r);
+    let o = &mut run.observed;
+    // A run used a process group / a DDP module when any rank did.
+    let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
+        (None, x) | (x, None) => x,
+        (Some(x), Some(y)) => Some(x || y),
+    };
+    o.process_group = any(o.process_group, r.process_group);
+    o.ddp_module = any(o.ddp_module, r.ddp_module);
+    for a in r.ddp_args.iter().flatten() {
+        if !o.ddp_args.contains(a) {
+            o.ddp_args.push(a.clone());
+        }
+    }
+    o.epochs = o.epochs.max(r.epochs_seen);
+    if let Some(c) = crate::run::view::Compiled::of(r) {
+        o.compile = Some(o.compile.map_or(c, |x| x.max(c)));
+    }
+    o.steps = o.steps.max(r.step);
+    run.aggregate = Aggregate::of(run);
 }
 
 /// `src` into `dst`, reusing `dst`'s span buffer: every rank replaces its timelines at every

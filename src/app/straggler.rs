@@ -392,30 +392,7 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
     // every other rank look slow beside it.
     // Sorted once per figure (an assessment at 1,024 ranks stays linear-logarithmic).
     let others = |xs: &[f64]| others_medians(xs);
-    // The run time between samples, from the newest RECENT of them: the steps they span and
-    // the median step (a synchronous step lasts as long on every rank).
-    let newest = &samples[0].1[window - RECENT.min(window)..];
-    let steps_per_sample = match (newest.first(), newest.last()) {
-        (Some(a), Some(b)) if newest.len() > 1 => {
-            (b.step - a.step) as f64 / (newest.len() - 1) as f64
-        }
-        _ => 1.0,
-    }
-    .max(1.0);
-    let step_ms = median(
-        samples
-            .iter()
-            .flat_map(|(_, v)| &v[window - RECENT.min(window)..])
-            .map(|s| s.data_ms + s.fwd_ms + s.bwd_ms + s.opt_ms)
-            .collect(),
-    );
-    let sample_s = step_ms / 1e3 * steps_per_sample;
-    let n_recent = if sample_s > 0.0 {
-        ((RECENT_S / sample_s).ceil() as usize).clamp(RECENT_MIN, RECENT)
-    } else {
-        RECENT
-    }
-    .min(window);
+    let (steps_per_sample, sample_s, n_recent) = recent_span(&samples, window);
     let quick = window - n_recent;
     let recent: Vec<f64> = samples.iter().map(|(_, v)| med_busy(&v[quick..])).collect();
 
@@ -485,6 +462,35 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
         }
     }
     Some(scores)
+}
+
+/// The run time between samples, from the newest RECENT of them: the steps they span and
+/// the median step (a synchronous step lasts as long on every rank). Returns the steps per
+/// sample, the seconds per sample and how many samples make the recent window.
+fn recent_span(samples: &[(u32, Vec<PhaseSample>)], window: usize) -> (f64, f64, usize) {
+    let newest = &samples[0].1[window - RECENT.min(window)..];
+    let steps_per_sample = match (newest.first(), newest.last()) {
+        (Some(a), Some(b)) if newest.len() > 1 => {
+            (b.step - a.step) as f64 / (newest.len() - 1) as f64
+        }
+        _ => 1.0,
+    }
+    .max(1.0);
+    let step_ms = median(
+        samples
+            .iter()
+            .flat_map(|(_, v)| &v[window - RECENT.min(window)..])
+            .map(|s| s.data_ms + s.fwd_ms + s.bwd_ms + s.opt_ms)
+            .collect(),
+    );
+    let sample_s = step_ms / 1e3 * steps_per_sample;
+    let n_recent = if sample_s > 0.0 {
+        ((RECENT_S / sample_s).ceil() as usize).clamp(RECENT_MIN, RECENT)
+    } else {
+        RECENT
+    }
+    .min(window);
+    (steps_per_sample, sample_s, n_recent)
 }
 
 /// The phases `phase_scores` splits a step into: the rank's own time (data wait, forward +

@@ -321,37 +321,7 @@ pub fn judge(run: &RunView, one: Option<&One>) -> Option<Slower> {
     }
     let (term, ms) = dominant(&s);
     let ar = allreduce_of(rank);
-    let (what, fix) = match term {
-        "comm" => {
-            // Micro-batches a step must compute for its compute to cover the all-reduce.
-            let ar_ms = ar.map_or(s.comm_ms, |(t, _)| t.max(s.comm_ms));
-            let m = (ar_ms / compute).ceil().max(2.0) as u64;
-            let n = ar.map_or(String::new(), |(t, b)| {
-                format!(
-                    ": batch per rank {batch:.0} is too small for the all-reduce of {} ({t:.1} ms a step)",
-                    crate::util::fmt_bytes(b)
-                )
-            });
-            (
-                format!("exposed all-reduce {ms:.1} ms of {:.1} ms{n}", s.step_ms),
-                format!(
-                    "compute more per all-reduce: batch per rank ≥ {}, or accumulate {m} micro-batches under ddp.no_sync() per optimizer step; across nodes, a faster interconnect",
-                    batch as u64 * m
-                ),
-            )
-        }
-        "data" => (
-            format!("data wait {ms:.1} ms of {:.1} ms", s.step_ms),
-            "feed the ranks faster: DataLoader(num_workers=…, pin_memory=True, persistent_workers=True) per rank, or data prepared ahead; k ranks share the host's cores and disk".to_string(),
-        ),
-        _ => (
-            format!(
-                "host time outside forward/backward/optimizer {ms:.1} ms of {:.1} ms",
-                s.step_ms
-            ),
-            "sync with the host less: no loss.item(), .cpu(), print or synchronize every step (every N steps instead)".to_string(),
-        ),
-    };
+    let (what, fix) = what_and_fix(term, ms, &s, ar, compute, batch);
     let text = format!(
         "{at_k:.0} samples/s at k={k}, one rank alone {one_sps:.0} ({source}); {what} (rank {who})"
     );
@@ -387,6 +357,49 @@ pub fn judge(run: &RunView, one: Option<&One>) -> Option<Slower> {
         fix,
         evidence,
     }))
+}
+
+/// What the dominant term of the step is, in words, and the fix for it: `term` and its `ms`
+/// from [`dominant`], `ar` the rank's all-reduce (time, bytes).
+fn what_and_fix(
+    term: &str,
+    ms: f64,
+    s: &Split,
+    ar: Option<(f64, u64)>,
+    compute: f64,
+    batch: f64,
+) -> (String, String) {
+    match term {
+        "comm" => {
+            // Micro-batches a step must compute for its compute to cover the all-reduce.
+            let ar_ms = ar.map_or(s.comm_ms, |(t, _)| t.max(s.comm_ms));
+            let m = (ar_ms / compute).ceil().max(2.0) as u64;
+            let n = ar.map_or(String::new(), |(t, b)| {
+                format!(
+                    ": batch per rank {batch:.0} is too small for the all-reduce of {} ({t:.1} ms a step)",
+                    crate::util::fmt_bytes(b)
+                )
+            });
+            (
+                format!("exposed all-reduce {ms:.1} ms of {:.1} ms{n}", s.step_ms),
+                format!(
+                    "compute more per all-reduce: batch per rank ≥ {}, or accumulate {m} micro-batches under ddp.no_sync() per optimizer step; across nodes, a faster interconnect",
+                    batch as u64 * m
+                ),
+            )
+        }
+        "data" => (
+            format!("data wait {ms:.1} ms of {:.1} ms", s.step_ms),
+            "feed the ranks faster: DataLoader(num_workers=…, pin_memory=True, persistent_workers=True) per rank, or data prepared ahead; k ranks share the host's cores and disk".to_string(),
+        ),
+        _ => (
+            format!(
+                "host time outside forward/backward/optimizer {ms:.1} ms of {:.1} ms",
+                s.step_ms
+            ),
+            "sync with the host less: no loss.item(), .cpu(), print or synchronize every step (every N steps instead)".to_string(),
+        ),
+    }
 }
 
 #[cfg(test)]
