@@ -891,11 +891,6 @@ const LONG_FNS: &[(&str, &str, usize)] = &[
     ("src/protocol/validate.rs", "check_numbers", 198),
     ("src/report/plot.rs", "scaling", 158),
     ("src/supervisor/launch.rs", "command_for", 123),
-    ("src/tui/actions.rs", "handle_inner", 243),
-    ("src/ui/comm.rs", "render_step", 161),
-    ("src/ui/memory.rs", "draw", 154),
-    ("src/ui/mod.rs", "header", 149),
-    ("src/ui/scaling.rs", "draw_curve", 175),
 ];
 
 /// `text` with the insides of comments, string and char literals blanked to spaces (line breaks

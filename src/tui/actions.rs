@@ -261,79 +261,9 @@ impl Controller {
                 let exp = state.next.experiment;
                 self.plan(state, exp, &[1, 2, 4], true);
             }
-            Action::SwitchExperiment => {
-                let e = state.next.experiment.next_in_cycle(self.attach.is_some());
-                state.next.experiment = e;
-                // Said when it is chosen, not only when 1 fails: the worker must be built.
-                state.next.unavailable = (e.kind().needs_built_binary()
-                    && crate::supervisor::handrolled::find_binary().is_none())
-                .then(|| crate::supervisor::handrolled::build_hint(python.as_deref()));
-                if let Some(why) = state.next.unavailable.clone() {
-                    state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
-                }
-                let msg = e.switch_message(self.attach.as_ref());
-                state.push_message(Level::Info, None, msg);
-            }
-            Action::ToggleDataPath => {
-                state.next.data_path = state.next.data_path.toggled();
-                let msg = match state.next.data_path {
-                    crate::run::DataPath::Loader => {
-                        "next launch: the book's DataLoader, PIL + torchvision transforms (watch the data wait)"
-                    }
-                    crate::run::DataPath::FastLoader => {
-                        "next launch: ddptop's fast DataLoader (tensor resize, pinned, persistent workers)"
-                    }
-                    crate::run::DataPath::Device => "next launch: device-resident data",
-                };
-                state.push_message(Level::Info, None, msg);
-            }
-            Action::Probe => {
-                // A training run is active: toggle the live probe on it.
-                let target = state
-                    .active_runs()
-                    .find(|r| r.spec.experiment().has_throughput())
-                    .map(|r| r.id.clone());
-                if let Some(id) = target {
-                    let on = !self.probing.contains(&id);
-                    let cmd = if on {
-                        Command::ProbeOn
-                    } else {
-                        Command::ProbeOff
-                    };
-                    match engine.command(&id, cmd) {
-                        Ok(()) => {
-                            if on {
-                                self.probing.insert(id.clone());
-                            } else {
-                                self.probing.remove(&id);
-                            }
-                            engine.state_mut().push_message(
-                                Level::Info,
-                                Some(&id),
-                                format!(
-                                    "no_sync probe {} (live, interleaved blocks)",
-                                    if on { "on" } else { "off" }
-                                ),
-                            );
-                        }
-                        Err(e) => engine.state_mut().push_message(
-                            Level::Warn,
-                            Some(&id),
-                            format!("probe not toggled: {e}"),
-                        ),
-                    }
-                    return Flow::Continue;
-                }
-                match plan::two_ranks(state.max_k, "the no_sync probe") {
-                    Ok(k) => {
-                        let probe = Experiment::find(|f| f.probes_no_sync());
-                        self.plan(state, probe, &[k], true)
-                    }
-                    Err(why) => {
-                        state.push_message(Level::Warn, None, format!("not launched: {why}"))
-                    }
-                }
-            }
+            Action::SwitchExperiment => self.switch_experiment(state, python.as_deref()),
+            Action::ToggleDataPath => toggle_data_path(state),
+            Action::Probe => self.probe(engine),
             Action::Bench => match plan::two_ranks(state.max_k, "an all-reduce bench") {
                 Ok(k) => {
                     let bench = Experiment::find(|f| f.sweeps_allreduce());
@@ -350,21 +280,7 @@ impl Controller {
             Action::Toggle(var) => toggle(state, var),
             // Handled above: it holds the engine's switch.
             Action::ToggleNodes => {}
-            Action::Rerun => match view.selected_run(state) {
-                Some(r) => {
-                    let mut spec = r.spec.clone();
-                    spec.inject = None;
-                    match plan::fits(spec.k, state.max_k) {
-                        Ok(()) => self.enqueue(state, vec![spec], None),
-                        Err(why) => state.push_message(
-                            Level::Warn,
-                            None,
-                            format!("not launched: {} at {why}", spec.experiment().as_str()),
-                        ),
-                    }
-                }
-                None => state.push_message(Level::Info, None, "nothing to rerun: no run selected"),
-            },
+            Action::Rerun => self.rerun(state, view),
             Action::Stop if view.selected_queued(state).is_some() => {
                 let i = view.selected_queued(state).expect("checked");
                 if let Some(spec) = self.queue.remove(i) {
@@ -379,51 +295,7 @@ impl Controller {
                     );
                 }
             }
-            Action::Stop => {
-                let selected = view
-                    .selected_run(state)
-                    .filter(|r| !r.status.is_final())
-                    .map(|r| (r.id.clone(), r.sweep.clone()));
-                let target = selected.or_else(|| {
-                    state
-                        .active_runs()
-                        .next()
-                        .map(|r| (r.id.clone(), r.sweep.clone()))
-                });
-                match target {
-                    Some((id, sweep)) => {
-                        if let Some(s) = sweep {
-                            let dropped = self.queue.drop_sweep(&s);
-                            if dropped > 0 {
-                                state.push_message(
-                                    Level::Info,
-                                    Some(&id),
-                                    format!(
-                                        "dropped {dropped} queued launch(es) of the same sweep"
-                                    ),
-                                );
-                            }
-                        }
-                        engine.stop(&id, "stopped from the dashboard");
-                        engine.state_mut().push_message(
-                            Level::Info,
-                            Some(&id),
-                            "stopping (SIGINT, then SIGTERM, then SIGKILL to the process groups)",
-                        );
-                    }
-                    None if !self.queue.is_empty() => {
-                        let n = self.queue.clear();
-                        state.push_message(
-                            Level::Info,
-                            None,
-                            format!("cleared {n} queued launch(es)"),
-                        );
-                    }
-                    None => {
-                        state.push_message(Level::Info, None, "nothing to stop: no run is active")
-                    }
-                }
-            }
+            Action::Stop => self.stop(engine, view),
             Action::NextPane => {
                 // Every pane of the page in turn, then the next page.
                 if view.sub + 1 < crate::ui::layout::page_len(view.pane) {
@@ -489,6 +361,129 @@ impl Controller {
         Flow::Continue
     }
 
+    /// Rerun: the selected run's spec again (without its injected fault), if it fits.
+    fn rerun(&mut self, state: &mut State, view: &View) {
+        match view.selected_run(state) {
+            Some(r) => {
+                let mut spec = r.spec.clone();
+                spec.inject = None;
+                match plan::fits(spec.k, state.max_k) {
+                    Ok(()) => self.enqueue(state, vec![spec], None),
+                    Err(why) => state.push_message(
+                        Level::Warn,
+                        None,
+                        format!("not launched: {} at {why}", spec.experiment().as_str()),
+                    ),
+                }
+            }
+            None => state.push_message(Level::Info, None, "nothing to rerun: no run selected"),
+        }
+    }
+
+    /// Switch experiment: the next one in the cycle, said with why (and whether it can run).
+    fn switch_experiment(&self, state: &mut State, python: Option<&std::path::Path>) {
+        let e = state.next.experiment.next_in_cycle(self.attach.is_some());
+        state.next.experiment = e;
+        // Said when it is chosen, not only when 1 fails: the worker must be built.
+        state.next.unavailable = (e.kind().needs_built_binary()
+            && crate::supervisor::handrolled::find_binary().is_none())
+        .then(|| crate::supervisor::handrolled::build_hint(python.as_deref()));
+        if let Some(why) = state.next.unavailable.clone() {
+            state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
+        }
+        let msg = e.switch_message(self.attach.as_ref());
+        state.push_message(Level::Info, None, msg);
+    }
+
+    /// Probe: the live probe toggled on the active training run, or a probe run launched.
+    fn probe(&mut self, engine: &mut Engine) {
+        let state = engine.state_mut();
+        // A training run is active: toggle the live probe on it.
+        let target = state
+            .active_runs()
+            .find(|r| r.spec.experiment().has_throughput())
+            .map(|r| r.id.clone());
+        if let Some(id) = target {
+            let on = !self.probing.contains(&id);
+            let cmd = if on {
+                Command::ProbeOn
+            } else {
+                Command::ProbeOff
+            };
+            match engine.command(&id, cmd) {
+                Ok(()) => {
+                    if on {
+                        self.probing.insert(id.clone());
+                    } else {
+                        self.probing.remove(&id);
+                    }
+                    engine.state_mut().push_message(
+                        Level::Info,
+                        Some(&id),
+                        format!(
+                            "no_sync probe {} (live, interleaved blocks)",
+                            if on { "on" } else { "off" }
+                        ),
+                    );
+                }
+                Err(e) => engine.state_mut().push_message(
+                    Level::Warn,
+                    Some(&id),
+                    format!("probe not toggled: {e}"),
+                ),
+            }
+            return;
+        }
+        match plan::two_ranks(state.max_k, "the no_sync probe") {
+            Ok(k) => {
+                let probe = Experiment::find(|f| f.probes_no_sync());
+                self.plan(state, probe, &[k], true)
+            }
+            Err(why) => state.push_message(Level::Warn, None, format!("not launched: {why}")),
+        }
+    }
+
+    /// Stop: the selected (or the first active) run stopped with the rest of its sweep's
+    /// queue, or the queue cleared when nothing runs.
+    fn stop(&mut self, engine: &mut Engine, view: &View) {
+        let state = engine.state_mut();
+        let selected = view
+            .selected_run(state)
+            .filter(|r| !r.status.is_final())
+            .map(|r| (r.id.clone(), r.sweep.clone()));
+        let target = selected.or_else(|| {
+            state
+                .active_runs()
+                .next()
+                .map(|r| (r.id.clone(), r.sweep.clone()))
+        });
+        match target {
+            Some((id, sweep)) => {
+                if let Some(s) = sweep {
+                    let dropped = self.queue.drop_sweep(&s);
+                    if dropped > 0 {
+                        state.push_message(
+                            Level::Info,
+                            Some(&id),
+                            format!("dropped {dropped} queued launch(es) of the same sweep"),
+                        );
+                    }
+                }
+                engine.stop(&id, "stopped from the dashboard");
+                engine.state_mut().push_message(
+                    Level::Info,
+                    Some(&id),
+                    "stopping (SIGINT, then SIGTERM, then SIGKILL to the process groups)",
+                );
+            }
+            None if !self.queue.is_empty() => {
+                let n = self.queue.clear();
+                state.push_message(Level::Info, None, format!("cleared {n} queued launch(es)"));
+            }
+            None => state.push_message(Level::Info, None, "nothing to stop: no run is active"),
+        }
+    }
+
     /// `N`: this node or all of `[nodes] hosts` for the next launches. The engine takes the
     /// switch (its launches then take the path of `ddptop run --nodes`), the state the badge and
     /// the k limit; a refusal is one line and changes nothing.
@@ -550,4 +545,19 @@ fn toggle(state: &mut State, var: NcclVar) {
         None,
         format!("{what} for the next launch (NCCL reads it at communicator init)"),
     );
+}
+
+/// Toggle data path: the next launch's, said.
+fn toggle_data_path(state: &mut State) {
+    state.next.data_path = state.next.data_path.toggled();
+    let msg = match state.next.data_path {
+        crate::run::DataPath::Loader => {
+            "next launch: the book's DataLoader, PIL + torchvision transforms (watch the data wait)"
+        }
+        crate::run::DataPath::FastLoader => {
+            "next launch: ddptop's fast DataLoader (tensor resize, pinned, persistent workers)"
+        }
+        crate::run::DataPath::Device => "next launch: device-resident data",
+    };
+    state.push_message(Level::Info, None, msg);
 }

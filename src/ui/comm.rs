@@ -47,13 +47,7 @@ pub fn render_step(ctx: &Ctx, run: &RunView, rank: u32, r: Rect, buf: &mut Buffe
     let w = r.width as usize;
     let rv = run.ranks.get(&rank);
     let Some(c) = rv.and_then(|x| x.comm.as_ref()) else {
-        let msg = if run.spec.k == 1 {
-            "k=1: FSDP shards nothing and sends nothing (no collectives to draw)".to_string()
-        } else if run.status.is_final() {
-            format!("rank {rank} reported no collectives")
-        } else {
-            format!("rank {rank}: waiting for the first step's collectives (] picks another rank)")
-        };
+        let msg = no_comm_message(run, rank);
         put_line(
             buf,
             r,
@@ -65,34 +59,7 @@ pub fn render_step(ctx: &Ctx, run: &RunView, rank: u32, r: Rect, buf: &mut Buffe
     let step: Option<&Step> = rv
         .and_then(|x| x.last_step.as_ref())
         .filter(|s| s.step == c.step);
-    let sum = |op: Collective| -> (u64, f64) {
-        c.ops
-            .iter()
-            .filter(|o| o.op == op)
-            .fold((0, 0.0), |(b, ms), o| (b + o.bytes, ms + o.dur_ms))
-    };
-    let mut info = vec![
-        Span::styled(format!("step {}", c.step), t.value),
-        Span::styled(format!(" · {} collectives", c.ops.len()), t.dim),
-    ];
-    for (op, name) in [
-        (Collective::AllGather, "all-gather"),
-        (Collective::ReduceScatter, "reduce-scatter"),
-        (Collective::AllReduce, "all-reduce"),
-    ] {
-        let (b, ms) = sum(op);
-        if b > 0 {
-            info.push(Span::styled(format!(" · {name} "), t.label));
-            info.push(Span::styled(
-                format!("{} {}", crate::util::fmt_bytes(b), fmt::ms(ms)),
-                t.value,
-            ));
-        }
-    }
-    if let Some(s) = step {
-        info.push(Span::styled(format!(" of {}", fmt::ms(s.step_ms)), t.dim));
-    }
-    put_line(buf, r, 0, &Line::from(info));
+    put_line(buf, r, 0, &step_info(ctx, c, step));
     let mut y = 1u16;
     if y >= r.height {
         return;
@@ -183,25 +150,76 @@ pub fn render_step(ctx: &Ctx, run: &RunView, rank: u32, r: Rect, buf: &mut Buffe
         y += 1;
     }
     if legend && y < r.height {
-        let gloo = run.spec.backend != Backend::Nccl;
-        let mut spans = vec![
-            Span::styled(AG_FWD.to_string(), t.comm),
-            Span::styled(" all-gather fwd  ", t.dim),
-            Span::styled(AG_BWD.to_string(), t.comm_alt),
-            Span::styled(" all-gather bwd  ", t.dim),
-            Span::styled(REDUCE.to_string(), t.exposed),
-            Span::styled(
-                if gloo {
-                    " reduce-scatter/all-reduce (gloo: RS runs as a full all-reduce)"
-                } else {
-                    " reduce-scatter/all-reduce"
-                },
-                t.dim,
-            ),
-        ];
-        spans.push(Span::styled(format!("  0–{}", fmt::ms(t_end)), t.axis));
-        put_line(buf, r, y, &Line::from(spans));
+        put_line(buf, r, y, &legend_line(ctx, run, t_end));
     }
+}
+
+/// Why there is no step of collectives to draw for `rank` (yet).
+fn no_comm_message(run: &RunView, rank: u32) -> String {
+    if run.spec.k == 1 {
+        "k=1: FSDP shards nothing and sends nothing (no collectives to draw)".to_string()
+    } else if run.status.is_final() {
+        format!("rank {rank} reported no collectives")
+    } else {
+        format!("rank {rank}: waiting for the first step's collectives (] picks another rank)")
+    }
+}
+
+/// The step's headline: its number, how many collectives, bytes and time per kind of
+/// collective, and the step's length.
+fn step_info(ctx: &Ctx, c: &Comm, step: Option<&Step>) -> Line<'static> {
+    let t = ctx.theme;
+    let sum = |op: Collective| -> (u64, f64) {
+        c.ops
+            .iter()
+            .filter(|o| o.op == op)
+            .fold((0, 0.0), |(b, ms), o| (b + o.bytes, ms + o.dur_ms))
+    };
+    let mut info = vec![
+        Span::styled(format!("step {}", c.step), t.value),
+        Span::styled(format!(" · {} collectives", c.ops.len()), t.dim),
+    ];
+    for (op, name) in [
+        (Collective::AllGather, "all-gather"),
+        (Collective::ReduceScatter, "reduce-scatter"),
+        (Collective::AllReduce, "all-reduce"),
+    ] {
+        let (b, ms) = sum(op);
+        if b > 0 {
+            info.push(Span::styled(format!(" · {name} "), t.label));
+            info.push(Span::styled(
+                format!("{} {}", crate::util::fmt_bytes(b), fmt::ms(ms)),
+                t.value,
+            ));
+        }
+    }
+    if let Some(s) = step {
+        info.push(Span::styled(format!(" of {}", fmt::ms(s.step_ms)), t.dim));
+    }
+    Line::from(info)
+}
+
+/// What each glyph is (gloo runs its reduce-scatter as a full all-reduce) and the time axis.
+fn legend_line(ctx: &Ctx, run: &RunView, t_end: f64) -> Line<'static> {
+    let t = ctx.theme;
+    let gloo = run.spec.backend != Backend::Nccl;
+    let mut spans = vec![
+        Span::styled(AG_FWD.to_string(), t.comm),
+        Span::styled(" all-gather fwd  ", t.dim),
+        Span::styled(AG_BWD.to_string(), t.comm_alt),
+        Span::styled(" all-gather bwd  ", t.dim),
+        Span::styled(REDUCE.to_string(), t.exposed),
+        Span::styled(
+            if gloo {
+                " reduce-scatter/all-reduce (gloo: RS runs as a full all-reduce)"
+            } else {
+                " reduce-scatter/all-reduce"
+            },
+            t.dim,
+        ),
+    ];
+    spans.push(Span::styled(format!("  0–{}", fmt::ms(t_end)), t.axis));
+    Line::from(spans)
 }
 
 #[cfg(test)]

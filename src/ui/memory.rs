@@ -290,65 +290,11 @@ fn draw(ctx: &Ctx, m: &MemoryModel, r: Rect, buf: &mut Buffer) {
         .max()
         .unwrap_or(1)
         .max(1) as f64;
-    let cells = |b: u64| -> usize { ((b as f64 / scale) * bar_w as f64).round() as usize };
     // Footer lines wanted below the bars: the comparison hint or CPU note, then comm lines.
     let footer = usize::from(m.other_hint.is_some()) + usize::from(m.cpu) + m.comm.len();
     let room = (r.height.saturating_sub(y) as usize).saturating_sub(footer.min(2));
     for row in m.rows.iter().take(room.max(1)) {
-        let mut spans = vec![Span::styled(
-            format!("r{:<2}{:<6}", row.rank, row.strategy.as_str()),
-            t.label,
-        )];
-        let (p, g) = (cells(row.params), cells(row.params + row.grads));
-        let o = cells(row.state());
-        let mark = row.predicted.map(cells);
-        let mut bar = String::new();
-        let mut styles = Vec::new();
-        for i in 0..bar_w {
-            let (ch, st) = if Some(i) == mark.map(|x| x.min(bar_w - 1)) {
-                (PREDICTED, t.model)
-            } else if i < p {
-                (PARAMS, t.compute)
-            } else if i < g {
-                (GRADS, t.comm)
-            } else if i < o {
-                (OPTIM, t.optimizer)
-            } else {
-                (' ', t.dim)
-            };
-            bar.push(ch);
-            styles.push(st);
-        }
-        // One span per run of equal style keeps the line short.
-        let mut start = 0;
-        let chars: Vec<char> = bar.chars().collect();
-        for i in 1..=chars.len() {
-            if i == chars.len() || styles[i] != styles[start] {
-                spans.push(Span::styled(
-                    chars[start..i].iter().collect::<String>(),
-                    styles[start],
-                ));
-                start = i;
-            }
-        }
-        spans.push(Span::styled(
-            format!(" {:>8}", crate::util::fmt_bytes(row.state())),
-            t.value,
-        ));
-        spans.push(Span::styled(
-            format!(
-                "/{:<8}",
-                row.predicted.map_or("?".into(), crate::util::fmt_bytes)
-            ),
-            t.model,
-        ));
-        if !m.cpu {
-            spans.push(Span::styled(
-                format!(" {:>8}", fmt::opt(row.peak, crate::util::fmt_bytes)),
-                t.measured,
-            ));
-        }
-        put_line(buf, r, y, &Line::from(spans));
+        put_line(buf, r, y, &row_line(ctx, m.cpu, row, bar_w, scale));
         y += 1;
     }
     if m.cpu {
@@ -401,6 +347,67 @@ fn draw(ctx: &Ctx, m: &MemoryModel, r: Rect, buf: &mut Buffer) {
         put_line(buf, r, y, &Line::from(spans));
         y += 1;
     }
+}
+
+/// One rank's bar: params, grads and optimizer state to scale with the predicted mark, then
+/// the measured state against the prediction and (on a GPU) the allocator's peak.
+fn row_line(ctx: &Ctx, cpu: bool, row: &MemRow, bar_w: usize, scale: f64) -> Line<'static> {
+    let t = ctx.theme;
+    let cells = |b: u64| -> usize { ((b as f64 / scale) * bar_w as f64).round() as usize };
+    let mut spans = vec![Span::styled(
+        format!("r{:<2}{:<6}", row.rank, row.strategy.as_str()),
+        t.label,
+    )];
+    let (p, g) = (cells(row.params), cells(row.params + row.grads));
+    let o = cells(row.state());
+    let mark = row.predicted.map(cells);
+    let mut bar = String::new();
+    let mut styles = Vec::new();
+    for i in 0..bar_w {
+        let (ch, st) = if Some(i) == mark.map(|x| x.min(bar_w - 1)) {
+            (PREDICTED, t.model)
+        } else if i < p {
+            (PARAMS, t.compute)
+        } else if i < g {
+            (GRADS, t.comm)
+        } else if i < o {
+            (OPTIM, t.optimizer)
+        } else {
+            (' ', t.dim)
+        };
+        bar.push(ch);
+        styles.push(st);
+    }
+    // One span per run of equal style keeps the line short.
+    let mut start = 0;
+    let chars: Vec<char> = bar.chars().collect();
+    for i in 1..=chars.len() {
+        if i == chars.len() || styles[i] != styles[start] {
+            spans.push(Span::styled(
+                chars[start..i].iter().collect::<String>(),
+                styles[start],
+            ));
+            start = i;
+        }
+    }
+    spans.push(Span::styled(
+        format!(" {:>8}", crate::util::fmt_bytes(row.state())),
+        t.value,
+    ));
+    spans.push(Span::styled(
+        format!(
+            "/{:<8}",
+            row.predicted.map_or("?".into(), crate::util::fmt_bytes)
+        ),
+        t.model,
+    ));
+    if !cpu {
+        spans.push(Span::styled(
+            format!(" {:>8}", fmt::opt(row.peak, crate::util::fmt_bytes)),
+            t.measured,
+        ));
+    }
+    Line::from(spans)
 }
 
 #[cfg(test)]

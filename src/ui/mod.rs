@@ -282,10 +282,18 @@ fn fit_segments(
 }
 
 fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
-    let s = ctx.state;
     let t = ctx.theme;
     let w = r.width as usize;
     let sep = Span::styled(" │ ", t.dim);
+    put_line(buf, r, 0, &fit_segments(host_segments(ctx), w, sep.clone()));
+    put_line(buf, r, 1, &fit_segments(next_segments(ctx, w), w, sep));
+}
+
+/// The header's first line, by priority: the host, its GPUs, backend, interconnect and the
+/// versions it runs.
+fn host_segments(ctx: &Ctx) -> Vec<(u8, Vec<Span<'static>>)> {
+    let s = ctx.state;
+    let t = ctx.theme;
     let mut l1: Vec<(u8, Vec<Span<'static>>)> = vec![(
         0,
         vec![
@@ -345,8 +353,14 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
     if !vers.is_empty() {
         l1.push((2, vec![Span::styled(vers.join(" · "), t.text)]));
     }
-    put_line(buf, r, 0, &fit_segments(l1, w, sep.clone()));
+    l1
+}
 
+/// The header's second line, by priority: what the next launch will be (experiment, data
+/// path, NCCL settings, nodes, k limit), the active runs, FROZEN and the theme.
+fn next_segments(ctx: &Ctx, w: usize) -> Vec<(u8, Vec<Span<'static>>)> {
+    let s = ctx.state;
+    let t = ctx.theme;
     let exp = s.next.experiment;
     let batch = match (&s.next.attach, exp) {
         (Some(label), e) if e.kind().runs_user_script() => label.clone(),
@@ -428,7 +442,7 @@ fn header(ctx: &Ctx, r: Rect, buf: &mut Buffer) {
         l2.push((0, vec![Span::styled(" FROZEN ", t.frozen)]));
     }
     l2.push((3, vec![Span::styled(format!("theme {}", t.name), t.dim)]));
-    put_line(buf, r, 1, &fit_segments(l2, w, sep));
+    l2
 }
 
 /// `NCCL  NVLS_ENABLE=0  P2P_DISABLE=1 `, or `NCCL  preset defaults ` for a config preset.

@@ -113,28 +113,8 @@ fn prediction_line(
 fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
     let t = ctx.theme;
     let w = r.width as usize;
-    let mut title = vec![
-        Span::styled(
-            // A hand-rolled curve's switches come first: they tell its curves apart.
-            c.key.experiment.kind().curve_name(&c.key.family),
-            t.value,
-        ),
-        Span::styled(
-            // An attached script's batch is its own: the title names the command line.
-            if c.key.experiment.kind().runs_user_script() {
-                format!(" · {}", c.key.title())
-            } else {
-                format!(" · {} · {}", c.key.batch, c.key.title())
-            },
-            t.dim,
-        ),
-    ];
-    if c.simulated {
-        title.push(Span::raw(" "));
-        title.push(Span::styled(" SIMULATED ", t.sim));
-    }
     let mut y = 0u16;
-    put_line(buf, r, y, &Line::from(title));
+    put_line(buf, r, y, &curve_title(ctx, c));
     y += 1;
     if c.points.is_empty() {
         put_line(
@@ -212,39 +192,7 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
                 t.value,
             ));
             if eff_w > 0 {
-                let (txt, style) = match p.efficiency {
-                    // A figure with a caveat is marked where it is read; the next line says why.
-                    Some(e) if p.caveat.is_some() => (format!("{:>4.0}%⚠ ", e * 100.0), t.bad),
-                    Some(e) if p.k == 1 => (format!("{:>4.0}% ", e * 100.0), t.dim),
-                    // Above 100% by less than the spread: ideal, not a measured gain.
-                    Some(_) if p.about_ideal => ("≈100% ".to_string(), t.good),
-                    Some(e) => (
-                        format!("{:>4.0}% ", e * 100.0),
-                        if e >= 0.9 {
-                            t.good
-                        } else if e >= 0.7 {
-                            t.warn
-                        } else {
-                            t.bad
-                        },
-                    ),
-                    None => ("  n/a ".to_string(), t.dim),
-                };
-                spans.push(Span::styled(format!("{txt:<eff_w$}"), style));
-                if effbar_w > 0
-                    && let Some(e) = p.efficiency
-                {
-                    let bar = fmt::hbar(e.min(1.0), effbar_w);
-                    let pad = effbar_w - bar.chars().count();
-                    spans.push(Span::styled(bar, t.eff_bar));
-                    spans.push(Span::raw(" ".repeat(pad)));
-                }
-                if base_w > 0
-                    && p.k > 1
-                    && let Some(b) = &p.baseline
-                {
-                    spans.push(Span::styled(format!(" vs {}", fmt::tiny_id(b)), t.dim));
-                }
+                push_efficiency(ctx, &mut spans, p, eff_w, effbar_w, base_w);
             }
             put_line(buf, r, y, &Line::from(spans));
             y += 1;
@@ -270,18 +218,95 @@ fn draw_curve(ctx: &Ctx, c: &Curve, r: Rect, buf: &mut Buffer) {
     if let Some((id, k, tp)) = &c.live
         && y < r.height
     {
-        let label = format!("live {} k={k} ", fmt::tiny_id(id));
-        let last = tp.last().copied();
-        let tail = format!(" {}", fmt::opt(last, |x| format!("{}/s", fmt::rate(x))));
-        let sw = w.saturating_sub(label.chars().count() + tail.chars().count());
-        let vals: Vec<u64> = tp.iter().map(|x| x.max(0.0).round() as u64).collect();
-        let max = vals.iter().copied().max().unwrap_or(1);
-        let start = vals.len().saturating_sub(sw * 2);
-        let line = Line::from(vec![
-            Span::styled(label, t.running),
-            Span::styled(fmt::spark(&vals[start..], sw, max), t.throughput),
-            Span::styled(tail, t.value),
-        ]);
-        put_line(buf, r, y, &line);
+        put_line(buf, r, y, &live_line(ctx, id, *k, tp, w));
     }
+}
+
+/// The curve's title: its name and switches, its batch and key, SIMULATED when it is.
+fn curve_title<'a>(ctx: &Ctx, c: &'a Curve) -> Line<'a> {
+    let t = ctx.theme;
+    let mut title = vec![
+        Span::styled(
+            // A hand-rolled curve's switches come first: they tell its curves apart.
+            c.key.experiment.kind().curve_name(&c.key.family),
+            t.value,
+        ),
+        Span::styled(
+            // An attached script's batch is its own: the title names the command line.
+            if c.key.experiment.kind().runs_user_script() {
+                format!(" · {}", c.key.title())
+            } else {
+                format!(" · {} · {}", c.key.batch, c.key.title())
+            },
+            t.dim,
+        ),
+    ];
+    if c.simulated {
+        title.push(Span::raw(" "));
+        title.push(Span::styled(" SIMULATED ", t.sim));
+    }
+    Line::from(title)
+}
+
+/// A point's efficiency (coloured by how near ideal, marked when a caveat holds), its bar
+/// and the k=1 run it divides by, as far as the widths allow.
+fn push_efficiency(
+    ctx: &Ctx,
+    spans: &mut Vec<Span<'static>>,
+    p: &model::CurvePoint,
+    eff_w: usize,
+    effbar_w: usize,
+    base_w: usize,
+) {
+    let t = ctx.theme;
+    let (txt, style) = match p.efficiency {
+        // A figure with a caveat is marked where it is read; the next line says why.
+        Some(e) if p.caveat.is_some() => (format!("{:>4.0}%⚠ ", e * 100.0), t.bad),
+        Some(e) if p.k == 1 => (format!("{:>4.0}% ", e * 100.0), t.dim),
+        // Above 100% by less than the spread: ideal, not a measured gain.
+        Some(_) if p.about_ideal => ("≈100% ".to_string(), t.good),
+        Some(e) => (
+            format!("{:>4.0}% ", e * 100.0),
+            if e >= 0.9 {
+                t.good
+            } else if e >= 0.7 {
+                t.warn
+            } else {
+                t.bad
+            },
+        ),
+        None => ("  n/a ".to_string(), t.dim),
+    };
+    spans.push(Span::styled(format!("{txt:<eff_w$}"), style));
+    if effbar_w > 0
+        && let Some(e) = p.efficiency
+    {
+        let bar = fmt::hbar(e.min(1.0), effbar_w);
+        let pad = effbar_w - bar.chars().count();
+        spans.push(Span::styled(bar, t.eff_bar));
+        spans.push(Span::raw(" ".repeat(pad)));
+    }
+    if base_w > 0
+        && p.k > 1
+        && let Some(b) = &p.baseline
+    {
+        spans.push(Span::styled(format!(" vs {}", fmt::tiny_id(b)), t.dim));
+    }
+}
+
+/// A run of the curve in progress: its id, k and throughput sparkline.
+fn live_line(ctx: &Ctx, id: &str, k: u32, tp: &[f64], w: usize) -> Line<'static> {
+    let t = ctx.theme;
+    let label = format!("live {} k={k} ", fmt::tiny_id(id));
+    let last = tp.last().copied();
+    let tail = format!(" {}", fmt::opt(last, |x| format!("{}/s", fmt::rate(x))));
+    let sw = w.saturating_sub(label.chars().count() + tail.chars().count());
+    let vals: Vec<u64> = tp.iter().map(|x| x.max(0.0).round() as u64).collect();
+    let max = vals.iter().copied().max().unwrap_or(1);
+    let start = vals.len().saturating_sub(sw * 2);
+    Line::from(vec![
+        Span::styled(label, t.running),
+        Span::styled(fmt::spark(&vals[start..], sw, max), t.throughput),
+        Span::styled(tail, t.value),
+    ])
 }
