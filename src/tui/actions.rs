@@ -387,7 +387,7 @@ impl Controller {
         // Said when it is chosen, not only when 1 fails: the worker must be built.
         state.next.unavailable = (e.kind().needs_built_binary()
             && crate::supervisor::handrolled::find_binary().is_none())
-        .then(|| crate::supervisor::handrolled::build_hint(python.as_deref()));
+        .then(|| crate::supervisor::handrolled::build_hint(python));
         if let Some(why) = state.next.unavailable.clone() {
             state.push_message(Level::Warn, None, format!("handrolled (not built): {why}"));
         }
