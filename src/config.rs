@@ -821,11 +821,31 @@ impl Config {
             }
             cfg.timeline.steps = v.into_inner();
         }
+        Self::read_watchdog(raw.watchdog, raw.stragglers, &mut cfg, &err)?;
+        // A broken `[nodes]` is one line where it is used (the dashboard's log and its node
+        // key, `--nodes`); everything else in the file still applies.
+        match parse_nodes(text, path, cfg.refresh.gpu_sample_ms) {
+            Ok(n) => cfg.nodes = n,
+            Err(e) => cfg.nodes.broken = Some(e.to_string()),
+        }
+        Self::bind_keys(raw.keys, &mut cfg, &err)?;
+        Self::read_presets(raw.presets, &mut cfg, &err)?;
+        Ok(cfg)
+    }
+
+    /// `[watchdog]` and `[stragglers]`: positive times and factors, a threshold in (0, 1) and a
+    /// window the phase history holds.
+    fn read_watchdog(
+        watchdog: RawWatchdog,
+        stragglers: RawStragglers,
+        cfg: &mut Config,
+        err: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
         for (field, slot) in [
-            (raw.watchdog.hang_floor_s, &mut cfg.watchdog.hang_floor_s),
-            (raw.watchdog.hang_factor, &mut cfg.watchdog.hang_factor),
-            (raw.watchdog.startup_s, &mut cfg.watchdog.startup_s),
-            (raw.watchdog.first_steps_s, &mut cfg.watchdog.first_steps_s),
+            (watchdog.hang_floor_s, &mut cfg.watchdog.hang_floor_s),
+            (watchdog.hang_factor, &mut cfg.watchdog.hang_factor),
+            (watchdog.startup_s, &mut cfg.watchdog.startup_s),
+            (watchdog.first_steps_s, &mut cfg.watchdog.first_steps_s),
         ] {
             if let Some(v) = field {
                 let x = *v.get_ref();
@@ -835,10 +855,10 @@ impl Config {
                 *slot = x;
             }
         }
-        if let Some(b) = raw.watchdog.stop_attached_on_hang {
+        if let Some(b) = watchdog.stop_attached_on_hang {
             cfg.watchdog.stop_attached_on_hang = b;
         }
-        if let Some(v) = raw.stragglers.threshold {
+        if let Some(v) = stragglers.threshold {
             let x = *v.get_ref();
             // 1.0 or more would name the fastest rank's equals: every run has a straggler.
             if !(x > 0.0 && x < 1.0) {
@@ -849,7 +869,7 @@ impl Config {
             }
             cfg.stragglers.threshold = x;
         }
-        if let Some(v) = raw.stragglers.window {
+        if let Some(v) = stragglers.window {
             let max = crate::run::view::PHASE_HISTORY;
             if !(4..=max).contains(v.get_ref()) {
                 return Err(err(
@@ -859,13 +879,16 @@ impl Config {
             }
             cfg.stragglers.window = v.into_inner();
         }
-        // A broken `[nodes]` is one line where it is used (the dashboard's log and its node
-        // key, `--nodes`); everything else in the file still applies.
-        match parse_nodes(text, path, cfg.refresh.gpu_sample_ms) {
-            Ok(n) => cfg.nodes = n,
-            Err(e) => cfg.nodes.broken = Some(e.to_string()),
-        }
-        for (key, action) in raw.keys {
+        Ok(())
+    }
+
+    /// `[keys]`: each key bound to its action, or unbound by `"none"`.
+    fn bind_keys(
+        keys: BTreeMap<Spanned<String>, Spanned<String>>,
+        cfg: &mut Config,
+        err: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        for (key, action) in keys {
             let k = Key::parse(key.get_ref()).map_err(|m| err(key.span(), m))?;
             let name = action.get_ref().trim();
             if name == "none" || name.is_empty() {
@@ -884,7 +907,17 @@ impl Config {
             })?;
             cfg.keys.bind(k, a);
         }
-        for (name, vars) in raw.presets {
+        Ok(())
+    }
+
+    /// `[presets.NAME]`: environment overlays, each variable named properly and DDP's typed
+    /// settings checked here rather than by every rank of the next launch.
+    fn read_presets(
+        presets: BTreeMap<String, BTreeMap<String, Spanned<EnvValue>>>,
+        cfg: &mut Config,
+        err: &impl Fn(std::ops::Range<usize>, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        for (name, vars) in presets {
             let mut preset = Preset::new();
             for (var, val) in vars {
                 let span = val.span();
@@ -911,7 +944,7 @@ impl Config {
             }
             cfg.presets.insert(name, preset);
         }
-        Ok(cfg)
+        Ok(())
     }
 
     /// The directory user themes are read from: `themes/` next to the config file.

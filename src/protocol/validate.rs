@@ -157,63 +157,8 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
                 });
             }
         }
-        WorkerMsg::Heartbeat(m) => {
-            t(m.t)?;
-            count("step", m.step, COUNT)?;
-            if let Some(c) = m.cpu_s {
-                upto("cpu_s", c, SECONDS)?;
-            }
-            if let Some(c) = &m.coll {
-                count("coll.pending", u64::from(c.pending), COUNT)?;
-                if let Some(a) = c.age_s {
-                    upto("coll.age_s", a, SECONDS)?;
-                }
-            }
-            if let Some(r) = &m.rendezvous {
-                let long = |s: &Option<String>| {
-                    s.as_ref()
-                        .is_some_and(|s| s.chars().count() > super::Rendezvous::MAX_CHARS)
-                };
-                if r.interfaces.len() > super::Rendezvous::MAX_INTERFACES
-                    || r.interfaces
-                        .iter()
-                        .any(|i| i.chars().count() > super::Rendezvous::MAX_CHARS)
-                    || [
-                        &r.master_addr,
-                        &r.master_port,
-                        &r.gloo_socket_ifname,
-                        &r.nccl_socket_ifname,
-                    ]
-                    .into_iter()
-                    .any(long)
-                {
-                    return Err(ProtocolError::TooMany("rendezvous"));
-                }
-            }
-        }
-        WorkerMsg::Step(s) => {
-            t(s.t)?;
-            count("step", s.step, COUNT)?;
-            count("samples", s.samples, COUNT)?;
-            for (n, x) in [
-                ("fwd_ms", s.fwd_ms),
-                ("bwd_ms", s.bwd_ms),
-                ("opt_ms", s.opt_ms),
-                ("data_ms", s.data_ms),
-                ("step_ms", s.step_ms),
-            ] {
-                ms(n, x)?;
-            }
-            if let Some(loss) = s.loss {
-                finite("loss", loss)?;
-            }
-            if s.every == Some(0) {
-                return Err(ProtocolError::ZeroEvery);
-            }
-            if let Some(x) = s.t_bwd {
-                t(x)?;
-            }
-        }
+        WorkerMsg::Heartbeat(m) => check_heartbeat(m)?,
+        WorkerMsg::Step(s) => check_step(s)?,
         WorkerMsg::Buckets(b) => {
             t(b.t)?;
             ms("bwd_compute_ms", b.bwd_compute_ms)?;
@@ -252,53 +197,9 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             upto("algbw_gbs", b.algbw_gbs, GBS)?;
             upto("busbw_gbs", b.busbw_gbs, GBS)?;
         }
-        WorkerMsg::Memory(m) => {
-            t(m.t)?;
-            for (n, x) in [
-                ("allocated_bytes", m.allocated_bytes),
-                ("reserved_bytes", m.reserved_bytes),
-                ("peak_bytes", m.peak_bytes),
-                ("param_bytes", m.param_bytes),
-                ("grad_bytes", m.grad_bytes),
-                ("optim_bytes", m.optim_bytes),
-                ("predicted_bytes", m.predicted_bytes),
-            ] {
-                count(n, x.unwrap_or(0), BYTES)?;
-            }
-        }
-        WorkerMsg::Hlo(m) => {
-            t(m.t)?;
-            count("all_reduce_bytes", m.all_reduce_bytes, BYTES)?;
-            if let Some(ops) = &m.ops {
-                for (name, stats) in [
-                    ("all_reduce", ops.all_reduce),
-                    ("all_gather", ops.all_gather),
-                    ("reduce_scatter", ops.reduce_scatter),
-                ] {
-                    if let Some(s) = stats {
-                        if s.largest_elems > s.total_elems {
-                            return Err(ProtocolError::LargestAboveTotal(name));
-                        }
-                        count("total_elems", s.total_elems, COUNT)?;
-                        count("total_bytes", s.total_bytes, BYTES)?;
-                        count("count", s.count, COUNT)?;
-                    }
-                }
-            }
-        }
-        WorkerMsg::Log(m) => {
-            t(m.t)?;
-            if let Some(f) = &m.finding {
-                if f.names.len() > super::Finding::MAX_NAMES
-                    || f.names
-                        .iter()
-                        .any(|n| n.chars().count() > super::Finding::MAX_NAME_CHARS)
-                {
-                    return Err(ProtocolError::TooMany("finding.names"));
-                }
-                count("count", f.count.unwrap_or(0), COUNT)?;
-            }
-        }
+        WorkerMsg::Memory(m) => check_memory(m)?,
+        WorkerMsg::Hlo(m) => check_hlo(m)?,
+        WorkerMsg::Log(m) => check_log(m)?,
         WorkerMsg::Result(r) => {
             t(r.t)?;
             if let Some(x) = r.samples_per_s {
@@ -332,6 +233,136 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
         }
         WorkerMsg::NcclHello(h) => h.check()?,
         WorkerMsg::Nccl(b) => b.check()?,
+    }
+    Ok(())
+}
+
+/// A memory report's byte counts.
+fn check_memory(m: &super::Memory) -> Result<(), ProtocolError> {
+    use limits::*;
+    let t = |x: f64| upto("t", x, T_S);
+    t(m.t)?;
+    for (n, x) in [
+        ("allocated_bytes", m.allocated_bytes),
+        ("reserved_bytes", m.reserved_bytes),
+        ("peak_bytes", m.peak_bytes),
+        ("param_bytes", m.param_bytes),
+        ("grad_bytes", m.grad_bytes),
+        ("optim_bytes", m.optim_bytes),
+        ("predicted_bytes", m.predicted_bytes),
+    ] {
+        count(n, x.unwrap_or(0), BYTES)?;
+    }
+    Ok(())
+}
+
+/// A log line's finding: a bounded list of names and a count.
+fn check_log(m: &super::Log) -> Result<(), ProtocolError> {
+    use limits::*;
+    let t = |x: f64| upto("t", x, T_S);
+    t(m.t)?;
+    if let Some(f) = &m.finding {
+        if f.names.len() > super::Finding::MAX_NAMES
+            || f.names
+                .iter()
+                .any(|n| n.chars().count() > super::Finding::MAX_NAME_CHARS)
+        {
+            return Err(ProtocolError::TooMany("finding.names"));
+        }
+        count("count", f.count.unwrap_or(0), COUNT)?;
+    }
+    Ok(())
+}
+
+/// A heartbeat's counters, its collective's age and its rendezvous strings.
+fn check_heartbeat(m: &super::Heartbeat) -> Result<(), ProtocolError> {
+    use limits::*;
+    let t = |x: f64| upto("t", x, T_S);
+    t(m.t)?;
+    count("step", m.step, COUNT)?;
+    if let Some(c) = m.cpu_s {
+        upto("cpu_s", c, SECONDS)?;
+    }
+    if let Some(c) = &m.coll {
+        count("coll.pending", u64::from(c.pending), COUNT)?;
+        if let Some(a) = c.age_s {
+            upto("coll.age_s", a, SECONDS)?;
+        }
+    }
+    if let Some(r) = &m.rendezvous {
+        let long = |s: &Option<String>| {
+            s.as_ref()
+                .is_some_and(|s| s.chars().count() > super::Rendezvous::MAX_CHARS)
+        };
+        if r.interfaces.len() > super::Rendezvous::MAX_INTERFACES
+            || r.interfaces
+                .iter()
+                .any(|i| i.chars().count() > super::Rendezvous::MAX_CHARS)
+            || [
+                &r.master_addr,
+                &r.master_port,
+                &r.gloo_socket_ifname,
+                &r.nccl_socket_ifname,
+            ]
+            .into_iter()
+            .any(long)
+        {
+            return Err(ProtocolError::TooMany("rendezvous"));
+        }
+    }
+    Ok(())
+}
+
+/// A step's counts and phase times.
+fn check_step(s: &super::Step) -> Result<(), ProtocolError> {
+    use limits::*;
+    let t = |x: f64| upto("t", x, T_S);
+    let ms = |name: &'static str, x: f64| upto(name, x, MS);
+    t(s.t)?;
+    count("step", s.step, COUNT)?;
+    count("samples", s.samples, COUNT)?;
+    for (n, x) in [
+        ("fwd_ms", s.fwd_ms),
+        ("bwd_ms", s.bwd_ms),
+        ("opt_ms", s.opt_ms),
+        ("data_ms", s.data_ms),
+        ("step_ms", s.step_ms),
+    ] {
+        ms(n, x)?;
+    }
+    if let Some(loss) = s.loss {
+        finite("loss", loss)?;
+    }
+    if s.every == Some(0) {
+        return Err(ProtocolError::ZeroEvery);
+    }
+    if let Some(x) = s.t_bwd {
+        t(x)?;
+    }
+    Ok(())
+}
+
+/// An HLO summary's bytes and per-collective totals (the largest within the total).
+fn check_hlo(m: &super::Hlo) -> Result<(), ProtocolError> {
+    use limits::*;
+    let t = |x: f64| upto("t", x, T_S);
+    t(m.t)?;
+    count("all_reduce_bytes", m.all_reduce_bytes, BYTES)?;
+    if let Some(ops) = &m.ops {
+        for (name, stats) in [
+            ("all_reduce", ops.all_reduce),
+            ("all_gather", ops.all_gather),
+            ("reduce_scatter", ops.reduce_scatter),
+        ] {
+            if let Some(s) = stats {
+                if s.largest_elems > s.total_elems {
+                    return Err(ProtocolError::LargestAboveTotal(name));
+                }
+                count("total_elems", s.total_elems, COUNT)?;
+                count("total_bytes", s.total_bytes, BYTES)?;
+                count("count", s.count, COUNT)?;
+            }
+        }
     }
     Ok(())
 }
