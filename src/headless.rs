@@ -247,61 +247,10 @@ async fn execute(
         // node, k ≤ nodes × this machine's).
         state.max_k = state.max_k.saturating_mul(n.hosts.len() as u32);
     }
-    let planned = plan::request(&template, family, &a.ks, state.max_k)
-        // Only a k that does not fit is fixed by a smaller --k.
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{e}{}",
-                if e.contains(" GPUs") {
-                    "; use a smaller --k"
-                } else {
-                    ""
-                }
-            )
-        })?;
-    if !planned.notes.is_empty() {
-        anyhow::bail!("{}; use a smaller --k", planned.notes.join("; "));
-    }
-    // Before anything starts: what will make these runs' figures weak (kept with each run).
-    let cores = if a.nodes.is_some() {
-        usize::MAX
-    } else {
-        crate::run::checks::cpu_cores()
-    };
-    // The engine logs the same caveats as each run starts; `said` keeps `--json`'s live
-    // stream from saying them a second time.
-    let mut said = Vec::new();
-    for s in &planned.specs {
-        for c in crate::run::checks::launch_caveats(s, cores) {
-            eprintln!(
-                "ddptop: warning: {} k={}: {}",
-                s.experiment().as_str(),
-                s.k,
-                c.text
-            );
-            said.push(format!("k={}: {}", s.k, c.text));
-        }
-    }
+    let planned = plan_sweep(&template, family, &a.ks, state.max_k)?;
+    let said = say_caveats(&planned.specs, a.nodes.is_some());
     let mut opts = setup.opts;
-    opts.sim_speed = a.sim_speed;
-    opts.sim_noise = a.sim_noise;
-    opts.history = 0;
-    if let Some(f) = a.hang_floor {
-        opts.watchdog.floor_s = f;
-    }
-    if let Some(s) = a.startup_timeout {
-        opts.watchdog.startup_s = s;
-    }
-    if let Some(s) = a.ddp_init_timeout {
-        opts.watchdog.ddp_init_s = s;
-    }
-    if let Some(s) = a.teardown_timeout {
-        opts.watchdog.teardown_s = s;
-    }
-    if let Some(s) = a.first_steps_timeout {
-        opts.watchdog.first_steps_s = s;
-    }
-    opts.stop_attached_on_hang = a.stop_on_hang;
+    drive_options(&mut opts, &a);
     opts.nodes = a.nodes;
     let mut engine = Engine::start(opts, state)?;
     let mut queue = plan::Queue::default();
@@ -311,17 +260,7 @@ async fn execute(
 
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-    let watcher = tokio::spawn(async move {
-        tokio::select! {
-            _ = sigint.recv() => {}
-            _ = sigterm.recv() => {}
-            _ = sighup.recv() => {}
-        }
-        flag.store(true, Ordering::SeqCst);
-    });
+    let watcher = watch_signals(flag)?;
     let mut ids = Vec::new();
     let json = a.json;
     // One line rewritten in place on a terminal; nothing when stderr is piped or with --json.
@@ -357,28 +296,14 @@ async fn execute(
     engine.shutdown(false).await;
     if !interrupted && ids.len() < expected {
         // A launch was refused (the engine said why); the rest of the sweep went with it.
-        let why = engine
-            .state()
-            .messages
-            .iter()
-            .rev()
-            .find(|m| m.level == Level::Error)
-            .map_or_else(|| "a launch failed".to_string(), |m| m.text.clone());
+        let why = refused_why(engine.state());
         anyhow::bail!("{why}");
     }
     let runs: Vec<&RunView> = ids.iter().filter_map(|id| engine.state().run(id)).collect();
     // Predictions read earlier runs too (the allreduce run that measured busbw, the probe's
     // control): this sweep's runs first, then the stored history.
     let context = with_history(engine.state(), g);
-    // The launch records (command line, run folder) the engine stored for each run.
-    let records: std::collections::HashMap<String, LaunchRecord> =
-        crate::store::Store::open(engine.store_path())
-            .map(|store| {
-                runs.iter()
-                    .filter_map(|r| Some((r.id.clone(), store.launch_record(&r.id).ok()??)))
-                    .collect()
-            })
-            .unwrap_or_default();
+    let records = launch_records(engine.store_path(), &runs);
     // Where each run's launcher and ranks wrote their stdout/stderr: the first place to look
     // when a run failed.
     let runs_dir = engine
@@ -386,7 +311,6 @@ async fn execute(
         .parent()
         .map(crate::paths::runs_dir)
         .unwrap_or_default();
-    let output_log = |id: &str| runs_dir.join(id).join("output.log");
     let input = SweepInput {
         records: &records,
         state: engine.state(),
@@ -406,17 +330,7 @@ async fn execute(
         if let Some(d) = &hand {
             print!("{}", deficits::text(d));
         }
-        for r in &runs {
-            if r.status != RunStatus::Completed
-                && let Some(why) = &r.reason
-            {
-                println!("  {} k={}: {}", r.status.as_str(), r.spec.k, why);
-                for l in &r.hang_report {
-                    println!("    {l}");
-                }
-                println!("    output: {}", output_log(&r.id).display());
-            }
-        }
+        print_failures(&runs, &runs_dir);
     }
     let ok = runs.iter().all(|r| r.status == RunStatus::Completed);
     Ok(if interrupted {
@@ -426,6 +340,135 @@ async fn execute(
     } else {
         1
     })
+}
+
+/// The sweep's launches, or why not: a k that does not fit says to use a smaller --k.
+fn plan_sweep(
+    template: &plan::Template,
+    family: Family,
+    ks: &[u32],
+    max_k: u32,
+) -> anyhow::Result<plan::Planned> {
+    let planned = plan::request(template, family, ks, max_k)
+        // Only a k that does not fit is fixed by a smaller --k.
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}{}",
+                if e.contains(" GPUs") {
+                    "; use a smaller --k"
+                } else {
+                    ""
+                }
+            )
+        })?;
+    if !planned.notes.is_empty() {
+        anyhow::bail!("{}; use a smaller --k", planned.notes.join("; "));
+    }
+    Ok(planned)
+}
+
+/// Why a launch of the sweep was refused: the engine's last error, else a plain word.
+fn refused_why(state: &State) -> String {
+    state
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.level == Level::Error)
+        .map_or_else(|| "a launch failed".to_string(), |m| m.text.clone())
+}
+
+/// The launch records (command line, run folder) the engine stored for each run.
+fn launch_records(
+    store_path: &std::path::Path,
+    runs: &[&RunView],
+) -> std::collections::HashMap<String, LaunchRecord> {
+    crate::store::Store::open(store_path)
+        .map(|store| {
+            runs.iter()
+                .filter_map(|r| Some((r.id.clone(), store.launch_record(&r.id).ok()??)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Before anything starts: what will make these runs' figures weak (kept with each run),
+/// said on stderr; the lines said, for `--json`'s live stream.
+fn say_caveats(specs: &[crate::run::RunSpec], multinode: bool) -> Vec<String> {
+    let cores = if multinode {
+        usize::MAX
+    } else {
+        crate::run::checks::cpu_cores()
+    };
+    // The engine logs the same caveats as each run starts; `said` keeps `--json`'s live
+    // stream from saying them a second time.
+    let mut said = Vec::new();
+    for s in specs {
+        for c in crate::run::checks::launch_caveats(s, cores) {
+            eprintln!(
+                "ddptop: warning: {} k={}: {}",
+                s.experiment().as_str(),
+                s.k,
+                c.text
+            );
+            said.push(format!("k={}: {}", s.k, c.text));
+        }
+    }
+    said
+}
+
+/// The engine options `ddptop run`'s flags set: simulation speed and noise, the watchdog's
+/// limits, and whether a hung attached job is stopped.
+fn drive_options(opts: &mut crate::engine::EngineOptions, a: &Drive) {
+    opts.sim_speed = a.sim_speed;
+    opts.sim_noise = a.sim_noise;
+    opts.history = 0;
+    if let Some(f) = a.hang_floor {
+        opts.watchdog.floor_s = f;
+    }
+    if let Some(s) = a.startup_timeout {
+        opts.watchdog.startup_s = s;
+    }
+    if let Some(s) = a.ddp_init_timeout {
+        opts.watchdog.ddp_init_s = s;
+    }
+    if let Some(s) = a.teardown_timeout {
+        opts.watchdog.teardown_s = s;
+    }
+    if let Some(s) = a.first_steps_timeout {
+        opts.watchdog.first_steps_s = s;
+    }
+    opts.stop_attached_on_hang = a.stop_on_hang;
+}
+
+/// SIGINT, SIGTERM or SIGHUP sets `flag`: the sweep stops between runs' checks.
+fn watch_signals(flag: Arc<AtomicBool>) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    Ok(tokio::spawn(async move {
+        tokio::select! {
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+            _ = sighup.recv() => {}
+        }
+        flag.store(true, Ordering::SeqCst);
+    }))
+}
+
+/// Each run that did not complete: why, its hang report, and where its output went.
+fn print_failures(runs: &[&RunView], runs_dir: &std::path::Path) {
+    let output_log = |id: &str| runs_dir.join(id).join("output.log");
+    for r in runs {
+        if r.status != RunStatus::Completed
+            && let Some(why) = &r.reason
+        {
+            println!("  {} k={}: {}", r.status.as_str(), r.spec.k, why);
+            for l in &r.hang_report {
+                println!("    {l}");
+            }
+            println!("    output: {}", output_log(&r.id).display());
+        }
+    }
 }
 
 /// What the sweep's run documents are built from besides the runs themselves.
@@ -670,66 +713,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
             .as_ref()
             .filter(|_| r.status == RunStatus::Completed);
         let sc = summary::scaling(r, &state.runs);
-        let mut notes = Vec::new();
-        if let Some(s) = sc.as_ref().filter(|s| s.baseline != r.id) {
-            notes.push(format!("vs k=1 {}", s.baseline));
-        }
-        if r.spec.control {
-            notes.push("k=1 control".to_string());
-        }
-        if let Some(p) = probe_summary(&r.probe).filter(|_| r.status == RunStatus::Completed) {
-            notes.push(format!(
-                "probe synced {:.2} ms, no_sync {:.2} ms, diff {:.2} ms",
-                p.synced.median_ms, p.no_sync.median_ms, p.diff_ms
-            ));
-        }
-        if r.status == RunStatus::Completed && !r.bench.is_empty() {
-            let best = r.bench.iter().map(|b| b.busbw_gbs).fold(0.0, f64::max);
-            notes.push(format!(
-                "{} sizes, peak busbw {best:.1} GB/s",
-                r.bench.len()
-            ));
-        }
-        if let Some(t) = r.transport() {
-            notes.push(format!("via {t}"));
-        }
-        if let Some(n) = crate::run::nccl::ignored_note(&r.nccl_read) {
-            notes.push(format!("WARNING {n}"));
-        }
-        if let Some(shared) = &r.gpus_shared {
-            notes.push(format!("WARNING {shared}"));
-        }
-        for c in &r.caveats {
-            notes.push(format!("WARNING {}", c.text));
-        }
-        if let Some(why) = sc
-            .as_ref()
-            .and_then(|s| summary::scaling_caveat(s, &state.runs))
-        {
-            notes.push(format!("WARNING {why}"));
-        }
-        if r.spec.kind().has_memory_pane()
-            && let Some(n) = fsdp_note(r)
-        {
-            notes.push(n);
-        }
-        if r.spec.kind().has_receipt_pane()
-            && let Some(n) = jax_note(r)
-        {
-            notes.push(n);
-        }
-        if r.spec.kind().has_deficits_pane() {
-            notes.push(format!("hand-rolled {}", r.spec.family.hand().label()));
-        }
-        if r.spec.attach().is_some() {
-            notes.push(attach_note(r));
-        }
-        if let Some((data, step)) = summary::data_wait(r).filter(|(_, s)| *s > 0.0) {
-            notes.push(format!(
-                "step {step:.1} ms, data wait {data:.2} ms ({:.0}%)",
-                data / step * 100.0
-            ));
-        }
+        let notes = row_notes(r, &sc, state);
         out.push_str(&format!(
             "{:>3}  {:<24} {:<10} {:>12} {:>19} {:>8} {:>10}  {:<22}  {}\n",
             r.spec.k,
@@ -770,6 +754,72 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
         );
     }
     out
+}
+
+/// The notes column of a run's row: its baseline and control, probe and bench figures,
+/// transport, every warning, and what its family adds.
+fn row_notes(r: &RunView, sc: &Option<crate::run::Scaling>, state: &State) -> Vec<String> {
+    let mut notes = Vec::new();
+    if let Some(s) = sc.as_ref().filter(|s| s.baseline != r.id) {
+        notes.push(format!("vs k=1 {}", s.baseline));
+    }
+    if r.spec.control {
+        notes.push("k=1 control".to_string());
+    }
+    if let Some(p) = probe_summary(&r.probe).filter(|_| r.status == RunStatus::Completed) {
+        notes.push(format!(
+            "probe synced {:.2} ms, no_sync {:.2} ms, diff {:.2} ms",
+            p.synced.median_ms, p.no_sync.median_ms, p.diff_ms
+        ));
+    }
+    if r.status == RunStatus::Completed && !r.bench.is_empty() {
+        let best = r.bench.iter().map(|b| b.busbw_gbs).fold(0.0, f64::max);
+        notes.push(format!(
+            "{} sizes, peak busbw {best:.1} GB/s",
+            r.bench.len()
+        ));
+    }
+    if let Some(t) = r.transport() {
+        notes.push(format!("via {t}"));
+    }
+    if let Some(n) = crate::run::nccl::ignored_note(&r.nccl_read) {
+        notes.push(format!("WARNING {n}"));
+    }
+    if let Some(shared) = &r.gpus_shared {
+        notes.push(format!("WARNING {shared}"));
+    }
+    for c in &r.caveats {
+        notes.push(format!("WARNING {}", c.text));
+    }
+    if let Some(why) = sc
+        .as_ref()
+        .and_then(|s| summary::scaling_caveat(s, &state.runs))
+    {
+        notes.push(format!("WARNING {why}"));
+    }
+    if r.spec.kind().has_memory_pane()
+        && let Some(n) = fsdp_note(r)
+    {
+        notes.push(n);
+    }
+    if r.spec.kind().has_receipt_pane()
+        && let Some(n) = jax_note(r)
+    {
+        notes.push(n);
+    }
+    if r.spec.kind().has_deficits_pane() {
+        notes.push(format!("hand-rolled {}", r.spec.family.hand().label()));
+    }
+    if r.spec.attach().is_some() {
+        notes.push(attach_note(r));
+    }
+    if let Some((data, step)) = summary::data_wait(r).filter(|(_, s)| *s > 0.0) {
+        notes.push(format!(
+            "step {step:.1} ms, data wait {data:.2} ms ({:.0}%)",
+            data / step * 100.0
+        ));
+    }
+    notes
 }
 
 /// The table's straggler column: each rank named, with its phase and score (`(was)` once it

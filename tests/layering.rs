@@ -884,8 +884,6 @@ const LONG_FNS: &[(&str, &str, usize)] = &[
     ("src/engine/ingest.rs", "on_worker", 170),
     ("src/engine/launching.rs", "try_launch", 175),
     ("src/engine/stopping.rs", "on_stop_done", 121),
-    ("src/headless.rs", "execute", 194),
-    ("src/headless.rs", "table", 141),
     ("src/loadgen.rs", "measure", 161),
     ("src/report/plot.rs", "scaling", 158),
     ("src/supervisor/launch.rs", "command_for", 123),
