@@ -209,8 +209,16 @@ impl Engine {
                 l.all_bye_at = Some(now);
             }
         }
-        if let WorkerMsg::Hello(h) = msg
-            && self.server.registry.remote_peer(run, h.rank).is_none()
+        if let WorkerMsg::Hello(h) = msg {
+            self.on_hello(run, h, was_starting);
+        }
+        true
+    }
+
+    /// A rank's hello: its pid known as one of the launch's processes (or said not to be), a
+    /// remote rank's node watched, and the run marked running in the store.
+    fn on_hello(&mut self, run: &str, h: &crate::protocol::Hello, was_starting: bool) {
+        if self.server.registry.remote_peer(run, h.rank).is_none()
             && let Some(l) = self.launches.get_mut(run)
         {
             match l.pgid.and_then(|pg| procs::Known::descendant(h.pid, pg)) {
@@ -228,8 +236,7 @@ impl Engine {
                 }
             }
         }
-        if let WorkerMsg::Hello(h) = msg
-            && let Some(peer) = self.server.registry.remote_peer(run, h.rank)
+        if let Some(peer) = self.server.registry.remote_peer(run, h.rank)
             && let Some(r) = self
                 .state
                 .run_mut(run)
@@ -248,21 +255,18 @@ impl Engine {
             ));
         }
         let Some(view) = self.state.run_mut(run) else {
-            return true;
+            return;
         };
-        if let WorkerMsg::Hello(h) = msg {
-            let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
-            let versions = view.versions.clone();
-            if was_starting {
-                self.state.push_message(
-                    Level::Info,
-                    Some(run),
-                    format!("rank {} connected (pid {}, {})", h.rank, h.pid, h.device),
-                );
-            }
-            let _ = self.store.set_running(run, &pids, &versions);
+        let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
+        let versions = view.versions.clone();
+        if was_starting {
+            self.state.push_message(
+                Level::Info,
+                Some(run),
+                format!("rank {} connected (pid {}, {})", h.rank, h.pid, h.device),
+            );
         }
-        true
+        let _ = self.store.set_running(run, &pids, &versions);
     }
 
     /// NCCL prints its transport lines at communicator init: read them early, so the screen shows

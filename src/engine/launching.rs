@@ -94,45 +94,11 @@ impl Engine {
             let exit = Exit::of(child.wait().await);
             let _ = tx.send(SupEvent::Exited { run: rid, exit }).await;
         });
-        let mut remote = Vec::new();
         let secret = plan
             .as_ref()
             .map(|p| agents::node_secret(&token, p))
             .unwrap_or_default();
-        for (i, c) in node_cmds.iter().enumerate() {
-            let node = i + 1;
-            match launch::spawn_with_secret(c, &run_dir, &secret) {
-                Ok((mut child, first_line)) => {
-                    let tx = self.tx.clone();
-                    let rid = id.clone();
-                    remote.push(RemoteNode {
-                        pgid: child.id(),
-                        exit: None,
-                        first_line,
-                    });
-                    tokio::spawn(async move {
-                        let exit = Exit::of(child.wait().await);
-                        let _ = tx
-                            .send(SupEvent::NodeExited {
-                                run: rid,
-                                node,
-                                exit,
-                            })
-                            .await;
-                    });
-                }
-                Err(e) => {
-                    // Node 0 is already up: record the failure and stop what was started.
-                    remote.push(RemoteNode {
-                        pgid: None,
-                        exit: Some(Exit::Unknown),
-                        first_line: Default::default(),
-                    });
-                    self.state
-                        .push_message(Level::Error, Some(&id), format!("node {node}: {e}"));
-                }
-            }
-        }
+        let remote = self.spawn_remote_nodes(&id, &node_cmds, &run_dir, &secret);
         let node_agents = match &plan {
             Some(p) => self.start_node_gpus(&id, p, &run_dir, &token),
             None => Vec::new(),
@@ -140,35 +106,7 @@ impl Engine {
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
         run.sweep = sweep;
         run.gpus_shared = gpus_shared;
-        // Said as the run starts and kept with it: its figures carry them. Ranks on other
-        // nodes bring their own cores.
-        let cores = if plan.is_some() {
-            usize::MAX
-        } else {
-            crate::run::checks::cpu_cores()
-        };
-        for c in crate::run::checks::launch_caveats(&run.spec, cores) {
-            self.state.push_message(
-                Level::Warn,
-                Some(&id),
-                format!("k={}: {}", run.spec.k, c.text),
-            );
-            run.add_caveat(c);
-        }
-        // For the details view (the token stays out of sight, as in command.txt).
-        run.command = Some(
-            cmd.argv
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
-        run.env = cmd
-            .env
-            .iter()
-            .filter(|(k, _)| !k.starts_with("DDPTOP_TOKEN"))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        self.describe_launch(&mut run, &cmd, plan.is_some());
         let label = format!(
             "launched {} {} k={} on {}{}",
             id,
@@ -201,6 +139,87 @@ impl Engine {
             self.on_node_exit(&id, i + 1, Exit::Unknown);
         }
         Ok(id)
+    }
+
+    /// What a new run carries from its launch: the launch caveats (said as it starts: its
+    /// figures carry them) and its command line and environment for the details view.
+    fn describe_launch(&mut self, run: &mut RunView, cmd: &launch::CommandLine, multinode: bool) {
+        // Said as the run starts and kept with it: its figures carry them. Ranks on other
+        // nodes bring their own cores.
+        let cores = if multinode {
+            usize::MAX
+        } else {
+            crate::run::checks::cpu_cores()
+        };
+        for c in crate::run::checks::launch_caveats(&run.spec, cores) {
+            self.state.push_message(
+                Level::Warn,
+                Some(&run.id),
+                format!("k={}: {}", run.spec.k, c.text),
+            );
+            run.add_caveat(c);
+        }
+        // For the details view (the token stays out of sight, as in command.txt).
+        run.command = Some(
+            cmd.argv
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        run.env = cmd
+            .env
+            .iter()
+            .filter(|(k, _)| !k.starts_with("DDPTOP_TOKEN"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+    }
+
+    /// Nodes 1.. of a multi-node launch, each spawned with the node secret; one that fails to
+    /// start is recorded as exited (node 0 is already up) and said.
+    fn spawn_remote_nodes(
+        &mut self,
+        id: &str,
+        node_cmds: &[launch::CommandLine],
+        run_dir: &std::path::Path,
+        secret: &str,
+    ) -> Vec<RemoteNode> {
+        let mut remote = Vec::new();
+        for (i, c) in node_cmds.iter().enumerate() {
+            let node = i + 1;
+            match launch::spawn_with_secret(c, run_dir, secret) {
+                Ok((mut child, first_line)) => {
+                    let tx = self.tx.clone();
+                    let rid = id.to_string();
+                    remote.push(RemoteNode {
+                        pgid: child.id(),
+                        exit: None,
+                        first_line,
+                    });
+                    tokio::spawn(async move {
+                        let exit = Exit::of(child.wait().await);
+                        let _ = tx
+                            .send(SupEvent::NodeExited {
+                                run: rid,
+                                node,
+                                exit,
+                            })
+                            .await;
+                    });
+                }
+                Err(e) => {
+                    // Node 0 is already up: record the failure and stop what was started.
+                    remote.push(RemoteNode {
+                        pgid: None,
+                        exit: Some(Exit::Unknown),
+                        first_line: Default::default(),
+                    });
+                    self.state
+                        .push_message(Level::Error, Some(id), format!("node {node}: {e}"));
+                }
+            }
+        }
+        remote
     }
 
     /// Open a run whose ranks connect on their own, without launching anything (the scale

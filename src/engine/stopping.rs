@@ -383,17 +383,7 @@ impl Engine {
         }
         // The finished run's nodes leave the GPU pane.
         crate::app::nodes::check_nodes(&mut self.state, Instant::now(), Duration::MAX);
-        // The TCP listener is open to the network before any token is checked: only while a
-        // multi-node run needs it.
-        if self.tcp.is_some() && !self.launches.values().any(|l| l.plan.is_some()) {
-            self.tcp = None;
-            self.tls_fingerprint = None;
-            let _ = std::fs::remove_file(
-                self.server
-                    .dir
-                    .join(crate::supervisor::socket::TCP_ADDR_FILE),
-            );
-        }
+        self.close_unused_tcp();
         let level = if status == RunStatus::Completed {
             Level::Info
         } else {
@@ -409,6 +399,20 @@ impl Engine {
             text.push_str(&format!(" — {:.0} samples/s", a.samples_per_s));
         }
         self.state.push_message(level, Some(run), text);
+    }
+
+    /// The TCP listener is open to the network before any token is checked: only while a
+    /// multi-node run needs it.
+    fn close_unused_tcp(&mut self) {
+        if self.tcp.is_some() && !self.launches.values().any(|l| l.plan.is_some()) {
+            self.tcp = None;
+            self.tls_fingerprint = None;
+            let _ = std::fs::remove_file(
+                self.server
+                    .dir
+                    .join(crate::supervisor::socket::TCP_ADDR_FILE),
+            );
+        }
     }
 
     /// Every rank said `bye` but the launcher is still there past the teardown deadline (NCCL's
