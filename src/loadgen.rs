@@ -323,37 +323,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     let socket = engine.socket_path().to_path_buf();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
-    {
-        let (ranks, rate, duration) = (opts.ranks, opts.steps_per_s, opts.duration);
-        let (token, run) = (token.clone(), run.clone());
-        match generator {
-            Generator::Thread => {
-                std::thread::spawn(move || {
-                    let _ = done_tx.send(generate(&socket, &token, &run, ranks, rate, duration));
-                });
-            }
-            Generator::Command(mut cmd) => {
-                let child = cmd
-                    .env("DDPTOP_SOCKET", &socket)
-                    .env("DDPTOP_TOKEN", &token)
-                    .env("DDPTOP_RUN_ID", &run)
-                    .stdout(std::process::Stdio::piped())
-                    .spawn()?;
-                std::thread::spawn(move || {
-                    let r = child
-                        .wait_with_output()
-                        .map_err(anyhow::Error::from)
-                        .and_then(|o| {
-                            let text = String::from_utf8_lossy(&o.stdout);
-                            serde_json::from_str::<GenStats>(text.trim()).map_err(|e| {
-                                anyhow::anyhow!("generator ({}) said {text:?}: {e}", o.status)
-                            })
-                        });
-                    let _ = done_tx.send(r);
-                });
-            }
-        }
-    }
+    start_generator(generator, opts, socket, token.clone(), run.clone(), done_tx)?;
 
     // As the dashboard draws new data: when something changed, no more often than max_fps and
     // `tui::DATA_GAP` (only a key press is drawn at max_fps; the generator presses none).
@@ -405,16 +375,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
         }
         tokio::select! {
             ev = engine.next_event() => {
-                let mut count = |m: &WorkerMsg| {
-                    match m {
-                        WorkerMsg::Hello(_) => return,
-                        WorkerMsg::Step(_) => rep.received_steps += 1,
-                        WorkerMsg::Buckets(_) => rep.received_buckets += 1,
-                        WorkerMsg::Heartbeat(_) => rep.received_heartbeats += 1,
-                        _ => {}
-                    }
-                    rep.received += 1;
-                };
+                let mut count = |m: &WorkerMsg| count_received(&mut rep, m);
                 match &ev {
                     SupEvent::Worker { msg, .. } => count(msg),
                     SupEvent::Lines { lines, .. } => lines.iter().for_each(|r| count(&r.msg)),
@@ -445,12 +406,7 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     rep.cpu_pct = (cpu_seconds() - cpu0) / rep.wall_s * 100.0;
     (rep.rss_bytes, rep.rss_peak_bytes) = rss();
     rep.sent = sent.unwrap_or_default();
-    rep.frames = frames.len() as u64;
-    rep.draw_ms = frames.iter().sum();
-    frames.sort_by(f64::total_cmp);
-    rep.frame_p50_ms = percentile(&frames, 0.5);
-    rep.frame_p99_ms = percentile(&frames, 0.99);
-    rep.frame_max_ms = frames.last().copied().unwrap_or(0.0);
+    frame_stats(&mut rep, frames);
     if let Some(v) = engine.state().run(&run) {
         rep.ranks_at_last_step = v
             .ranks
@@ -462,6 +418,69 @@ pub async fn measure(opts: &Options, generator: Generator) -> anyhow::Result<Rep
     rep.stored_steps =
         crate::store::Store::open(engine.store_path())?.stored_messages(&run, "step")?;
     Ok(rep)
+}
+
+/// The generator's ranks, on a thread of this process or as a command given the socket,
+/// token and run id; what it sent comes back through `done`.
+fn start_generator(
+    generator: Generator,
+    opts: &Options,
+    socket: std::path::PathBuf,
+    token: String,
+    run: String,
+    done_tx: tokio::sync::oneshot::Sender<anyhow::Result<GenStats>>,
+) -> anyhow::Result<()> {
+    let (ranks, rate, duration) = (opts.ranks, opts.steps_per_s, opts.duration);
+    match generator {
+        Generator::Thread => {
+            std::thread::spawn(move || {
+                let _ = done_tx.send(generate(&socket, &token, &run, ranks, rate, duration));
+            });
+        }
+        Generator::Command(mut cmd) => {
+            let child = cmd
+                .env("DDPTOP_SOCKET", &socket)
+                .env("DDPTOP_TOKEN", &token)
+                .env("DDPTOP_RUN_ID", &run)
+                .stdout(std::process::Stdio::piped())
+                .spawn()?;
+            std::thread::spawn(move || {
+                let r = child
+                    .wait_with_output()
+                    .map_err(anyhow::Error::from)
+                    .and_then(|o| {
+                        let text = String::from_utf8_lossy(&o.stdout);
+                        serde_json::from_str::<GenStats>(text.trim()).map_err(|e| {
+                            anyhow::anyhow!("generator ({}) said {text:?}: {e}", o.status)
+                        })
+                    });
+                let _ = done_tx.send(r);
+            });
+        }
+    }
+    Ok(())
+}
+
+/// One message the engine received, counted by kind (hellos are not the load).
+fn count_received(rep: &mut Report, m: &WorkerMsg) {
+    match m {
+        WorkerMsg::Hello(_) => return,
+        WorkerMsg::Step(_) => rep.received_steps += 1,
+        WorkerMsg::Buckets(_) => rep.received_buckets += 1,
+        WorkerMsg::Heartbeat(_) => rep.received_heartbeats += 1,
+        _ => {}
+    }
+    rep.received += 1;
+}
+
+/// How many frames were drawn, their total time and their median, p99 and longest.
+fn frame_stats(rep: &mut Report, mut frames: Vec<f64>) {
+    rep.frames = frames.len() as u64;
+    rep.draw_ms = frames.iter().sum();
+    frames.sort_by(f64::total_cmp);
+    rep.frame_p50_ms = percentile(&frames, 0.5);
+    rep.frame_p99_ms = percentile(&frames, 0.99);
+    rep.frame_max_ms = frames.last().copied().unwrap_or(0.0);
 }
 
 type Term = ratatui::Terminal<ratatui::backend::TestBackend>;

@@ -878,14 +878,6 @@ fn a_dispatch_line_is_a_named_variant_in_program_code() {
 /// split by what it draws or decides.
 const MAX_FN_LINES: usize = 120;
 
-/// Functions still over [`MAX_FN_LINES`], with their length now: each must still exist and
-/// still be too long (so the list only shrinks), and none may grow.
-const LONG_FNS: &[(&str, &str, usize)] = &[
-    ("src/loadgen.rs", "measure", 161),
-    ("src/report/plot.rs", "scaling", 158),
-    ("src/supervisor/launch.rs", "command_for", 123),
-];
-
 /// `text` with the insides of comments, string and char literals blanked to spaces (line breaks
 /// kept), so that braces and `fn` in them count for nothing.
 fn code_only(text: &str) -> String {
@@ -1029,7 +1021,7 @@ fn fn_lengths(text: &str) -> Vec<(usize, String, usize)> {
 }
 
 /// `path:line name N lines` for every function of `src` over [`MAX_FN_LINES`].
-fn long_functions(src: &Path) -> Vec<(String, String, usize, String)> {
+fn long_functions(src: &Path) -> Vec<String> {
     let mut files = Vec::new();
     rust_files(src, &mut files);
     files.sort();
@@ -1039,8 +1031,7 @@ fn long_functions(src: &Path) -> Vec<(String, String, usize, String)> {
         let text = std::fs::read_to_string(&f).unwrap();
         for (line, name, n) in fn_lengths(&text) {
             if n > MAX_FN_LINES {
-                let at = format!("{rel}:{line} {name} {n} lines");
-                out.push((rel.clone(), name, n, at));
+                out.push(format!("{rel}:{line} {name} {n} lines"));
             }
         }
     }
@@ -1051,27 +1042,11 @@ fn long_functions(src: &Path) -> Vec<(String, String, usize, String)> {
 fn no_function_in_src_is_longer_than_120_lines() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let long = long_functions(&src);
-    let mut bad = Vec::new();
-    for (path, name, n, at) in &long {
-        match LONG_FNS.iter().find(|(p, f, _)| p == path && f == name) {
-            Some((_, _, allowed)) if n <= allowed => {}
-            Some((_, _, allowed)) => bad.push(format!("{at} (grew past its allowed {allowed})")),
-            None => bad.push(at.clone()),
-        }
-    }
-    for (path, name, allowed) in LONG_FNS {
-        if !long.iter().any(|(p, f, _, _)| p == path && f == name) {
-            bad.push(format!(
-                "{path} {name} ({allowed} lines allowed) is no longer over {MAX_FN_LINES}: \
-                 drop it from LONG_FNS"
-            ));
-        }
-    }
     assert!(
-        bad.is_empty(),
+        long.is_empty(),
         "functions over {MAX_FN_LINES} lines in src/ (split them by what they draw or \
          decide):\n{}",
-        bad.join("\n")
+        long.join("\n")
     );
 }
 

@@ -189,6 +189,18 @@ fn scaling<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, curves: &[Curve]) 
     let (left, right) = area.split_horizontally(area.dim_in_pixel().0 * 55 / 100);
     let ks = k_values(curves);
     let kmax = ks.last().copied().unwrap_or(1);
+    throughput_chart(&left, curves, &ks, kmax)?;
+    efficiency_chart(&right, curves, kmax)
+}
+
+/// The left chart: each curve's samples/s against k with the rank range as whiskers, the
+/// ideal line from its k=1 baseline and the cost model's prediction.
+fn throughput_chart<DB: DrawingBackend>(
+    left: &DrawingArea<DB, Shift>,
+    curves: &[Curve],
+    ks: &[u32],
+    kmax: u32,
+) -> DrawResult<DB> {
     let x_range = || 0u32..kmax + 1;
     let ymax = curves
         .iter()
@@ -204,7 +216,7 @@ fn scaling<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, curves: &[Curve]) 
         * 1.1;
     let ymax = axis_top(ymax, SAMPLES_PER_S);
 
-    let mut chart = ChartBuilder::on(&left)
+    let mut chart = ChartBuilder::on(left)
         .caption("samples/s (sum over ranks)", (FONT, 16))
         .margin(12)
         .x_label_area_size(40)
@@ -282,7 +294,16 @@ fn scaling<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, curves: &[Curve]) 
         .background_style(WHITE.mix(0.85))
         .border_style(LIGHT)
         .draw()?;
+    Ok(())
+}
 
+/// The right chart: each curve's efficiency (speedup / k) in % against the ideal 100%.
+fn efficiency_chart<DB: DrawingBackend>(
+    right: &DrawingArea<DB, Shift>,
+    curves: &[Curve],
+    kmax: u32,
+) -> DrawResult<DB> {
+    let x_range = || 0u32..kmax + 1;
     let emax = curves
         .iter()
         .flat_map(|c| c.points.iter().filter_map(|p| p.efficiency))
@@ -290,7 +311,7 @@ fn scaling<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, curves: &[Curve]) 
         * 110.0;
     // Efficiency in %: a speedup of k×1000 is already absurd.
     let emax = axis_top(emax, 1e5);
-    let mut eff = ChartBuilder::on(&right)
+    let mut eff = ChartBuilder::on(right)
         .caption("efficiency = speedup / k", (FONT, 16))
         .margin(12)
         .x_label_area_size(40)

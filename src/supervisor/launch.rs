@@ -403,20 +403,7 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
                 super::handrolled::prepare(spec, &py.python, &mut set)?;
             }
             if let Some(plan) = ctx.nodes {
-                if !torchrun {
-                    anyhow::bail!(
-                        "--nodes runs torchrun on each node; the {} experiment does not use torchrun",
-                        spec.experiment().as_str()
-                    );
-                }
-                if plan.nproc_per_node * plan.nnodes() != spec.k {
-                    anyhow::bail!(
-                        "k={} is not {} nodes × {} processes per node",
-                        spec.k,
-                        plan.nnodes(),
-                        plan.nproc_per_node
-                    );
-                }
+                check_node_plan(spec, plan, torchrun)?;
                 set("DDPTOP_NODE", plan.hosts[0].clone());
             }
             worker_argv(worker, spec, py, ctx)
@@ -443,6 +430,26 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
         env.insert(super::nccl_profiler::ON_ENV.into(), Some("1".into()));
     }
     Ok(CommandLine { argv, env, cwd })
+}
+
+/// `--nodes` runs torchrun on each node: the experiment must use it, and k must be the nodes
+/// times the processes per node.
+fn check_node_plan(spec: &RunSpec, plan: &NodePlan, torchrun: bool) -> anyhow::Result<()> {
+    if !torchrun {
+        anyhow::bail!(
+            "--nodes runs torchrun on each node; the {} experiment does not use torchrun",
+            spec.experiment().as_str()
+        );
+    }
+    if plan.nproc_per_node * plan.nnodes() != spec.k {
+        anyhow::bail!(
+            "k={} is not {} nodes × {} processes per node",
+            spec.k,
+            plan.nnodes(),
+            plan.nproc_per_node
+        );
+    }
+    Ok(())
 }
 
 /// The environment of an attached script: ddptop's bootstrap first on PYTHONPATH (its
