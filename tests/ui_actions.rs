@@ -166,6 +166,9 @@ async fn toggles_navigation_and_limits() {
     assert_eq!(e.state().next.experiment, Experiment::Handrolled);
     assert!(last_msg(&e).contains("Deficits pane"), "{}", last_msg(&e));
     c.handle(&mut e, &mut v, Action::SwitchExperiment);
+    assert_eq!(e.state().next.experiment, Experiment::Zero1);
+    assert!(last_msg(&e).contains("Memory pane"), "{}", last_msg(&e));
+    c.handle(&mut e, &mut v, Action::SwitchExperiment);
     assert_eq!(e.state().next.experiment, Experiment::Weak);
 
     // k=4 on a 2-GPU machine: a clear message, no launch.
