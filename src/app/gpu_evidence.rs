@@ -142,12 +142,12 @@ fn thousands(x: f64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
     /// GPU rows 0..n (pid 100 + i), each at 1,980 MHz, 400 W of 700 W, 60 °C.
-    fn gpus(n: u32) -> Vec<GpuView> {
+    pub(crate) fn gpus(n: u32) -> Vec<GpuView> {
         (0..n)
             .map(|i| GpuView {
                 latest: GpuSample {

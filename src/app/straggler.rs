@@ -1008,7 +1008,7 @@ pub fn record_buckets(rank: &mut RankView, b: &crate::protocol::Buckets) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{GpuSample, GpuView};
+    use crate::gpu::GpuView;
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
     /// `steps` steps of one rank: `data` and compute (fwd 10, bwd 20 + comm, opt 5) ms, each
@@ -1749,23 +1749,9 @@ mod tests {
         assert_eq!(comms, [Some(0.5), None]);
     }
 
-    /// GPU rows for ranks 0..n on GPUs 0..n (pid 100 + rank), each at `clock` MHz, 400 W of
-    /// 700 W, 60 °C.
+    /// GPU rows for ranks 0..n on GPUs 0..n (pid 100 + rank): gpu_evidence's fixture.
     fn gpus_for(n: u32) -> Vec<GpuView> {
-        (0..n)
-            .map(|i| GpuView {
-                latest: GpuSample {
-                    index: i,
-                    sm_clock_mhz: Some(1_980),
-                    power_w: Some(400.0),
-                    power_limit_w: Some(700.0),
-                    temp_c: Some(60),
-                    pids: vec![100 + i],
-                    ..Default::default()
-                },
-                ..Default::default()
-            })
-            .collect()
+        crate::app::gpu_evidence::tests::gpus(n)
     }
 
     fn run_on_gpus(n: u32) -> RunView {
