@@ -496,15 +496,19 @@ class Client:
         self._silent = True
 
     def _heartbeat_loop(self) -> None:
-        last_step, still = self.step, 0
-        while not self._stop_threads.wait(self.heartbeat_s):
+        # The first beat goes at once, not a period later: it is the CPU-time baseline the
+        # watchdog's idle/computing window starts from, and a script that ends (or hangs)
+        # within its first second is otherwise judged with no evidence at all.
+        last_step, still = self.step, -1
+        while True:
             if self._closing:
                 return
-            if self._silent:
-                continue
-            still = still + 1 if self.step == last_step else 0
-            last_step = self.step
-            self.send("heartbeat", phase=self._phase, **self.evidence(still))
+            if not self._silent:
+                still = still + 1 if self.step == last_step else 0
+                last_step = self.step
+                self.send("heartbeat", phase=self._phase, **self.evidence(still))
+            if self._stop_threads.wait(self.heartbeat_s):
+                return
 
     def evidence(self, beats_still: int) -> dict[str, Any]:
         """What the watchdog judges a stopped rank by: the process's CPU time on every beat,
