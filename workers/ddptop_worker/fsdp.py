@@ -52,11 +52,16 @@ REBUILD_GIVE_UP_STEPS = 8
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGIES, default="fsdp", help="sharding strategy")
+    add_trainer_args(p, adam_help="adam: 16P bytes of state (weights, grads, two moments)")
+
+
+def add_trainer_args(p: argparse.ArgumentParser, *, adam_help: str) -> None:
+    """The flags `Trainer` reads, shared with the zero1 experiment (its strategy is fixed)."""
     p.add_argument(
         "--optimizer",
         choices=OPTIMIZERS,
         default="adam",
-        help="adam: 16P bytes of state (weights, grads, two moments); sgd: the book's plain SGD",
+        help=f"{adam_help}; sgd: the book's plain SGD",
     )
     p.add_argument("--lr", type=float, default=None, help="learning rate (adam 1e-3, sgd 0.1)")
     p.add_argument("--batch", type=int, default=256, help="per-rank batch (weak scaling)")

@@ -32,8 +32,8 @@ import torch
 
 from . import book, memory, models
 from .client import write_line
-from .data import Data, DataConfig, add_data_args
-from .fsdp import DEFAULT_LR, OPTIMIZERS, Trainer, build_optimizer, owned_params, wrap
+from .data import Data, DataConfig
+from .fsdp import DEFAULT_LR, Trainer, add_trainer_args, build_optimizer, owned_params, wrap
 from .runtime import Runtime, WorkerError
 from .timing import Clock, rebuilt_bucket_sizes
 
@@ -43,26 +43,7 @@ WORKER = "fsdp"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--optimizer",
-        choices=OPTIMIZERS,
-        default="adam",
-        help="adam: 8 bytes of sharded state per parameter; sgd: plain SGD, nothing to shard",
-    )
-    p.add_argument("--lr", type=float, default=None, help="learning rate (adam 1e-3, sgd 0.1)")
-    p.add_argument("--batch", type=int, default=256, help="per-rank batch (weak scaling)")
-    p.add_argument("--epochs", type=int, default=2, help="epochs, epoch 0 is warm-up")
-    p.add_argument("--model", choices=sorted(models.MODEL_SPECS), default="resnet18", help="model")
-    add_data_args(p)
-    p.add_argument(
-        "--backend", choices=("nccl", "gloo", "auto"), default="auto", help="auto: nccl if CUDA"
-    )
-    p.add_argument("--comm-every", type=int, default=1, help="send a comm message every N steps")
-    p.add_argument(
-        "--control-every", type=int, default=5, help="ranks agree on commands every N steps"
-    )
-    p.add_argument("--timeout-s", type=float, default=300.0, help="process-group timeout")
-    book.add_args(p)
+    add_trainer_args(p, adam_help="adam: 8 bytes of sharded state per parameter")
     # fsdp.Trainer reads the strategy from the arguments; here it is not a choice.
     p.set_defaults(strategy=STRATEGY)
 
