@@ -52,6 +52,27 @@ impl FamilyKind for Fsdp {
             "fsdp has no simulated worker: it runs real PyTorch FSDP2 (--backend gloo on CPUs, nccl on GPUs)",
         )
     }
+    fn optimizer(&self, f: &Family) -> Option<OptimizerName> {
+        match f {
+            Family::Fsdp { optimizer, .. } => Some(*optimizer),
+            _ => None,
+        }
+    }
+    fn strategy(&self, f: &Family) -> Option<TorchStrategy> {
+        match f {
+            Family::Fsdp { strategy, .. } => Some(*strategy),
+            _ => None,
+        }
+    }
+    fn with_strategy(&self, f: &Family, strategy: TorchStrategy) -> Option<Family> {
+        match f {
+            Family::Fsdp { optimizer, .. } => Some(Family::Fsdp {
+                strategy,
+                optimizer: *optimizer,
+            }),
+            _ => None,
+        }
+    }
     fn settings(&self, f: &Family) -> Vec<(&'static str, serde_json::Value)> {
         match f {
             Family::Fsdp {

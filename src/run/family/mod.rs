@@ -563,6 +563,21 @@ pub trait FamilyKind: Sync {
         None
     }
 
+    // ---- its torch training settings (the Memory pane's sides)
+    /// The optimizer a run of it trains with (`None`: the book's SGD).
+    fn optimizer(&self, _f: &Family) -> Option<OptimizerName> {
+        None
+    }
+    /// Its memory strategy, where the Memory pane sets runs of it beside DDP and FSDP.
+    fn strategy(&self, _f: &Family) -> Option<TorchStrategy> {
+        None
+    }
+    /// The run with the same settings and another `strategy` (a side of the Memory pane's
+    /// comparison); `None`: the family has no such sides, the run stays itself.
+    fn with_strategy(&self, _f: &Family, _strategy: TorchStrategy) -> Option<Family> {
+        None
+    }
+
     // ---- its settings, in a curve's key and title and in the run document
     /// Its own settings as JSON fields for the run document (docs/report.md).
     fn settings(&self, _f: &Family) -> Vec<(&'static str, serde_json::Value)> {
@@ -651,22 +666,15 @@ impl Family {
         self.experiment().kind()
     }
 
-    /// The optimizer the run trains with: fsdp's and zero1's setting, the book's SGD elsewhere.
+    /// The optimizer the run trains with: its family's setting (fsdp, zero1), the book's SGD
+    /// elsewhere.
     pub fn optimizer(&self) -> OptimizerName {
-        match self {
-            Family::Fsdp { optimizer, .. } | Family::Zero1 { optimizer } => *optimizer,
-            _ => OptimizerName::Sgd,
-        }
+        self.kind().optimizer(self).unwrap_or(OptimizerName::Sgd)
     }
 
-    /// fsdp's strategy, and zero1's (one of fsdp's three, as its own family: the Memory pane
-    /// sets it beside fsdp's DDP and FSDP runs); `None` for every other family.
+    /// Its memory strategy (fsdp's setting; zero1's own): `None` for the other families.
     pub fn strategy(&self) -> Option<TorchStrategy> {
-        match self {
-            Family::Fsdp { strategy, .. } => Some(*strategy),
-            Family::Zero1 { .. } => Some(TorchStrategy::Zero1),
-            _ => None,
-        }
+        self.kind().strategy(self)
     }
 
     /// jax's parameter layout (`Data`, unused, for every other family).
@@ -685,20 +693,12 @@ impl Family {
         }
     }
 
-    /// The same fsdp run with the other `strategy` (the Memory pane's and the Scaling pane's
-    /// comparison; a zero1 run's DDP and FSDP sides are fsdp's); every other family unchanged.
+    /// The same run with another `strategy` (the Memory pane's and the Scaling pane's
+    /// comparison), as its family says; a family without strategies: unchanged.
     pub fn with_strategy(&self, strategy: TorchStrategy) -> Family {
-        match self {
-            Family::Fsdp { optimizer, .. } => Family::Fsdp {
-                strategy,
-                optimizer: *optimizer,
-            },
-            Family::Zero1 { optimizer } if strategy != TorchStrategy::Zero1 => Family::Fsdp {
-                strategy,
-                optimizer: *optimizer,
-            },
-            f => f.clone(),
-        }
+        self.kind()
+            .with_strategy(self, strategy)
+            .unwrap_or_else(|| self.clone())
     }
 
     /// The same handrolled run with another variant (the Deficits pane's columns); every other

@@ -11,7 +11,7 @@
 
 use super::{Experiment, Family, FamilyArgs, FamilyKind, Worker, WorkerInput, flags};
 use crate::protocol::Memory;
-use crate::run::spec::OptimizerName;
+use crate::run::spec::{OptimizerName, TorchStrategy};
 use serde_json::{Value, json};
 
 pub struct Zero1;
@@ -131,6 +131,27 @@ impl FamilyKind for Zero1 {
         Some(
             "zero1 has no simulated worker: it runs real PyTorch ZeroRedundancyOptimizer (--backend gloo on CPUs, nccl on GPUs)",
         )
+    }
+    fn optimizer(&self, f: &Family) -> Option<OptimizerName> {
+        match f {
+            Family::Zero1 { optimizer } => Some(*optimizer),
+            _ => None,
+        }
+    }
+    /// ZeRO-1, one of fsdp's three strategies as a family of its own: the Memory pane sets a
+    /// zero1 run beside fsdp's DDP and FSDP runs.
+    fn strategy(&self, f: &Family) -> Option<TorchStrategy> {
+        matches!(f, Family::Zero1 { .. }).then_some(TorchStrategy::Zero1)
+    }
+    /// Its DDP and FSDP sides are fsdp runs with its optimizer.
+    fn with_strategy(&self, f: &Family, strategy: TorchStrategy) -> Option<Family> {
+        match f {
+            Family::Zero1 { optimizer } if strategy != TorchStrategy::Zero1 => Some(Family::Fsdp {
+                strategy,
+                optimizer: *optimizer,
+            }),
+            _ => None,
+        }
     }
     fn settings(&self, f: &Family) -> Vec<(&'static str, Value)> {
         vec![("optimizer", json!(f.optimizer()))]
