@@ -17,6 +17,7 @@ fn records(b: &NcclBatch) -> u64 {
 
 pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
     let step = run.ranks.get(&b.rank).map_or(0, |r| r.step);
+    let world = run.spec.k;
     let cs = &mut run.collectives;
     let budget = &mut cs.budget;
     let r = cs.ranks.entry(b.rank).or_default();
@@ -27,6 +28,12 @@ pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
     r.unrequested = r.unrequested.max(b.unrequested);
     r.evicted = r.evicted.max(b.evicted);
     r.last_msg = Some(now);
+    // A communicator this run cannot have (more ranks than the run, or a position outside
+    // it) is not this run's evidence: refused and counted, never kept (issue 45).
+    if b.nranks == 0 || b.comm_rank >= b.nranks || b.nranks > world {
+        r.foreign += records(b).max(1);
+        return;
+    }
     let id = format!("{}/{}", b.comm, b.comm_rank);
     if !r.comms.contains_key(&id) && r.comms.len() >= MAX_COMMS_PER_RANK {
         r.over_cap.comms += records(b);
@@ -224,6 +231,32 @@ mod tests {
         // A communicator already kept still takes news.
         apply(&mut r, &batch(1, &names, ""), now);
         assert_eq!(r.collectives.ranks[&0].over_cap.comms, 30);
+    }
+
+    #[test]
+    fn a_communicator_this_run_cannot_have_is_refused_and_counted() {
+        let (mut r, now) = run();
+        let names = vec!["AllReduce".to_string()];
+        // The run has k=2: a 4-rank communicator, and a position past its own size, are not
+        // this run's; a 2-rank one is.
+        let four = batch(7, &names, "").replace(r#""nranks":2"#, r#""nranks":4"#);
+        let outside = batch(8, &names, "").replace(r#""comm_rank":0"#, r#""comm_rank":2"#);
+        apply(&mut r, &four, now);
+        apply(&mut r, &outside, now);
+        let p = &r.collectives.ranks[&0];
+        assert!(p.comms.is_empty(), "{:?}", p.comms.keys());
+        // 3 records each: last_done, funcs, one listed collective.
+        assert_eq!(p.foreign, 6);
+        apply(&mut r, &batch(9, &names, ""), now);
+        assert_eq!(r.collectives.ranks[&0].comms.len(), 1);
+        let m = model(&r, now).unwrap();
+        let loss = m.ranks[0].loss.as_deref().unwrap_or_default();
+        assert!(loss.contains("not this run's 6"), "{loss}");
+        // Kept in the stored form, and said by the view of a stored run.
+        let s = crate::app::coll_store::summarize(&r).unwrap();
+        assert_eq!(s.ranks[&0].foreign, 6);
+        let j = crate::app::coll_store::collectives_json(&r);
+        assert_eq!(j["ranks"]["0"]["foreign"], 6);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub fn summarize(run: &RunView) -> Option<CollSummary> {
             unrequested: p.unrequested,
             evicted: p.evicted,
             stale: p.stale,
+            foreign: p.foreign,
             unlisted: p.unlisted,
             over_cap: p.over_cap,
             ..RankSummary::default()

@@ -400,12 +400,13 @@ pub struct RankRow {
     /// The oldest collective in flight: `all_reduce #1234 · 9.5 MB · 12.0 s · kernel started`.
     pub inflight: Option<String>,
     /// `dropped 12 · lost 3` when the plugin lost anything, with its other counters
-    /// (`bad`, `unrequested`, `evicted`, `unlisted`) when they are not 0.
+    /// (`bad`, `unrequested`, `evicted`, `unlisted`) and ddptop's (`stale`, `not this run's`)
+    /// when they are not 0.
     pub loss: Option<String>,
 }
 
 /// The plugin's counters of one rank as the view shows them; `None` when all are 0.
-pub fn loss_text(dropped: u64, lost: u64, others: [(&str, u64); 5]) -> Option<String> {
+pub fn loss_text(dropped: u64, lost: u64, others: [(&str, u64); 6]) -> Option<String> {
     let mut parts = Vec::new();
     if dropped + lost > 0 {
         parts.push(format!("dropped {dropped} · lost {lost}"));
@@ -428,6 +429,7 @@ fn rank_loss(p: &crate::run::collectives::PluginRank) -> Option<String> {
             ("unrequested", p.unrequested),
             ("evicted", p.evicted),
             ("stale", p.stale),
+            ("not this run's", p.foreign),
             ("unlisted", p.unlisted),
         ],
     )
@@ -625,6 +627,7 @@ fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
                     ("unrequested", r.unrequested),
                     ("evicted", r.evicted),
                     ("stale", r.stale),
+                    ("not this run's", r.foreign),
                     ("unlisted", r.unlisted),
                 ],
             ),

@@ -73,6 +73,9 @@ pub struct PluginRank {
     /// In-flight entries ddptop set aside as stale: the communicator had already completed
     /// that function's collective of that sequence number or a later one.
     pub stale: u64,
+    /// Records of a communicator this run cannot have (more ranks than the run's k, or a rank
+    /// position outside it): refused, never kept.
+    pub foreign: u64,
     /// Collectives counted in `funcs` but not listed (the messages' `more`, summed): not lost,
     /// only missing from the recent list and the size classes.
     pub unlisted: u64,
@@ -144,6 +147,8 @@ pub struct RankSummary {
     pub evicted: u64,
     #[serde(default)]
     pub stale: u64,
+    #[serde(default)]
+    pub foreign: u64,
     #[serde(default)]
     pub unlisted: u64,
     #[serde(default)]
