@@ -200,17 +200,27 @@ impl RankScore {
 const CONTENTION: &str = "CPU contention, not a straggler:";
 
 /// A compute-phase lag of a rank computing on the CPU while the host is oversubscribed (load at
-/// or above its cores): the caveat that says so instead of naming it. The ranks share the
-/// host's cores (and on 2 vCPUs, one physical core's two threads) with everything else, so a
-/// rank slower in forward, backward or the optimizer there is the host's, even where its own
-/// run-queue wait does not show it (issue 51's fifth hunt: a healthy attached run's rank 1
-/// named at 0.39 in backward, 3.0 vs 0.6 ms, waiting 1.2 ms for a core, at load 5 on 2 cores).
+/// or above its cores, or the run's own gloo ranks on this host more than its cores): the
+/// caveat that says so instead of naming it. The ranks share the host's cores (and on 2 vCPUs,
+/// one physical core's two threads) with everything else, so a rank slower in forward, backward
+/// or the optimizer there is the host's, even where its own run-queue wait does not show it
+/// (issue 51's fifth hunt: a healthy attached run's rank 1 named at 0.39 in backward, 3.0 vs
+/// 0.6 ms, waiting 1.2 ms for a core, at load 5 on 2 cores). The run's own ranks count apart
+/// from the 1-minute load, which trails a short run (the seventh hunt: a healthy 13 s run of 4
+/// gloo ranks on 2 cores named rank 0 in forward, 22.8 vs 17.5 ms, before the load reached 2).
 /// A slow data wait (a sleeping loader, a slow disk) is still named there.
 fn host_bound_compute(run: &RunView, rank: u32, phase: &str) -> Option<String> {
     if run.spec.backend != crate::protocol::Backend::Gloo || phase == PHASES[0] {
         return None;
     }
     let load = run.host_load?;
+    let local = run.ranks.values().filter(|r| !r.remote).count();
+    if local > load.cores {
+        return Some(format!(
+            "{CONTENTION} rank {rank} is slower in {phase}, computing on the CPU with {local} gloo ranks on {}: not named on an oversubscribed host",
+            crate::util::count(load.cores, "core")
+        ));
+    }
     let load1 = load.load1?;
     (load1 >= load.cores as f64).then(|| {
         format!(
@@ -1123,6 +1133,44 @@ mod tests {
         run.host_load = load(5.0);
         run.spec.backend = crate::protocol::Backend::Nccl;
         assert_eq!(host_bound_compute(&run, 1, "forward"), None);
+    }
+
+    #[test]
+    fn a_compute_lag_in_a_run_of_more_gloo_ranks_than_cores_is_the_hosts_at_any_load() {
+        // The seventh hunt: 4 gloo ranks on 2 cores, the 1-minute load still under 2.
+        let ranks = |from: u32, n: u32, remote: bool| -> Vec<RankView> {
+            (from..from + n)
+                .map(|rank| RankView {
+                    rank,
+                    remote,
+                    ..Default::default()
+                })
+                .collect()
+        };
+        let mut run = run_of(ranks(0, 4, false));
+        run.spec.backend = crate::protocol::Backend::Gloo;
+        run.host_load = Some(crate::run::view::HostLoad {
+            load1: Some(1.5),
+            cores: 2,
+        });
+        let line = host_bound_compute(&run, 0, "forward").unwrap();
+        assert!(
+            line.contains(
+                "rank 0 is slower in forward, computing on the CPU with 4 gloo ranks on 2 cores"
+            ),
+            "{line}"
+        );
+        assert_eq!(host_bound_compute(&run, 0, "data wait"), None);
+        // As many ranks as cores, or ranks on other nodes: the load alone decides.
+        let mut two = run_of(ranks(0, 2, false));
+        two.spec.backend = crate::protocol::Backend::Gloo;
+        two.host_load = run.host_load;
+        assert_eq!(host_bound_compute(&two, 0, "forward"), None);
+        let mut spread = run_of([ranks(0, 2, false), ranks(2, 2, true)].concat());
+        assert_eq!(spread.ranks.len(), 4);
+        spread.spec.backend = crate::protocol::Backend::Gloo;
+        spread.host_load = run.host_load;
+        assert_eq!(host_bound_compute(&spread, 0, "forward"), None);
     }
 
     #[test]
