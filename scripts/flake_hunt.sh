@@ -5,6 +5,8 @@
 # (sim_runs + reliability at once, attach_gloo's hang/stalled/slow_rank tests, gloo_runs' slow
 # tests). No retries: every binary runs once per repetition and any failure is kept.
 # Usage: scripts/flake_hunt.sh COMMIT REPS OUTDIR
+# FIRST=14 numbers the repetitions from 14: a hunt continued in the same OUTDIR (the tree is
+# extracted again with the commit's own mtimes, so its target/ is reused as built).
 # The commit is archived to OUTDIR/tree and built there with its own target/, so that its test
 # binaries find that tree's workers (not a working tree others are editing).
 set -uo pipefail
@@ -21,8 +23,9 @@ cargo build -q -p ddptop-nccl-profiler && cargo test -q --workspace --all-target
 D=$out/tree/target/debug/deps
 bin() { ls -t "$D/$1"-* | grep -v '\.d$' | head -1; }
 A=$(bin attach_gloo) R=$(bin reliability) F=$(bin fault_matrix) G=$(bin gloo_runs) S=$(bin sim_runs)
-echo "hunt of $commit: $reps repetitions, $(nproc) cores, started $(date -u +%FT%TZ)" >>"$out/summary.txt"
-for i in $(seq 1 "$reps"); do
+first=${FIRST:-1}
+echo "hunt of $commit: $reps repetitions from $first, $(nproc) cores, started $(date -u +%FT%TZ)" >>"$out/summary.txt"
+for i in $(seq "$first" $((first + reps - 1))); do
   t0=$(date +%s) l0=$(cut -d' ' -f1 /proc/loadavg)
   # phase 1 (two lanes at once)
   ( "$A" --skip hang --skip stalled --skip slow_rank >"$out/a1_$i.txt" 2>&1; echo $? >"$out/rc_a1_$i"

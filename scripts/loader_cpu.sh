@@ -10,6 +10,10 @@
 #   ROUNDS=4 SAMPLES=2048 BATCH=64 EPOCHS=2 scripts/loader_cpu.sh
 # ARMS may add loader10: the loader arm with steps timed 1 in 10 (DDPTOP_TIME_EVERY=10, as ddptop
 # gives GPU runs; gloo runs time every step), to see what per-step timing costs on the CPU.
+# PIN=2-5 runs every arm under `taskset -c 2-5` (the arm's process tree: ddptop, torchrun, the
+# rank and its loader workers, or the book's script and its loader workers), so that both sides
+# get the same cores every round (scripts/device/loader_cpu_pinned.sh). BUDGET_S stops starting
+# rounds after that many seconds (a round is always finished), so the table still prints.
 # Needs $DDPTOP_PYTHON with torch and torchvision (scripts/test_env.sh) and a built ddptop
 # (DDPTOP_BIN, default target/release/ddptop, else target/debug/ddptop).
 set -u
@@ -19,6 +23,8 @@ B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=target/debug/ddptop
 OUT=${OUT:-$(mktemp -d)}; mkdir -p "$OUT"
 ROUNDS=${ROUNDS:-4}; SAMPLES=${SAMPLES:-2048}; BATCH=${BATCH:-64}; EPOCHS=${EPOCHS:-2}
 ARMS=${ARMS:-book loader fast-loader}
+BUDGET_S=${BUDGET_S:-0}; T0=$(date +%s)
+PIN_CMD=(); [ -n "${PIN:-}" ] && PIN_CMD=(taskset -c "$PIN")
 export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-$OUT/ddptop-data}
 RES="$OUT/loader_cpu.tsv"; : > "$RES"
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/loader_cpu.log"; }
@@ -27,12 +33,12 @@ arm() {  # arm NAME ROUND -> appends "round<TAB>arm<TAB>samples/s"
   local a=$1 r=$2 f="$OUT/${1}_r${2}.log" sps=""
   case $a in
     book)
-      OMP_NUM_THREADS=1 timeout 900 "$PY" workers/scripts/book_loader.py --model tiny \
+      OMP_NUM_THREADS=1 timeout 900 "${PIN_CMD[@]}" "$PY" workers/scripts/book_loader.py --model tiny \
         --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
       sps=$("$PY" -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BOOK_RESULT')]" "$f" | tail -1) ;;
     loader|fast-loader|loader10)
       local path=$a every=1; [ "$a" = loader10 ] && path=loader every=10
-      DDPTOP_PYTHON=$PY timeout 900 "$B" run weak --k 1 --backend gloo --model tiny \
+      DDPTOP_PYTHON=$PY timeout 900 "${PIN_CMD[@]}" "$B" run weak --k 1 --backend gloo --model tiny \
         --env "DDPTOP_TIME_EVERY=$every" --data-path "$path" --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" --json > "$f" 2> "$f.stderr"
       sps=$("$PY" -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
   esac
@@ -40,8 +46,9 @@ arm() {  # arm NAME ROUND -> appends "round<TAB>arm<TAB>samples/s"
   [ -n "$sps" ] && printf '%s\t%s\t%s\n' "$r" "$a" "$sps" >> "$RES"
 }
 
-log "binary $B, python $PY; tiny model, batch $BATCH, samples $SAMPLES, epochs $EPOCHS (epoch 0 warm-up), $ROUNDS rounds of: $ARMS; $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+log "binary $B, python $PY; tiny model, batch $BATCH, samples $SAMPLES, epochs $EPOCHS (epoch 0 warm-up), $ROUNDS rounds of: $ARMS; $(nproc) cores, pinned to ${PIN:-none}, budget ${BUDGET_S}s, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq 1 "$ROUNDS"); do
+  if (( BUDGET_S > 0 && $(date +%s) - T0 > BUDGET_S )); then log "budget of ${BUDGET_S}s spent: $((r - 1)) rounds"; break; fi
   order=$ARMS; [ $((r % 2)) -eq 0 ] && order=$(echo $ARMS | tr ' ' '\n' | tac | tr '\n' ' ')
   for a in $order; do arm "$a" "$r"; done
 done

@@ -17,35 +17,20 @@
 # loader_alt = the loader arm with the workers package from $ALT_WORKERS (another workers/ tree,
 # e.g. a previous commit's), to measure what one worker change does, interleaved:
 #   ALT_WORKERS=/path/to/old/workers ARMS="book_loader loader loader_alt" KS=1 ...
-# These arms need torchvision: if the python lacks it, the wheels in .carry/wheels-tv/
-# (torchvision 0.26.0, pillow, numpy for cp312) are installed once into /tmp/ddptop-tv-site and
-# put at the end of sys.path by a .pth file (the python's own packages win; torchvision 0.26.0
-# pairs with torch 2.11.0). Synthetic FashionMNIST-shaped images (the device has no dataset):
-# the first line of each log says so.
+# These arms need torchvision (common.sh's need_torchvision installs the carried wheels).
+# Synthetic FashionMNIST-shaped images (the device has no dataset): the first line of each log
+# says so.
 # Run from the repo root; needs the release binary (target/release/ddptop or .carry/ddptop).
 # Logs go to $OUT; the table is printed last. About 4 minutes.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 DDPTOP_PYTHON=${DDPTOP_PYTHON:-python3}
+. "$(dirname "$0")/common.sh"
 export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-data-overhead}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 PY=${DDPTOP_PYTHON}
-B=${DDPTOP_BIN:-target/release/ddptop}; [ -x "$B" ] || B=./.carry/ddptop
+B=$(ddptop_bin)
 SAMPLES=${SAMPLES:-30000}; EPOCHS=${EPOCHS:-3}; BUDGET_S=${BUDGET_S:-230}
 RES="$OUT/loop_overhead.tsv"; : > "$RES"
-need_torchvision() {
-  case " ${ARMS:-} " in *" book_loader "*|*" loader "*|*" loader_alt "*) ;; *) return 0 ;; esac
-  $PY -c "import torchvision" 2>/dev/null && return 0
-  local site=/tmp/ddptop-tv-site pth
-  ls .carry/wheels-tv/*.whl > /dev/null 2>&1 || { echo "no torchvision and no .carry/wheels-tv/*.whl" >&2; return 1; }
-  $PY -m pip install -q --no-index --no-deps --target "$site" .carry/wheels-tv/*.whl > "$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log" >&2; return 1; }
-  # A .pth file appends $site to sys.path for every process of this python, ddptop's workers
-  # included (ddptop sets their PYTHONPATH to its workers/ folder, so PYTHONPATH cannot carry it).
-  pth=$($PY -c "import site,sys;print(site.getusersitepackages() if site.ENABLE_USER_SITE else site.getsitepackages()[0])")
-  mkdir -p "$pth" && echo "$site" > "$pth/ddptop-tv.pth"
-  $PY -c "import torchvision, PIL, numpy; print('torchvision', torchvision.__version__, 'from', torchvision.__file__)" | tee -a "$OUT/pip.log"
-}
-need_torchvision || { echo "loop_overhead: the loader arms need torchvision (see $OUT/pip.log)"; exit 1; }
+case " ${ARMS:-} " in *" book_loader "*|*" loader "*|*" loader_alt "*) need=1 ;; *) need=0 ;; esac
+(( need == 0 )) || need_torchvision || { echo "loop_overhead: the loader arms need torchvision (see $OUT/pip.log)"; exit 1; }
 T0=$(date +%s)
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/loop_overhead.log"; }
 elapsed() { echo $(( $(date +%s) - T0 )); }
