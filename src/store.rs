@@ -1438,7 +1438,10 @@ mod tests {
         run.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
         run.instrument = Some(crate::protocol::Instrument::Full);
         let mut r0 = RankSummary {
-            dropped: 2,
+            loss: crate::run::collectives::LossCounters {
+                dropped: 2,
+                ..Default::default()
+            },
             ..RankSummary::default()
         };
         r0.funcs.insert(

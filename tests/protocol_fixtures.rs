@@ -128,3 +128,28 @@ proptest! {
         });
     }
 }
+
+/// The Python client's `EXPERIMENTS` (what a worker's `result` may name) are ddptop's families,
+/// in the same order: a family added on one side only would have its results refused.
+#[test]
+fn the_python_clients_experiments_are_the_families() {
+    let path = format!(
+        "{}/workers/ddptop_worker/protocol.py",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let start = text
+        .find("EXPERIMENTS: Final = (")
+        .expect("EXPERIMENTS in protocol.py");
+    let body = &text[start..];
+    let body = &body[body.find('(').unwrap() + 1..body.find(')').unwrap()];
+    let python: Vec<String> = body
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let rust: Vec<String> = <ddptop::run::Experiment as strum::IntoEnumIterator>::iter()
+        .map(|e| e.as_str().to_string())
+        .collect();
+    assert_eq!(python, rust);
+}

@@ -22,16 +22,16 @@ pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
     let budget = &mut cs.budget;
     let r = cs.ranks.entry(b.rank).or_default();
     // Cumulative in the plugin: a lost message loses nothing.
-    r.dropped = r.dropped.max(b.dropped);
-    r.lost = r.lost.max(b.lost);
-    r.bad = r.bad.max(b.bad);
-    r.unrequested = r.unrequested.max(b.unrequested);
-    r.evicted = r.evicted.max(b.evicted);
+    r.loss.dropped = r.loss.dropped.max(b.dropped);
+    r.loss.lost = r.loss.lost.max(b.lost);
+    r.loss.bad = r.loss.bad.max(b.bad);
+    r.loss.unrequested = r.loss.unrequested.max(b.unrequested);
+    r.loss.evicted = r.loss.evicted.max(b.evicted);
     r.last_msg = Some(now);
     // A communicator this run cannot have (more ranks than the run, or a position outside
     // it) is not this run's evidence: refused and counted, never kept (issue 45).
     if b.nranks == 0 || b.comm_rank >= b.nranks || b.nranks > world {
-        r.foreign += records(b).max(1);
+        r.loss.foreign += records(b).max(1);
         return;
     }
     let id = format!("{}/{}", b.comm, b.comm_rank);
@@ -39,7 +39,7 @@ pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
         r.over_cap.comms += records(b);
         return;
     }
-    r.unlisted = r.unlisted.saturating_add(b.more);
+    r.loss.unlisted = r.loss.unlisted.saturating_add(b.more);
     let over = &mut r.over_cap;
     let c = r.comms.entry(id).or_default();
     c.comm = b.comm.clone();
@@ -60,7 +60,7 @@ pub fn apply_batch(run: &mut RunView, b: &NcclBatch, now: Instant) {
         // so its own end event was lost (or the entry outlived it in the plugin's table). It is
         // not in flight, and a hang verdict must never name it (issue 45).
         if c.last_done.get(&i.func).is_some_and(|done| *done >= i.seq) {
-            r.stale += 1;
+            r.loss.stale += 1;
             continue;
         }
         if budget.admit(&[Key::Func(&i.func)]) {
@@ -246,7 +246,7 @@ mod tests {
         let p = &r.collectives.ranks[&0];
         assert!(p.comms.is_empty(), "{:?}", p.comms.keys());
         // 3 records each: last_done, funcs, one listed collective.
-        assert_eq!(p.foreign, 6);
+        assert_eq!(p.loss.foreign, 6);
         apply(&mut r, &batch(9, &names, ""), now);
         assert_eq!(r.collectives.ranks[&0].comms.len(), 1);
         let m = model(&r, now).unwrap();
@@ -254,7 +254,7 @@ mod tests {
         assert!(loss.contains("not this run's 6"), "{loss}");
         // Kept in the stored form, and said by the view of a stored run.
         let s = crate::app::coll_store::summarize(&r).unwrap();
-        assert_eq!(s.ranks[&0].foreign, 6);
+        assert_eq!(s.ranks[&0].loss.foreign, 6);
         let j = crate::app::coll_store::collectives_json(&r);
         assert_eq!(j["ranks"]["0"]["foreign"], 6);
     }
@@ -283,7 +283,15 @@ mod tests {
         apply(&mut r, &line, now);
         let p = &r.collectives.ranks[&0];
         // Cumulative counters are the latest; `more` is per message, so summed.
-        assert_eq!((p.bad, p.unrequested, p.evicted, p.unlisted), (1, 4, 2, 14));
+        assert_eq!(
+            (
+                p.loss.bad,
+                p.loss.unrequested,
+                p.loss.evicted,
+                p.loss.unlisted
+            ),
+            (1, 4, 2, 14)
+        );
         assert_eq!(
             model(&r, now).unwrap().ranks[0].loss.as_deref(),
             Some("bad 1 · unrequested 4 · evicted 2 · unlisted 14")

@@ -16,14 +16,7 @@ pub fn summarize(run: &RunView) -> Option<CollSummary> {
     let mut out = CollSummary::default();
     for (rank, p) in &run.collectives.ranks {
         let mut r = RankSummary {
-            dropped: p.dropped,
-            lost: p.lost,
-            bad: p.bad,
-            unrequested: p.unrequested,
-            evicted: p.evicted,
-            stale: p.stale,
-            foreign: p.foreign,
-            unlisted: p.unlisted,
+            loss: p.loss,
             over_cap: p.over_cap,
             ..RankSummary::default()
         };

@@ -230,7 +230,7 @@ pub fn evidence_age(run: &RunView, now: Instant) -> Option<String> {
             ))
         })
         .collect();
-    let stale: u64 = run.collectives.ranks.values().map(|p| p.stale).sum();
+    let stale: u64 = run.collectives.ranks.values().map(|p| p.loss.stale).sum();
     let mut text = format!("evidence: the plugin's last reports, {}", ages.join(", "));
     if stale > 0 {
         text.push_str(&format!(
@@ -405,34 +405,19 @@ pub struct RankRow {
     pub loss: Option<String>,
 }
 
-/// The plugin's counters of one rank as the view shows them; `None` when all are 0.
-pub fn loss_text(dropped: u64, lost: u64, others: [(&str, u64); 6]) -> Option<String> {
+/// One rank's counters as the view shows them; `None` when all are 0.
+pub fn loss_text(c: &crate::run::collectives::LossCounters) -> Option<String> {
     let mut parts = Vec::new();
-    if dropped + lost > 0 {
-        parts.push(format!("dropped {dropped} · lost {lost}"));
+    if c.dropped + c.lost > 0 {
+        parts.push(format!("dropped {} · lost {}", c.dropped, c.lost));
     }
     parts.extend(
-        others
+        c.named()
             .iter()
             .filter(|(_, n)| *n > 0)
             .map(|(what, n)| format!("{what} {n}")),
     );
     (!parts.is_empty()).then(|| parts.join(" · "))
-}
-
-fn rank_loss(p: &crate::run::collectives::PluginRank) -> Option<String> {
-    loss_text(
-        p.dropped,
-        p.lost,
-        [
-            ("bad", p.bad),
-            ("unrequested", p.unrequested),
-            ("evicted", p.evicted),
-            ("stale", p.stale),
-            ("not this run's", p.foreign),
-            ("unlisted", p.unlisted),
-        ],
-    )
 }
 
 /// One function's line: totals over the run, NCCL's algorithm/protocol choices.
@@ -563,7 +548,7 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let loss = rank_loss(p);
+        let loss = loss_text(&p.loss);
         m.ranks.push(RankRow {
             rank: *r,
             last_done,
@@ -619,18 +604,7 @@ fn stored_model(s: &crate::run::collectives::CollSummary) -> CollectivesModel {
                 .collect::<Vec<_>>()
                 .join(", "),
             inflight: None,
-            loss: loss_text(
-                r.dropped,
-                r.lost,
-                [
-                    ("bad", r.bad),
-                    ("unrequested", r.unrequested),
-                    ("evicted", r.evicted),
-                    ("stale", r.stale),
-                    ("not this run's", r.foreign),
-                    ("unlisted", r.unlisted),
-                ],
-            ),
+            loss: loss_text(&r.loss),
         });
     }
     if let Some(r0) = s.ranks.values().next() {
@@ -791,7 +765,7 @@ mod tests {
         let now = feed(&mut r, t0, &format!("{}\n{}", b(0, lost), b(1, "")));
         assert_eq!(stuck(&r, now, STUCK_AFTER_S), None, "outside communication");
         assert_eq!(evidence_age(&r, now), None);
-        assert_eq!(r.collectives.ranks[&0].stale, 1);
+        assert_eq!(r.collectives.ranks[&0].loss.stale, 1);
         // A real one beside it is still named, with how old the evidence is.
         let real =
             r#"{"func":"all_reduce","seq":46,"bytes":4,"t_call":1.0,"age_s":8.0,"kernel":false}"#;

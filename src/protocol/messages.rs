@@ -668,7 +668,9 @@ pub struct ResultMsg {
     pub rank: u32,
     pub step: u64,
     pub t: f64,
-    pub experiment: String,
+    /// The family that measured it: one of ddptop's, by its name (an unknown name refuses the
+    /// message, as an unknown optimizer does).
+    pub experiment: crate::run::Experiment,
     pub samples_per_s: Option<f64>,
     pub timed_epochs: u32,
     pub params: Option<u64>,

@@ -55,6 +55,50 @@ pub struct CommView {
     pub finished: bool,
 }
 
+/// What one rank lost or set aside of its NCCL evidence: the plugin's counters (cumulative, as
+/// its latest batch reported them) and ddptop's own. Live in [`PluginRank`], stored in
+/// [`RankSummary`]; the collectives view lists them by [`LossCounters::named`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LossCounters {
+    pub dropped: u64,
+    pub lost: u64,
+    /// Each counter past `lost` is absent from runs stored before it (`serde(default)`).
+    #[serde(default)]
+    pub bad: u64,
+    /// Events of a type the plugin did not ask NCCL for (0 from a plugin that predates it).
+    #[serde(default)]
+    pub unrequested: u64,
+    /// In-flight entries the plugin forgot to stay bounded.
+    #[serde(default)]
+    pub evicted: u64,
+    /// In-flight entries ddptop set aside as stale: the communicator had already completed
+    /// that function's collective of that sequence number or a later one.
+    #[serde(default)]
+    pub stale: u64,
+    /// Records of a communicator this run cannot have (more ranks than the run's k, or a rank
+    /// position outside it): refused, never kept.
+    #[serde(default)]
+    pub foreign: u64,
+    /// Collectives counted in `funcs` but not listed (the messages' `more`, summed): not lost,
+    /// only missing from the recent list and the size classes.
+    #[serde(default)]
+    pub unlisted: u64,
+}
+
+impl LossCounters {
+    /// The counters past `dropped` and `lost`, with the words the collectives view uses.
+    pub fn named(&self) -> [(&'static str, u64); 6] {
+        [
+            ("bad", self.bad),
+            ("unrequested", self.unrequested),
+            ("evicted", self.evicted),
+            ("stale", self.stale),
+            ("not this run's", self.foreign),
+            ("unlisted", self.unlisted),
+        ]
+    }
+}
+
 /// One process's plugin.
 #[derive(Debug, Clone, Default)]
 pub struct PluginRank {
@@ -63,22 +107,7 @@ pub struct PluginRank {
     pub pid: u32,
     /// Keyed by `<communicator id>/<rank in it>`.
     pub comms: BTreeMap<String, CommView>,
-    pub dropped: u64,
-    pub lost: u64,
-    pub bad: u64,
-    /// The plugin's own counters beside `bad` (cumulative; 0 from a plugin that predates them):
-    /// events of a type it did not ask NCCL for, in-flight entries it forgot to stay bounded.
-    pub unrequested: u64,
-    pub evicted: u64,
-    /// In-flight entries ddptop set aside as stale: the communicator had already completed
-    /// that function's collective of that sequence number or a later one.
-    pub stale: u64,
-    /// Records of a communicator this run cannot have (more ranks than the run's k, or a rank
-    /// position outside it): refused, never kept.
-    pub foreign: u64,
-    /// Collectives counted in `funcs` but not listed (the messages' `more`, summed): not lost,
-    /// only missing from the recent list and the size classes.
-    pub unlisted: u64,
+    pub loss: LossCounters,
     /// What ddptop itself refused of this rank's messages (`coll_bounds`).
     pub over_cap: OverCap,
     pub last_msg: Option<Instant>,
@@ -136,21 +165,9 @@ pub struct RankSummary {
     pub busbw: Vec<BusbwClass>,
     /// Per function, the latest completed sequence number (the highest over communicators).
     pub last_seq: BTreeMap<String, u64>,
-    pub dropped: u64,
-    pub lost: u64,
-    /// As in [`PluginRank`]; absent from runs stored before them.
-    #[serde(default)]
-    pub bad: u64,
-    #[serde(default)]
-    pub unrequested: u64,
-    #[serde(default)]
-    pub evicted: u64,
-    #[serde(default)]
-    pub stale: u64,
-    #[serde(default)]
-    pub foreign: u64,
-    #[serde(default)]
-    pub unlisted: u64,
+    /// Flattened: the stored JSON keeps one key per counter, as before the struct.
+    #[serde(flatten)]
+    pub loss: LossCounters,
     #[serde(default)]
     pub over_cap: OverCap,
 }

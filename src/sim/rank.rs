@@ -527,7 +527,7 @@ impl Sim<'_> {
     fn finish(&mut self, timed: &[f64], reason: ByeReason) -> i32 {
         self.set_phase(Phase::Done);
         let sps = (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64);
-        let experiment = self.args.experiment.to_string();
+        let experiment = self.args.experiment;
         self.client.send(&WorkerMsg::Result(ResultMsg {
             rank: self.rank,
             step: self.step,

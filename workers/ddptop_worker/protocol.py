@@ -139,6 +139,19 @@ STRATEGIES: Final = ("ddp", "zero1", "fsdp", "jax_data", "jax_fsdp")
 SHARDINGS: Final = ("data", "fsdp")
 HLO_OPS: Final = ("all_reduce", "all_gather", "reduce_scatter")
 OPTIMIZERS: Final = ("sgd", "adam")
+# ddptop's families (`run::Experiment`; tests/protocol_fixtures.rs holds the two lists equal): a
+# result names the one it measured.
+EXPERIMENTS: Final = (
+    "weak",
+    "strong",
+    "probe",
+    "allreduce",
+    "jax",
+    "fsdp",
+    "attach",
+    "handrolled",
+    "zero1",
+)
 DDP_ARGS: Final = ("bucket_cap_mb", "static_graph", "gradient_as_bucket_view")
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
 BYE_REASONS: Final = ("done", "stopped", "error")
@@ -341,7 +354,7 @@ WORKER_SCHEMAS: Final[dict[str, dict[str, Check]]] = {
     "hlo": {"k": uint, "all_reduce_ops": uint, "all_reduce_bytes": uint},
     "log": {"level": one_of(*LOG_LEVELS), "msg": string},
     "result": {
-        "experiment": nonempty_string,
+        "experiment": one_of(*EXPERIMENTS),
         "samples_per_s": opt_nonneg,
         "timed_epochs": uint,
         "params": opt_uint,
