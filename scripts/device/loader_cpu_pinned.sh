@@ -18,6 +18,6 @@ R=$OUT/loader_cpu_pinned; mkdir -p "$R"
 { nproc; lscpu | grep -E "Model name|^CPU\(s\)|NUMA node|MHz"; cut -d' ' -f1-3 /proc/loadavg
   $DDPTOP_PYTHON -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
   "$DDPTOP_BIN" --version; } > "$R/env.txt" 2>&1
-OUT=$R scripts/loader_cpu.sh > "$R/stdout.txt" 2>&1
+OUT=$R bash scripts/loader_cpu.sh > "$R/stdout.txt" 2>&1
 tar -czf "$OUT/loader_cpu_pinned.tgz" --exclude=ddptop-data -C "$OUT" loader_cpu_pinned
 cat "$R/env.txt"; tail -4 "$R/stdout.txt"
