@@ -68,7 +68,7 @@ fn named(k: u32, cfg: &StragglerConfig) -> RunView {
     update(&mut run, cfg, 0.0, &RankGpus::default());
     run.ranks = full;
     update(&mut run, cfg, 1.0, &RankGpus::default());
-    let names: Vec<u32> = run.stragglers.iter().map(|s| s.rank).collect();
+    let names: Vec<u32> = run.straggler.named.iter().map(|s| s.rank).collect();
     assert_eq!(names, [1], "k={k}: the bench's input names rank 1 alone");
     run
 }

@@ -463,7 +463,7 @@ fn print_failures(runs: &[&RunView], runs_dir: &std::path::Path) {
             && let Some(why) = &r.reason
         {
             println!("  {} k={}: {}", r.status.as_str(), r.spec.k, why);
-            for l in &r.hang_report {
+            for l in &r.evidence.hang_report {
                 println!("    {l}");
             }
             println!("    output: {}", output_log(&r.id).display());
@@ -587,7 +587,7 @@ fn attach_note(r: &RunView) -> String {
 
 /// One note for the table: the receipt's op counts and largest op, the merging passes, the check.
 fn jax_note(r: &RunView) -> Option<String> {
-    let h = r.hlo.as_ref()?;
+    let h = r.figures.hlo.as_ref()?;
     let ops = h.ops.unwrap_or_default();
     let mut s = format!(
         "{} sharding: {} all-reduce",
@@ -608,7 +608,7 @@ fn jax_note(r: &RunView) -> Option<String> {
     if let Some(c) = h.combined_by.as_ref().filter(|c| !c.is_empty()) {
         s.push_str(&format!(", combined by {}", c.join("+")));
     }
-    if let Some(e) = crate::app::equality::equality(&r.checks) {
+    if let Some(e) = crate::app::equality::equality(&r.figures.checks) {
         s.push_str(&format!(
             ", k=1 vs k={} {} ({}; {})",
             r.spec.k,
@@ -709,6 +709,7 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
     ));
     for r in runs {
         let agg = r
+            .figures
             .aggregate
             .as_ref()
             .filter(|_| r.status == RunStatus::Completed);
@@ -732,12 +733,12 @@ fn table(runs: &[&RunView], state: &State, note: &str) -> String {
             straggler_cell(r),
             notes.join("; ")
         ));
-        if r.status == RunStatus::Completed && !r.bench.is_empty() {
+        if r.status == RunStatus::Completed && !r.figures.bench.is_empty() {
             out.push_str(&format!(
                 "       {:>10} {:>12} {:>12} {:>12}\n",
                 "size", "time µs", "algbw GB/s", "busbw GB/s"
             ));
-            for b in &r.bench {
+            for b in &r.figures.bench {
                 out.push_str(&format!(
                     "       {:>10} {:>12.1} {:>12.2} {:>12.2}\n",
                     crate::util::fmt_size_pow2(b.bytes),
@@ -766,29 +767,34 @@ fn row_notes(r: &RunView, sc: &Option<crate::run::Scaling>, state: &State) -> Ve
     if r.spec.control {
         notes.push("k=1 control".to_string());
     }
-    if let Some(p) = probe_summary(&r.probe).filter(|_| r.status == RunStatus::Completed) {
+    if let Some(p) = probe_summary(&r.figures.probe).filter(|_| r.status == RunStatus::Completed) {
         notes.push(format!(
             "probe synced {:.2} ms, no_sync {:.2} ms, diff {:.2} ms",
             p.synced.median_ms, p.no_sync.median_ms, p.diff_ms
         ));
     }
-    if r.status == RunStatus::Completed && !r.bench.is_empty() {
-        let best = r.bench.iter().map(|b| b.busbw_gbs).fold(0.0, f64::max);
+    if r.status == RunStatus::Completed && !r.figures.bench.is_empty() {
+        let best = r
+            .figures
+            .bench
+            .iter()
+            .map(|b| b.busbw_gbs)
+            .fold(0.0, f64::max);
         notes.push(format!(
             "{} sizes, peak busbw {best:.1} GB/s",
-            r.bench.len()
+            r.figures.bench.len()
         ));
     }
     if let Some(t) = r.transport() {
         notes.push(format!("via {t}"));
     }
-    if let Some(n) = crate::run::nccl::ignored_note(&r.nccl_read) {
+    if let Some(n) = crate::run::nccl::ignored_note(&r.launch.nccl_read) {
         notes.push(format!("WARNING {n}"));
     }
-    if let Some(shared) = &r.gpus_shared {
+    if let Some(shared) = &r.launch.gpus_shared {
         notes.push(format!("WARNING {shared}"));
     }
-    for c in &r.caveats {
+    for c in &r.evidence.caveats {
         notes.push(format!("WARNING {}", c.text));
     }
     if let Some(why) = sc
@@ -826,7 +832,8 @@ fn row_notes(r: &RunView, sc: &Option<crate::run::Scaling>, state: &State) -> Ve
 /// recovered), or `—`.
 fn straggler_cell(r: &RunView) -> String {
     let named: Vec<String> = r
-        .stragglers
+        .straggler
+        .named
         .iter()
         .map(|s| {
             format!(

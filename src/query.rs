@@ -147,19 +147,25 @@ fn select<'a>(a: &ReportArgs, runs: &'a [RunView]) -> Result<(String, Vec<&'a Ru
         return Ok(curve(runs, anchor));
     }
     let sweep: Option<String> = match &a.sweep {
-        Some(q) if runs.iter().any(|r| r.sweep.as_deref() == Some(q.as_str())) => Some(q.clone()),
-        Some(q) => Some(resolve(runs, q)?.sweep.clone().ok_or_else(|| {
+        Some(q)
+            if runs
+                .iter()
+                .any(|r| r.launch.sweep.as_deref() == Some(q.as_str())) =>
+        {
+            Some(q.clone())
+        }
+        Some(q) => Some(resolve(runs, q)?.launch.sweep.clone().ok_or_else(|| {
             BadInput(format!(
                 "run `{q}` was not part of a sweep; report it by id"
             ))
         })?),
-        None => runs.first().and_then(|r| r.sweep.clone()),
+        None => runs.first().and_then(|r| r.launch.sweep.clone()),
     };
     let sel: Vec<&RunView> = match &sweep {
         Some(s) => {
             let mut v: Vec<&RunView> = runs
                 .iter()
-                .filter(|r| r.sweep.as_ref() == Some(s))
+                .filter(|r| r.launch.sweep.as_ref() == Some(s))
                 .collect();
             v.reverse(); // launch order
             v
@@ -454,6 +460,7 @@ fn figure_rows(
     history: &[RunView],
 ) {
     if let Some(agg) = run
+        .figures
         .aggregate
         .as_ref()
         .filter(|_| run.status == RunStatus::Completed)
@@ -543,7 +550,7 @@ fn source_rows(
     if let Some(t) = &info.transport {
         rows.push(("transport", t.clone()));
     }
-    for s in &run.stragglers {
+    for s in &run.straggler.named {
         rows.push(("straggler", s.when_and_why()));
     }
     for x in run.ranks.values() {
@@ -594,16 +601,16 @@ fn source_rows(
         let what = crate::store::ARCHIVE_WHAT;
         rows.push(("steps", format!("{} ({what})", steps.display())));
     }
-    for d in &run.diagnoses {
+    for d in &run.evidence.diagnoses {
         rows.push(("diagnosis", d.line()));
         for e in &d.evidence {
             rows.push(("  seen", e.clone()));
         }
     }
-    for l in &run.hang_report {
+    for l in &run.evidence.hang_report {
         rows.push(("evidence", l.clone()));
     }
-    for t in &run.rank_tails {
+    for t in &run.evidence.rank_tails {
         rows.push(("rank exit", format!("rank {} {}", t.rank, t.exit_words())));
         for l in &t.lines {
             rows.push(("  said", format!("[rank {}] {l}", t.rank)));
@@ -618,7 +625,7 @@ pub fn runs(g: &GlobalArgs, a: &RunsArgs) -> anyhow::Result<i32> {
         .iter()
         .filter(|r| a.experiment.is_none_or(|e| r.spec.experiment() == e))
         .filter(|r| a.backend.is_none_or(|b| r.spec.backend == b))
-        .filter(|r| a.since.is_none_or(|t| r.started_unix >= t))
+        .filter(|r| a.since.is_none_or(|t| r.clock.started_unix >= t))
         .take(a.limit as usize)
         .collect();
     let r = build_report("ddptop runs".into(), selected, &l);

@@ -400,8 +400,8 @@ impl Store {
             params![
                 run.id,
                 run.status.as_str(),
-                serde_json::to_string(&run.hang_report)?,
-                serde_json::to_string(&run.diagnoses)?
+                serde_json::to_string(&run.evidence.hang_report)?,
+                serde_json::to_string(&run.evidence.diagnoses)?
             ],
         )?;
         Ok(())
@@ -453,7 +453,7 @@ impl Store {
     /// Commit a run's final status and figures in one transaction.
     pub fn finalize(&mut self, run: &RunView, scaling: Option<&Scaling>) -> anyhow::Result<()> {
         let tx = self.conn.transaction()?;
-        let agg = run.aggregate.as_ref();
+        let agg = run.figures.aggregate.as_ref();
         let pids: Vec<u32> = run.ranks.values().filter_map(|r| r.pid).collect();
         tx.execute(
             "UPDATE runs SET status=?2, reason=?3, ended_unix=?4, samples_per_s=?5, rank_min=?6, rank_max=?7,
@@ -466,7 +466,7 @@ impl Store {
                 run.id,
                 run.status.as_str(),
                 run.reason,
-                run.ended_unix,
+                run.clock.ended_unix,
                 agg.map(|a| a.samples_per_s),
                 agg.map(|a| a.rank_min),
                 agg.map(|a| a.rank_max),
@@ -475,40 +475,40 @@ impl Store {
                 run.transport(),
                 serde_json::to_string(&pids)?,
                 run.bad_lines() as i64,
-                run.rejected as i64,
-                serde_json::to_string(&run.hang_report)?,
-                run.grad_bytes.map(|b| b as i64),
-                serde_json::to_string(&run.bucket_bytes)?,
-                serde_json::to_string(&run.versions)?,
+                run.evidence.rejected as i64,
+                serde_json::to_string(&run.evidence.hang_report)?,
+                run.figures.grad_bytes.map(|b| b as i64),
+                serde_json::to_string(&run.figures.bucket_bytes)?,
+                serde_json::to_string(&run.launch.versions)?,
                 scaling.map(|s| s.baseline.as_str()),
-                run.gpus_shared,
-                serde_json::to_string(&run.nccl_read)?,
-                serde_json::to_string(&run.caveats)?,
+                run.launch.gpus_shared,
+                serde_json::to_string(&run.launch.nccl_read)?,
+                serde_json::to_string(&run.evidence.caveats)?,
                 // Only an attached run has observed settings (the others' are their spec's).
                 run.spec.kind().runs_user_script()
-                    .then(|| serde_json::to_string(&run.observed))
+                    .then(|| serde_json::to_string(&run.seen.observed))
                     .transpose()?,
-                run.comm_timing.map(|c| c.as_str()),
-                run.coll_summary
+                run.seen.comm_timing.map(|c| c.as_str()),
+                run.figures.coll_summary
                     .as_ref()
                     .map(serde_json::to_string)
                     .transpose()?,
-                run.instrument
+                run.seen.instrument
                     .map(|i| serde_json::to_value(i).map(|v| v.as_str().unwrap_or("").to_string()))
                     .transpose()?,
-                serde_json::to_string(&run.rank_tails)?,
-                serde_json::to_string(&run.diagnoses)?,
+                serde_json::to_string(&run.evidence.rank_tails)?,
+                serde_json::to_string(&run.evidence.diagnoses)?,
             ],
         )?;
         // The per-phase table as of the end (issue 46): the phase history it is read from is
         // not stored. One row; `load_details` reads the newest.
-        if !run.phase_scores.is_empty() {
+        if !run.straggler.phase_scores.is_empty() {
             tx.execute(
                 "INSERT INTO events (run_id, unix, rank, type, body) VALUES (?1,?2,NULL,'phase_scores',?3)",
                 params![
                     run.id,
-                    run.ended_unix.unwrap_or_else(crate::util::unix_now),
-                    serde_json::to_string(&run.phase_scores)?
+                    run.clock.ended_unix.unwrap_or_else(crate::util::unix_now),
+                    serde_json::to_string(&run.straggler.phase_scores)?
                 ],
             )?;
         }
@@ -578,7 +578,7 @@ impl Store {
             let rv = rv?;
             run.ranks.insert(rv.rank, rv);
         }
-        if let Some(a) = run.aggregate.as_mut() {
+        if let Some(a) = run.figures.aggregate.as_mut() {
             a.per_rank = run.ranks.values().filter_map(|r| r.result_sps).collect();
         }
         // Probe blocks and bench rows in full; of the per-step timelines only each rank's last,
@@ -606,17 +606,17 @@ impl Store {
                 // The log line that named it is a `ddptop` note of its own.
                 "straggler" => {
                     if let Ok(s) = serde_json::from_str::<crate::run::view::Straggler>(&body) {
-                        run.stragglers.push(s);
+                        run.straggler.named.push(s);
                     }
                 }
                 "phase_scores" => {
                     if let Ok(rows) = serde_json::from_str(&body) {
-                        run.phase_scores = rows;
+                        run.straggler.phase_scores = rows;
                     }
                 }
                 "node_gpus" => {
                     if let Ok(rows) = serde_json::from_str(&body) {
-                        run.node_gpus = rows;
+                        run.figures.node_gpus = rows;
                     }
                 }
                 "ddptop" => {
@@ -634,9 +634,9 @@ impl Store {
                             .map(|()| m)
                             .map_err(|_| ())
                     }) {
-                    Ok(WorkerMsg::Probe(p)) => run.probe.push(p as Probe),
+                    Ok(WorkerMsg::Probe(p)) => run.figures.probe.push(p as Probe),
                     Ok(WorkerMsg::Result(r)) => run.note_torch_seen(&r),
-                    Ok(WorkerMsg::Bench(b)) => run.bench.push(b as Bench),
+                    Ok(WorkerMsg::Bench(b)) => run.figures.bench.push(b as Bench),
                     Ok(WorkerMsg::Buckets(b)) => {
                         if let Some(rv) = run.ranks.get_mut(&b.rank) {
                             rv.buckets = Some(b as Buckets);
@@ -649,14 +649,14 @@ impl Store {
                     }
                     Ok(WorkerMsg::Memory(m)) => {
                         if let Some(d) = m.device {
-                            run.device_memory.insert(d, m.clone());
+                            run.figures.device_memory.insert(d, m.clone());
                         }
                         if let Some(rv) = run.ranks.get_mut(&m.rank) {
                             rv.record_memory(&m);
                         }
                     }
-                    Ok(WorkerMsg::Hlo(h)) => run.hlo = Some(h),
-                    Ok(WorkerMsg::Check(c)) => run.checks.push(c),
+                    Ok(WorkerMsg::Hlo(h)) => run.figures.hlo = Some(h),
+                    Ok(WorkerMsg::Check(c)) => run.figures.checks.push(c),
                     Ok(WorkerMsg::Log(l)) => {
                         run.push_tail(format!("[rank {}] {:?}: {}", l.rank, l.level, l.msg))
                     }
@@ -843,55 +843,55 @@ fn run_from_row(r: &rusqlite::Row) -> anyhow::Result<RunView> {
         std::time::Instant::now(),
         r.get("started_unix")?,
     );
-    run.started = None;
+    run.clock.started = None;
     run.live = false;
-    run.sweep = r.get("sweep")?;
+    run.launch.sweep = r.get("sweep")?;
     run.status = known(r, "status", |s| s.parse::<RunStatus>().ok())?;
     run.reason = r.get("reason")?;
-    run.ended_unix = r.get("ended_unix")?;
+    run.clock.ended_unix = r.get("ended_unix")?;
     let sps: Option<f64> = r.get::<_, Option<f64>>("samples_per_s")?.and_then(rate);
     let rank_min: Option<f64> = r.get::<_, Option<f64>>("rank_min")?.and_then(rate);
     let rank_max: Option<f64> = r.get::<_, Option<f64>>("rank_max")?.and_then(rate);
-    run.aggregate = sps.map(|s| Aggregate {
+    run.figures.aggregate = sps.map(|s| Aggregate {
         samples_per_s: s,
         per_rank: Vec::new(),
         rank_min: rank_min.unwrap_or(0.0),
         rank_max: rank_max.unwrap_or(0.0),
     });
     run.set_transport(r.get("transport")?);
-    run.gpus_shared = r.get("gpus_shared")?;
-    run.nccl_read = json_col(r, "nccl_read_json")?;
-    run.caveats = json_col(r, "caveats_json")?;
+    run.launch.gpus_shared = r.get("gpus_shared")?;
+    run.launch.nccl_read = json_col(r, "nccl_read_json")?;
+    run.evidence.caveats = json_col(r, "caveats_json")?;
     if let Some(text) = r.get::<_, Option<String>>("observed_json")? {
-        run.observed = serde_json::from_str(&text).map_err(|e| {
+        run.seen.observed = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "run {} in the database has an unreadable observed_json: {e}",
                 spec_id(r)
             )
         })?;
     }
-    run.instrument = r
+    run.seen.instrument = r
         .get::<_, Option<String>>("instrument")?
         .and_then(|s| serde_json::from_value(serde_json::Value::String(s)).ok());
-    run.comm_timing = r
+    run.seen.comm_timing = r
         .get::<_, Option<String>>("comm_timing")?
         .as_deref()
         .and_then(crate::protocol::CommTiming::parse);
     if let Some(text) = r.get::<_, Option<String>>("collectives_json")? {
-        run.coll_summary = Some(serde_json::from_str(&text).map_err(|e| {
+        run.figures.coll_summary = Some(serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!(
                 "run {} in the database has an unreadable collectives_json: {e}",
                 spec_id(r)
             )
         })?);
     }
-    run.versions = json_col(r, "versions_json")?;
-    run.hang_report = json_col(r, "hang_report_json")?;
-    run.rank_tails = json_col(r, "rank_tails_json")?;
-    run.diagnoses = json_col(r, "diagnoses_json")?;
-    run.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);
-    run.bucket_bytes = json_col(r, "bucket_bytes_json")?;
-    run.rejected = r.get::<_, i64>("rejected")? as u64;
+    run.launch.versions = json_col(r, "versions_json")?;
+    run.evidence.hang_report = json_col(r, "hang_report_json")?;
+    run.evidence.rank_tails = json_col(r, "rank_tails_json")?;
+    run.evidence.diagnoses = json_col(r, "diagnoses_json")?;
+    run.figures.grad_bytes = r.get::<_, Option<i64>>("grad_bytes")?.map(|b| b as u64);
+    run.figures.bucket_bytes = json_col(r, "bucket_bytes_json")?;
+    run.evidence.rejected = r.get::<_, i64>("rejected")? as u64;
     Ok(run)
 }
 
@@ -969,10 +969,10 @@ mod tests {
             .unwrap();
         let mut run = RunView::new("r1".into(), s.clone(), std::time::Instant::now(), 5.0);
         run.status = RunStatus::Completed;
-        run.ended_unix = Some(9.0);
+        run.clock.ended_unix = Some(9.0);
         run.ranks.get_mut(&0).unwrap().result_sps = Some(100.0);
         run.ranks.get_mut(&1).unwrap().result_sps = Some(90.0);
-        run.aggregate = Aggregate::of(&run);
+        run.figures.aggregate = Aggregate::of(&run);
         let scaling = Scaling {
             speedup: 1.9,
             efficiency: 0.95,
@@ -984,7 +984,7 @@ mod tests {
         let l = &loaded[0];
         assert_eq!(l.status, RunStatus::Completed);
         assert_eq!(l.spec, s);
-        assert_eq!(l.aggregate.as_ref().unwrap().samples_per_s, 190.0);
+        assert_eq!(l.figures.aggregate.as_ref().unwrap().samples_per_s, 190.0);
         let environ: String = store
             .conn
             .query_row("SELECT environ_json FROM runs", [], |r| r.get(0))
@@ -1049,7 +1049,7 @@ mod tests {
         run.status = RunStatus::Completed;
         run.ranks.get_mut(&0).unwrap().result_sps = Some(1.7e308);
         run.ranks.get_mut(&1).unwrap().result_sps = Some(90.0);
-        run.aggregate = Some(Aggregate {
+        run.figures.aggregate = Some(Aggregate {
             samples_per_s: 1.7e308,
             per_rank: vec![1.7e308, 90.0],
             rank_min: 90.0,
@@ -1064,11 +1064,16 @@ mod tests {
         good.body = row.body.replace("1e300", "12.5");
         store.add_events(&[row, good]).unwrap();
         let l = &store.load_runs(10).unwrap()[0];
-        assert!(l.aggregate.is_none(), "{:?}", l.aggregate);
+        assert!(l.figures.aggregate.is_none(), "{:?}", l.figures.aggregate);
         assert_eq!(l.ranks[&0].result_sps, None);
         assert_eq!(l.ranks[&1].result_sps, Some(90.0));
-        assert_eq!(l.bench.len(), 1, "only the plausible row: {:?}", l.bench);
-        assert_eq!(l.bench[0].busbw_gbs, 12.5);
+        assert_eq!(
+            l.figures.bench.len(),
+            1,
+            "only the plausible row: {:?}",
+            l.figures.bench
+        );
+        assert_eq!(l.figures.bench[0].busbw_gbs, 12.5);
     }
 
     #[test]
@@ -1120,7 +1125,7 @@ mod tests {
         store.finalize(&run, None).unwrap();
         let loaded = store.load_runs(5).unwrap();
         let l = &loaded[0];
-        assert_eq!(l.probe.len(), 4);
+        assert_eq!(l.figures.probe.len(), 4);
         assert_eq!(l.ranks[&0].buckets.as_ref().unwrap().step, 50);
         assert_eq!(l.ranks[&1].buckets.as_ref().unwrap().step, 50);
     }
@@ -1182,14 +1187,14 @@ mod tests {
         run.status = RunStatus::Completed;
         store.finalize(&run, None).unwrap();
         let loaded = store.load_runs(5).unwrap();
-        assert_eq!(loaded[0].stragglers, vec![named]);
+        assert_eq!(loaded[0].straggler.named, vec![named]);
         assert!(
             loaded[0]
-                .log_tail
+                .evidence.log_tail
                 .iter()
                 .any(|l| l == "ddptop: straggler: rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median"),
             "{:?}",
-            loaded[0].log_tail
+            loaded[0].evidence.log_tail
         );
     }
 
@@ -1201,7 +1206,7 @@ mod tests {
         insert(&store, "r", &s, dir.path());
         let mut run = RunView::new("r".into(), s, std::time::Instant::now(), 1.0);
         run.status = RunStatus::Completed;
-        run.phase_scores = vec![crate::run::view::PhaseScore {
+        run.straggler.phase_scores = vec![crate::run::view::PhaseScore {
             phase: "data wait".into(),
             ranks: [(0, 0.3), (1, 23.6)].into_iter().collect(),
             median_ms: 11.95,
@@ -1211,8 +1216,8 @@ mod tests {
         }];
         store.finalize(&run, None).unwrap();
         assert_eq!(
-            store.load_runs(5).unwrap()[0].phase_scores,
-            run.phase_scores
+            store.load_runs(5).unwrap()[0].straggler.phase_scores,
+            run.straggler.phase_scores
         );
     }
 
@@ -1340,10 +1345,10 @@ mod tests {
         insert(&store, "a", &s, dir.path());
         let mut run = RunView::new("a".into(), s, std::time::Instant::now(), 1.0);
         run.status = RunStatus::Completed;
-        run.observed.step_samples.insert(64, 100);
-        run.observed.steps = 50;
-        run.observed.process_group = Some(false);
-        run.observed.ddp_module = Some(false);
+        run.seen.observed.step_samples.insert(64, 100);
+        run.seen.observed.steps = 50;
+        run.seen.observed.process_group = Some(false);
+        run.seen.observed.ddp_module = Some(false);
         run.add_caveat(crate::run::Caveat::perturbed("the live probe ran"));
         store.finalize(&run, None).unwrap();
         let weak = spec();
@@ -1353,15 +1358,15 @@ mod tests {
         store.finalize(&w, None).unwrap();
         let loaded = store.load_runs(5).unwrap();
         let by_id = |id: &str| loaded.iter().find(|r| r.id == id).unwrap();
-        assert_eq!(by_id("a").observed, run.observed);
-        assert_eq!(by_id("a").caveats, run.caveats);
+        assert_eq!(by_id("a").seen.observed, run.seen.observed);
+        assert_eq!(by_id("a").evidence.caveats, run.evidence.caveats);
         assert_eq!(
             by_id("a").perturbation().as_deref(),
             Some("the live probe ran")
         );
         // Only attached runs carry observed settings.
-        assert_eq!(by_id("w").observed, crate::run::Observed::default());
-        assert!(by_id("w").caveats.is_empty());
+        assert_eq!(by_id("w").seen.observed, crate::run::Observed::default());
+        assert!(by_id("w").evidence.caveats.is_empty());
     }
 
     #[test]
@@ -1390,7 +1395,10 @@ mod tests {
         );
         // A run stored before the NCCL profiler plugin: nothing of it.
         let old = &store.load_runs(1).unwrap()[0];
-        assert_eq!((old.comm_timing, &old.coll_summary), (None, &None));
+        assert_eq!(
+            (old.seen.comm_timing, &old.figures.coll_summary),
+            (None, &None)
+        );
     }
 
     #[test]
@@ -1435,8 +1443,8 @@ mod tests {
         insert(&store, "p", &s, dir.path());
         let mut run = RunView::new("p".into(), s, std::time::Instant::now(), 1.0);
         run.status = RunStatus::Completed;
-        run.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
-        run.instrument = Some(crate::protocol::Instrument::Full);
+        run.seen.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
+        run.seen.instrument = Some(crate::protocol::Instrument::Full);
         let mut r0 = RankSummary {
             loss: crate::run::collectives::LossCounters {
                 dropped: 2,
@@ -1472,15 +1480,18 @@ mod tests {
             }],
             timeline_source: Some("nccl_profiler".into()),
         };
-        run.coll_summary = Some(summary.clone());
+        run.figures.coll_summary = Some(summary.clone());
         store.finalize(&run, None).unwrap();
         let loaded = &store.load_runs(1).unwrap()[0];
-        assert_eq!(loaded.coll_summary.as_ref(), Some(&summary));
+        assert_eq!(loaded.figures.coll_summary.as_ref(), Some(&summary));
         assert_eq!(
-            loaded.comm_timing,
+            loaded.seen.comm_timing,
             Some(crate::protocol::CommTiming::NcclProfiler)
         );
-        assert_eq!(loaded.instrument, Some(crate::protocol::Instrument::Full));
+        assert_eq!(
+            loaded.seen.instrument,
+            Some(crate::protocol::Instrument::Full)
+        );
         // A damaged column is named, not read as "no collectives".
         store
             .conn

@@ -410,11 +410,12 @@ fn ddp_settings_from_the_environment_reach_an_unmodified_scripts_ddp() {
         .find(|r| r.id == id)
         .unwrap();
     assert!(
-        run.log_tail
+        run.evidence
+            .log_tail
             .iter()
             .any(|l| l.ends_with("DDP settings from the environment: bucket_cap_mb=0.05")),
         "{:#?}",
-        run.log_tail
+        run.evidence.log_tail
     );
 }
 

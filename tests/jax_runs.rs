@@ -135,16 +135,21 @@ fn jax_k1_k2_on_cpu_with_receipt_and_equality_check() {
         ddptop::run::JaxSharding::Data
     );
     assert_eq!(stored.spec.processes(), 1);
-    let h = stored.hlo.as_ref().expect("receipt reloaded");
+    let h = stored.figures.hlo.as_ref().expect("receipt reloaded");
     assert_eq!(h.all_reduce_ops as u64, ar["count"].as_u64().unwrap());
     assert_eq!(h.layout.as_ref().map(|l| l.len()), Some(4));
-    assert_eq!(stored.checks.len(), 5);
+    assert_eq!(stored.figures.checks.len(), 5);
     assert_eq!(
-        ddptop::app::equality::equality(&stored.checks).map(|e| e.verdict),
+        ddptop::app::equality::equality(&stored.figures.checks).map(|e| e.verdict),
         Some(ddptop::app::equality::Verdict::Ok)
     );
     assert_eq!(
-        stored.device_memory.keys().copied().collect::<Vec<_>>(),
+        stored
+            .figures
+            .device_memory
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
         [0, 1]
     );
 }

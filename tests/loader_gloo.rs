@@ -43,10 +43,11 @@ fn the_loader_arm_is_the_books_pipeline_and_its_copy_runs_beside_it() {
         .find(|r| r.id == id)
         .unwrap();
     let data_line = view
+        .evidence
         .log_tail
         .iter()
         .find(|l| l.contains("via the loader path"))
-        .unwrap_or_else(|| panic!("{:#?}", view.log_tail));
+        .unwrap_or_else(|| panic!("{:#?}", view.evidence.log_tail));
     for said in [
         "synthetic FashionMNIST-shaped",
         "as PIL images, torchvision Resize(64) + ToTensor per sample",

@@ -290,7 +290,7 @@ async fn probe_launches_the_probe_then_its_control_and_keeps_focus() {
     c.pump(&mut e, &mut v);
     let control = e.state().runs[0].clone();
     assert!(control.spec.control && control.spec.k == 1);
-    assert_eq!(control.sweep, probe.sweep);
+    assert_eq!(control.launch.sweep, probe.launch.sweep);
     assert_eq!(
         v.focused.as_deref(),
         Some(probe.id.as_str()),

@@ -16,7 +16,7 @@ fn fed(k: u32, fixtures: &[&str]) -> RunView {
     let now = Instant::now();
     let spec = RunSpec::new(Experiment::Weak, k, Backend::Nccl);
     let mut r = RunView::new("r20261201-1200-ab12".into(), spec, now, 0.0);
-    r.env.insert(
+    r.launch.env.insert(
         "NCCL_PROFILER_PLUGIN".into(),
         Some("/opt/ddptop/libnccl_profiler_ddptop.so".into()),
     );
@@ -82,7 +82,7 @@ fn the_k1_run_says_no_collectives_at_k1() {
 #[test]
 fn a_run_without_the_plugin_says_how_it_was_launched() {
     let mut run = fed(2, &[]);
-    run.env.clear();
+    run.launch.env.clear();
     let (_, s) = draw(&run, 130, 4);
     assert!(
         s.contains("launched without the NCCL profiler plugin"),
@@ -103,11 +103,12 @@ fn the_details_say_the_communication_source_live_and_a_tls_run_what_it_lacks() {
         now,
         0.0,
     );
-    r.env.insert(
+    r.launch.env.insert(
         "NCCL_PROFILER_PLUGIN".into(),
         Some("/opt/ddptop/libnccl_profiler_ddptop.so".into()),
     );
-    r.env
+    r.launch
+        .env
         .insert("DDPTOP_SOCKET".into(), Some("tls://10.0.0.1:4000".into()));
     let feed = |r: &mut RunView, line: &str| apply_worker(r, &parse_worker(line).unwrap(), now);
     let off = "plugin not reporting: off: DDPTOP_SOCKET=tls://10.0.0.1:4000 is a TLS listener and the plugin speaks no TLS";

@@ -98,7 +98,7 @@ fn row<'a>(s: &'a str, phase: &str) -> &'a str {
 #[test]
 fn a_slow_ranks_data_wait_stands_out_beside_the_median_at_k4() {
     let mut r = run_with(4, Some(1));
-    r.stragglers.push(named(1, true));
+    r.straggler.named.push(named(1, true));
     let t = block(&r, 110, 12);
     let s = text(&t);
     let data = row(&s, "data wait");
@@ -159,8 +159,8 @@ fn a_stored_fault_run_shows_its_table_as_of_its_end_in_the_details_with_its_faul
     let mut sp = spec(Experiment::Weak, 2, Backend::Gloo);
     sp.inject = Some("slow:1:1.5@40".parse().unwrap());
     let mut r = completed(8, sp, &[900.0, 900.0]);
-    r.phase_scores = table;
-    r.stragglers.push(named(1, false));
+    r.straggler.phase_scores = table;
+    r.straggler.named.push(named(1, false));
     let mut st = Screen::new(host_laptop());
     st.state.runs = vec![r];
     let keys = KeyMap::default();

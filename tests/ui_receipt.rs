@@ -126,10 +126,10 @@ fn jax_screen() -> Screen {
         r
     };
     let mut j1 = fixtures::completed(3, jax_spec(1), &[139.8]);
-    j1.hlo = Some(hlo(1));
-    j1.device_memory.insert(0, memory(0));
+    j1.figures.hlo = Some(hlo(1));
+    j1.figures.device_memory.insert(0, memory(0));
     let mut j2 = fixtures::completed(4, jax_spec(2), &[123.9]);
-    j2.hlo = Some(hlo(2));
+    j2.figures.hlo = Some(hlo(2));
     // What the worker sends (jax_check.py): the loss at steps 1-4 and the params after step 1,
     // as the tiny model measured them at k=2 on CPU.
     let rule = "tol (cpu): loss x max(1,|loss|) 1e-06 at step 1, 2e-03 at steps 2-4; params \
@@ -152,12 +152,15 @@ fn jax_screen() -> Screen {
         (3, 2.561905, 2.4e-7, 5.12e-3),
         (4, 1.752692, 2.4e-7, 3.51e-3),
     ] {
-        j2.checks.push(check("k1_vs_k2_loss", step, a, diff, tol));
+        j2.figures
+            .checks
+            .push(check("k1_vs_k2_loss", step, a, diff, tol));
     }
-    j2.checks
+    j2.figures
+        .checks
         .push(check("k1_vs_k2_params", 1, 25.81217, 6.0e-8, 1.0e-4));
     for d in 0..2 {
-        j2.device_memory.insert(d, memory(d));
+        j2.figures.device_memory.insert(d, memory(d));
     }
     st.runs = vec![j2, j1, weak(2, 2, &[61.0, 60.2]), weak(1, 1, &[88.5])];
     st.view.selected = 0;
@@ -225,7 +228,7 @@ fn receipt_pane_on_the_timeline_page_80x24() {
 fn a_jax_run_still_compiling_says_so() {
     let mut st = jax_screen();
     let mut r = fixtures::run(5, jax_spec(2), RunStatus::Running);
-    r.hlo = None;
+    r.figures.hlo = None;
     st.runs.insert(0, r);
     st.view.focused = Some(fixtures::id(5));
     let (_, s) = draw(&st, 120, 40);

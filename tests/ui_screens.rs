@@ -62,7 +62,7 @@ fn a_straggler_is_marked_on_its_rank_row_and_named_in_the_log() {
     let evidence = "rank 1 at 0.66 of the fastest: data wait 23.6 ms vs 0.3 ms median; the \
                     others wait 23.4 ms for it in the all-reduce, it waits 0.2 ms";
     let run = &mut st.runs[0];
-    run.stragglers.push(ddptop::run::view::Straggler {
+    run.straggler.named.push(ddptop::run::view::Straggler {
         rank: 1,
         score: 0.66,
         phase: "data wait".into(),
@@ -441,7 +441,7 @@ fn the_timeline_draws_nccls_collectives_and_names_its_source() {
     let r = &mut st.runs[0];
     r.status = ddptop::app::RunStatus::Running;
     r.reason = None;
-    r.hang_report.clear();
+    r.evidence.hang_report.clear();
     for rv in r.ranks.values_mut() {
         rv.buckets = None;
         rv.recent_buckets.clear();

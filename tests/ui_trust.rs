@@ -73,8 +73,8 @@ fn trust_state() -> Screen {
         rv.last_step = Some(step(0, 129));
     }
     let mut b = completed(3, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
-    b.aggregate = None;
-    b.bench = bench_rows(2, 300.0);
+    b.figures.aggregate = None;
+    b.figures.bench = bench_rows(2, 300.0);
     st.runs = vec![b, k2, k1];
     st.view.focused = Some(id(2));
     st
@@ -155,7 +155,7 @@ fn probe_pane_control_ran_before_live_label_and_ratio() {
     assert!(!s.contains("live (training DDP"), "{s}");
     insta::assert_snapshot!(t.backend());
 
-    for b in &mut st.state.runs[0].probe {
+    for b in &mut st.state.runs[0].figures.probe {
         b.live = Some(true);
     }
     let t = draw(&st, 260, 50);

@@ -32,19 +32,19 @@ fn sweep_in_progress() -> Screen {
     let mut st = laptop_sim_running();
     let sweep = "s1-1".to_string();
     let mut k1 = completed(4, spec(Experiment::Weak, 1, Backend::Sim), &[5_580.0]);
-    k1.sweep = Some(sweep.clone());
+    k1.launch.sweep = Some(sweep.clone());
     let mut k2 = run(
         5,
         spec(Experiment::Weak, 2, Backend::Sim),
         RunStatus::Running,
     );
     live_ranks(&mut k2, 5000, false);
-    k2.sweep = Some(sweep.clone());
-    k2.total_steps = Some(400);
+    k2.launch.sweep = Some(sweep.clone());
+    k2.clock.total_steps = Some(400);
     k2.ranks.get_mut(&0).unwrap().step = 100;
     k2.ranks.get_mut(&0).unwrap().phase = Some(Phase::Train);
-    k2.step_clock.extend([(10.0, 50), (20.0, 100)]); // 5 steps/s: 300 left, 60 s
-    k2.throughput = vec![(1.0, 10_400.0)];
+    k2.clock.step_clock.extend([(10.0, 50), (20.0, 100)]); // 5 steps/s: 300 left, 60 s
+    k2.figures.throughput = vec![(1.0, 10_400.0)];
     st.runs.retain(|r| r.status.is_final());
     st.runs.insert(0, k1);
     st.runs.insert(0, k2);
@@ -106,8 +106,8 @@ fn the_cursor_on_a_queued_row_is_not_a_run() {
 fn long_log() -> Screen {
     let mut st = laptop_sim_running();
     let r = &mut st.runs[0];
-    r.log_tail = (0..60).map(|i| format!("[rank 0] line {i:02}")).collect();
-    r.log_tail.push_back(format!(
+    r.evidence.log_tail = (0..60).map(|i| format!("[rank 0] line {i:02}")).collect();
+    r.evidence.log_tail.push_back(format!(
         "[rank 1] a long line that does not fit the pane: {} END",
         "x".repeat(120)
     ));
@@ -169,17 +169,19 @@ fn enter_opens_the_runs_details_with_command_env_ranks_and_files() {
     st.state.data_dir = Some("/data/ddptop".into());
     let i = st.view.selected;
     let r = &mut st.state.runs[i];
-    r.command = Some(
+    r.launch.command = Some(
         "/usr/bin/python3 -m torch.distributed.run --nproc-per-node 2 -m ddptop_worker train"
             .into(),
     );
-    r.env = [
+    r.launch.env = [
         ("NCCL_NVLS_ENABLE".to_string(), Some("0".to_string())),
         ("NCCL_P2P_DISABLE".to_string(), None),
     ]
     .into_iter()
     .collect();
-    r.versions.insert("torch".into(), "2.11.0+cu130".into());
+    r.launch
+        .versions
+        .insert("torch".into(), "2.11.0+cu130".into());
     st.view.detail = true;
     let t = draw(&st, 120, 40);
     let s = text(&t);
@@ -458,7 +460,7 @@ fn the_probe_title_says_live_only_while_the_live_probe_is_on() {
     );
     live_ranks(&mut r, 4000, false);
     probe_blocks(&mut r, &[40.0, 41.0], &[35.0, 35.5]);
-    r.probe.iter_mut().for_each(|b| b.live = Some(true));
+    r.figures.probe.iter_mut().for_each(|b| b.live = Some(true));
     // The last live block was at step 103 (blocks of 20 steps): on while training is near it.
     r.ranks.get_mut(&0).unwrap().step = 110;
     st.state.runs = vec![r];
@@ -480,7 +482,7 @@ fn with_no_torch_the_header_shows_no_versions_from_stored_runs() {
     let mut st = Screen::new(host);
     let mut old = completed(1, spec(Experiment::Weak, 1, Backend::Sim), &[100.0]);
     old.live = false;
-    old.versions.insert("torch".into(), "2.4.1".into());
+    old.launch.versions.insert("torch".into(), "2.4.1".into());
     st.state.runs = vec![old];
     let s = text(&draw(&st, 160, 40));
     let header: String = s.lines().take(2).collect();
@@ -558,11 +560,11 @@ fn each_pane_names_the_backend_and_device_of_its_figures_and_no_curve_mixes_back
         &[4900.0, 4950.0],
     );
     let mut ga = completed(5, spec(Experiment::Allreduce, 2, Backend::Gloo), &[]);
-    ga.aggregate = None;
-    ga.bench = bench_rows(2, 1.5);
+    ga.figures.aggregate = None;
+    ga.figures.bench = bench_rows(2, 1.5);
     let mut na = completed(6, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
-    na.aggregate = None;
-    na.bench = bench_rows(2, 22.0);
+    na.figures.aggregate = None;
+    na.figures.bench = bench_rows(2, 22.0);
     st.runs = vec![na, ga, n2, n1, g2, g1];
     for (sel, backend, device, other) in [
         (2, Backend::Nccl, "nccl GPU", "gloo CPU"),

@@ -35,7 +35,7 @@ fn stopped(secs: u64, steps: u64) -> (Screen, Instant) {
     live_ranks(&mut r, 7000, true);
     let t0 = Instant::now();
     let now = t0 + Duration::from_secs(secs);
-    r.started = Some(t0);
+    r.clock.started = Some(t0);
     for rk in r.ranks.values_mut() {
         rk.step = steps;
         rk.phase = Some(Phase::Train);
@@ -53,7 +53,7 @@ fn the_ranks_pane_says_a_run_is_warming_up_in_its_first_step() {
     let (mut st, now) = stopped(30, 0);
     let cfg = WatchdogConfig::default();
     assert!(watchdog::check(&st.runs[0], now, &cfg).is_none());
-    st.runs[0].watch_note = watchdog::live_note(&st.runs[0], now, &cfg);
+    st.runs[0].evidence.watch_note = watchdog::live_note(&st.runs[0], now, &cfg);
     let s = text(&st, 160, 40);
     assert!(s.contains("warming up: first step"), "{s}");
 }
@@ -62,9 +62,9 @@ fn the_ranks_pane_says_a_run_is_warming_up_in_its_first_step() {
 fn a_flowing_run_has_no_watchdog_word() {
     let (mut st, _) = stopped(0, 50);
     let cfg = WatchdogConfig::default();
-    let now = st.runs[0].started.unwrap() + Duration::from_secs(1);
-    st.runs[0].watch_note = watchdog::live_note(&st.runs[0], now, &cfg);
-    assert_eq!(st.runs[0].watch_note, None);
+    let now = st.runs[0].clock.started.unwrap() + Duration::from_secs(1);
+    st.runs[0].evidence.watch_note = watchdog::live_note(&st.runs[0], now, &cfg);
+    assert_eq!(st.runs[0].evidence.watch_note, None);
     let s = text(&st, 160, 40);
     assert!(!s.contains("warming up"), "{s}");
 }
@@ -75,7 +75,7 @@ fn a_flowing_run_has_no_watchdog_word() {
 fn a_stalled_attached_job_reads_stalled_with_its_note() {
     let (mut st, _) = stopped(30, 12);
     st.runs[0].status = RunStatus::Stalled;
-    st.runs[0].watch_note =
+    st.runs[0].evidence.watch_note =
         Some("stalled, reported, not stopped: rank 1 alive but stuck at step 12 for 3.0 s".into());
     let s = text(&st, 160, 40);
     // The Runs row: the status word with its own glyph (never colour alone).

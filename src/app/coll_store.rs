@@ -72,7 +72,7 @@ pub fn summarize(run: &RunView) -> Option<CollSummary> {
 
 /// The run's summary: derived from the live data while there is any, else as stored.
 pub fn summary(run: &RunView) -> Option<CollSummary> {
-    summarize(run).or_else(|| run.coll_summary.clone())
+    summarize(run).or_else(|| run.figures.coll_summary.clone())
 }
 
 /// The `collectives` field of a run's JSON document: the stored aggregate, the bucket timeline's
@@ -80,7 +80,7 @@ pub fn summary(run: &RunView) -> Option<CollSummary> {
 /// recorded instrument.
 pub fn collectives_json(run: &RunView) -> Value {
     let s = summary(run);
-    if s.is_none() && run.comm_timing.is_none() {
+    if s.is_none() && run.seen.comm_timing.is_none() {
         return Value::Null;
     }
     let ranks: serde_json::Map<String, Value> = s
@@ -98,7 +98,7 @@ pub fn collectives_json(run: &RunView) -> Value {
     };
     let over = over_cap(s.as_ref());
     json!({
-        "comm_timing": run.comm_timing.map(|c| c.as_str()),
+        "comm_timing": run.seen.comm_timing.map(|c| c.as_str()),
         // Which instrument timed the buckets, in words, and per rank (issue 45).
         "comm_source": super::comm_source::line(run),
         "comm_sources": super::comm_source::per_rank_json(run),
@@ -191,7 +191,7 @@ mod tests {
             include_str!("../../tests/fixtures/nccl/ddp_steps_k2.jsonl"),
         );
         let mut stored = fed(Experiment::Attach, "");
-        stored.coll_summary = summarize(&live);
+        stored.figures.coll_summary = summarize(&live);
         stored.status = crate::run::RunStatus::Completed;
         let m = crate::app::collectives::model(&stored, Instant::now()).unwrap();
         assert_eq!(

@@ -38,6 +38,7 @@ pub fn apply_hello(run: &mut RunView, h: &NcclHello, now: Instant) {
 /// it (by symbol, not by version number: `supervisor::nccl_profiler::cannot_load`).
 pub fn note_nccl_interfaces(run: &mut RunView, h: &crate::protocol::Hello) {
     let on = run
+        .launch
         .env
         .get(crate::supervisor::nccl_profiler::ENV)
         .is_some_and(Option::is_some);
@@ -271,6 +272,7 @@ pub fn match_buckets(run: &RunView, rank: u32) -> Option<Vec<BucketColl>> {
     let (indices, sizes): (Vec<u32>, Vec<u64>) = match run.ranks.get(&rank)?.buckets.as_ref() {
         Some(b) => b.buckets.iter().map(|s| (s.index, s.bytes)).unzip(),
         None => run
+            .figures
             .bucket_bytes
             .iter()
             .enumerate()
@@ -353,7 +355,7 @@ pub fn per_step(run: &RunView) -> Vec<PerStep> {
         return Vec::new();
     }
     let receipt = |f: &str| {
-        let ops = run.hlo.as_ref()?.ops.as_ref()?;
+        let ops = run.figures.hlo.as_ref()?.ops.as_ref()?;
         let s = match f {
             "all_reduce" => ops.all_reduce,
             "all_gather" => ops.all_gather,
@@ -460,7 +462,8 @@ pub struct CollectivesModel {
 
 /// Whether the run was launched with the plugin (its recorded environment says so).
 pub fn plugin_on(run: &RunView) -> bool {
-    run.env
+    run.launch
+        .env
         .get(crate::supervisor::nccl_profiler::ENV)
         .is_some_and(Option::is_some)
 }
@@ -469,7 +472,7 @@ pub fn plugin_on(run: &RunView) -> bool {
 /// the run was launched without the plugin and nothing came from one.
 pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
     let cs = &run.collectives;
-    if cs.is_empty() && !plugin_on(run) && run.coll_summary.is_none() {
+    if cs.is_empty() && !plugin_on(run) && run.figures.coll_summary.is_none() {
         return None;
     }
     let mut m = CollectivesModel::default();
@@ -477,7 +480,7 @@ pub fn model(run: &RunView, now: Instant) -> Option<CollectivesModel> {
         m.note = Some(NO_COLLECTIVES_K1.to_string());
         return Some(m);
     }
-    if let Some(s) = run.coll_summary.as_ref().filter(|_| cs.is_empty()) {
+    if let Some(s) = run.figures.coll_summary.as_ref().filter(|_| cs.is_empty()) {
         return Some(stored_model(s));
     }
     if cs.is_empty() {
@@ -666,7 +669,7 @@ mod tests {
         let mut spec = RunSpec::new(exp, k, Backend::Nccl);
         spec.k = k;
         let mut r = RunView::new("r1".into(), spec, now, 0.0);
-        r.env.insert(
+        r.launch.env.insert(
             crate::supervisor::nccl_profiler::ENV.into(),
             Some("/x/libnccl_profiler_ddptop.so".into()),
         );
@@ -885,7 +888,12 @@ mod tests {
         let (mut r, t0) = run(Experiment::Weak, 1);
         let hello = r#"{"v":1,"type":"nccl_hello","token":"ab","run_id":"r1","rank":0,"world_size":1,"pid":7,"host":"h","plugin":"0.1.0","abi":"v5","t":1.0}"#;
         feed(&mut r, t0, hello);
-        assert!(r.caveats.iter().any(|c| c.text == NO_COLLECTIVES_K1));
+        assert!(
+            r.evidence
+                .caveats
+                .iter()
+                .any(|c| c.text == NO_COLLECTIVES_K1)
+        );
         assert_eq!(
             model(&r, t0).unwrap().note.as_deref(),
             Some(NO_COLLECTIVES_K1)
@@ -900,11 +908,11 @@ mod tests {
         let hello = r#"{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cuda:0","backend":"nccl","worker":"train","torch":"2.5.0","nccl":"2.28.9","cuda":"12.4","t":1.0,"nccl_lib":{"path":"/v/libnccl.so.2","profiler":[3,2,1]}}"#;
         feed(&mut r, t0, hello);
         assert!(
-            r.caveats.iter().any(|c| c
+            r.evidence.caveats.iter().any(|c| c
                 .text
                 .contains("(/v/libnccl.so.2) looks up ncclProfiler_v3/v2/v1 only")),
             "{:?}",
-            r.caveats
+            r.evidence.caveats
         );
         // One that names v4 (NCCL 2.27), and a worker that did not say: nothing said.
         let (mut r, t0) = run(Experiment::Weak, 2);
@@ -920,11 +928,12 @@ mod tests {
                 .replace(r#""rank":0"#, r#""rank":1"#),
         );
         assert!(
-            r.caveats
+            r.evidence
+                .caveats
                 .iter()
                 .all(|c| !c.text.contains("profiler plugin off")),
             "{:?}",
-            r.caveats
+            r.evidence.caveats
         );
     }
 
@@ -933,12 +942,16 @@ mod tests {
         let hello = r#"{"v":1,"type":"hello","token":"ab","run_id":"r1","rank":0,"world_size":2,"local_rank":0,"pid":1,"host":"h","device":"cuda:0","backend":"nccl","worker":"attach","torch":"2.11.0","nccl":"2.28.9","cuda":"13.0","t":1.0}"#;
         let lacks = |socket: &str, plugin: bool| {
             let (mut r, t0) = run(Experiment::Attach, 2);
-            r.env.insert("DDPTOP_SOCKET".into(), Some(socket.into()));
+            r.launch
+                .env
+                .insert("DDPTOP_SOCKET".into(), Some(socket.into()));
             let path = plugin.then(|| "/o/libnccl_profiler_ddptop.so".to_string());
-            r.env
+            r.launch
+                .env
                 .insert(crate::supervisor::nccl_profiler::ENV.into(), path);
             feed(&mut r, t0, hello);
-            r.caveats
+            r.evidence
+                .caveats
                 .iter()
                 .filter(|c| c.text.starts_with("no NCCL via TLS: "))
                 .count()

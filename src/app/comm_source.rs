@@ -12,7 +12,7 @@ use crate::run::view::CommSourceSeen;
 /// `comm_timing` (stored, and read by the Timeline's "expected" test) is the weakest of the
 /// ranks': the hook while any rank's hook times, the plugin only once every rank's reports.
 pub fn apply(run: &mut RunView, rank: u32, step: u64, timing: CommTiming, why: Option<&str>) {
-    let seen = run.observed.comm_sources.entry(rank).or_default();
+    let seen = run.seen.observed.comm_sources.entry(rank).or_default();
     if seen.timing.is_some_and(|t| t != timing) {
         seen.switches += 1;
         seen.since_step = step;
@@ -21,7 +21,7 @@ pub fn apply(run: &mut RunView, rank: u32, step: u64, timing: CommTiming, why: O
     }
     seen.timing = Some(timing);
     seen.why = why.map(|w| w.chars().take(400).collect());
-    run.comm_timing = weakest(run.observed.comm_sources.values());
+    run.seen.comm_timing = weakest(run.seen.observed.comm_sources.values());
 }
 
 fn weakest<'a>(seen: impl Iterator<Item = &'a CommSourceSeen>) -> Option<CommTiming> {
@@ -54,10 +54,10 @@ fn ranks_text(ranks: &[u32]) -> String {
 /// script's own comm hook …)`; ranks named where they differ. `None` for a run that never said
 /// (ddptop's own workers, a script without DDP).
 pub fn words(run: &RunView) -> Option<String> {
-    let seen = &run.observed.comm_sources;
+    let seen = &run.seen.observed.comm_sources;
     if seen.is_empty() {
         // Stored before issue 45: the run-level instrument only.
-        return run.comm_timing.map(|t| name(t).to_string());
+        return run.seen.comm_timing.map(|t| name(t).to_string());
     }
     let worst = weakest(seen.values())?;
     let (these, rest): (Vec<(&u32, &CommSourceSeen)>, Vec<_>) =
@@ -103,7 +103,8 @@ pub fn line(run: &RunView) -> Option<String> {
 /// The plugin times `rank`'s buckets now (its latest `plan.comm_timing`): the straggler score
 /// takes that rank's comm wait from NCCL's all-reduces for the steps the hook did not time.
 pub fn plugin_times(run: &RunView, rank: u32) -> bool {
-    run.observed
+    run.seen
+        .observed
         .comm_sources
         .get(&rank)
         .is_some_and(|s| s.timing == Some(CommTiming::NcclProfiler))
@@ -113,7 +114,7 @@ pub fn plugin_times(run: &RunView, rank: u32) -> bool {
 /// `tls://` (multi-node `--tls`) says on screen, in one line, exactly what it lacks. `None`
 /// on a Unix socket or plain TCP.
 pub fn tls_line(run: &RunView) -> Option<String> {
-    let socket = run.env.get("DDPTOP_SOCKET").cloned().flatten()?;
+    let socket = run.launch.env.get("DDPTOP_SOCKET").cloned().flatten()?;
     socket.starts_with("tls://").then(|| {
         "no NCCL via TLS: the NCCL profiler plugin speaks no TLS, so no collectives view, no NCCL hang evidence, no bus bandwidth; buckets timed by ddptop's Python comm hook".to_string()
     })
@@ -121,7 +122,7 @@ pub fn tls_line(run: &RunView) -> Option<String> {
 
 /// Per rank, for `show --json` / the report's JSON (`collectives.comm_sources`).
 pub fn per_rank_json(run: &RunView) -> serde_json::Value {
-    serde_json::json!(run.observed.comm_sources)
+    serde_json::json!(run.seen.observed.comm_sources)
 }
 
 #[cfg(test)]
@@ -152,7 +153,7 @@ mod tests {
             line(&r).unwrap(),
             format!("communication: Python comm hook ({NOT_LOADED})")
         );
-        assert_eq!(r.comm_timing, Some(CommTiming::CommHook));
+        assert_eq!(r.seen.comm_timing, Some(CommTiming::CommHook));
     }
 
     #[test]
@@ -171,13 +172,13 @@ mod tests {
         // One rank still on the hook: the run says the hook, and which rank.
         let w = words(&r).unwrap();
         assert!(w.starts_with("Python comm hook (plugin not reporting: connecting to ddptop) on rank 1; rank 0: NCCL profiler plugin"), "{w}");
-        assert_eq!(r.comm_timing, Some(CommTiming::CommHook));
+        assert_eq!(r.seen.comm_timing, Some(CommTiming::CommHook));
         apply(&mut r, 1, 3, CommTiming::NcclProfiler, None);
         assert_eq!(
             line(&r).unwrap(),
             "communication: NCCL profiler plugin; the Python comm hook until step 3, before it was confirmed"
         );
-        assert_eq!(r.comm_timing, Some(CommTiming::NcclProfiler));
+        assert_eq!(r.seen.comm_timing, Some(CommTiming::NcclProfiler));
     }
 
     #[test]
@@ -210,12 +211,12 @@ mod tests {
             format!("communication: not timed ({why})")
         );
         // The per-rank sources travel in the stored `observed` document.
-        let text = serde_json::to_string(&r.observed).unwrap();
+        let text = serde_json::to_string(&r.seen.observed).unwrap();
         let back: crate::run::view::Observed = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.comm_sources, r.observed.comm_sources);
+        assert_eq!(back.comm_sources, r.seen.observed.comm_sources);
         // A run stored before the per-rank sources: the run's instrument alone.
         let mut old = run(2);
-        old.comm_timing = Some(CommTiming::NcclProfiler);
+        old.seen.comm_timing = Some(CommTiming::NcclProfiler);
         assert_eq!(line(&old).unwrap(), "communication: NCCL profiler plugin");
         assert_eq!(line(&run(2)), None);
     }

@@ -82,19 +82,25 @@ pub fn table(runs: &[RunView], anchor: &RunSpec) -> Deficits {
         .map(|c| c.spec(anchor).curve_key())
         .collect();
     let mut rows: BTreeMap<u32, [Option<(f64, Cell)>; 4]> = BTreeMap::new();
-    for r in runs
-        .iter()
-        .filter(|r| r.status == RunStatus::Completed && !r.spec.control && r.aggregate.is_some())
-    {
+    for r in runs.iter().filter(|r| {
+        r.status == RunStatus::Completed && !r.spec.control && r.figures.aggregate.is_some()
+    }) {
         let key = r.spec.curve_key();
         let Some(col) = keys.iter().position(|k| *k == key) else {
             continue;
         };
-        let sps = r.aggregate.as_ref().map_or(0.0, |a| a.samples_per_s);
+        let sps = r
+            .figures
+            .aggregate
+            .as_ref()
+            .map_or(0.0, |a| a.samples_per_s);
         let slot = &mut rows.entry(r.spec.k).or_default()[col];
-        if slot.as_ref().is_none_or(|(t, _)| r.started_unix >= *t) {
+        if slot
+            .as_ref()
+            .is_none_or(|(t, _)| r.clock.started_unix >= *t)
+        {
             *slot = Some((
-                r.started_unix,
+                r.clock.started_unix,
                 Cell {
                     run_id: r.id.clone(),
                     samples_per_s: sps,
@@ -122,7 +128,7 @@ pub fn anchor<'a>(runs: &'a [RunView], run: Option<&'a RunView>) -> Option<&'a R
         .or_else(|| {
             runs.iter()
                 .filter(|r| r.spec.kind().has_deficits_pane())
-                .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+                .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
         })
 }
 
@@ -158,7 +164,7 @@ mod tests {
     fn done(id: &str, spec: RunSpec, t: f64, sps: f64) -> RunView {
         let mut r = RunView::new(id.into(), spec, std::time::Instant::now(), t);
         r.status = RunStatus::Completed;
-        r.aggregate = Some(Aggregate {
+        r.figures.aggregate = Some(Aggregate {
             samples_per_s: sps,
             per_rank: vec![sps],
             rank_min: sps,

@@ -228,7 +228,7 @@ pub fn never_joined(run: &RunView, now: Instant, w: JoinWait, at_once: bool) -> 
         .saturating_duration_since(absent[0].hello_at.map_or(since, |h| h.max(since)))
         .as_secs_f64();
     let at = |t: Instant| {
-        run.started.map_or(String::new(), |s| {
+        run.clock.started.map_or(String::new(), |s| {
             format!(" at +{:.1} s", t.saturating_duration_since(s).as_secs_f64())
         })
     };
@@ -585,13 +585,14 @@ pub fn add(run: &mut RunView, d: Diagnosis) -> bool {
     // One story per run but for uneven inputs, where each short rank is its own.
     let once_per_run = d.kind != DiagnosisKind::UnevenInputs;
     if run
+        .evidence
         .diagnoses
         .iter()
         .any(|x| x.kind == d.kind && (once_per_run || x.rank == d.rank))
     {
         return false;
     }
-    run.diagnoses.push(d);
+    run.evidence.diagnoses.push(d);
     true
 }
 
@@ -676,7 +677,7 @@ mod tests {
         let t0 = Instant::now();
         let s = |x: f64| t0 + std::time::Duration::from_secs_f64(x);
         let mut r = run(3);
-        r.started = Some(t0);
+        r.clock.started = Some(t0);
         for (id, rank) in r.ranks.iter_mut() {
             rank.hello_at = Some(s(1.0));
             rank.pid = Some(100 + id);
@@ -721,7 +722,7 @@ mod tests {
         let t0 = Instant::now();
         let s = |x: f64| t0 + std::time::Duration::from_secs_f64(x);
         let mut r = run(2);
-        r.started = Some(t0);
+        r.clock.started = Some(t0);
         r.ranks.get_mut(&0).unwrap().hello_at = Some(s(1.0));
         r.ranks.get_mut(&0).unwrap().init_entered = Some((s(1.0), rdzv("29500")));
         // Rank 1 has not said hello (still importing): the start-up allowance.

@@ -58,7 +58,9 @@ pub struct Choice {
 fn layout(run: &RunView, rank: u32) -> Vec<(u32, u64)> {
     match run.ranks.get(&rank).and_then(|r| r.buckets.as_ref()) {
         Some(b) => b.buckets.iter().map(|s| (s.index, s.bytes)).collect(),
-        None => (0u32..).zip(run.bucket_bytes.iter().copied()).collect(),
+        None => (0u32..)
+            .zip(run.figures.bucket_bytes.iter().copied())
+            .collect(),
     }
 }
 
@@ -222,7 +224,7 @@ pub fn choose(run: &RunView, rank: u32) -> Choice {
         .is_some_and(|p| !p.comms.is_empty());
     // Said only where the plugin was to be the source (an attached rank chose it, or the worker
     // marks its steps): ddptop's own workers keep their hook and send no marks.
-    let expected = run.comm_timing == Some(crate::protocol::CommTiming::NcclProfiler)
+    let expected = run.seen.comm_timing == Some(crate::protocol::CommTiming::NcclProfiler)
         || run
             .ranks
             .get(&rank)

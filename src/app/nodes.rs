@@ -284,7 +284,7 @@ pub fn gpu_rows(state: &State, run: &str) -> Vec<NodeGpuRow> {
 /// The run document's `node_gpus` (`run --json`, `show --json`): the rows kept when the run
 /// ended, an empty list for a one-node run.
 pub fn nodes_json(run: &crate::run::RunView) -> serde_json::Value {
-    serde_json::to_value(&run.node_gpus).unwrap_or_default()
+    serde_json::to_value(&run.figures.node_gpus).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -491,7 +491,7 @@ mod tests {
         assert_eq!(rows[1].source, "fake");
         assert_eq!(rows[2].lost.as_deref(), Some("its connection closed"));
         // Kept with the run and written as the document's `node_gpus`.
-        st.runs[0].node_gpus = rows;
+        st.runs[0].figures.node_gpus = rows;
         let v = nodes_json(&st.runs[0]);
         assert_eq!(v[1]["node"], "b");
         assert_eq!(v[1]["ranks"], serde_json::json!([1]));

@@ -247,9 +247,9 @@ pub fn comm_source(spec: &RunSpec, k: u32, runs: &[RunView]) -> Result<(BusbwSou
                 && b.spec.k == k
                 && b.spec.backend == spec.backend
                 && b.spec.nccl.normalized() == spec.nccl.normalized()
-                && !b.bench.is_empty()
+                && !b.figures.bench.is_empty()
         })
-        .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+        .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
         .ok_or_else(|| {
             format!(
                 "no allreduce run at k={k}, these settings: press b (`ddptop run allreduce --k {k}`, {})",
@@ -257,9 +257,16 @@ pub fn comm_source(spec: &RunSpec, k: u32, runs: &[RunView]) -> Result<(BusbwSou
             )
         })?;
     // Rank 0's rows (the lowest rank present): the figure nccl-tests would print.
-    let rank = bench.bench.iter().map(|b| b.rank).min().unwrap_or(0);
+    let rank = bench
+        .figures
+        .bench
+        .iter()
+        .map(|b| b.rank)
+        .min()
+        .unwrap_or(0);
     let curve = BusbwCurve::new(
         bench
+            .figures
             .bench
             .iter()
             .filter(|b| b.rank == rank)
@@ -288,8 +295,8 @@ pub fn reducer_control(spec: &RunSpec, runs: &[RunView]) -> Option<(String, f64)
                 && c.spec.per_rank_batch() == spec.per_rank_batch()
                 && c.spec.nccl.normalized() == spec.nccl.normalized()
         })
-        .filter_map(|c| Some((c, super::summary::probe_summary(&c.probe)?)))
-        .max_by(|a, b| a.0.started_unix.total_cmp(&b.0.started_unix))
+        .filter_map(|c| Some((c, super::summary::probe_summary(&c.figures.probe)?)))
+        .max_by(|a, b| a.0.clock.started_unix.total_cmp(&b.0.clock.started_unix))
         .map(|(c, s)| (c.id.clone(), s.diff_ms))
 }
 
@@ -334,7 +341,7 @@ pub fn exposed_prediction(spec: &RunSpec, runs: &[RunView]) -> Result<ExposedPre
                 && b.spec.data_path == spec.data_path
                 && b.spec.nccl.normalized() == spec.nccl.normalized()
         })
-        .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+        .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
         .ok_or_else(|| "n/a (no weak k=1 run at this setting yet)".to_string())?;
     let (buckets, bwd_end) = ready_times(base)?;
     let p = predict::predict_step(
@@ -388,12 +395,14 @@ pub fn predict_run(run: &RunView, runs: &[RunView]) -> Result<RunPrediction, Na>
         );
     }
     let measured_sps = run
+        .figures
         .aggregate
         .as_ref()
         .map(|a| a.samples_per_s)
         .ok_or("no throughput measured")?;
     let base = baseline(run, runs).ok_or("no completed k=1 run on this curve")?;
     let base_sps = base
+        .figures
         .aggregate
         .as_ref()
         .map(|a| a.samples_per_s)

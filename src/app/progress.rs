@@ -36,16 +36,17 @@ pub fn progress(run: &RunView) -> Option<Progress> {
     }
     let first = run.ranks.values().next()?;
     let step = first.step;
-    let total = run.total_steps;
+    let total = run.clock.total_steps;
     // After a change of plan, only the pace since counts (probe steps are not training steps).
-    let since = run.replanned_at.unwrap_or(0);
+    let since = run.clock.replanned_at.unwrap_or(0);
     let clock: Vec<(f64, u64)> = run
+        .clock
         .step_clock
         .iter()
         .copied()
         .filter(|&(_, s)| s >= since)
         .collect();
-    let re_estimating = run.replanned_at.is_some() && clock.len() < REESTIMATE_POINTS;
+    let re_estimating = run.clock.replanned_at.is_some() && clock.len() < REESTIMATE_POINTS;
     let eta_s = match (total, clock.first(), clock.last()) {
         (Some(total), Some(&(t0, s0)), Some(&(t1, s1))) if !re_estimating && s1 > s0 && t1 > t0 => {
             let rate = (s1 - s0) as f64 / (t1 - t0);
@@ -135,9 +136,9 @@ mod tests {
         let mut r = RunView::new("r1".into(), spec, std::time::Instant::now(), 0.0);
         r.status = RunStatus::Running;
         assert_eq!(progress(&r).unwrap().total, None);
-        r.total_steps = Some(400);
+        r.clock.total_steps = Some(400);
         r.ranks.get_mut(&0).unwrap().step = 100;
-        r.step_clock.extend([(10.0, 50), (20.0, 100)]); // 5 steps/s
+        r.clock.step_clock.extend([(10.0, 50), (20.0, 100)]); // 5 steps/s
         let p = progress(&r).unwrap();
         assert_eq!(p.frac(), Some(0.25));
         assert_eq!(p.eta_s, Some(60.0));
@@ -166,16 +167,16 @@ mod tests {
         let spec = RunSpec::new(Experiment::Weak, 2, Backend::Gloo);
         let mut r = RunView::new("r1".into(), spec, std::time::Instant::now(), 0.0);
         r.status = RunStatus::Running;
-        r.total_steps = Some(400);
+        r.clock.total_steps = Some(400);
         // 2 steps/s with ±5% jitter on the step times.
         let mut t = 0.0;
         let mut etas = Vec::new();
         for s in (10..=200).step_by(10) {
             t += 5.0 * if s % 20 == 0 { 1.05 } else { 0.95 };
             r.ranks.get_mut(&0).unwrap().step = s;
-            r.step_clock.push_back((t, s));
-            while r.step_clock.len() > crate::run::view::STEP_CLOCK {
-                r.step_clock.pop_front();
+            r.clock.step_clock.push_back((t, s));
+            while r.clock.step_clock.len() > crate::run::view::STEP_CLOCK {
+                r.clock.step_clock.pop_front();
             }
             etas.extend(progress(&r).unwrap().eta_s);
         }
@@ -189,7 +190,10 @@ mod tests {
             serde_json::from_str(r#"{"rank":0,"step":200,"t":0.0,"total_steps":520}"#).unwrap();
         let now = std::time::Instant::now();
         crate::app::reduce::apply_worker(&mut r, &crate::protocol::WorkerMsg::Plan(plan), now);
-        assert_eq!((r.total_steps, r.replanned_at), (Some(520), Some(200)));
+        assert_eq!(
+            (r.clock.total_steps, r.clock.replanned_at),
+            (Some(520), Some(200))
+        );
         let p = progress(&r).unwrap();
         assert_eq!(p.eta_s, None);
         assert!(p.re_estimating);
@@ -201,11 +205,11 @@ mod tests {
         // are not a pace yet; at the third there is one.
         t += 10.0;
         r.ranks.get_mut(&0).unwrap().step = 210;
-        r.step_clock.push_back((t, 210));
+        r.clock.step_clock.push_back((t, 210));
         assert!(progress(&r).unwrap().re_estimating);
         t += 10.0;
         r.ranks.get_mut(&0).unwrap().step = 220;
-        r.step_clock.push_back((t, 220));
+        r.clock.step_clock.push_back((t, 220));
         let p = progress(&r).unwrap();
         assert!(!p.re_estimating);
         // 300 steps left at 1 step/s (the pace since the change, not the mix).

@@ -27,14 +27,15 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
     {
         rank.step = step;
         if let Some(prev) = rank.last_progress {
-            run.progress_gaps
+            run.clock
+                .progress_gaps
                 .push_back(now.duration_since(prev).as_secs_f64());
-            while run.progress_gaps.len() > RECENT_GAPS {
-                run.progress_gaps.pop_front();
+            while run.clock.progress_gaps.len() > RECENT_GAPS {
+                run.clock.progress_gaps.pop_front();
             }
         }
         rank.last_progress = Some(now);
-        run.last_progress = Some(now);
+        run.clock.last_progress = Some(now);
     }
     // The first rank's pace (worker clock), for the ETA.
     let pace = match msg {
@@ -46,13 +47,14 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
     };
     if let Some((t, step)) = pace.filter(|_| rank_id == 0)
         && run
+            .clock
             .step_clock
             .back()
             .is_none_or(|&(t0, s0)| t > t0 && step >= s0)
     {
-        run.step_clock.push_back((t, step));
-        while run.step_clock.len() > crate::run::view::STEP_CLOCK {
-            run.step_clock.pop_front();
+        run.clock.step_clock.push_back((t, step));
+        while run.clock.step_clock.len() > crate::run::view::STEP_CLOCK {
+            run.clock.step_clock.pop_front();
         }
     }
     match msg {
@@ -62,7 +64,7 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
         WorkerMsg::Buckets(b) => on_buckets(run, rank_id, b),
         WorkerMsg::Epoch(e) => {
             rank.epochs.push((e.epoch, e.samples_per_s, e.warmup));
-            run.aggregate = Aggregate::of(run);
+            run.figures.aggregate = Aggregate::of(run);
         }
         WorkerMsg::Probe(p) => {
             // A live probe inside a training run's timed epoch adds its blocks to the epoch's
@@ -73,24 +75,24 @@ pub fn apply_worker(run: &mut RunView, msg: &WorkerMsg, now: Instant) {
                     "the live probe ran during its timed epoch",
                 ));
             }
-            run.probe.push(p.clone());
+            run.figures.probe.push(p.clone());
         }
         WorkerMsg::Bench(b) => {
             if b.rank == 0 {
-                run.bench.retain(|x| x.bytes != b.bytes);
-                run.bench.push(b.clone());
-                run.bench.sort_by_key(|x| x.bytes);
+                run.figures.bench.retain(|x| x.bytes != b.bytes);
+                run.figures.bench.push(b.clone());
+                run.figures.bench.sort_by_key(|x| x.bytes);
             }
         }
         WorkerMsg::Memory(m) => {
             if let Some(d) = m.device {
-                run.device_memory.insert(d, m.clone());
+                run.figures.device_memory.insert(d, m.clone());
             }
             rank.record_memory(m);
         }
         WorkerMsg::Comm(c) => rank.record_comm(c),
-        WorkerMsg::Hlo(h) => run.hlo = Some(h.clone()),
-        WorkerMsg::Check(c) => run.checks.push(c.clone()),
+        WorkerMsg::Hlo(h) => run.figures.hlo = Some(h.clone()),
+        WorkerMsg::Check(c) => run.figures.checks.push(c.clone()),
         WorkerMsg::NcclHello(h) => crate::app::collectives::apply_hello(run, h, now),
         WorkerMsg::Nccl(b) => crate::app::coll_ingest::apply_batch(run, b, now),
         WorkerMsg::Plan(p) => on_plan(run, rank_id, p),
@@ -122,10 +124,10 @@ fn on_hello(run: &mut RunView, rank_id: u32, h: &crate::protocol::Hello, now: In
     }
     for (k, v) in [("torch", &h.torch), ("nccl", &h.nccl), ("cuda", &h.cuda)] {
         if let Some(v) = v {
-            run.versions.insert(k.into(), v.clone());
+            run.launch.versions.insert(k.into(), v.clone());
         }
     }
-    run.versions.insert("host".into(), h.host.clone());
+    run.launch.versions.insert("host".into(), h.host.clone());
     crate::app::collectives::note_nccl_interfaces(run, h);
     if let Some(i) = h.instrument {
         lower_instrument(run, i);
@@ -162,7 +164,7 @@ fn on_heartbeat(run: &mut RunView, rank_id: u32, hb: &crate::protocol::Heartbeat
         // not by the long start-up allowance.
         rank.phase = hb.phase;
         rank.last_progress = Some(now);
-        run.last_progress = Some(now);
+        run.clock.last_progress = Some(now);
     }
 }
 
@@ -195,9 +197,9 @@ fn on_step(run: &mut RunView, rank_id: u32, s: &crate::protocol::Step, now: Inst
     if run.spec.kind().runs_user_script() {
         // The script's batch as its steps showed it (ddptop sets none of its settings).
         if let Some(batch) = one_step_samples(s, previous) {
-            *run.observed.step_samples.entry(batch).or_default() += 1;
+            *run.seen.observed.step_samples.entry(batch).or_default() += 1;
         }
-        run.observed.steps = run.observed.steps.max(s.step);
+        run.seen.observed.steps = run.seen.observed.steps.max(s.step);
     }
 }
 
@@ -231,17 +233,17 @@ fn on_buckets(run: &mut RunView, rank_id: u32, b: &crate::protocol::Buckets) {
 /// and only the heartbeat thread says when a rank really is in it.
 fn on_plan(run: &mut RunView, rank_id: u32, p: &crate::protocol::Plan) {
     if rank_id == 0 {
-        if run.total_steps.is_some() && run.total_steps != p.total_steps {
-            run.replanned_at = Some(p.step);
+        if run.clock.total_steps.is_some() && run.clock.total_steps != p.total_steps {
+            run.clock.replanned_at = Some(p.step);
         }
-        run.total_steps = p.total_steps;
+        run.clock.total_steps = p.total_steps;
     }
     if let Some(c) = p.comm_timing {
         // Switched live per rank (issue 45): the run's is the weakest rank's.
         crate::app::comm_source::apply(run, rank_id, p.step, c, p.comm_why.as_deref());
     }
     if let Some(b) = p.bucket_bytes.as_ref().filter(|b| !b.is_empty()) {
-        run.bucket_bytes = b.clone();
+        run.figures.bucket_bytes = b.clone();
     }
 }
 
@@ -264,7 +266,7 @@ fn on_log(run: &mut RunView, rank_id: u32, l: &crate::protocol::Log) {
     run.push_tail(format!("[rank {rank_id}] {:?}: {}", l.level, l.msg));
     if let Some(f) = &l.finding {
         if f.kind == crate::protocol::FindingKind::CompileRegression {
-            run.compile_counters = Some((l.step, f.clone()));
+            run.seen.compile_counters = Some((l.step, f.clone()));
         }
         if let Some(d) = crate::app::diagnose::from_finding(rank_id, l.step, f) {
             crate::app::diagnose::add(run, d);
@@ -278,14 +280,14 @@ fn on_result(run: &mut RunView, rank_id: u32, r: &crate::protocol::ResultMsg) {
         return;
     };
     rank.result_sps = r.samples_per_s;
-    if run.grad_bytes.is_none() {
-        run.grad_bytes = r.grad_bytes;
+    if run.figures.grad_bytes.is_none() {
+        run.figures.grad_bytes = r.grad_bytes;
     }
-    if run.bucket_bytes.is_empty() {
-        run.bucket_bytes = r.bucket_bytes.clone();
+    if run.figures.bucket_bytes.is_empty() {
+        run.figures.bucket_bytes = r.bucket_bytes.clone();
     }
     run.note_torch_seen(r);
-    let o = &mut run.observed;
+    let o = &mut run.seen.observed;
     // A run used a process group / a DDP module when any rank did.
     let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
         (None, x) | (x, None) => x,
@@ -303,7 +305,7 @@ fn on_result(run: &mut RunView, rank_id: u32, r: &crate::protocol::ResultMsg) {
         o.compile = Some(o.compile.map_or(c, |x| x.max(c)));
     }
     o.steps = o.steps.max(r.step);
-    run.aggregate = Aggregate::of(run);
+    run.figures.aggregate = Aggregate::of(run);
 }
 
 /// `src` into `dst`, reusing `dst`'s span buffer: every rank replaces its timelines at every
@@ -324,17 +326,20 @@ fn lower_instrument(run: &mut RunView, i: Instrument) {
         Instrument::StepsOnly => 1,
         Instrument::Off => 0,
     };
-    if run.instrument.is_none_or(|cur| level(i) < level(cur)) {
-        run.instrument = Some(i);
+    if run.seen.instrument.is_none_or(|cur| level(i) < level(cur)) {
+        run.seen.instrument = Some(i);
     }
 }
 
 /// Record the live aggregate throughput about once a second while the run is going. `scale`
 /// converts wall-clock rates to the run's own time (1 except for a sped-up simulation).
 pub fn sample_throughput(run: &mut RunView, now: Instant, scale: f64) {
-    let Some(start) = run.started else { return };
+    let Some(start) = run.clock.started else {
+        return;
+    };
     let t = now.duration_since(start).as_secs_f64();
     if run
+        .figures
         .throughput
         .last()
         .is_some_and(|(last, _)| t - last < 1.0)
@@ -342,9 +347,9 @@ pub fn sample_throughput(run: &mut RunView, now: Instant, scale: f64) {
         return;
     }
     if let Some(sps) = summary::live_throughput(run, now, 5.0) {
-        run.throughput.push((t, sps * scale));
-        if run.throughput.len() > 600 {
-            run.throughput.remove(0);
+        run.figures.throughput.push((t, sps * scale));
+        if run.figures.throughput.len() > 600 {
+            run.figures.throughput.remove(0);
         }
     }
 }
@@ -358,10 +363,10 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     }
     run.status = status;
     run.reason = reason;
-    run.ended_unix = Some(unix);
+    run.clock.ended_unix = Some(unix);
     // What is stored of NCCL's profiler plugin (the live batches are not).
     if let Some(s) = crate::app::coll_store::summarize(run) {
-        run.coll_summary = Some(s);
+        run.figures.coll_summary = Some(s);
     }
     // Evidence refused over the caps is said with the run's caveats (stored, shown by `show`).
     if let Some(note) = run.collectives.over_cap().note() {
@@ -421,7 +426,7 @@ mod tests {
         ] {
             apply_worker(&mut run, &m, now);
         }
-        let a = run.aggregate.clone().unwrap();
+        let a = run.figures.aggregate.clone().unwrap();
         assert_eq!(a.samples_per_s, 190.0);
         assert_eq!((a.rank_min, a.rank_max), (90.0, 100.0));
     }
@@ -437,7 +442,7 @@ mod tests {
             1.0,
         );
         apply_worker(&mut run, &epoch(0, 1, 100.0, false), now);
-        assert!(run.aggregate.is_none());
+        assert!(run.figures.aggregate.is_none());
         assert_eq!(run.status, RunStatus::Failed);
     }
 
@@ -512,7 +517,7 @@ mod tests {
         apply_worker(&mut run, &step(false), now);
         apply_worker(&mut run, &probe, now);
         apply_worker(&mut run, &probe, now);
-        assert_eq!(run.caveats.len(), 1, "said once");
+        assert_eq!(run.evidence.caveats.len(), 1, "said once");
         assert!(run.perturbation().unwrap().contains("live probe"));
     }
 
@@ -537,20 +542,26 @@ mod tests {
             );
         }
         // The most common step size is the batch (the last, partial one is smaller).
-        assert_eq!(run.observed.per_rank_batch(), Some(64));
+        assert_eq!(run.seen.observed.per_rank_batch(), Some(64));
         assert_eq!(run.settings().global_batch, Some(128));
         assert_eq!(run.settings().model, None, "never ddptop's default model");
-        assert_eq!(run.observed.steps, 4);
+        assert_eq!(run.seen.observed.steps, 4);
         let result = |rank: u32, pg: bool| {
             msg(format!(
                 r#"{{"v":1,"type":"result","rank":{rank},"step":4,"t":5.0,"experiment":"attach","samples_per_s":null,"timed_epochs":0,"params":null,"grad_bytes":null,"bucket_bytes":[],"process_group":{pg},"ddp_module":false}}"#
             ))
         };
         apply_worker(&mut run, &result(0, false), now);
-        assert!(run.observed.independent());
-        assert_eq!(run.observed.epochs, None, "set_epoch never called: unknown");
+        assert!(run.seen.observed.independent());
+        assert_eq!(
+            run.seen.observed.epochs, None,
+            "set_epoch never called: unknown"
+        );
         apply_worker(&mut run, &result(1, true), now);
-        assert!(!run.observed.independent(), "one rank had a process group");
+        assert!(
+            !run.seen.observed.independent(),
+            "one rank had a process group"
+        );
     }
 
     #[test]
@@ -581,8 +592,8 @@ mod tests {
         ] {
             apply_worker(&mut run, &step(n, samples, every), now);
         }
-        assert_eq!(run.observed.per_rank_batch(), Some(32));
-        assert_eq!(run.observed.step_samples.get(&320), None);
+        assert_eq!(run.seen.observed.per_rank_batch(), Some(32));
+        assert_eq!(run.seen.observed.step_samples.get(&320), None);
         // A first message with `every` and nothing before it: its batch is not known.
         let mut fresh = RunView::new(
             "s".into(),
@@ -591,7 +602,7 @@ mod tests {
             0.0,
         );
         apply_worker(&mut fresh, &step(10, 320, r#","every":10"#), now);
-        assert_eq!(fresh.observed.per_rank_batch(), None);
+        assert_eq!(fresh.seen.observed.per_rank_batch(), None);
     }
 
     #[test]
@@ -606,7 +617,7 @@ mod tests {
         };
         apply_worker(&mut run, &hello(0), now);
         apply_worker(&mut run, &hello(1), now);
-        assert_eq!(run.instrument, Some(Instrument::Full));
+        assert_eq!(run.seen.instrument, Some(Instrument::Full));
         let warn = |rank: u32, msg: &str| {
             WorkerMsg::Log(Log {
                 rank,
@@ -625,17 +636,21 @@ mod tests {
             ),
             now,
         );
-        assert_eq!(run.instrument, Some(Instrument::StepsOnly));
+        assert_eq!(run.seen.instrument, Some(Instrument::StepsOnly));
         apply_worker(&mut run, &warn(0, "some other warning"), now);
-        assert_eq!(run.instrument, Some(Instrument::StepsOnly));
+        assert_eq!(run.seen.instrument, Some(Instrument::StepsOnly));
         apply_worker(
             &mut run,
             &warn(0, "instrumentation off: bad DDPTOP_INJECT"),
             now,
         );
-        assert_eq!(run.instrument, Some(Instrument::Off));
+        assert_eq!(run.seen.instrument, Some(Instrument::Off));
         apply_worker(&mut run, &hello(1), now);
-        assert_eq!(run.instrument, Some(Instrument::Off), "never raised again");
+        assert_eq!(
+            run.seen.instrument,
+            Some(Instrument::Off),
+            "never raised again"
+        );
     }
 
     #[test]
@@ -686,6 +701,6 @@ mod tests {
         let now = Instant::now();
         let mut run = RunView::new("r".into(), spec(), now, 0.0);
         apply_worker(&mut run, &epoch(7, 1, 100.0, false), now);
-        assert!(run.aggregate.is_none());
+        assert!(run.figures.aggregate.is_none());
     }
 }

@@ -149,7 +149,7 @@ impl State {
             .runs
             .iter()
             .rev()
-            .filter(|r| r.sweep.as_deref() == Some(sweep))
+            .filter(|r| r.launch.sweep.as_deref() == Some(sweep))
             .map(|r| r.id.as_str())
             .collect();
         let waiting: Vec<usize> = (0..self.queued.len())

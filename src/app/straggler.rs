@@ -213,7 +213,7 @@ fn host_bound_compute(run: &RunView, rank: u32, phase: &str) -> Option<String> {
     if run.spec.backend != crate::protocol::Backend::Gloo || phase == PHASES[0] {
         return None;
     }
-    let load = run.host_load?;
+    let load = run.straggler.host_load?;
     let local = run.ranks.values().filter(|r| !r.remote).count();
     if local > load.cores {
         return Some(format!(
@@ -575,13 +575,13 @@ pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> V
 pub const HOST_SYNC_NOTE: &str = "host sync not measured: ddptop's loop has none per step, a script's falls in the phase it runs in";
 
 /// The per-phase table of `run` as the dashboard, `--json` and the report show it: as kept at
-/// its end (`RunView::phase_scores`, with the configured window; a stored run has nothing
-/// else), else from its ranks' phase history (a live run; the default window).
+/// its end (`RunView::straggler.phase_scores`, with the configured window; a stored run has
+/// nothing else), else from its ranks' phase history (a live run; the default window).
 pub fn phase_scores_of(run: &RunView, cfg: &StragglerConfig) -> Vec<PhaseScore> {
-    if run.phase_scores.is_empty() {
+    if run.straggler.phase_scores.is_empty() {
         phase_scores(&run.ranks, cfg)
     } else {
-        run.phase_scores.clone()
+        run.straggler.phase_scores.clone()
     }
 }
 
@@ -815,7 +815,7 @@ pub fn cpu_wait(run: &RunView, s: &RankScore) -> Option<Starvation> {
         others_ms,
         lag_ms: s.busy_ms * (1.0 - s.score),
         step: s.step,
-        load: run.host_load,
+        load: run.straggler.host_load,
     })
 }
 
@@ -824,6 +824,11 @@ pub fn cpu_wait(run: &RunView, s: &RankScore) -> Option<Starvation> {
 /// `STARVED_SHARE` of its lag.
 pub fn cpu_starvation(run: &RunView, s: &RankScore) -> Option<Starvation> {
     cpu_wait(run, s).filter(Starvation::starved)
+}
+
+/// The latest record of `rank` among the named, while its episode lasts.
+fn active_mut(named: &mut [Straggler], rank: u32) -> Option<&mut Straggler> {
+    named.iter_mut().rev().find(|x| x.rank == rank && x.active)
 }
 
 /// Fold the latest assessment into the run's record: returns the log line of each rank named
@@ -859,16 +864,12 @@ pub fn update(
         // two at pace in a burst): only a rank whose newest samples are back at pace on median
         // starts again.
         if !slow && (s.recent >= cfg.threshold || s.recent_steady < HOLD_SHARE) {
-            run.stragglers_pending.remove(&s.rank);
+            run.straggler.pending.remove(&s.rank);
         }
         if slow {
-            run.stragglers_recovering.remove(&s.rank);
+            run.straggler.recovering.remove(&s.rank);
         }
-        let current = run
-            .stragglers
-            .iter_mut()
-            .rev()
-            .find(|x| x.rank == s.rank && x.active);
+        let current = active_mut(&mut run.straggler.named, s.rank);
         // Slow by the window's test, or only by the quick one (a slowdown that just began):
         // then the newest samples' figures are its score and its evidence.
         let quick_only = slow && !s.slow_over_window(cfg.threshold);
@@ -880,15 +881,15 @@ pub fn update(
             // burst that slowed the others for a second un-named a slow rank of an attached
             // run and named it again: two records of one episode).
             (Some(x), false) if s.recovered(cfg.threshold) => {
-                let first = *run.stragglers_recovering.entry(s.rank).or_insert(s.step);
+                let first = *run.straggler.recovering.entry(s.rank).or_insert(s.step);
                 if s.step >= first + confirm {
                     x.active = false;
-                    run.stragglers_recovering.remove(&s.rank);
+                    run.straggler.recovering.remove(&s.rank);
                 }
             }
             (Some(_), false) => {}
             (None, true) => {
-                let first = *run.stragglers_pending.entry(s.rank).or_insert(s.step);
+                let first = *run.straggler.pending.entry(s.rank).or_insert(s.step);
                 if s.step < first + confirm {
                     continue;
                 }
@@ -898,7 +899,7 @@ pub fn update(
                 let found = if quick_only { s.as_recent() } else { s.clone() };
                 let wait = cpu_wait(run, &found);
                 if let Some(starved) = wait.as_ref().filter(|w| w.starved()) {
-                    if run.cpu_starved.insert(s.rank) {
+                    if run.straggler.cpu_starved.insert(s.rank) {
                         run.add_caveat(crate::run::Caveat::note(starved.line()));
                     }
                     continue;
@@ -916,12 +917,13 @@ pub fn update(
                     // Said once per rank (its load figure changes), apart from the run-queue
                     // caveat, which may still come.
                     let said = format!("{CONTENTION} rank {} ", s.rank);
-                    if !run.caveats.iter().any(|c| c.text.starts_with(&said)) {
+                    let caveats = &run.evidence.caveats;
+                    if !caveats.iter().any(|c| c.text.starts_with(&said)) {
                         run.add_caveat(crate::run::Caveat::note(line));
                     }
                     continue;
                 }
-                run.stragglers_pending.remove(&s.rank);
+                run.straggler.pending.remove(&s.rank);
                 let score = if now_figures { s.recent } else { s.score };
                 for extra in [
                     gpu_evidence(run, s.rank, gpus),
@@ -934,7 +936,7 @@ pub fn update(
                     evidence.push_str(&format!("; {extra}"));
                 }
                 named.push(format!("straggler: {evidence}"));
-                run.stragglers.push(Straggler {
+                run.straggler.named.push(Straggler {
                     rank: s.rank,
                     score,
                     phase,
@@ -1093,7 +1095,7 @@ mod tests {
             s.bwd_ms += 15.0;
         }
         let mut run = run_of(vec![rank(0, steps, 1.0, 15.0, 0.02, &mut rng), slow]);
-        run.host_load = Some(crate::run::view::HostLoad {
+        run.straggler.host_load = Some(crate::run::view::HostLoad {
             load1: Some(8.1),
             cores: 2,
         });
@@ -1121,16 +1123,16 @@ mod tests {
                 cores: 2,
             })
         };
-        run.host_load = load(5.0);
+        run.straggler.host_load = load(5.0);
         let line = host_bound_compute(&run, 1, "backward").unwrap();
         assert!(line.starts_with("CPU contention, not a straggler: rank 1 is slower in backward"));
         assert!(line.contains("at load 5.0 on 2 cores"), "{line}");
         // A slow data wait is still a straggler's; so is any lag below the cores' load, or
         // where the ranks compute on GPUs (or are simulated).
         assert_eq!(host_bound_compute(&run, 1, "data wait"), None);
-        run.host_load = load(1.5);
+        run.straggler.host_load = load(1.5);
         assert_eq!(host_bound_compute(&run, 1, "forward"), None);
-        run.host_load = load(5.0);
+        run.straggler.host_load = load(5.0);
         run.spec.backend = crate::protocol::Backend::Nccl;
         assert_eq!(host_bound_compute(&run, 1, "forward"), None);
     }
@@ -1149,7 +1151,7 @@ mod tests {
         };
         let mut run = run_of(ranks(0, 4, false));
         run.spec.backend = crate::protocol::Backend::Gloo;
-        run.host_load = Some(crate::run::view::HostLoad {
+        run.straggler.host_load = Some(crate::run::view::HostLoad {
             load1: Some(1.5),
             cores: 2,
         });
@@ -1164,12 +1166,12 @@ mod tests {
         // As many ranks as cores, or ranks on other nodes: the load alone decides.
         let mut two = run_of(ranks(0, 2, false));
         two.spec.backend = crate::protocol::Backend::Gloo;
-        two.host_load = run.host_load;
+        two.straggler.host_load = run.straggler.host_load;
         assert_eq!(host_bound_compute(&two, 0, "forward"), None);
         let mut spread = run_of([ranks(0, 2, false), ranks(2, 2, true)].concat());
         assert_eq!(spread.ranks.len(), 4);
         spread.spec.backend = crate::protocol::Backend::Gloo;
-        spread.host_load = run.host_load;
+        spread.straggler.host_load = run.straggler.host_load;
         assert_eq!(host_bound_compute(&spread, 0, "forward"), None);
     }
 
@@ -1202,7 +1204,7 @@ mod tests {
         let mut run = run_of(ranks);
         let lines = replay(&mut run, &StragglerConfig::default(), 2.5, &[]);
         assert_eq!(lines.len(), 1, "{lines:?}");
-        let s = &run.stragglers[0];
+        let s = &run.straggler.named[0];
         assert_eq!((s.rank, s.phase.as_str(), s.active), (1, "data wait", true));
         assert!((0.6..0.75).contains(&s.score), "{}", s.score);
         assert!(s.evidence.starts_with("rank 1 at 0.6"), "{}", s.evidence);
@@ -1223,7 +1225,7 @@ mod tests {
             )
             .is_empty()
         );
-        assert_eq!(run.stragglers.len(), 1);
+        assert_eq!(run.straggler.named.len(), 1);
     }
 
     /// Rank 1 of `n` at pace until step `from`, then `factor` times slower in its data wait
@@ -1256,7 +1258,7 @@ mod tests {
         }
         let mut run = run_of(ranks);
         replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
-        run.stragglers.first().map(|s| {
+        run.straggler.named.first().map(|s| {
             assert_eq!((s.rank, s.phase.as_str()), (1, "data wait"), "{s:?}");
             s.step
         })
@@ -1315,12 +1317,12 @@ mod tests {
                 r.recent_phases = full[id].recent_phases.iter().take(end).copied().collect();
             }
             update(&mut run, &cfg, end as f64, &RankGpus::default());
-            if un_named_at.is_none() && run.stragglers.first().is_some_and(|s| !s.active) {
+            if un_named_at.is_none() && run.straggler.named.first().is_some_and(|s| !s.active) {
                 un_named_at = Some(end);
             }
         }
-        assert_eq!(run.stragglers.len(), 1, "{:?}", run.stragglers);
-        assert_eq!(run.stragglers[0].rank, 1);
+        assert_eq!(run.straggler.named.len(), 1, "{:?}", run.straggler.named);
+        assert_eq!(run.straggler.named[0].rank, 1);
         let at = un_named_at.expect("un-named");
         // Back at pace from step 140: every newest sample (10) at pace by step 150, then at
         // pace for as long as naming takes (half a window, 15 steps here).
@@ -1410,13 +1412,13 @@ mod tests {
         // run has them, without a history: the kept table.
         let mut kept = live.clone();
         kept[0].median_ms += 1.0;
-        run.phase_scores = kept.clone();
+        run.straggler.phase_scores = kept.clone();
         assert_eq!(phase_scores_of(&run, &cfg), kept);
         for r in run.ranks.values_mut() {
             r.recent_phases.clear();
         }
         assert_eq!(phase_scores_of(&run, &cfg), kept);
-        run.phase_scores.clear();
+        run.straggler.phase_scores.clear();
         assert!(phase_scores_of(&run, &cfg).is_empty());
     }
 
@@ -1625,7 +1627,7 @@ mod tests {
         let mut run = run_of(vec![rank(0, 80, 1.0, 8.0, 0.02, &mut rng), slow]);
         let cfg = StragglerConfig::default();
         assert!(replay(&mut run, &cfg, 1.0, &[]).is_empty());
-        assert!(run.stragglers.is_empty() && run.stragglers_pending.is_empty());
+        assert!(run.straggler.named.is_empty() && run.straggler.pending.is_empty());
         // The same rank slow 10 steps longer is named.
         let mut rng = StdRng::seed_from_u64(7);
         let mut slow = rank(1, 80, 1.0, 0.5, 0.02, &mut rng);
@@ -1634,7 +1636,7 @@ mod tests {
         }
         let mut run = run_of(vec![rank(0, 80, 1.0, 8.0, 0.02, &mut rng), slow]);
         assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
-        assert_eq!(run.stragglers[0].rank, 1);
+        assert_eq!(run.straggler.named[0].rank, 1);
     }
 
     /// Two attached NCCL ranks timed by the profiler plugin (no `buckets` messages): rank 1
@@ -1696,7 +1698,7 @@ mod tests {
             ranks.push((r, comm));
         }
         let mut run = run_of(ranks.iter().map(|(r, _)| r.clone()).collect());
-        run.bucket_bytes = vec![4000, 2000];
+        run.figures.bucket_bytes = vec![4000, 2000];
         if plugin {
             for (r, comm) in ranks {
                 let mut p = PluginRank::default();
@@ -1713,7 +1715,7 @@ mod tests {
         let mut run = plugin_run(true);
         let lines = replay(&mut run, &cfg, 1.0, &[]);
         assert_eq!(lines.len(), 1, "{lines:?}");
-        let s = &run.stragglers[0];
+        let s = &run.straggler.named[0];
         assert_eq!((s.rank, s.phase.as_str()), (1, "data wait"), "{s:?}");
         assert!((0.5..0.6).contains(&s.score), "{}", s.score);
         // The waits came from the all-reduces: 30 ms on the waiting rank, 1 ms on the slow one.
@@ -1747,15 +1749,15 @@ mod tests {
         run.ranks = healthy.ranks;
         // Un-named once at pace for as long as naming takes (the bounds: the test above).
         assert!(replay(&mut run, &cfg, 2.0, &[]).is_empty());
-        assert!(!run.stragglers[0].active);
+        assert!(!run.straggler.named[0].active);
         let slow = run_of(vec![
             rank(0, 60, 1.0, 15.0, 0.02, &mut rng),
             rank(1, 60, 16.0, 0.5, 0.02, &mut rng),
         ]);
         run.ranks = slow.ranks;
         assert_eq!(replay(&mut run, &cfg, 3.0, &[]).len(), 1);
-        assert_eq!(run.stragglers.len(), 2);
-        assert_eq!(run.stragglers[1].since, 3.0);
+        assert_eq!(run.straggler.named.len(), 2);
+        assert_eq!(run.straggler.named[1].since, 3.0);
     }
 
     #[test]
@@ -1836,7 +1838,10 @@ mod tests {
             "{}",
             lines[0]
         );
-        assert_eq!(run.stragglers[0].evidence, lines[0]["straggler: ".len()..]);
+        assert_eq!(
+            run.straggler.named[0].evidence,
+            lines[0]["straggler: ".len()..]
+        );
     }
 
     #[test]
@@ -1901,9 +1906,9 @@ mod tests {
         wait_per_step(&mut run, 1, 80, |_| 14.0);
         let cfg = StragglerConfig::default();
         assert!(replay(&mut run, &cfg, 1.0, &[]).is_empty());
-        assert!(run.stragglers.is_empty(), "{:?}", run.stragglers);
-        assert_eq!(run.caveats.len(), 1, "{:?}", run.caveats);
-        let text = &run.caveats[0].text;
+        assert!(run.straggler.named.is_empty(), "{:?}", run.straggler.named);
+        assert_eq!(run.evidence.caveats.len(), 1, "{:?}", run.evidence.caveats);
+        let text = &run.evidence.caveats[0].text;
         assert!(
             text.starts_with(
                 "CPU starvation, not a straggler: rank 1 waited 14.0 ms per step for a CPU core (the others 0.5 ms), 9"
@@ -1914,8 +1919,15 @@ mod tests {
             text.ends_with("(load 8.1 on 2 cores): the host is oversubscribed, not the rank"),
             "{text}"
         );
-        assert!(!run.caveats[0].perturbed);
-        assert_eq!(run.cpu_starved.iter().copied().collect::<Vec<_>>(), [1]);
+        assert!(!run.evidence.caveats[0].perturbed);
+        assert_eq!(
+            run.straggler
+                .cpu_starved
+                .iter()
+                .copied()
+                .collect::<Vec<_>>(),
+            [1]
+        );
     }
 
     #[test]
@@ -1955,13 +1967,16 @@ mod tests {
         wait_per_step(&mut run, 0, 80, |_| 0.5);
         wait_per_step(&mut run, 1, 80, |_| 5.0);
         assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
-        assert_eq!((run.stragglers[0].rank, run.caveats.len()), (1, 0));
+        assert_eq!(
+            (run.straggler.named[0].rank, run.evidence.caveats.len()),
+            (1, 0)
+        );
         assert!(
-            run.stragglers[0].evidence.ends_with(
+            run.straggler.named[0].evidence.ends_with(
                 "; it waited 5.0 ms per step for a CPU core (the others 0.5 ms): less than half its lag"
             ),
             "{}",
-            run.stragglers[0].evidence
+            run.straggler.named[0].evidence
         );
         // A loaded host where every rank waits 12 ms a step for a core, and one rank slow by
         // itself (a sleep is no run-queue wait): only the wait above the others' counts.
@@ -1969,8 +1984,12 @@ mod tests {
         wait_per_step(&mut run, 0, 80, |_| 12.0);
         wait_per_step(&mut run, 1, 80, |_| 12.5);
         assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
-        assert_eq!(run.stragglers[0].phase, "backward");
-        assert!(run.caveats.is_empty(), "{:?}", run.caveats);
+        assert_eq!(run.straggler.named[0].phase, "backward");
+        assert!(
+            run.evidence.caveats.is_empty(),
+            "{:?}",
+            run.evidence.caveats
+        );
         // Seen on a loaded host (gloo, `slow:1:1.5@40`): the sleeping rank waited 41 ms a
         // step for a core, the other 29 ms: 12 ms more, most of its lag, but only 1.4x the
         // other's wait: the host's contention, not this rank's, and named.
@@ -1978,7 +1997,11 @@ mod tests {
         wait_per_step(&mut run, 0, 80, |_| 28.9);
         wait_per_step(&mut run, 1, 80, |_| 41.0);
         assert_eq!(replay(&mut run, &cfg, 1.0, &[]).len(), 1);
-        assert!(run.caveats.is_empty(), "{:?}", run.caveats);
+        assert!(
+            run.evidence.caveats.is_empty(),
+            "{:?}",
+            run.evidence.caveats
+        );
         // No samples (off Linux, a run that could not read them), or a rank on another node
         // (its pid is not this machine's: whatever it holds is not read): named as before.
         let mut run = slow_backward_run(80, 44);
@@ -2001,7 +2024,7 @@ mod tests {
             wait_per_step(&mut run, 1, 80, move |_| mine);
             let lines = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
             assert!(lines.is_empty(), "{mine} vs {others} ms: {lines:?}");
-            assert_eq!(run.caveats.len(), 1, "{:?}", run.caveats);
+            assert_eq!(run.evidence.caveats.len(), 1, "{:?}", run.evidence.caveats);
         }
     }
 
@@ -2014,7 +2037,12 @@ mod tests {
             wait_per_step(&mut run, 1, 80, move |_| 1.0 + extra);
             let lines = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
             assert_eq!(lines.len() == 1, named, "{extra} ms: {lines:?}");
-            assert_eq!(run.caveats.len() == 1, !named, "{:?}", run.caveats);
+            assert_eq!(
+                run.evidence.caveats.len() == 1,
+                !named,
+                "{:?}",
+                run.evidence.caveats
+            );
         }
     }
 
@@ -2027,8 +2055,12 @@ mod tests {
         wait_per_step(&mut run, 1, 140, |s| if s <= 50 { 14.0 } else { 0.5 });
         let lines = replay(&mut run, &StragglerConfig::default(), 1.0, &[]);
         assert_eq!(lines.len(), 1, "{lines:?}");
-        assert_eq!(run.caveats.len(), 1, "{:?}", run.caveats);
-        assert!(run.stragglers[0].step > 50, "{:?}", run.stragglers);
+        assert_eq!(run.evidence.caveats.len(), 1, "{:?}", run.evidence.caveats);
+        assert!(
+            run.straggler.named[0].step > 50,
+            "{:?}",
+            run.straggler.named
+        );
     }
 
     #[test]

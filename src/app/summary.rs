@@ -8,7 +8,7 @@ use crate::util::median;
 /// Speedup and efficiency of `run` against a k=1 run of the same curve (`CurveKey`: never a
 /// run timed differently): the same sweep's when there is one, else the most recent completed one.
 pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<Scaling> {
-    let agg = run.aggregate.as_ref()?;
+    let agg = run.figures.aggregate.as_ref()?;
     if run.status != RunStatus::Completed {
         return None;
     }
@@ -21,11 +21,11 @@ pub fn scaling(run: &RunView, runs: &[RunView]) -> Option<Scaling> {
                 // A k=1 run disturbed during its timed epoch is a baseline only when there is
                 // no other (and then every figure from it says so: `scaling_caveat`).
                 b.perturbation().is_none(),
-                b.sweep.is_some() && b.sweep == run.sweep,
-                (b.started_unix * 1000.0) as i64,
+                b.launch.sweep.is_some() && b.launch.sweep == run.launch.sweep,
+                (b.clock.started_unix * 1000.0) as i64,
             )
         })?;
-    let base_sps = base.aggregate.as_ref()?.samples_per_s;
+    let base_sps = base.figures.aggregate.as_ref()?.samples_per_s;
     if base_sps <= 0.0 {
         return None;
     }
@@ -51,7 +51,7 @@ pub fn scaling_caveat(sc: &Scaling, runs: &[RunView]) -> Option<String> {
     // Rounding noise aside, k ranks cannot do more than k times one rank's work.
     if sc.efficiency > 1.005 {
         let cause = base
-            .and_then(|b| b.caveats.first())
+            .and_then(|b| b.evidence.caveats.first())
             .map(|c| format!("its k=1 baseline is marked: {}", c.text))
             .unwrap_or_else(|| {
                 "likely a k=1 baseline slowed by something else on the machine (or a cold start); rerun k=1"
@@ -81,7 +81,7 @@ const ROUNDING_NOISE_PCT: f64 = 0.5;
 /// The noise (%) `run`'s efficiency is read against: the spread between its ranks plus its
 /// k=1 baseline's (the relative errors of a ratio add), never below rounding noise.
 pub fn efficiency_noise_pct(run: &RunView, sc: &Scaling, runs: &[RunView]) -> f64 {
-    let spread = |r: &RunView| r.aggregate.as_ref().map_or(0.0, rank_spread_pct);
+    let spread = |r: &RunView| r.figures.aggregate.as_ref().map_or(0.0, rank_spread_pct);
     let base = runs
         .iter()
         .find(|b| b.id == sc.baseline)
@@ -140,28 +140,29 @@ pub fn attach_note(r: &RunView) -> String {
         .map(|x| x.step)
         .max()
         .unwrap_or(0)
-        .max(r.observed.steps);
-    if steps == 0 && r.observed.independent() {
+        .max(r.seen.observed.steps);
+    if steps == 0 && r.seen.observed.independent() {
         // A script that ended before its first step (a bad argument, an import error) trained
         // nothing, independently or not.
         return "no optimizer step ran: the script ended before training (no process group or DDP module seen)".into();
     }
-    if r.observed.independent() {
+    if r.seen.observed.independent() {
         return format!(
             "no process group and no DDP module seen: the ranks trained independently ({steps} optimizer steps each, no samples or buckets measured)"
         );
     }
-    let what = match r.instrument {
+    let what = match r.seen.instrument {
         // FSDP2 (fully_shard): no DDP module, samples from the sharded root's forwards.
         Some(crate::protocol::Instrument::Full)
-            if r.observed.ddp_module == Some(false) && r.observed.per_rank_batch().is_some() =>
+            if r.seen.observed.ddp_module == Some(false)
+                && r.seen.observed.per_rank_batch().is_some() =>
         {
             "steps and samples measured; no DDP module, so no buckets (FSDP2: samples from the fully_shard root's forwards, its all-gathers and reduce-scatters not timed)"
         }
-        Some(crate::protocol::Instrument::Full) if r.observed.ddp_module == Some(false) => {
+        Some(crate::protocol::Instrument::Full) if r.seen.observed.ddp_module == Some(false) => {
             "steps only (no DDP module: no samples or buckets)"
         }
-        Some(crate::protocol::Instrument::Full) => match r.comm_timing {
+        Some(crate::protocol::Instrument::Full) => match r.seen.comm_timing {
             Some(crate::protocol::CommTiming::NcclProfiler) => {
                 "steps and samples measured, buckets by ddptop's NCCL profiler plugin (DDP's own all-reduce)"
             }
@@ -178,12 +179,14 @@ pub fn attach_note(r: &RunView) -> String {
         None => "no rank connected",
     };
     let batch = r
+        .seen
         .observed
         .per_rank_batch()
         .map(|b| format!(", batch {b}/rank seen"))
         .unwrap_or_default();
     // torch.compile's cost, kept out of samples/s (issue 43).
     let compile = r
+        .seen
         .observed
         .compile
         .map(|c| format!("; {}", c.describe()))
@@ -296,7 +299,7 @@ mod tests {
     fn done(id: &str, spec: crate::run::RunSpec, sps: f64, started: f64) -> RunView {
         let mut r = RunView::new(id.into(), spec, std::time::Instant::now(), started);
         r.status = RunStatus::Completed;
-        r.aggregate = Some(crate::run::Aggregate {
+        r.figures.aggregate = Some(crate::run::Aggregate {
             samples_per_s: sps,
             per_rank: vec![sps],
             rank_min: sps,
@@ -333,7 +336,7 @@ mod tests {
         assert_eq!(scaling_caveat(&sc, &runs), None, "83% is plausible");
         // Shared GPUs and injected faults perturb as well.
         let mut shared = done("shared", one.clone(), 60.0, 5.0);
-        shared.gpus_shared = Some("pid 7 python".into());
+        shared.launch.gpus_shared = Some("pid 7 python".into());
         assert!(shared.perturbation().unwrap().contains("GPUs shared"));
         let injected = done(
             "inj",
@@ -375,7 +378,7 @@ mod tests {
             200.4,
             2.0,
         );
-        k2.aggregate = Some(crate::run::Aggregate {
+        k2.figures.aggregate = Some(crate::run::Aggregate {
             samples_per_s: 200.4,
             per_rank: vec![98.6, 101.8],
             rank_min: 98.6,
@@ -393,7 +396,7 @@ mod tests {
         assert_eq!(scaling_caveat_for(&k2, &sc, &runs), None);
         // 103% with the same spread is beyond the noise: shown as it is, and flagged.
         let mut fast = k2.clone();
-        fast.aggregate.as_mut().unwrap().samples_per_s = 206.0;
+        fast.figures.aggregate.as_mut().unwrap().samples_per_s = 206.0;
         let sc = scaling(&fast, &runs).unwrap();
         assert_eq!(about_ideal(&fast, &sc, &runs), None);
         assert_eq!(efficiency_words(&fast, &sc, &runs), "103%");
@@ -497,8 +500,8 @@ mod attach_note_tests {
     fn a_script_that_never_stepped_is_not_said_to_have_trained() {
         let spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
         let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
-        r.observed.process_group = Some(false);
-        r.observed.ddp_module = Some(false);
+        r.seen.observed.process_group = Some(false);
+        r.seen.observed.ddp_module = Some(false);
         assert!(
             attach_note(&r).starts_with("no optimizer step ran"),
             "{}",
@@ -515,15 +518,15 @@ mod attach_note_tests {
     fn a_script_without_ddp_whose_samples_were_seen_is_not_said_to_be_steps_only() {
         let spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
         let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
-        r.observed.process_group = Some(true);
-        r.observed.ddp_module = Some(false);
-        r.instrument = Some(crate::protocol::Instrument::Full);
+        r.seen.observed.process_group = Some(true);
+        r.seen.observed.ddp_module = Some(false);
+        r.seen.instrument = Some(crate::protocol::Instrument::Full);
         assert!(
             attach_note(&r).contains("steps only (no DDP module"),
             "{}",
             attach_note(&r)
         );
-        r.observed.step_samples.insert(64, 37);
+        r.seen.observed.step_samples.insert(64, 37);
         let note = attach_note(&r);
         assert!(
             note.contains("steps and samples measured; no DDP module"),
@@ -536,16 +539,16 @@ mod attach_note_tests {
     fn the_instrument_that_timed_the_buckets_is_named() {
         let spec = RunSpec::new(Experiment::Attach, 2, Backend::Nccl);
         let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
-        r.observed.process_group = Some(true);
-        r.observed.ddp_module = Some(true);
-        r.instrument = Some(crate::protocol::Instrument::Full);
-        r.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
+        r.seen.observed.process_group = Some(true);
+        r.seen.observed.ddp_module = Some(true);
+        r.seen.instrument = Some(crate::protocol::Instrument::Full);
+        r.seen.comm_timing = Some(crate::protocol::CommTiming::NcclProfiler);
         assert!(
             attach_note(&r).contains("buckets by ddptop's NCCL profiler plugin"),
             "{}",
             attach_note(&r)
         );
-        r.comm_timing = Some(crate::protocol::CommTiming::CommHook);
+        r.seen.comm_timing = Some(crate::protocol::CommTiming::CommHook);
         assert!(attach_note(&r).contains("buckets: ddptop's comm hook)"));
     }
 
@@ -553,7 +556,7 @@ mod attach_note_tests {
     fn torch_compile_time_is_said_apart_from_the_figures() {
         let spec = RunSpec::new(Experiment::Attach, 2, Backend::Gloo);
         let mut r = RunView::new("r".into(), spec, std::time::Instant::now(), 0.0);
-        r.instrument = Some(crate::protocol::Instrument::Full);
+        r.seen.instrument = Some(crate::protocol::Instrument::Full);
         assert!(!attach_note(&r).contains("compile"), "{}", attach_note(&r));
         let c = crate::run::view::Compiled {
             ms: 41_230,
@@ -561,7 +564,7 @@ mod attach_note_tests {
             recompiles: 2,
             steps: 3,
         };
-        r.observed.compile = Some(c);
+        r.seen.observed.compile = Some(c);
         assert!(
             attach_note(&r)
                 .ends_with("; compile 41.2 s, 2 recompiles (3 steps left out of samples/s)"),

@@ -63,7 +63,7 @@ impl View {
             // Lines the log can scroll: the longer of the run's output and the messages.
             let lines = self
                 .subject(state)
-                .map_or(0, |r| r.log_tail.len())
+                .map_or(0, |r| r.evidence.log_tail.len())
                 .max(state.messages.len());
             let max = lines.saturating_sub(1);
             let cur = self.log_scroll.min(max);

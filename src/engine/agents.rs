@@ -238,7 +238,7 @@ impl Engine {
             body: serde_json::to_string(&rows).unwrap_or_default(),
         });
         if let Some(v) = self.state.run_mut(run) {
-            v.node_gpus = rows;
+            v.figures.node_gpus = rows;
         }
     }
 

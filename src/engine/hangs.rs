@@ -86,8 +86,8 @@ impl Engine {
             n.as_deref()
                 .map(|s| s.split(':').next().unwrap_or(s).to_string())
         };
-        let fresh = note.is_some() && kind(&note) != kind(&v.watch_note);
-        v.watch_note = note.clone();
+        let fresh = note.is_some() && kind(&note) != kind(&v.evidence.watch_note);
+        v.evidence.watch_note = note.clone();
         if fresh && let Some(n) = note {
             self.state.push_message(Level::Info, Some(run), n);
         }
@@ -104,7 +104,7 @@ impl Engine {
         let moved = self
             .state
             .run(run)
-            .and_then(|v| v.last_progress)
+            .and_then(|v| v.clock.last_progress)
             .is_some_and(|p| p > at);
         if !moved {
             return;
@@ -116,8 +116,8 @@ impl Engine {
         );
         self.pending.push(EventRow::note(run, &text));
         if let Some(v) = self.state.run_mut(run) {
-            v.watch_note = None;
-            v.hang_report.push(text.clone());
+            v.evidence.watch_note = None;
+            v.evidence.hang_report.push(text.clone());
             if v.status == RunStatus::Stalled {
                 v.status = RunStatus::Running;
             }
@@ -132,7 +132,7 @@ impl Engine {
         // The ranks' own last lines (a rank killed by gloo's size check says why only there):
         // read here when the exit has not read them yet.
         let tails = match (self.state.run(run), self.launches.get(run)) {
-            (Some(v), _) if !v.rank_tails.is_empty() => v.rank_tails.clone(),
+            (Some(v), _) if !v.evidence.rank_tails.is_empty() => v.evidence.rank_tails.clone(),
             (_, Some(l)) => crate::supervisor::output::rank_tails(&l.run_dir),
             _ => Vec::new(),
         };
@@ -199,7 +199,12 @@ impl Engine {
         let named = self
             .state
             .run(run)
-            .and_then(|v| v.diagnoses.first().map(|d| format!("{}; ", d.line())))
+            .and_then(|v| {
+                v.evidence
+                    .diagnoses
+                    .first()
+                    .map(|d| format!("{}; ", d.line()))
+            })
             .unwrap_or_default();
         let Some(l) = self.launches.get_mut(run) else {
             return;
@@ -240,9 +245,9 @@ impl Engine {
         self.pending.push(EventRow::note(run, &report.join(" | ")));
         if let Some(v) = self.state.run_mut(run) {
             // An attached job may stall, resume and stall again: each report is kept.
-            v.hang_report.extend(report);
+            v.evidence.hang_report.extend(report);
             if keep_running {
-                v.watch_note = Some(format!("stalled, reported, not stopped: {why}"));
+                v.evidence.watch_note = Some(format!("stalled, reported, not stopped: {why}"));
                 v.status = RunStatus::Stalled;
             }
         }
@@ -341,7 +346,7 @@ mod tests {
             Instant::now(),
             0.0,
         );
-        view.started = None;
+        view.clock.started = None;
         e.state.runs.push(view);
         e.launches.insert(
             id.into(),

@@ -48,9 +48,9 @@ impl Engine {
                 if let Some(id) = &run
                     && let Some(v) = self.state.run_mut(id)
                 {
-                    v.rejected += 1;
+                    v.evidence.rejected += 1;
                     // The count is kept in full; the rows only while they are few.
-                    if crate::supervisor::socket::worth_a_row(v.rejected) {
+                    if crate::supervisor::socket::worth_a_row(v.evidence.rejected) {
                         self.pending.push(EventRow::note(
                             id,
                             &format!("connection rejected: {detail}"),
@@ -81,7 +81,7 @@ impl Engine {
             SupEvent::Agent { run, ev } => self.on_agent(&run, ev),
             SupEvent::Evidence { run, lines } => {
                 if let Some(v) = self.state.run_mut(&run) {
-                    v.hang_report.extend(lines.iter().cloned());
+                    v.evidence.hang_report.extend(lines.iter().cloned());
                 }
                 self.persist_live(&run);
                 for l in lines {
@@ -134,33 +134,31 @@ impl Engine {
             return true;
         };
         let was_starting = view.status == RunStatus::Starting;
-        let diagnosed = view.diagnoses.len();
+        let diagnosed = view.evidence.diagnoses.len();
         apply_worker(view, msg, now);
         // Only a step or its buckets message changes a rank's phase history. Assessed
         // a few times a second, not per message: a fast sim sends thousands a second,
         // and a window of tens of steps moves little in 200 ms.
         if matches!(msg, WorkerMsg::Step(_) | WorkerMsg::Buckets(_))
-            && view.stragglers_assessed.is_none_or(|t| {
+            && view.straggler.assessed.is_none_or(|t| {
                 now.duration_since(t) >= crate::app::straggler::assess_every(view.ranks.len())
             })
         {
-            view.stragglers_assessed = Some(now);
-            let since = view
-                .started
-                .map_or(0.0, |t| now.duration_since(t).as_secs_f64());
+            view.straggler.assessed = Some(now);
+            let since = view.clock.started.map_or(0.0, |t| (now - t).as_secs_f64());
             // The local ranks' run-queue waits at this window: a rank slow from waiting for
             // a core is a caveat of the run, not a straggler.
             crate::supervisor::schedstat::sample(view);
-            let before = view.stragglers.len();
-            let noted = view.caveats.len();
+            let before = view.straggler.named.len();
+            let noted = view.evidence.caveats.len();
             let named = crate::app::straggler::update(view, &self.opts.stragglers, since, &gpus);
-            let records: Vec<_> = view.stragglers[before..].to_vec();
+            let records: Vec<_> = view.straggler.named[before..].to_vec();
             for (line, rec) in named.iter().zip(records) {
                 view.push_tail(format!("ddptop: {line}"));
                 self.pending.push(EventRow::straggler(run, &rec));
                 self.pending.push(EventRow::note(run, line));
             }
-            let notes: Vec<String> = view.caveats[noted..]
+            let notes: Vec<String> = view.evidence.caveats[noted..]
                 .iter()
                 .map(|c| c.text.clone())
                 .collect();
@@ -184,7 +182,7 @@ impl Engine {
             return true;
         };
         // A rank's own finding (unused parameters): on the main screen at once, and stored.
-        let found: Vec<String> = view.diagnoses[diagnosed..]
+        let found: Vec<String> = view.evidence.diagnoses[diagnosed..]
             .iter()
             .map(|d| d.line())
             .collect();
@@ -258,7 +256,7 @@ impl Engine {
             return;
         };
         let pids: Vec<u32> = view.ranks.values().filter_map(|r| r.pid).collect();
-        let versions = view.versions.clone();
+        let versions = view.launch.versions.clone();
         if was_starting {
             self.state.push_message(
                 Level::Info,
@@ -284,11 +282,11 @@ impl Engine {
         let dir = l.run_dir.clone();
         if let Some(v) = self.state.run_mut(run)
             && v.spec.backend == crate::protocol::Backend::Nccl
-            && (v.transport().is_none() || v.nccl_read.is_empty())
+            && (v.transport().is_none() || v.launch.nccl_read.is_empty())
         {
             v.set_transport(nccl_log::transport_of_run(&dir));
             if let Some(read) = nccl_reads(&v.spec, &dir) {
-                v.nccl_read = read;
+                v.launch.nccl_read = read;
             }
         }
     }

@@ -75,10 +75,10 @@ impl Engine {
         v.push_tail(format!("ddptop: {line}"));
         // The run's hang evidence: the verdict and each rank's hello/init times, then the
         // ranks' stacks (where the missing one is) when they arrive.
-        v.hang_report.push(line.clone());
-        v.hang_report.extend(evidence);
+        v.evidence.hang_report.push(line.clone());
+        v.evidence.hang_report.extend(evidence);
         if keep_running {
-            v.watch_note = Some(format!("stalled in init, reported, not stopped: {line}"));
+            v.evidence.watch_note = Some(format!("stalled in init, reported, not stopped: {line}"));
             v.status = RunStatus::Stalled;
         }
         let Some(l) = self.launches.get_mut(run) else {

@@ -104,8 +104,8 @@ impl Engine {
             None => Vec::new(),
         };
         let mut run = RunView::new(id.clone(), spec, Instant::now(), started_unix);
-        run.sweep = sweep;
-        run.gpus_shared = gpus_shared;
+        run.launch.sweep = sweep;
+        run.launch.gpus_shared = gpus_shared;
         self.describe_launch(&mut run, &cmd, plan.is_some());
         let label = format!(
             "launched {} {} k={} on {}{}",
@@ -160,14 +160,14 @@ impl Engine {
             run.add_caveat(c);
         }
         // For the details view (the token stays out of sight, as in command.txt).
-        run.command = Some(
+        run.launch.command = Some(
             cmd.argv
                 .iter()
                 .map(String::as_str)
                 .collect::<Vec<_>>()
                 .join(" "),
         );
-        run.env = cmd
+        run.launch.env = cmd
             .env
             .iter()
             .filter(|(k, _)| !k.starts_with("DDPTOP_TOKEN"))

@@ -152,7 +152,7 @@ impl Engine {
         let named = self
             .state
             .run(run)
-            .and_then(|v| v.diagnoses.first().map(|d| d.line()));
+            .and_then(|v| v.evidence.diagnoses.first().map(|d| d.line()));
         let detail = self
             .launches
             .get(run)
@@ -175,7 +175,7 @@ impl Engine {
         };
         let first = output::first_failed(&tails).cloned();
         if let Some(v) = self.state.run_mut(run) {
-            v.rank_tails = tails;
+            v.evidence.rank_tails = tails;
         }
         let Some(l) = self.launches.get_mut(run) else {
             return;
@@ -333,7 +333,8 @@ impl Engine {
         let unix = crate::util::unix_now();
         // The k=1 run a "slower than one GPU" was judged against, to check it on the whole run.
         let one = self.state.run(run).and_then(|v| {
-            v.diagnoses
+            v.evidence
+                .diagnoses
                 .iter()
                 .any(|d| d.kind == crate::run::DiagnosisKind::SlowerThanOneGpu)
                 .then(|| crate::app::diagnose::measured_one(v, &self.state.runs))
@@ -345,12 +346,12 @@ impl Engine {
         let known = view.transport().map(str::to_string);
         view.set_transport(transport.or(known));
         if let Some(read) = nccl_reads(&view.spec, &run_dir) {
-            view.nccl_read = read;
+            view.launch.nccl_read = read;
         }
         // `on_exit` read them when the launcher exited; a run finalized without that exit seen
         // reads them here.
-        if (status != RunStatus::Completed || exited_badly) && view.rank_tails.is_empty() {
-            view.rank_tails = output::rank_tails(&run_dir);
+        if (status != RunStatus::Completed || exited_badly) && view.evidence.rank_tails.is_empty() {
+            view.evidence.rank_tails = output::rank_tails(&run_dir);
         }
         if status == RunStatus::Completed
             && let Some(r) = reason.take()
@@ -361,7 +362,8 @@ impl Engine {
             view.add_caveat(crate::run::Caveat::note(r));
         }
         // The phase history is not stored: its per-phase table is, as of the end (issue 46).
-        view.phase_scores = crate::app::straggler::phase_scores(&view.ranks, &self.opts.stragglers);
+        view.straggler.phase_scores =
+            crate::app::straggler::phase_scores(&view.ranks, &self.opts.stragglers);
         if status == RunStatus::Completed {
             crate::app::diagnose::recheck_at_end(view, one.as_ref());
         }
@@ -394,7 +396,7 @@ impl Engine {
             text.push_str(&format!(": {r}"));
         }
         if status == RunStatus::Completed
-            && let Some(a) = &view_snapshot.aggregate
+            && let Some(a) = &view_snapshot.figures.aggregate
         {
             text.push_str(&format!(" — {:.0} samples/s", a.samples_per_s));
         }

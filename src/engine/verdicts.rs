@@ -19,7 +19,7 @@ impl Engine {
         if v.status.is_final() || v.spec.backend == crate::protocol::Backend::Sim {
             return;
         }
-        let named = |kind| v.diagnoses.iter().any(|d| d.kind == kind);
+        let named = |kind| v.evidence.diagnoses.iter().any(|d| d.kind == kind);
         let mut found = None;
         let mut host_bound = None;
         if v.spec.k >= 2 && !named(DiagnosisKind::SlowerThanOneGpu) {
@@ -29,6 +29,7 @@ impl Engine {
                 // Said once; judged again at later steps, in case the host frees up.
                 Some(diagnose::Slower::HostBound(line))
                     if !v
+                        .evidence
                         .caveats
                         .iter()
                         .any(|c| c.text.starts_with(diagnose::HOST_BOUND)) =>
@@ -41,7 +42,7 @@ impl Engine {
         // A compiled run's steady state against the same script eager, once its counters came.
         if found.is_none()
             && host_bound.is_none()
-            && v.compile_counters.is_some()
+            && v.seen.compile_counters.is_some()
             && !named(DiagnosisKind::CompileRegression)
             && let Some(eager) = diagnose::eager_run(v, &self.state.runs)
         {

@@ -38,10 +38,10 @@ pub fn settings_label(run: &RunView) -> String {
     let s = run.spec.nccl.short();
     let mut label = if s == "default" { "defaults".into() } else { s };
     // The setting as it took effect: a toggle NCCL never read did nothing.
-    if let Some(n) = crate::run::nccl::ignored_note(&run.nccl_read) {
+    if let Some(n) = crate::run::nccl::ignored_note(&run.launch.nccl_read) {
         label.push_str(&format!(" ({n})"));
     }
-    if run.gpus_shared.is_some() {
+    if run.launch.gpus_shared.is_some() {
         label.push_str(" (GPUs shared)");
     }
     // A fault run is not the `defaults` it would otherwise read as (issue 46).
@@ -84,9 +84,15 @@ pub fn run_info(
         data_path: set.data_path,
         data_source: set.data_source,
         control: s.control,
-        caveats: run.caveats.iter().map(|c| c.text.clone()).collect(),
+        caveats: run
+            .evidence
+            .caveats
+            .iter()
+            .map(|c| c.text.clone())
+            .collect(),
         settings: settings_label(run),
         nccl_read: run
+            .launch
             .nccl_read
             .iter()
             .map(|(k, taken)| (k.clone(), if *taken { "taken" } else { "ignored" }))
@@ -94,23 +100,23 @@ pub fn run_info(
         torch: run.torch_label(),
         torch_settings: asked,
         torch_seen: TorchSeen::of(run),
-        jax_matmul_precision: run.jax_matmul_precision.clone(),
+        jax_matmul_precision: run.seen.jax_matmul_precision.clone(),
         status: run.status,
         reason: run.reason.clone(),
-        started: Timestamp(run.started_unix),
-        ended: run.ended_unix.map(Timestamp),
+        started: Timestamp(run.clock.started_unix),
+        ended: run.clock.ended_unix.map(Timestamp),
         transport: run.transport().map(str::to_string),
-        gpus_shared: run.gpus_shared.clone(),
-        sweep: run.sweep.clone(),
+        gpus_shared: run.launch.gpus_shared.clone(),
+        sweep: run.launch.sweep.clone(),
         command: rec.map(|r| r.command.clone()).unwrap_or_default(),
-        versions: run.versions.clone(),
+        versions: run.launch.versions.clone(),
         output_log: run_dir.map(|d| d.join("output.log").display().to_string()),
-        stragglers: run.stragglers.clone(),
+        stragglers: run.straggler.named.clone(),
         phase_scores: crate::app::straggler::phase_scores_of(run, &Default::default()),
         fault: run.spec.inject.as_ref().map(|f| f.to_string()),
-        evidence: run.hang_report.clone(),
-        rank_tails: run.rank_tails.clone(),
-        diagnoses: run.diagnoses.clone(),
+        evidence: run.evidence.hang_report.clone(),
+        rank_tails: run.evidence.rank_tails.clone(),
+        diagnoses: run.evidence.diagnoses.clone(),
         collectives: crate::app::coll_store::collectives_json(run),
         figures: RunFigures::of(run, scaling, history),
         family: run.spec.family.settings(),
@@ -138,7 +144,7 @@ fn curves(src: &Source) -> Vec<Curve> {
     for run in src.selected.iter().copied().filter(|r| {
         r.spec.experiment().has_throughput()
             && r.status == RunStatus::Completed
-            && r.aggregate.is_some()
+            && r.figures.aggregate.is_some()
     }) {
         let key = run.spec.curve_key();
         if !groups.contains_key(&key) {
@@ -151,8 +157,8 @@ fn curves(src: &Source) -> Vec<Curve> {
         .filter_map(|key| {
             let mut runs = groups.remove(&key)?;
             runs.sort_by(|a, b| {
-                (a.spec.k, a.started_unix)
-                    .partial_cmp(&(b.spec.k, b.started_unix))
+                (a.spec.k, a.clock.started_unix)
+                    .partial_cmp(&(b.spec.k, b.clock.started_unix))
                     .unwrap_or(std::cmp::Ordering::Equal)
             });
             let first = runs[0];
@@ -162,7 +168,7 @@ fn curves(src: &Source) -> Vec<Curve> {
                 points: runs
                     .iter()
                     .map(|r| {
-                        let agg = r.aggregate.as_ref().expect("filtered on aggregate");
+                        let agg = r.figures.aggregate.as_ref().expect("filtered on aggregate");
                         let sc = scaling_of(r, src);
                         CurvePoint {
                             k: r.spec.k,
@@ -240,7 +246,7 @@ pub fn probe_row(run: &RunView, history: &[RunView]) -> Option<ProbeRow> {
     if run.status != RunStatus::Completed {
         return None;
     }
-    let p = summary::probe_summary(&run.probe)?;
+    let p = summary::probe_summary(&run.figures.probe)?;
     let spread = |s: &summary::ProbeSide| Spread {
         median: s.median_ms,
         min: s.min_ms,
@@ -273,10 +279,10 @@ fn probes(src: &Source) -> Vec<ProbeRow> {
     let missing: Vec<&RunView> = src
         .selected
         .iter()
-        .filter(|r| r.spec.kind().probes_no_sync() && r.spec.k > 1 && r.sweep.is_some())
+        .filter(|r| r.spec.kind().probes_no_sync() && r.spec.k > 1 && r.launch.sweep.is_some())
         .filter_map(|r| {
             src.history.iter().find(|c| {
-                c.sweep == r.sweep
+                c.launch.sweep == r.launch.sweep
                     && c.spec.kind().probes_no_sync()
                     && c.spec.k == 1
                     && !rows.iter().any(|p| p.run_id == c.id)
@@ -296,10 +302,11 @@ pub fn bench_rows(run: &RunView) -> Vec<BenchRow> {
     if run.status != RunStatus::Completed {
         return Vec::new();
     }
-    let Some(rank) = run.bench.iter().map(|b| b.rank).min() else {
+    let Some(rank) = run.figures.bench.iter().map(|b| b.rank).min() else {
         return Vec::new();
     };
-    run.bench
+    run.figures
+        .bench
         .iter()
         .filter(|b| b.rank == rank)
         .map(|b| BenchRow {
@@ -322,7 +329,7 @@ fn environment(runs: &[&RunView]) -> Environment {
     let mut versions = BTreeMap::new();
     let mut devices: Vec<String> = Vec::new();
     for r in runs {
-        for (k, v) in &r.versions {
+        for (k, v) in &r.launch.versions {
             if k != "host" {
                 versions.entry(k.clone()).or_insert_with(|| v.clone());
             }
@@ -335,7 +342,7 @@ fn environment(runs: &[&RunView]) -> Environment {
     }
     let host = runs
         .iter()
-        .find_map(|r| r.versions.get("host").cloned())
+        .find_map(|r| r.launch.versions.get("host").cloned())
         .unwrap_or_else(crate::paths::hostname);
     Environment {
         host,
@@ -396,15 +403,15 @@ mod tests {
         );
         assert_eq!(run.spec.batch, 256);
         run.status = RunStatus::Completed;
-        run.ended_unix = Some(run.started_unix + 50.0);
-        run.aggregate = Some(Aggregate {
+        run.clock.ended_unix = Some(run.clock.started_unix + 50.0);
+        run.figures.aggregate = Some(Aggregate {
             samples_per_s: 640.0,
             rank_min: 640.0,
             rank_max: 640.0,
             per_rank: vec![640.0],
         });
-        run.observed.step_samples.insert(32, 40);
-        run.observed.step_samples.insert(8, 1); // the last, partial batch
+        run.seen.observed.step_samples.insert(32, 40);
+        run.seen.observed.step_samples.insert(8, 1); // the last, partial batch
         assert_eq!(run.batch_label(), "batch 32/rank");
         let history = vec![run.clone()];
         let records = HashMap::new();

@@ -234,7 +234,7 @@ pub struct RunInfo {
     pub data_source: Option<String>,
     /// A probe's k=1 control run.
     pub control: bool,
-    /// What makes the run's own figures less than solid (`RunView::caveats`).
+    /// What makes the run's own figures less than solid (`RunView::evidence.caveats`).
     pub caveats: Vec<String>,
     /// The launch's environment toggles as one label (`defaults`, `NCCL_P2P_DISABLE=1`).
     pub settings: String,

@@ -23,7 +23,7 @@ pub struct TorchSeen {
 
 impl TorchSeen {
     pub fn of(run: &RunView) -> Option<Self> {
-        run.torch_seen.map(|(m, c)| TorchSeen {
+        run.seen.torch.map(|(m, c)| TorchSeen {
             matmul_precision: m.as_str().to_string(),
             cudnn_benchmark: c,
         })
@@ -65,6 +65,7 @@ impl RunFigures {
     /// `scaling`: as committed when the run ended, else recomputed from `history`.
     pub fn of(run: &RunView, scaling: Option<Scaling>, history: &[RunView]) -> Self {
         let agg = run
+            .figures
             .aggregate
             .as_ref()
             .filter(|_| run.status == RunStatus::Completed);
@@ -131,8 +132,8 @@ impl RunDetail {
                 .map(|x| json!({"rank": x.rank, "node": x.node, "remote": x.remote}))
                 .collect(),
             bad_lines: r.bad_lines(),
-            rejected_connections: r.rejected,
-            hang_report: r.hang_report.clone(),
+            rejected_connections: r.evidence.rejected,
+            hang_report: r.evidence.hang_report.clone(),
             node_gpus: crate::app::nodes::nodes_json(r),
             ..RunDetail::default()
         };
@@ -150,15 +151,18 @@ impl RunDetail {
         }
         if r.spec.attach().is_some() {
             let f = &mut d.family;
-            f.insert("instrument".into(), json!(r.instrument));
+            f.insert("instrument".into(), json!(r.seen.instrument));
             f.insert(
                 "steps".into(),
                 json!(r.ranks.values().map(|x| x.step).collect::<Vec<_>>()),
             );
-            f.insert("process_group".into(), json!(r.observed.process_group));
-            f.insert("ddp_module".into(), json!(r.observed.ddp_module));
-            f.insert("independent_ranks".into(), json!(r.observed.independent()));
-            if let Some(c) = r.observed.compile {
+            f.insert("process_group".into(), json!(r.seen.observed.process_group));
+            f.insert("ddp_module".into(), json!(r.seen.observed.ddp_module));
+            f.insert(
+                "independent_ranks".into(),
+                json!(r.seen.observed.independent()),
+            );
+            if let Some(c) = r.seen.observed.compile {
                 f.insert(
                     "compile".into(),
                     json!({"seconds": c.ms as f64 / 1000.0, "compiles": c.compiles,
@@ -169,16 +173,16 @@ impl RunDetail {
         if r.status != RunStatus::Completed {
             return d;
         }
-        d.probe = probe_summary(&r.probe).map(|p| {
+        d.probe = probe_summary(&r.figures.probe).map(|p| {
             json!({
                 "synced_ms": {"median": p.synced.median_ms, "min": p.synced.min_ms, "max": p.synced.max_ms, "blocks": p.synced.blocks},
                 "no_sync_ms": {"median": p.no_sync.median_ms, "min": p.no_sync.min_ms, "max": p.no_sync.max_ms, "blocks": p.no_sync.blocks},
                 "difference_ms": p.diff_ms,
             })
         });
-        if !r.bench.is_empty() {
+        if !r.figures.bench.is_empty() {
             d.bench = Some(r
-                .bench
+                .figures.bench
                 .iter()
                 .map(|b| json!({"bytes": b.bytes, "time_us": b.time_us, "algbw_gbs": b.algbw_gbs, "busbw_gbs": b.busbw_gbs}))
                 .collect());
@@ -235,7 +239,7 @@ fn probe_model(r: &RunView, runs: &[RunView]) -> Option<Value> {
     if !r.spec.kind().probes_no_sync() || r.spec.control || r.status != RunStatus::Completed {
         return None;
     }
-    let p = probe_summary(&r.probe)?;
+    let p = probe_summary(&r.figures.probe)?;
     let ctrl = predict::reducer_control(&r.spec, runs);
     Some(match predict::exposed_prediction(&r.spec, runs) {
         Ok(e) => json!({
@@ -298,7 +302,7 @@ fn fsdp(r: &RunView, v: &mut Map<String, Value>) {
 fn jax(r: &RunView, v: &mut Map<String, Value>) {
     v.insert("devices".into(), json!(r.spec.k));
     v.insert("processes".into(), json!(r.spec.processes()));
-    let receipt = r.hlo.as_ref().map_or(Value::Null, |h| {
+    let receipt = r.figures.hlo.as_ref().map_or(Value::Null, |h| {
         json!({
             "k": h.k, "platform": h.platform, "sharding": h.sharding,
             "all_reduce_ops": h.all_reduce_ops, "all_reduce_bytes": h.all_reduce_bytes,
@@ -306,9 +310,10 @@ fn jax(r: &RunView, v: &mut Map<String, Value>) {
         })
     });
     v.insert("receipt".into(), receipt);
-    v.insert("checks".into(), json!(r.checks));
+    v.insert("checks".into(), json!(r.figures.checks));
     v.insert("equality".into(), equality(r));
     let mem: Vec<Value> = r
+        .figures
         .device_memory
         .values()
         .map(|m| {
@@ -325,7 +330,7 @@ fn jax(r: &RunView, v: &mut Map<String, Value>) {
 /// The k=1 vs k verdict over every checked step and the parameters, with the tolerance rule it
 /// was decided by (`app::equality`); null when the run made no check.
 fn equality(r: &RunView) -> Value {
-    let Some(e) = crate::app::equality::equality(&r.checks) else {
+    let Some(e) = crate::app::equality::equality(&r.figures.checks) else {
         return Value::Null;
     };
     let figure = |c: &crate::protocol::Check| json!({"step": c.step, "diff": c.diff, "tol": c.tol, "ok": c.ok});

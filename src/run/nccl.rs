@@ -323,7 +323,7 @@ impl NcclSettings {
     }
 }
 
-/// What the run's NCCL log showed of its toggles (`RunView::nccl_read`, filled by
+/// What the run's NCCL log showed of its toggles (`RunView::launch.nccl_read`, filled by
 /// `supervisor::nccl_log::toggles_read`), for a screen or report:
 /// `NCCL_SHM_USE_CUDA_MEMCPY=1 ignored by NCCL` for each toggle NCCL did not read.
 pub fn ignored_note(read: &BTreeMap<String, bool>) -> Option<String> {

@@ -282,6 +282,8 @@ pub struct Aggregate {
     pub rank_max: f64,
 }
 
+/// A run as the screens, reports and store see it: its identity and state at the top, the rest
+/// in groups by what they hold (`clock`, `figures`, `launch`, `seen`, `evidence`, `straggler`).
 #[derive(Debug, Clone)]
 pub struct RunView {
     pub id: String,
@@ -289,6 +291,24 @@ pub struct RunView {
     pub status: RunStatus,
     /// Why it ended as it did (exit codes, hang verdict, who stopped it).
     pub reason: Option<String>,
+    pub ranks: BTreeMap<u32, RankView>,
+    /// From this session (false: loaded from the store).
+    pub live: bool,
+    pub clock: RunClock,
+    pub figures: Figures,
+    pub launch: Launch,
+    pub seen: Seen,
+    pub evidence: Evidence,
+    pub straggler: StragglerState,
+    /// What NCCL's profiler plugin reported (`app::collectives`); live only, not stored. Kept out
+    /// of the groups: large live state (`figures.coll_summary` is what a stored run keeps of it).
+    pub collectives: super::collectives::Collectives,
+}
+
+/// When the run started and ended, and its pace: the watchdog's progress gaps, the plan's
+/// length and the first rank's step clock for the ETA.
+#[derive(Debug, Clone, Default)]
+pub struct RunClock {
     /// Unix seconds.
     pub started_unix: f64,
     pub ended_unix: Option<f64>,
@@ -297,61 +317,6 @@ pub struct RunView {
     pub last_progress: Option<Instant>,
     /// Recent wall-clock gaps (s) between step advances, for the watchdog's threshold.
     pub progress_gaps: VecDeque<f64>,
-    pub ranks: BTreeMap<u32, RankView>,
-    pub aggregate: Option<Aggregate>,
-    /// (seconds since start, aggregate samples/s), sampled about once a second.
-    pub throughput: Vec<(f64, f64)>,
-    pub probe: Vec<Probe>,
-    pub bench: Vec<Bench>,
-    /// NCCL's transport as its log reported it. Private: a simulated run has no NCCL, so
-    /// `set_transport` drops one and `transport()` never shows one (ui_fixtures once did).
-    transport: Option<String>,
-    /// Each NCCL variable the run set, and whether NCCL logged reading it (`true`: taken).
-    pub nccl_read: BTreeMap<String, bool>,
-    /// Set when the run was launched with `--shared-gpus` beside other processes: who they were.
-    pub gpus_shared: Option<String>,
-    pub versions: BTreeMap<String, String>,
-    pub rejected: u64,
-    pub log_tail: VecDeque<String>,
-    /// Evidence collected when a run hung (flight recorder summary, last steps).
-    pub hang_report: Vec<String>,
-    /// Ranks torchrun reported failed, each with its own last output lines (a rank killed by
-    /// a signal says why only there).
-    pub rank_tails: Vec<RankTail>,
-    /// What went wrong, by name, with the fix (`app::diagnose`): at most one per kind and rank.
-    pub diagnoses: Vec<Diagnosis>,
-    /// torch.compile's latest counters from a rank (`FindingKind::CompileRegression`) and the
-    /// step its steady state began at: the compile-regression verdict reads them.
-    pub compile_counters: Option<(u64, crate::protocol::Finding)>,
-    /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
-    /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
-    pub torch_seen: Option<(crate::protocol::MatmulPrecision, bool)>,
-    /// The JAX worker's `jax_default_matmul_precision` as its `result` reported it.
-    pub jax_matmul_precision: Option<String>,
-    /// What the watchdog says of the live run now (warming up, a slow step it waits out, a
-    /// reported stall of an attached job); `None` while steps flow.
-    pub watch_note: Option<String>,
-    pub exit_codes: Vec<(String, i32)>,
-    pub grad_bytes: Option<u64>,
-    pub bucket_bytes: Vec<u64>,
-    /// From this session (false: loaded from the store).
-    pub live: bool,
-    pub sweep: Option<String>,
-    /// How much an attached script is measured (`hello.instrument`, then the bootstrap's
-    /// `instrument: steps_only` / `instrumentation off` log lines); `None` for ddptop's workers.
-    pub instrument: Option<crate::protocol::Instrument>,
-    /// What timed DDP's bucket all-reduces (an attached rank's `plan.comm_timing`): ddptop's
-    /// comm hook, or DDP's own all-reduce seen through NCCL's profiler plugin.
-    pub comm_timing: Option<crate::protocol::CommTiming>,
-    /// The NCCL profiler plugin's collectives as stored with a finished run (a live run derives
-    /// it from `collectives`: `app::coll_store::summary`).
-    pub coll_summary: Option<crate::run::collectives::CollSummary>,
-    /// The JAX receipt: the collectives in the compiled step and the arrays' layouts.
-    pub hlo: Option<Hlo>,
-    /// Equality checks the worker made (JAX: the first-step loss at k=1 against k).
-    pub checks: Vec<Check>,
-    /// Latest memory report per device, for a process that drives several (JAX).
-    pub device_memory: BTreeMap<u32, Memory>,
     /// The run's length from the workers' `plan` message (`None`: not sent, or unknown).
     pub total_steps: Option<u64>,
     /// `(t, step)` of the first rank's recent messages: its pace, for the ETA.
@@ -359,38 +324,122 @@ pub struct RunView {
     /// The first rank's step when the plan's length last changed (a live probe adds steps):
     /// the ETA is re-estimated from the pace after it.
     pub replanned_at: Option<u64>,
+}
+
+/// What the run measured: its aggregate and throughput, probes and benches, gradient and bucket
+/// sizes, device memory, the worker's checks, the JAX receipt, the stored collectives' summary
+/// and the nodes' GPUs.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    pub aggregate: Option<Aggregate>,
+    /// (seconds since start, aggregate samples/s), sampled about once a second.
+    pub throughput: Vec<(f64, f64)>,
+    pub probe: Vec<Probe>,
+    pub bench: Vec<Bench>,
+    pub grad_bytes: Option<u64>,
+    pub bucket_bytes: Vec<u64>,
+    /// Latest memory report per device, for a process that drives several (JAX).
+    pub device_memory: BTreeMap<u32, Memory>,
+    /// Equality checks the worker made (JAX: the first-step loss at k=1 against k).
+    pub checks: Vec<Check>,
+    /// The JAX receipt: the collectives in the compiled step and the arrays' layouts.
+    pub hlo: Option<Hlo>,
+    /// The NCCL profiler plugin's collectives as stored with a finished run (a live run derives
+    /// it from `collectives`: `app::coll_store::summary`).
+    pub coll_summary: Option<crate::run::collectives::CollSummary>,
+    /// A multi-node run's GPUs on every node when it ended (empty for one-node runs).
+    pub node_gpus: Vec<NodeGpuRow>,
+}
+
+/// How the run was launched and what its processes made of it: the command, its environment and
+/// versions, what NCCL read of its variables and the transport it chose, GPUs shared with others,
+/// the sweep it belongs to and the processes' exit codes.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
     /// The launch's program and arguments (this session's runs; stored runs: `command.txt`).
     pub command: Option<String>,
     /// Variables the launch set (`None`: removed), without the socket token.
     pub env: BTreeMap<String, Option<String>>,
-    /// What makes this run's figures less than a clean measurement (stored with the run).
-    pub caveats: Vec<Caveat>,
+    pub versions: BTreeMap<String, String>,
+    /// Each NCCL variable the run set, and whether NCCL logged reading it (`true`: taken).
+    pub nccl_read: BTreeMap<String, bool>,
+    /// Set when the run was launched with `--shared-gpus` beside other processes: who they were.
+    pub gpus_shared: Option<String>,
+    /// NCCL's transport as its log reported it. Private: a simulated run has no NCCL, so
+    /// `set_transport` drops one and `transport()` never shows one (ui_fixtures once did).
+    transport: Option<String>,
+    pub sweep: Option<String>,
+    pub exit_codes: Vec<(String, i32)>,
+}
+
+/// What was observed of the job's own settings: the PyTorch and JAX settings in effect, how much
+/// an attached script is measured and what timed its all-reduces, its observed settings and
+/// torch.compile's counters.
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    /// The PyTorch settings in effect at the end, as rank 0's `result` reported them: float32
+    /// matmul precision and cudnn.benchmark (for an attached script, the script's own).
+    pub torch: Option<(crate::protocol::MatmulPrecision, bool)>,
+    /// The JAX worker's `jax_default_matmul_precision` as its `result` reported it.
+    pub jax_matmul_precision: Option<String>,
+    /// How much an attached script is measured (`hello.instrument`, then the bootstrap's
+    /// `instrument: steps_only` / `instrumentation off` log lines); `None` for ddptop's workers.
+    pub instrument: Option<crate::protocol::Instrument>,
+    /// What timed DDP's bucket all-reduces (an attached rank's `plan.comm_timing`): ddptop's
+    /// comm hook, or DDP's own all-reduce seen through NCCL's profiler plugin.
+    pub comm_timing: Option<crate::protocol::CommTiming>,
     /// An attached script's settings as ddptop saw them (its spec's model, batch, epochs and
     /// samples are not the script's: ddptop sets none of them).
     pub observed: Observed,
+    /// torch.compile's latest counters from a rank (`FindingKind::CompileRegression`) and the
+    /// step its steady state began at: the compile-regression verdict reads them.
+    pub compile_counters: Option<(u64, crate::protocol::Finding)>,
+}
+
+/// What explains how the run went: its log tail and rejected lines, a hang's report, failed
+/// ranks' own output, diagnoses, caveats on its figures and the watchdog's note.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    pub log_tail: VecDeque<String>,
+    pub rejected: u64,
+    /// Evidence collected when a run hung (flight recorder summary, last steps).
+    pub hang_report: Vec<String>,
+    /// Ranks torchrun reported failed, each with its own last output lines (a rank killed by
+    /// a signal says why only there).
+    pub rank_tails: Vec<RankTail>,
+    /// What went wrong, by name, with the fix (`app::diagnose`): at most one per kind and rank.
+    pub diagnoses: Vec<Diagnosis>,
+    /// What makes this run's figures less than a clean measurement (stored with the run).
+    pub caveats: Vec<Caveat>,
+    /// What the watchdog says of the live run now (warming up, a slow step it waits out, a
+    /// reported stall of an attached job); `None` while steps flow.
+    pub watch_note: Option<String>,
+}
+
+/// The straggler verdict's state (`app::straggler`): the ranks named, those pending and
+/// recovering, when it was last assessed, the per-phase scores kept at the end, this host's
+/// load and the ranks found starved of a CPU core.
+#[derive(Debug, Clone, Default)]
+pub struct StragglerState {
     /// Ranks named as stragglers during the run, in the order named (`app::straggler`).
-    pub stragglers: Vec<Straggler>,
+    pub named: Vec<Straggler>,
     /// Per phase, the ranks' medians over the last window as they were when the run ended
     /// (`app::straggler::phase_scores`): what a stored run keeps of its phase history, which
     /// is not stored (reports, `show`). Empty while it runs and below 2 ranks.
     pub phase_scores: Vec<PhaseScore>,
-    /// A multi-node run's GPUs on every node when it ended (empty for one-node runs).
-    pub node_gpus: Vec<NodeGpuRow>,
     /// When the straggler score was last assessed (at most a few times a second).
-    pub stragglers_assessed: Option<Instant>,
+    pub assessed: Option<Instant>,
     /// Ranks found slow but not yet named: the window's end step when first found slow
     /// (`app::straggler::update` names a rank once it stays slow for `CONFIRM` of a window).
-    pub stragglers_pending: BTreeMap<u32, u64>,
+    pub pending: BTreeMap<u32, u64>,
     /// Named ranks back at pace but not yet un-named: the window's end step when first found at
     /// pace (un-named once at pace for as long as naming takes, so a burst on the others does
     /// not end and restart the episode).
-    pub stragglers_recovering: BTreeMap<u32, u64>,
+    pub recovering: BTreeMap<u32, u64>,
     /// This machine's load at the latest run-queue sample (`None`: no local rank sampled).
     pub host_load: Option<HostLoad>,
     /// Ranks found slow from waiting for a CPU core, not named: said once each as a caveat.
     pub cpu_starved: std::collections::BTreeSet<u32>,
-    /// What NCCL's profiler plugin reported (`app::collectives`); live only, not stored.
-    pub collectives: super::collectives::Collectives,
 }
 
 /// Something that happened to a run, or was true of it, that its figures must carry.
@@ -574,18 +623,18 @@ impl RunView {
     /// The live reducer and the store's reload both record them here.
     pub fn note_torch_seen(&mut self, r: &crate::protocol::ResultMsg) {
         if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
-            && (self.torch_seen.is_none() || r.rank == 0)
+            && (self.seen.torch.is_none() || r.rank == 0)
         {
-            self.torch_seen = Some((m, c));
+            self.seen.torch = Some((m, c));
         }
         if let Some(p) = &r.jax_matmul_precision {
-            self.jax_matmul_precision = Some(p.clone());
+            self.seen.jax_matmul_precision = Some(p.clone());
         }
     }
 
     pub fn torch_label(&self) -> Option<String> {
         use super::spec::TorchSettings;
-        if let Some(p) = &self.jax_matmul_precision {
+        if let Some(p) = &self.seen.jax_matmul_precision {
             return Some(format!(
                 "jax_default_matmul_precision {p}{}",
                 if p == "tensorfloat32" {
@@ -610,7 +659,7 @@ impl RunView {
             }
             t => Some(t.label().to_string()),
         };
-        let seen = self.torch_seen.map(|(m, c)| {
+        let seen = self.seen.torch.map(|(m, c)| {
             format!(
                 "seen: matmul precision {}, cudnn.benchmark {}",
                 m.as_str(),
@@ -642,55 +691,18 @@ impl RunView {
             spec,
             status: RunStatus::Starting,
             reason: None,
-            started_unix: unix,
-            ended_unix: None,
-            started: Some(now),
-            last_progress: None,
-            progress_gaps: VecDeque::new(),
             ranks,
-            aggregate: None,
-            throughput: Vec::new(),
-            probe: Vec::new(),
-            bench: Vec::new(),
-            transport: None,
-            nccl_read: BTreeMap::new(),
-            gpus_shared: None,
-            versions: BTreeMap::new(),
-            rejected: 0,
-            log_tail: VecDeque::new(),
-            hang_report: Vec::new(),
-            rank_tails: Vec::new(),
-            diagnoses: Vec::new(),
-            compile_counters: None,
-            watch_note: None,
-            torch_seen: None,
-            jax_matmul_precision: None,
-            exit_codes: Vec::new(),
-            grad_bytes: None,
-            bucket_bytes: Vec::new(),
             live: true,
-            sweep: None,
-            instrument: None,
-            comm_timing: None,
-            coll_summary: None,
-            hlo: None,
-            checks: Vec::new(),
-            device_memory: BTreeMap::new(),
-            total_steps: None,
-            step_clock: VecDeque::new(),
-            replanned_at: None,
-            command: None,
-            env: BTreeMap::new(),
-            caveats: Vec::new(),
-            observed: Observed::default(),
-            stragglers: Vec::new(),
-            phase_scores: Vec::new(),
-            node_gpus: Vec::new(),
-            stragglers_assessed: None,
-            stragglers_pending: BTreeMap::new(),
-            stragglers_recovering: BTreeMap::new(),
-            host_load: None,
-            cpu_starved: Default::default(),
+            clock: RunClock {
+                started_unix: unix,
+                started: Some(now),
+                ..Default::default()
+            },
+            figures: Figures::default(),
+            launch: Launch::default(),
+            seen: Seen::default(),
+            evidence: Evidence::default(),
+            straggler: StragglerState::default(),
             collectives: Default::default(),
         }
     }
@@ -711,7 +723,7 @@ impl RunView {
     pub fn settings(&self) -> Settings {
         let s = &self.spec;
         if s.kind().runs_user_script() {
-            let o = &self.observed;
+            let o = &self.seen.observed;
             let batch = o.per_rank_batch();
             return Settings {
                 model: None,
@@ -739,12 +751,14 @@ impl RunView {
     /// Why this run is not a clean measurement of itself (the first such caveat), if it is not:
     /// the reason a k=1 run is no baseline.
     pub fn perturbation(&self) -> Option<String> {
-        self.caveats
+        self.evidence
+            .caveats
             .iter()
             .find(|c| c.perturbed)
             .map(|c| c.text.clone())
             .or_else(|| {
-                self.gpus_shared
+                self.launch
+                    .gpus_shared
                     .as_ref()
                     .map(|w| format!("GPUs shared ({w})"))
             })
@@ -758,8 +772,8 @@ impl RunView {
 
     /// Add a caveat once.
     pub fn add_caveat(&mut self, c: Caveat) {
-        if !self.caveats.contains(&c) {
-            self.caveats.push(c);
+        if !self.evidence.caveats.contains(&c) {
+            self.evidence.caveats.push(c);
         }
     }
 
@@ -769,13 +783,16 @@ impl RunView {
 
     /// The transport NCCL chose ("via P2P/CUMEM"), when its log said; never for a simulated run.
     pub fn transport(&self) -> Option<&str> {
-        self.transport.as_deref().filter(|_| !self.is_simulated())
+        self.launch
+            .transport
+            .as_deref()
+            .filter(|_| !self.is_simulated())
     }
 
     /// Record the transport read from NCCL's log (or the store). A simulated run keeps none:
     /// nothing there ran NCCL, so no code path can make one show.
     pub fn set_transport(&mut self, transport: Option<String>) {
-        self.transport = transport.filter(|_| !self.is_simulated());
+        self.launch.transport = transport.filter(|_| !self.is_simulated());
     }
 
     pub fn bad_lines(&self) -> u64 {
@@ -826,9 +843,9 @@ pub struct Scaling {
 impl RunView {
     /// Append a line to the log tail, keeping the last `MAX_LOG_TAIL`.
     pub fn push_tail(&mut self, line: String) {
-        self.log_tail.push_back(line);
-        while self.log_tail.len() > MAX_LOG_TAIL {
-            self.log_tail.pop_front();
+        self.evidence.log_tail.push_back(line);
+        while self.evidence.log_tail.len() > MAX_LOG_TAIL {
+            self.evidence.log_tail.pop_front();
         }
     }
 }

@@ -64,12 +64,13 @@ pub fn sample(run: &mut RunView) {
     }
     if any {
         let cores = run
+            .straggler
             .host_load
             .map_or_else(crate::run::checks::cpu_cores, |h| h.cores);
         let load1 = std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|t| parse_load1(&t));
-        run.host_load = Some(HostLoad { load1, cores });
+        run.straggler.host_load = Some(HostLoad { load1, cores });
     }
 }
 
@@ -113,7 +114,7 @@ mod tests {
         sample(&mut run);
         if cfg!(target_os = "linux") {
             assert_eq!(run.ranks[&0].run_queue.len(), 1);
-            assert!(run.host_load.is_some_and(|h| h.cores >= 1));
+            assert!(run.straggler.host_load.is_some_and(|h| h.cores >= 1));
         }
         assert!(run.ranks[&1].run_queue.is_empty());
         run.ranks.get_mut(&0).unwrap().step = 6;

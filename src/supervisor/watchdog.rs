@@ -241,7 +241,7 @@ impl Default for WatchdogConfig {
 
 impl WatchdogConfig {
     pub fn threshold_s(&self, run: &RunView) -> f64 {
-        let gaps: Vec<f64> = run.progress_gaps.iter().copied().collect();
+        let gaps: Vec<f64> = run.clock.progress_gaps.iter().copied().collect();
         match median(&gaps) {
             Some(m) => (m * self.factor).max(self.floor_s),
             None => self.floor_s,
@@ -400,7 +400,7 @@ pub fn next_deadline(
     if run.status != RunStatus::Running && run.status != RunStatus::Starting {
         return None;
     }
-    let started = run.started?;
+    let started = run.clock.started?;
     let threshold = cfg.threshold_s(run);
     let mut next: Option<Instant> = None;
     let mut consider = |t: Instant| {
@@ -432,7 +432,7 @@ pub fn check(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<Verdic
     if run.status != RunStatus::Running && run.status != RunStatus::Starting {
         return None;
     }
-    let started = run.started?;
+    let started = run.clock.started?;
     let threshold = cfg.threshold_s(run);
     let mut silent = Vec::new();
     for r in run.ranks.values() {
@@ -497,7 +497,7 @@ pub fn live_note(run: &RunView, now: Instant, cfg: &WatchdogConfig) -> Option<St
     if run.status != RunStatus::Running {
         return None;
     }
-    let started = run.started?;
+    let started = run.clock.started?;
     let threshold = cfg.threshold_s(run);
     let all = candidates(run, started, threshold, cfg);
     let peers = Peers::of(&all);
@@ -581,10 +581,10 @@ mod tests {
         let mut r = run(now);
         let cfg = WatchdogConfig::default();
         assert_eq!(cfg.threshold_s(&r), 10.0);
-        r.progress_gaps.extend([0.05, 0.05, 0.06]);
+        r.clock.progress_gaps.extend([0.05, 0.05, 0.06]);
         assert_eq!(cfg.threshold_s(&r), 10.0);
-        r.progress_gaps.clear();
-        r.progress_gaps.extend([2.0, 2.0, 3.0]);
+        r.clock.progress_gaps.clear();
+        r.clock.progress_gaps.extend([2.0, 2.0, 3.0]);
         assert_eq!(cfg.threshold_s(&r), 20.0);
     }
 
@@ -914,7 +914,7 @@ mod tests {
         let t0 = Instant::now();
         let mut r = run(t0);
         r.spec.backend = Backend::Nccl;
-        r.started = Some(t0);
+        r.clock.started = Some(t0);
         let cfg = WatchdogConfig::default();
         // Heartbeating in `init` for two minutes (process group, data, model) is not a hang.
         connected(&mut r, t0 + Duration::from_secs(120), t0, Phase::Init);
@@ -929,7 +929,7 @@ mod tests {
         let t0 = Instant::now();
         let mut r = run(t0);
         r.spec.backend = Backend::Nccl;
-        r.started = Some(t0);
+        r.clock.started = Some(t0);
         let cfg = WatchdogConfig::default();
         let entered = t0 + Duration::from_secs(40); // after a long init
         let now = entered + Duration::from_millis(19_990);
@@ -946,7 +946,7 @@ mod tests {
         let t0 = Instant::now();
         let mut r = run(t0);
         r.spec.backend = Backend::Nccl;
-        r.started = Some(t0);
+        r.clock.started = Some(t0);
         let cfg = WatchdogConfig::default();
         let train = t0 + Duration::from_secs(100);
         connected(&mut r, train + Duration::from_secs(9), train, Phase::Train);
@@ -961,9 +961,9 @@ mod tests {
     fn a_silent_rank_is_judged_by_missed_heartbeats_not_the_step_threshold() {
         let t0 = Instant::now();
         let mut r = run(t0);
-        r.started = Some(t0);
+        r.clock.started = Some(t0);
         // 30 s steps (a CPU run): the step threshold is 300 s.
-        r.progress_gaps.extend([30.0, 30.0, 30.0]);
+        r.clock.progress_gaps.extend([30.0, 30.0, 30.0]);
         let cfg = WatchdogConfig::default();
         assert_eq!(cfg.threshold_s(&r), 300.0);
         connected(&mut r, t0, t0, Phase::Train);
@@ -984,8 +984,8 @@ mod tests {
     fn the_deadline_is_the_instant_the_verdict_flips() {
         let t0 = Instant::now();
         let mut r = run(t0);
-        r.started = Some(t0);
-        r.progress_gaps.extend([0.31, 0.29, 0.3]);
+        r.clock.started = Some(t0);
+        r.clock.progress_gaps.extend([0.31, 0.29, 0.3]);
         let cfg = WatchdogConfig {
             floor_s: 2.5,
             ..WatchdogConfig::default()

@@ -450,12 +450,12 @@ impl Controller {
         let selected = view
             .selected_run(state)
             .filter(|r| !r.status.is_final())
-            .map(|r| (r.id.clone(), r.sweep.clone()));
+            .map(|r| (r.id.clone(), r.launch.sweep.clone()));
         let target = selected.or_else(|| {
             state
                 .active_runs()
                 .next()
-                .map(|r| (r.id.clone(), r.sweep.clone()))
+                .map(|r| (r.id.clone(), r.launch.sweep.clone()))
         });
         match target {
             Some((id, sweep)) => {

@@ -42,7 +42,7 @@ impl DashTune {
     pub fn owns(&self, state: &State, id: &str) -> bool {
         state
             .run(id)
-            .is_some_and(|r| r.sweep.as_deref() == Some(self.sweep.as_str()))
+            .is_some_and(|r| r.launch.sweep.as_deref() == Some(self.sweep.as_str()))
     }
 }
 
@@ -136,7 +136,7 @@ fn stop_rest(t: &DashTune, engine: &mut Engine, queue: &mut Queue, why: &str) ->
     let active: Vec<String> = engine
         .state()
         .active_runs()
-        .filter(|r| r.sweep.as_deref() == Some(t.sweep.as_str()))
+        .filter(|r| r.launch.sweep.as_deref() == Some(t.sweep.as_str()))
         .map(|r| r.id.clone())
         .collect();
     for id in &active {

@@ -137,7 +137,8 @@ fn sps_of(r: &RunView) -> Result<f64, String> {
             r.reason.as_deref().unwrap_or("no reason given")
         ));
     }
-    r.aggregate
+    r.figures
+        .aggregate
         .as_ref()
         .map(|a| a.samples_per_s)
         .filter(|s| *s > 0.0)
@@ -486,7 +487,9 @@ impl Tuning {
             return;
         }
         self.board.base_run = Some(run.id.clone());
-        self.base_wall = (run.ended_unix.unwrap_or(run.started_unix) - run.started_unix).max(1.0);
+        self.base_wall = (run.clock.ended_unix.unwrap_or(run.clock.started_unix)
+            - run.clock.started_unix)
+            .max(1.0);
         if self.plan.family.kind().runs_user_script() {
             self.ddp_ok = crate::app::tune::ddp_adjustable(run);
             if let Err(why) = &self.ddp_ok {
@@ -507,7 +510,7 @@ impl Tuning {
         let grad_bytes = crate::app::predict::ready_times(run)
             .ok()
             .map(|(b, _)| b.iter().map(|x| x.bytes).sum())
-            .or(run.grad_bytes);
+            .or(run.figures.grad_bytes);
         let mut cands = space::space(t.backend, self.profile.as_ref(), &t.nccl, grad_bytes);
         if !self.plan.bucket_caps.is_empty() {
             cands.retain(|c| c.cap_mb().is_none());
@@ -534,7 +537,8 @@ impl Tuning {
         if !self.plan.family.kind().runs_user_script() {
             return Ok(self.target.per_rank_batch());
         }
-        base.observed
+        base.seen
+            .observed
             .per_rank_batch()
             .and_then(|b| u32::try_from(b).ok())
             .ok_or_else(|| format!("k=1 run {} showed no batch size", base.id))
@@ -778,8 +782,8 @@ mod tests {
         } else {
             RunStatus::Failed
         };
-        r.ended_unix = Some(110.0);
-        r.aggregate = sps.map(|s| crate::run::Aggregate {
+        r.clock.ended_unix = Some(110.0);
+        r.figures.aggregate = sps.map(|s| crate::run::Aggregate {
             samples_per_s: s,
             per_rank: vec![s],
             rank_min: s,
@@ -1011,8 +1015,8 @@ mod tests {
         assert_eq!(specs[0].experiment(), Experiment::Attach);
         assert_eq!(specs[0].k, 1);
         let mut base = finished_run(specs[0].clone(), "r1", Some(1000.0));
-        base.observed.ddp_module = Some(true);
-        base.instrument = Some(crate::protocol::Instrument::StepsOnly);
+        base.seen.observed.ddp_module = Some(true);
+        base.seen.instrument = Some(crate::protocol::Instrument::StepsOnly);
         let sweep = finished_run(specs[1].clone(), "r2", None);
         tu.launched("r1", &specs[0]);
         let (said, _) = tu.poll(std::slice::from_ref(&base), 1);

@@ -172,6 +172,7 @@ fn column_sub(ctx: &Ctx, s: &model::BenchSetting, show_alg: bool) -> (String, St
     let t = ctx.theme;
     let ignored: Vec<&str> = s
         .run
+        .launch
         .nccl_read
         .iter()
         .filter(|(_, taken)| !**taken)
@@ -182,6 +183,7 @@ fn column_sub(ctx: &Ctx, s: &model::BenchSetting, show_alg: bool) -> (String, St
         Some(format!("⚠ ignored {}", ignored.join(",")))
     } else {
         s.run
+            .launch
             .gpus_shared
             .as_ref()
             .map(|_| "⚠ GPUs shared".to_string())

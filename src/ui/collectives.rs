@@ -18,7 +18,7 @@ pub fn model_of(run: &RunView) -> Option<CollectivesModel> {
         .values()
         .filter_map(|p| p.last_msg)
         .max()
-        .or(run.started)?;
+        .or(run.clock.started)?;
     model(run, latest)
 }
 

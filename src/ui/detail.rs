@@ -63,7 +63,7 @@ fn what(ctx: &Ctx, run: &RunView) -> String {
             spec.data_path.as_str(),
         ),
     };
-    if let Some(w) = run.sweep.as_deref()
+    if let Some(w) = run.launch.sweep.as_deref()
         && let Some((p, n)) = s.sweep_position(w, Some(&run.id), None)
     {
         what.push_str(&format!(" · sweep {p}/{n}"));
@@ -98,15 +98,17 @@ fn head(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
         out.push(kv("progress", format!("step {} · {txt}", p.step)));
     }
     let took = run
+        .clock
         .ended_unix
-        .map(|e| format!(" · took {:.1} s", e - run.started_unix))
+        .map(|e| format!(" · took {:.1} s", e - run.clock.started_unix))
         .unwrap_or_default();
     out.push(kv(
         "started",
-        format!("{}{took}", fmt::clock(run.started_unix)),
+        format!("{}{took}", fmt::clock(run.clock.started_unix)),
     ));
-    if !run.versions.is_empty() {
+    if !run.launch.versions.is_empty() {
         let v: Vec<String> = run
+            .launch
             .versions
             .iter()
             .map(|(k, v)| format!("{k} {v}"))
@@ -125,11 +127,12 @@ fn launch(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
     let kv = |k: &str, v: String| kv_line(t, k, v);
     out.push(kv(
         "command",
-        run.command
+        run.launch
+            .command
             .clone()
             .unwrap_or_else(|| "(not in this session: see command.txt below)".into()),
     ));
-    let env: Vec<String> = if run.env.is_empty() {
+    let env: Vec<String> = if run.launch.env.is_empty() {
         spec.nccl
             .launch_env()
             .map(|(k, v)| match v {
@@ -138,7 +141,8 @@ fn launch(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
             })
             .collect()
     } else {
-        run.env
+        run.launch
+            .env
             .iter()
             .map(|(k, v)| match v {
                 Some(v) => format!("{k}={v}"),
@@ -149,7 +153,7 @@ fn launch(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
     out.push(kv("env", env.join("  ")));
     if spec.kind().runs_user_script() {
         // The user's job: say why ddptop added each variable to its environment.
-        for (k, _) in run.env.iter() {
+        for (k, _) in run.launch.env.iter() {
             if let Some(why) = crate::app::run_files::why_set(k) {
                 out.push(kv("  adds", format!("{k}: {why}")));
             }
@@ -168,7 +172,7 @@ fn result(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
     let s = ctx.state;
     let spec = &run.spec;
     let kv = |k: &str, v: String| kv_line(t, k, v);
-    if let Some(agg) = &run.aggregate {
+    if let Some(agg) = &run.figures.aggregate {
         let mut v = format!(
             "{} samples/s (ranks {}..{})",
             fmt::rate(agg.samples_per_s),
@@ -191,7 +195,7 @@ fn result(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
         }
         out.push(kv("result", v));
     }
-    for c in &run.caveats {
+    for c in &run.evidence.caveats {
         out.push(Line::from(vec![
             Span::styled(format!("{:<10} ", "caveat"), t.label),
             Span::styled(format!("⚠ {}", c.text), t.warn),
@@ -244,7 +248,7 @@ fn ranks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
     if let Some(m) = super::phases::model_of(run) {
         out.extend(super::phases::lines(t, &m));
     }
-    for (who, code) in &run.exit_codes {
+    for (who, code) in &run.launch.exit_codes {
         out.push(kv("exit", format!("{who}: {code}")));
     }
 }
@@ -253,7 +257,7 @@ fn ranks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
 fn checks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
     let t = ctx.theme;
     let kv = |k: &str, v: String| kv_line(t, k, v);
-    if let Some(e) = crate::app::equality::equality(&run.checks) {
+    if let Some(e) = crate::app::equality::equality(&run.figures.checks) {
         out.push(kv(
             "equality",
             format!(
@@ -265,7 +269,7 @@ fn checks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
             ),
         ));
     }
-    for c in &run.checks {
+    for c in &run.figures.checks {
         out.push(kv(
             "check",
             format!(
@@ -279,16 +283,16 @@ fn checks(ctx: &Ctx, run: &RunView, out: &mut Vec<Line<'static>>) {
             ),
         ));
     }
-    for d in &run.diagnoses {
+    for d in &run.evidence.diagnoses {
         out.push(kv("diagnosis", d.line()));
         for e in &d.evidence {
             out.push(kv("  seen", e.clone()));
         }
     }
-    for l in &run.hang_report {
+    for l in &run.evidence.hang_report {
         out.push(kv("evidence", l.clone()));
     }
-    for t in &run.rank_tails {
+    for t in &run.evidence.rank_tails {
         out.push(kv(
             "rank exit",
             format!("rank {} {}", t.rank, t.exit_words()),

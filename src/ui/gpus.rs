@@ -130,7 +130,7 @@ pub fn render_ranks(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
     let mut title = vec![Span::raw("Ranks"), Span::styled(" worker processes", t.dim)];
     // The watchdog's live word (warming up, a slow step it waits out, a reported stall) is
     // where a user looks when steps stop.
-    if let Some(note) = runs.iter().find_map(|r| r.watch_note.as_deref()) {
+    if let Some(note) = runs.iter().find_map(|r| r.evidence.watch_note.as_deref()) {
         title.push(Span::styled(format!(" · {note}"), t.warn));
     }
     let inner = frame_block(ctx, PaneId::Ranks, title, area, buf);

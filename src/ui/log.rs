@@ -152,8 +152,8 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
 fn output(ctx: &Ctx, run: Option<&RunView>, out_r: Rect, scroll: usize, buf: &mut Buffer) {
     let t = ctx.theme;
     match run {
-        Some(r) if !r.log_tail.is_empty() => {
-            let lines: Vec<&String> = r.log_tail.iter().collect();
+        Some(r) if !r.evidence.log_tail.is_empty() => {
+            let lines: Vec<&String> = r.evidence.log_tail.iter().collect();
             let rows = window(
                 &lines,
                 |l| l.to_string(),

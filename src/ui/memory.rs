@@ -106,7 +106,7 @@ pub fn counterpart<'a>(
                 && r.status.shows_results()
                 && r.ranks.values().any(|rv| rv.last_memory_phase().is_some())
         })
-        .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+        .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
 }
 
 /// The other strategies than `run`'s, each with its counterpart run if there is one.

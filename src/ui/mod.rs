@@ -337,11 +337,11 @@ fn host_segments(ctx: &Ctx) -> Vec<(u8, Vec<Span<'static>>)> {
     let latest = s
         .runs
         .iter()
-        .filter(|r| r.live && !r.versions.is_empty())
-        .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix));
+        .filter(|r| r.live && !r.launch.versions.is_empty())
+        .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix));
     let ver = |host: &Option<String>, key: &str| {
         host.clone()
-            .or_else(|| latest.and_then(|r| r.versions.get(key).cloned()))
+            .or_else(|| latest.and_then(|r| r.launch.versions.get(key).cloned()))
     };
     let mut vers = Vec::new();
     if let Some(v) = ver(&s.host.torch, "torch") {

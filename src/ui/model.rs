@@ -86,14 +86,14 @@ fn curve(state: &State, key: CurveKey) -> Curve {
     let mut by_k: BTreeMap<u32, &RunView> = BTreeMap::new();
     for r in state.runs.iter().filter(|r| {
         r.status == RunStatus::Completed
-            && r.aggregate.is_some()
+            && r.figures.aggregate.is_some()
             && !r.spec.control
             && r.spec.curve_key() == key
     }) {
         // The latest run per k, a clean one before a perturbed one (a k=1 run perturbed in
         // its timed epoch is no baseline: shown only when there is no other, and marked).
         let e = by_k.entry(r.spec.k).or_insert(r);
-        let rank = |x: &RunView| (x.perturbation().is_none(), x.started_unix);
+        let rank = |x: &RunView| (x.perturbation().is_none(), x.clock.started_unix);
         if rank(r) >= rank(e) {
             *e = r;
         }
@@ -101,7 +101,7 @@ fn curve(state: &State, key: CurveKey) -> Curve {
     let points = by_k
         .values()
         .map(|r| {
-            let agg = r.aggregate.as_ref().expect("filtered");
+            let agg = r.figures.aggregate.as_ref().expect("filtered");
             let sc = summary::scaling(r, &state.runs);
             let caveat = match &sc {
                 Some(s) if r.spec.k > 1 => summary::scaling_caveat_for(r, s, &state.runs),
@@ -136,7 +136,7 @@ fn curve(state: &State, key: CurveKey) -> Curve {
             (
                 r.id.clone(),
                 r.spec.k,
-                r.throughput.iter().map(|(_, s)| *s).collect(),
+                r.figures.throughput.iter().map(|(_, s)| *s).collect(),
             )
         });
     Curve {
@@ -160,7 +160,7 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
                 .runs
                 .iter()
                 .filter(|r| r.spec.experiment().has_throughput() && !r.spec.control)
-                .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+                .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
         });
     let Some(anchor) = anchor else {
         return Vec::new();
@@ -191,7 +191,7 @@ pub fn curves(state: &State, view: &View) -> Vec<Curve> {
                 .runs
                 .iter()
                 .filter(|r| r.spec.experiment() == exp && r.spec.curve_key().setting() == setting)
-                .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+                .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
                 .map(|r| &r.spec)
         };
         if let Some(spec) = spec {
@@ -264,20 +264,22 @@ pub fn probe_run<'a>(state: &'a State, view: &View) -> Option<&'a RunView> {
     [view.selected_run(state), view.subject(state)]
         .into_iter()
         .flatten()
-        .find(|r| !r.spec.control && (r.spec.kind().probes_no_sync() || !r.probe.is_empty()))
+        .find(|r| {
+            !r.spec.control && (r.spec.kind().probes_no_sync() || !r.figures.probe.is_empty())
+        })
         .or_else(|| {
             state
                 .runs
                 .iter()
                 .filter(|r| r.spec.kind().probes_no_sync() && !r.spec.control)
-                .max_by(|a, b| a.started_unix.total_cmp(&b.started_unix))
+                .max_by(|a, b| a.clock.started_unix.total_cmp(&b.clock.started_unix))
         })
 }
 
 pub fn probe_view<'a>(state: &'a State, view: &View) -> Option<ProbeView<'a>> {
     let run = probe_run(state, view)?;
     let summary = if run.status.shows_results() {
-        summary::probe_summary(&run.probe)
+        summary::probe_summary(&run.figures.probe)
     } else {
         None
     };
@@ -288,13 +290,19 @@ pub fn probe_view<'a>(state: &'a State, view: &View) -> Option<ProbeView<'a>> {
         .filter(|r| r.spec.control && r.id != run.id && control_matches(&r.spec, &run.spec, &key))
         .max_by(|a, b| {
             // Same sweep first, then the most recent.
-            (a.sweep.is_some() && a.sweep == run.sweep, a.started_unix)
-                .partial_cmp(&(b.sweep.is_some() && b.sweep == run.sweep, b.started_unix))
+            (
+                a.launch.sweep.is_some() && a.launch.sweep == run.launch.sweep,
+                a.clock.started_unix,
+            )
+                .partial_cmp(&(
+                    b.launch.sweep.is_some() && b.launch.sweep == run.launch.sweep,
+                    b.clock.started_unix,
+                ))
                 .unwrap_or(std::cmp::Ordering::Equal)
         })
         .map(|c| {
             let s = if c.status.shows_results() {
-                summary::probe_summary(&c.probe)
+                summary::probe_summary(&c.figures.probe)
             } else {
                 None
             };
@@ -378,14 +386,14 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
             r.spec.nccl.normalized(),
         );
         let e = latest.entry(key).or_insert(r);
-        if r.started_unix >= e.started_unix {
+        if r.clock.started_unix >= e.clock.started_unix {
             *e = r;
         }
     }
     let mut v: Vec<&RunView> = latest.into_values().collect();
     v.sort_by(|a, b| {
-        (!a.spec.nccl.is_default(), a.spec.k, a.started_unix)
-            .partial_cmp(&(!b.spec.nccl.is_default(), b.spec.k, b.started_unix))
+        (!a.spec.nccl.is_default(), a.spec.k, a.clock.started_unix)
+            .partial_cmp(&(!b.spec.nccl.is_default(), b.spec.k, b.clock.started_unix))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
     let many_backends = v
@@ -401,7 +409,7 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
                 label = format!("{} k={} {label}", super::fmt::backend(&r.spec), r.spec.k);
             }
             let rows = if r.status.shows_results() {
-                bench_table(&r.bench)
+                bench_table(&r.figures.bench)
             } else {
                 BTreeMap::new()
             };
@@ -417,7 +425,7 @@ pub fn bench_settings(state: &State) -> Vec<BenchSetting<'_>> {
 /// A rank's straggler mark for the Ranks pane: `◆ straggler 0.66 · data wait` while named,
 /// `was straggler` once it recovered (or when the run ended); whether it is still named.
 pub fn straggler_mark(run: &RunView, rank: u32) -> Option<(String, bool)> {
-    let s = run.stragglers.iter().rev().find(|s| s.rank == rank)?;
+    let s = run.straggler.named.iter().rev().find(|s| s.rank == rank)?;
     if s.active && !run.status.is_final() {
         Some((format!("◆ straggler {:.2} · {}", s.score, s.phase), true))
     } else {

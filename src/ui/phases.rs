@@ -36,10 +36,11 @@ pub fn model_of(run: &RunView) -> Option<PhasesModel> {
     let cfg = StragglerConfig::default();
     let m = PhasesModel {
         rows: phase_scores_of(run, &cfg),
-        live: run.phase_scores.is_empty(),
+        live: run.straggler.phase_scores.is_empty(),
         window: cfg.window,
         named: run
-            .stragglers
+            .straggler
+            .named
             .iter()
             .map(|s| (s.active, s.rank, s.when_and_why()))
             .collect(),

@@ -65,7 +65,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         t.measured
     };
     let Some(sum) = &v.summary else {
-        let blocks = run.probe.iter().filter(|b| b.rank == 0).count();
+        let blocks = run.figures.probe.iter().filter(|b| b.rank == 0).count();
         put_line(
             buf,
             inner,
@@ -297,7 +297,7 @@ fn ratio_line(
 
 /// Probe blocks from the live probe inside a training run, not the standalone probe.
 fn is_live(run: &crate::run::RunView) -> bool {
-    run.probe.iter().any(|b| b.live == Some(true))
+    run.figures.probe.iter().any(|b| b.live == Some(true))
 }
 
 /// The live probe is on now: the run goes on, and rank 0 sent a live block within the last two
@@ -307,6 +307,7 @@ fn probing_now(run: &crate::run::RunView) -> bool {
         return false;
     }
     let Some(last) = run
+        .figures
         .probe
         .iter()
         .rev()
@@ -320,7 +321,9 @@ fn probing_now(run: &crate::run::RunView) -> bool {
 
 /// The control finished before the probe started: it was not interleaved with its blocks.
 fn ran_before(c: &crate::run::RunView, run: &crate::run::RunView) -> bool {
-    c.ended_unix.is_some_and(|e| e <= run.started_unix)
+    c.clock
+        .ended_unix
+        .is_some_and(|e| e <= run.clock.started_unix)
 }
 
 fn model_line(ctx: &Ctx, p: &Prediction, inner: Rect, y: u16, buf: &mut Buffer) {

@@ -69,7 +69,7 @@ pub fn executed_line(s: &crate::run::collectives::StepCount) -> (String, Option<
 }
 
 pub fn view(run: &RunView) -> Option<ReceiptView> {
-    let h = run.hlo.as_ref()?;
+    let h = run.figures.hlo.as_ref()?;
     let ops = h.ops.unwrap_or_default();
     let mut heading = format!("k={}", h.k);
     if let Some(s) = h.sharding {
@@ -105,6 +105,7 @@ pub fn view(run: &RunView) -> Option<ReceiptView> {
     // The batch first, then the weights: the picture reads "split here, whole there".
     layouts.sort_by_key(|(n, _)| (!n.starts_with("batch"), n.clone()));
     let memory = run
+        .figures
         .device_memory
         .iter()
         .map(|(d, m)| DeviceMemory {
@@ -131,7 +132,7 @@ pub fn view(run: &RunView) -> Option<ReceiptView> {
             },
         ],
         combined_by: h.combined_by.clone().unwrap_or_default(),
-        equality: equality::equality(&run.checks),
+        equality: equality::equality(&run.figures.checks),
         memory,
         layouts,
         changed_after,

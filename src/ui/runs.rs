@@ -36,13 +36,13 @@ pub struct Figures {
 /// then its transport, control, caveats and bad lines.
 fn notes(run: &RunView) -> Vec<String> {
     let mut note = Vec::new();
-    if let Some(shared) = &run.gpus_shared {
+    if let Some(shared) = &run.launch.gpus_shared {
         note.push(format!("⚠ {shared}"));
     }
     if let Some(f) = &run.spec.inject {
         note.push(format!("⚠ fault: {f}"));
     }
-    if let Some(ignored) = crate::run::nccl::ignored_note(&run.nccl_read) {
+    if let Some(ignored) = crate::run::nccl::ignored_note(&run.launch.nccl_read) {
         note.push(format!("⚠ {ignored}"));
     }
     if let Some(tr) = run.transport() {
@@ -51,11 +51,14 @@ fn notes(run: &RunView) -> Vec<String> {
     if run.spec.control {
         note.push("k=1 control".into());
     }
-    for c in &run.caveats {
+    for c in &run.evidence.caveats {
         note.push(format!("⚠ {}", c.short()));
     }
-    if run.bad_lines() + run.rejected > 0 {
-        note.push(format!("{} bad lines", run.bad_lines() + run.rejected));
+    if run.bad_lines() + run.evidence.rejected > 0 {
+        note.push(format!(
+            "{} bad lines",
+            run.bad_lines() + run.evidence.rejected
+        ));
     }
     note
 }
@@ -83,7 +86,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
     let mut eff_narrow = None;
     let mut main_short = None;
     let (main, eff) = match (run.spec.experiment(), run.status) {
-        (e, RunStatus::Completed) if e.has_throughput() => match &run.aggregate {
+        (e, RunStatus::Completed) if e.has_throughput() => match &run.figures.aggregate {
             Some(agg) => {
                 let main = format!(
                     "{} ±{:.1}%",
@@ -121,7 +124,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
             None => ("no result".to_string(), dash.clone()),
         },
         (e, _) if e.has_throughput() => {
-            let main = match run.throughput.last() {
+            let main = match run.figures.throughput.last() {
                 Some((_, sps)) => format!("live {}", fmt::rate(*sps)),
                 None => match run.ranks.values().map(|r| r.step).max() {
                     Some(s) if s > 0 => format!("step {s}"),
@@ -131,12 +134,12 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
             (main, dash.clone())
         }
         (e, st) if e.kind().probes_no_sync() => {
-            let main = match summary::probe_summary(&run.probe) {
+            let main = match summary::probe_summary(&run.figures.probe) {
                 Some(p) => format!("Δ {}", fmt::ms(p.diff_ms)),
                 None if st == RunStatus::Completed => "no probe data".into(),
                 None => format!(
                     "{} blocks",
-                    run.probe.iter().filter(|b| b.rank == 0).count()
+                    run.figures.probe.iter().filter(|b| b.rank == 0).count()
                 ),
             };
             (
@@ -149,7 +152,7 @@ pub fn figures(run: &RunView, runs: &[RunView]) -> Figures {
             )
         }
         (e, _) if e.kind().sweeps_allreduce() => {
-            let peak = model::bench_table(&run.bench)
+            let peak = model::bench_table(&run.figures.bench)
                 .values()
                 .map(|(bus, _)| *bus)
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
@@ -312,6 +315,7 @@ fn run_row(ctx: &Ctx, r: &RunView, g: &Geometry) -> Row<'static> {
     let focused = ctx.view.focused.as_deref();
     let mut f = figures(r, &s.runs);
     if let Some((p, n)) = r
+        .launch
         .sweep
         .as_deref()
         .and_then(|w| s.sweep_position(w, Some(&r.id), None))
@@ -604,14 +608,14 @@ pub fn render_status(ctx: &Ctx, run: &RunView, area: Rect, buf: &mut Buffer) {
             t.text,
         ),
     ]));
-    for l in run.hang_report.iter().skip(1) {
+    for l in run.evidence.hang_report.iter().skip(1) {
         lines.push(Line::from(Span::styled(l.clone(), t.dim)));
     }
-    if !run.log_tail.is_empty() {
+    if !run.evidence.log_tail.is_empty() {
         lines.push(Line::from(Span::styled("last output:", t.label)));
         let room = (inner.height as usize).saturating_sub(lines.len()).max(1);
-        let skip = run.log_tail.len().saturating_sub(room);
-        for l in run.log_tail.iter().skip(skip) {
+        let skip = run.evidence.log_tail.len().saturating_sub(room);
+        for l in run.evidence.log_tail.iter().skip(skip) {
             lines.push(Line::from(Span::styled(l.clone(), t.log)));
         }
     }

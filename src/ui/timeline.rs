@@ -116,7 +116,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
             ]),
         );
         y += 1;
-        for l in run.hang_report.iter().take(2) {
+        for l in run.evidence.hang_report.iter().take(2) {
             put_line(
                 buf,
                 inner,

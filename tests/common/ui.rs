@@ -115,7 +115,7 @@ pub fn run(n: u32, spec: RunSpec, status: RunStatus) -> RunView {
     );
     r.status = status;
     if status.is_final() {
-        r.ended_unix = Some(r.started_unix + 50.0);
+        r.clock.ended_unix = Some(r.clock.started_unix + 50.0);
     }
     r
 }
@@ -133,7 +133,7 @@ pub fn completed(n: u32, spec: RunSpec, per_rank: &[f64]) -> RunView {
 
 pub fn set_aggregate(r: &mut RunView, per_rank: &[f64]) {
     let per_rank: Vec<f64> = per_rank.to_vec();
-    r.aggregate = Some(Aggregate {
+    r.figures.aggregate = Some(Aggregate {
         samples_per_s: per_rank.iter().sum(),
         rank_min: per_rank.iter().copied().fold(f64::INFINITY, f64::min),
         rank_max: per_rank.iter().copied().fold(0.0, f64::max),
@@ -233,7 +233,7 @@ pub fn probe_blocks(run: &mut RunView, synced: &[f64], no_sync: &[f64]) {
     let mut b = 0;
     for (s, n) in synced.iter().zip(no_sync) {
         for (mode, ms) in [(ProbeMode::Synced, *s), (ProbeMode::NoSync, *n)] {
-            run.probe.push(Probe {
+            run.figures.probe.push(Probe {
                 rank: 0,
                 step: 100 + b as u64,
                 t: 5.0 + b as f64,
@@ -329,10 +329,10 @@ pub fn laptop_sim_running() -> Screen {
         RunStatus::Running,
     );
     live_ranks(&mut running, 4242, false);
-    running.throughput = (0..40)
+    running.figures.throughput = (0..40)
         .map(|t| (t as f64, 9_000.0 + (t as f64 * 40.0).min(1_900.0)))
         .collect();
-    running.log_tail = [
+    running.evidence.log_tail = [
         "[rank 0] Info: epoch 0 warm-up done (discarded)",
         "[rank 1] Info: epoch 0 warm-up done (discarded)",
         "[rank 0] Info: step 120 45.1 ms",
@@ -383,10 +383,11 @@ pub fn gpubox_8() -> Screen {
         RunStatus::Running,
     );
     live_ranks(&mut running, 5100, true);
-    running.throughput = (0..50)
+    running.figures.throughput = (0..50)
         .map(|t| (t as f64, 21_000.0 + (t % 7) as f64 * 100.0))
         .collect();
     running
+        .launch
         .versions
         .insert("torch".into(), "2.11.0+cu130".into());
     let k1 = completed(1, spec(Experiment::Weak, 1, Backend::Nccl), &[5_600.0]);
@@ -433,7 +434,7 @@ pub fn hung_run() -> Screen {
         "hung: no step progress for 12.0 s (threshold 10.0 s); ranks alive (process tree stopped with SIGKILL)"
             .into(),
     );
-    h.hang_report = vec![
+    h.evidence.hang_report = vec![
         "hang detected: no step progress for 12.0 s (threshold 10.0 s)".into(),
         "rank 0: step 120, phase Some(Train), last progress 12.0 s ago".into(),
     ];
@@ -468,8 +469,8 @@ pub fn failed_run() -> Screen {
     bad.reason =
         Some("launcher exited with code 1; rank 1 exited with 3: CUDA error: out of memory".into());
     set_aggregate(&mut bad, &[7_777.0, 7_777.0]);
-    bad.throughput = vec![(1.0, 15_554.0)];
-    bad.log_tail = ["[rank 1] Error: CUDA error: out of memory".to_string()]
+    bad.figures.throughput = vec![(1.0, 15_554.0)];
+    bad.evidence.log_tail = ["[rank 1] Error: CUDA error: out of memory".to_string()]
         .into_iter()
         .collect();
     st.runs = vec![bad, ok];
@@ -486,16 +487,16 @@ pub fn probe_state(backend: Backend) -> Screen {
         Screen::new(host_gpubox(2))
     };
     let mut p = completed(5, spec(Experiment::Probe, 2, backend), &[]);
-    p.aggregate = None;
+    p.figures.aggregate = None;
     probe_blocks(&mut p, &[45.6, 45.9, 45.4], &[43.1, 43.3, 43.0]);
-    p.bucket_bytes = vec![2_048_000, 26_214_400, 16_449_000];
+    p.figures.bucket_bytes = vec![2_048_000, 26_214_400, 16_449_000];
     let mut c = completed(4, spec(Experiment::Probe, 1, backend), &[]);
-    c.aggregate = None;
+    c.figures.aggregate = None;
     c.spec.control = true;
     probe_blocks(&mut c, &[40.5, 40.6, 40.4], &[40.3, 40.4, 40.2]);
     let mut b = completed(3, spec(Experiment::Allreduce, 2, backend), &[]);
-    b.aggregate = None;
-    b.bench = bench_rows(2, 360.0);
+    b.figures.aggregate = None;
+    b.figures.bench = bench_rows(2, 360.0);
     // NCCL's log names a transport; a simulated bench ran no NCCL and has none to show.
     if backend != Backend::Sim {
         b.set_transport(Some("via P2P/CUMEM".into()));
@@ -510,13 +511,13 @@ pub fn bench_state() -> Screen {
     let mut st = Screen::new(host_gpubox(2));
     st.host.interconnect = Some("PCIe Gen4 x16".into());
     let mut a = completed(1, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
-    a.aggregate = None;
-    a.bench = bench_rows(2, 4.5);
+    a.figures.aggregate = None;
+    a.figures.bench = bench_rows(2, 4.5);
     a.set_transport(Some("via SHM".into()));
     let mut b = completed(2, spec(Experiment::Allreduce, 2, Backend::Nccl), &[]);
-    b.aggregate = None;
+    b.figures.aggregate = None;
     b.spec.nccl.toggle(NcclVar::ShmUseCudaMemcpy);
-    b.bench = bench_rows(2, 22.0);
+    b.figures.bench = bench_rows(2, 22.0);
     b.set_transport(Some("via SHM/CE".into()));
     st.runs = vec![b, a];
     st.view.focused = Some(id(2));

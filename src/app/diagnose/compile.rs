@@ -82,7 +82,7 @@ pub struct Eager {
 
 pub fn eager_run(run: &RunView, runs: &[RunView]) -> Option<Eager> {
     let script = &run.spec.attach()?.script;
-    let batch = run.observed.per_rank_batch()?;
+    let batch = run.seen.observed.per_rank_batch()?;
     let e = runs
         .iter()
         .filter(|b| {
@@ -92,11 +92,11 @@ pub fn eager_run(run: &RunView, runs: &[RunView]) -> Option<Eager> {
                 && b.spec.backend == run.spec.backend
                 && b.status == RunStatus::Completed
                 && b.perturbation().is_none()
-                && b.observed.compile.is_none()
-                && b.observed.per_rank_batch() == Some(batch)
+                && b.seen.observed.compile.is_none()
+                && b.seen.observed.per_rank_batch() == Some(batch)
         })
-        .max_by_key(|b| (b.started_unix * 1000.0) as i64)?;
-    let sps = e.aggregate.as_ref()?.samples_per_s;
+        .max_by_key(|b| (b.clock.started_unix * 1000.0) as i64)?;
+    let sps = e.figures.aggregate.as_ref()?.samples_per_s;
     (sps > 0.0).then(|| Eager {
         id: e.id.clone(),
         samples_per_s: sps,
@@ -106,8 +106,8 @@ pub fn eager_run(run: &RunView, runs: &[RunView]) -> Option<Eager> {
 /// The compiled run's steady state (steps after `since`, where its counters were said: no
 /// compile after them) against the eager run: named when eager does `SLOWER_BY` more.
 pub fn slower_than_eager(run: &RunView, eager: &Eager) -> Option<Diagnosis> {
-    let (since, f) = run.compile_counters.as_ref()?;
-    let batch = run.observed.per_rank_batch()? as f64;
+    let (since, f) = run.seen.compile_counters.as_ref()?;
+    let batch = run.seen.observed.per_rank_batch()? as f64;
     // Each rank's median step over its last WINDOW steps past `since`; the run goes at its
     // slowest rank's pace.
     let mut step_ms = Vec::new();
@@ -221,8 +221,8 @@ mod tests {
             std::time::Instant::now(),
             0.0,
         );
-        r.observed.step_samples.insert(16, 40);
-        r.compile_counters = Some((5, counters(0, &[("Tensor.item", 14)])));
+        r.seen.observed.step_samples.insert(16, 40);
+        r.seen.compile_counters = Some((5, counters(0, &[("Tensor.item", 14)])));
         for rank in r.ranks.values_mut() {
             for step in 1..=12 {
                 rank.recent_phases.push_back(crate::run::view::PhaseSample {
@@ -251,7 +251,7 @@ mod tests {
             ..eager.clone()
         };
         assert!(slower_than_eager(&r, &close).is_none());
-        r.compile_counters = Some((8, counters(0, &[])));
+        r.seen.compile_counters = Some((8, counters(0, &[])));
         assert!(slower_than_eager(&r, &eager).is_none());
     }
 }

@@ -113,7 +113,8 @@ pub fn rank_split(rank: &RankView, need_comm: bool, floor: u64) -> Option<Split>
 /// The last step that is no steady state: warm-up, or the step a compiled run's counters
 /// were last said at (torch compiled until then: `FindingKind::CompileRegression`).
 fn base_floor(run: &RunView) -> u64 {
-    run.compile_counters
+    run.seen
+        .compile_counters
         .as_ref()
         .map_or(0, |(s, _)| *s)
         .max(WARMUP_STEPS)
@@ -136,17 +137,18 @@ pub struct One {
 /// named a k=2 run at 4,506 vs 5,668 samples/s whose whole run did 5,322 (0.94x), and another
 /// whose whole run was faster than its k=1 run (1,805 vs 1,311: the k=1 run starved).
 pub fn recheck_at_end(run: &mut RunView, one: Option<&One>) {
-    let (Some(one), Some(agg)) = (one, run.aggregate.as_ref()) else {
+    let (Some(one), Some(agg)) = (one, run.figures.aggregate.as_ref()) else {
         return;
     };
     let whole = agg.samples_per_s;
     if whole <= 0.0 || whole * MEASURED_MARGIN < one.samples_per_s {
         return;
     }
-    let before = run.diagnoses.len();
-    run.diagnoses
+    let before = run.evidence.diagnoses.len();
+    run.evidence
+        .diagnoses
         .retain(|d| d.kind != DiagnosisKind::SlowerThanOneGpu);
-    if run.diagnoses.len() < before {
+    if run.evidence.diagnoses.len() < before {
         run.add_caveat(crate::run::Caveat::note(format!(
             "{HOST_BOUND}: named on its first steps, but the whole run did {whole:.0} samples/s against {:.0} for one rank alone (k=1 run {}): taken back",
             one.samples_per_s, one.id
@@ -179,11 +181,11 @@ pub fn measured_one(run: &RunView, runs: &[RunView]) -> Option<One> {
         })
         .max_by_key(|b| {
             (
-                b.sweep.is_some() && b.sweep == run.sweep,
-                (b.started_unix * 1000.0) as i64,
+                b.launch.sweep.is_some() && b.launch.sweep == run.launch.sweep,
+                (b.clock.started_unix * 1000.0) as i64,
             )
         })?;
-    let sps = base.aggregate.as_ref()?.samples_per_s;
+    let sps = base.figures.aggregate.as_ref()?.samples_per_s;
     (sps > 0.0).then(|| One {
         id: base.id.clone(),
         samples_per_s: sps,
@@ -578,8 +580,8 @@ mod tests {
         let named = |whole: f64| {
             let mut r = run(2, &|_| (6.5, 0.5, 1.0, 0.5, 0.5));
             let d = slower_than_one_gpu(&r, Some(&one)).unwrap();
-            r.diagnoses.push(d);
-            r.aggregate = Some(crate::run::view::Aggregate {
+            r.evidence.diagnoses.push(d);
+            r.figures.aggregate = Some(crate::run::view::Aggregate {
                 samples_per_s: whole,
                 ..Default::default()
             });
@@ -588,16 +590,16 @@ mod tests {
         };
         // The whole run at 0.94x the k=1 run: within the margin, taken back with a caveat.
         let back = named(2500.0);
-        assert!(back.diagnoses.is_empty());
+        assert!(back.evidence.diagnoses.is_empty());
         assert!(
-            back.caveats[0].text.contains("taken back"),
+            back.evidence.caveats[0].text.contains("taken back"),
             "{:?}",
-            back.caveats
+            back.evidence.caveats
         );
         // At 0.67x: kept.
         let kept = named(1778.0);
-        assert_eq!(kept.diagnoses.len(), 1);
-        assert!(kept.caveats.is_empty());
+        assert_eq!(kept.evidence.diagnoses.len(), 1);
+        assert!(kept.evidence.caveats.is_empty());
     }
 
     /// Every rank of `r` waited `ms` for a CPU core in each of its 12 steps.

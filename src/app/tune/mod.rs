@@ -207,18 +207,18 @@ impl Board {
 /// script's (compression, PowerSGD keeping state per bucket) sees the buckets, and ddptop times
 /// none of them to predict from.
 pub fn ddp_adjustable(base: &RunView) -> Result<(), String> {
-    match base.observed.ddp_module {
+    match base.seen.observed.ddp_module {
         Some(true) => {}
         Some(false) => return Err("its k=1 run built no DistributedDataParallel module".into()),
         None => return Err("its k=1 run did not say whether it built a DDP module".into()),
     }
-    if !base.observed.ddp_args.is_empty() {
+    if !base.seen.observed.ddp_args.is_empty() {
         return Err(format!(
             "the script passes {} to DDP itself",
-            base.observed.ddp_args.join(", ")
+            base.seen.observed.ddp_args.join(", ")
         ));
     }
-    if matches!(base.instrument, Some(Instrument::StepsOnly)) {
+    if matches!(base.seen.instrument, Some(Instrument::StepsOnly)) {
         return Err("the script registers its own comm hook".into());
     }
     Ok(())
@@ -253,8 +253,8 @@ mod tests {
     fn run() -> RunView {
         let spec = RunSpec::new(Experiment::Attach, 1, crate::protocol::Backend::Gloo);
         let mut r = RunView::new("r1".into(), spec, std::time::Instant::now(), 0.0);
-        r.observed.ddp_module = Some(true);
-        r.instrument = Some(Instrument::Full);
+        r.seen.observed.ddp_module = Some(true);
+        r.seen.instrument = Some(Instrument::Full);
         r
     }
 
@@ -262,20 +262,20 @@ mod tests {
     fn ddp_settings_are_tuned_only_where_the_script_left_them_to_ddp() {
         assert_eq!(ddp_adjustable(&run()), Ok(()));
         let mut none = run();
-        none.observed.ddp_module = Some(false);
+        none.seen.observed.ddp_module = Some(false);
         assert!(
             ddp_adjustable(&none)
                 .unwrap_err()
                 .contains("no DistributedDataParallel")
         );
         let mut own = run();
-        own.observed.ddp_args = vec!["bucket_cap_mb".into()];
+        own.seen.observed.ddp_args = vec!["bucket_cap_mb".into()];
         assert_eq!(
             ddp_adjustable(&own),
             Err("the script passes bucket_cap_mb to DDP itself".into())
         );
         let mut hook = run();
-        hook.instrument = Some(Instrument::StepsOnly);
+        hook.seen.instrument = Some(Instrument::StepsOnly);
         assert!(ddp_adjustable(&hook).unwrap_err().contains("comm hook"));
     }
 

@@ -33,6 +33,7 @@ pub fn predict(
     runs: &[RunView],
 ) -> Result<Prediction, String> {
     let base_sps = base
+        .figures
         .aggregate
         .as_ref()
         .map(|a| a.samples_per_s)
