@@ -129,8 +129,9 @@ proptest! {
     }
 }
 
-/// The Python client's `EXPERIMENTS` (what a worker's `result` may name) are ddptop's families,
-/// in the same order: a family added on one side only would have its results refused.
+/// What a worker's `result` may name is ddptop's families, in the same order, on both sides of
+/// the wire: the Python client's `EXPERIMENTS` and the protocol's `EXPERIMENT_NAMES` (a family
+/// added to `run::Experiment` alone would have its results refused).
 #[test]
 fn the_python_clients_experiments_are_the_families() {
     let path = format!(
@@ -148,8 +149,19 @@ fn the_python_clients_experiments_are_the_families() {
         .map(|s| s.trim().trim_matches('"').to_string())
         .filter(|s| !s.is_empty())
         .collect();
-    let rust: Vec<String> = <ddptop::run::Experiment as strum::IntoEnumIterator>::iter()
+    let families: Vec<String> = <ddptop::run::Experiment as strum::IntoEnumIterator>::iter()
         .map(|e| e.as_str().to_string())
         .collect();
-    assert_eq!(python, rust);
+    let protocol: Vec<String> = ddptop::protocol::EXPERIMENT_NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        python, families,
+        "workers/ddptop_worker/protocol.py EXPERIMENTS"
+    );
+    assert_eq!(
+        protocol, families,
+        "src/protocol/messages.rs EXPERIMENT_NAMES"
+    );
 }

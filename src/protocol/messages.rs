@@ -663,14 +663,61 @@ pub enum FindingKind {
     CompileRegression,
 }
 
+/// The families a `result` may name, by their wire names: the protocol's word for each
+/// `run::Experiment` (a layer above this one, so not named here). `tests/protocol_fixtures.rs`
+/// holds this list, the families and the Python client's `EXPERIMENTS` equal, in order.
+pub const EXPERIMENT_NAMES: &[&str] = &[
+    "weak",
+    "strong",
+    "probe",
+    "allreduce",
+    "jax",
+    "fsdp",
+    "attach",
+    "handrolled",
+    "zero1",
+];
+
+/// A `result`'s experiment: one of [`EXPERIMENT_NAMES`], never a free string (a message naming
+/// another is refused when read).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ExperimentName(String);
+
+impl TryFrom<String> for ExperimentName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        if EXPERIMENT_NAMES.contains(&s.as_str()) {
+            Ok(ExperimentName(s))
+        } else {
+            Err(format!(
+                "unknown experiment `{s}` (one of: {})",
+                EXPERIMENT_NAMES.join(", ")
+            ))
+        }
+    }
+}
+
+impl From<ExperimentName> for String {
+    fn from(e: ExperimentName) -> String {
+        e.0
+    }
+}
+
+impl ExperimentName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ResultMsg {
     pub rank: u32,
     pub step: u64,
     pub t: f64,
-    /// The family that measured it: one of ddptop's, by its name (an unknown name refuses the
-    /// message, as an unknown optimizer does).
-    pub experiment: crate::run::Experiment,
+    /// The family that measured it, by its name (an unknown name refuses the message, as an
+    /// unknown optimizer does).
+    pub experiment: ExperimentName,
     pub samples_per_s: Option<f64>,
     pub timed_epochs: u32,
     pub params: Option<u64>,

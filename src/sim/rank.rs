@@ -527,7 +527,10 @@ impl Sim<'_> {
     fn finish(&mut self, timed: &[f64], reason: ByeReason) -> i32 {
         self.set_phase(Phase::Done);
         let sps = (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64);
-        let experiment = self.args.experiment;
+        // Every family is a protocol name (tests/protocol_fixtures.rs checks the two lists).
+        let experiment =
+            crate::protocol::ExperimentName::try_from(self.args.experiment.as_str().to_string())
+                .expect("the family's name is in protocol::EXPERIMENT_NAMES");
         self.client.send(&WorkerMsg::Result(ResultMsg {
             rank: self.rank,
             step: self.step,
