@@ -215,19 +215,18 @@ fn host_bound_compute(run: &RunView, rank: u32, phase: &str) -> Option<String> {
     }
     let load = run.straggler.host_load?;
     let local = run.ranks.values().filter(|r| !r.remote).count();
-    if local > load.cores {
-        return Some(format!(
-            "{CONTENTION} rank {rank} is slower in {phase}, computing on the CPU with {local} gloo ranks on {}: not named on an oversubscribed host",
-            crate::util::count(load.cores, "core")
-        ));
-    }
-    let load1 = load.load1?;
-    (load1 >= load.cores as f64).then(|| {
-        format!(
-            "{CONTENTION} rank {rank} is slower in {phase}, computing on the CPU at load {load1:.1} on {}: not named on an oversubscribed host",
-            crate::util::count(load.cores, "core")
-        )
-    })
+    // The run's own ranks outnumber the cores whatever the load says (it trails a short run);
+    // else the host is oversubscribed when its load reaches the cores.
+    let how = if local > load.cores {
+        format!("with {local} gloo ranks")
+    } else {
+        let load1 = load.load1.filter(|l| *l >= load.cores as f64)?;
+        format!("at load {load1:.1}")
+    };
+    Some(format!(
+        "{CONTENTION} rank {rank} is slower in {phase}, computing on the CPU {how} on {}: not named on an oversubscribed host",
+        crate::util::count(load.cores, "core")
+    ))
 }
 
 /// How far from the latest arriver's wait at the collectives towards the others' median a rank's
