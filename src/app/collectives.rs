@@ -37,11 +37,7 @@ pub fn apply_hello(run: &mut RunView, h: &NcclHello, now: Instant) {
 /// looks up: one line on the run when the plugin was set on the launch but that NCCL cannot load
 /// it (by symbol, not by version number: `supervisor::nccl_profiler::cannot_load`).
 pub fn note_nccl_interfaces(run: &mut RunView, h: &crate::protocol::Hello) {
-    let on = run
-        .launch
-        .env
-        .get(crate::supervisor::nccl_profiler::ENV)
-        .is_some_and(Option::is_some);
+    let on = plugin_on(run);
     if let Some(line) = h
         .nccl_lib
         .as_ref()
