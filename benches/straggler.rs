@@ -50,6 +50,7 @@ fn run_of(k: u32) -> RunView {
                 bwd_ms: j(20.0) + comm,
                 opt_ms: j(5.0),
                 comm_ms: Some(comm),
+                sync_ms: None,
             });
         }
         run.ranks.insert(id, r);

@@ -161,6 +161,7 @@ fn step_msg(rank: u32, step: u64, t: f64) -> WorkerMsg {
         fused: None,
         every: None,
         t_bwd: None,
+        sync_ms: None,
     })
 }
 

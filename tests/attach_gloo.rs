@@ -104,6 +104,21 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
         );
         assert!(buckets.iter().all(|b| b["bytes"].as_u64().unwrap() > 0));
     }
+    // Its `total += loss.item()` each step is a host sync, timed per rank (issue 46): the
+    // per-phase table has a host-sync row (on a CPU tensor it waits for nothing: < 1 ms).
+    let phases = k2["phase_scores"].as_array().expect("a per-phase table");
+    let sync = phases
+        .iter()
+        .find(|p| p["phase"] == "host sync")
+        .unwrap_or_else(|| panic!("no host-sync row: {k2:#}"));
+    let per_rank = sync["ranks"].as_object().unwrap();
+    assert_eq!(per_rank.len(), 2, "{sync:#}");
+    assert!(
+        per_rank
+            .values()
+            .all(|x| (0.0..1.0).contains(&x.as_f64().unwrap())),
+        "{sync:#}"
+    );
     // The same script with the same arguments is one curve: k=2 is measured against this k=1.
     assert_eq!(k2["baseline_run_id"], runs[0]["run_id"]);
     assert!(k2["speedup"].as_f64().unwrap() > 0.0);
@@ -140,6 +155,7 @@ fn the_tutorial_script_unmodified_gives_steps_throughput_buckets_and_a_curve() {
         md.contains("| unknown | 32 | 64 | 2 | unknown | unknown |"),
         "{md}"
     );
+    assert!(md.contains("| host sync |"), "{md}");
 }
 
 #[test]

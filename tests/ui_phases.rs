@@ -55,6 +55,7 @@ fn run_with(k: u32, slow: Option<u32>) -> RunView {
                 bwd_ms: 20.0 + comm,
                 opt_ms: 5.0,
                 comm_ms: Some(comm),
+                sync_ms: None,
             });
         }
         rk.step = 40;
@@ -123,6 +124,31 @@ fn a_slow_ranks_data_wait_stands_out_beside_the_median_at_k4() {
         "{s}"
     );
     insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn an_attached_scripts_host_syncs_are_a_row_of_their_own_and_the_blocking_rank_is_marked() {
+    // Rank 0 logs its loss with .item() every step and blocks 6 ms for its GPU; the others
+    // 0.1 ms (what attach_sync.py measures as `step.sync_ms`).
+    let mut r = run_with(4, None);
+    for (id, rk) in r.ranks.iter_mut() {
+        for s in rk.recent_phases.iter_mut() {
+            s.sync_ms = Some(if *id == 0 { 6.0 } else { 0.1 });
+        }
+    }
+    let s = text(&block(&r, 110, 12));
+    let sync = row(&s, "host sync");
+    assert!(
+        sync.contains("0.10 ms") && sync.contains("6.00 ms") && sync.contains("r0"),
+        "{s}"
+    );
+    assert!(sync.contains("60.00×") && sync.contains('◆'), "{s}");
+    assert!(s.contains("host ms blocked in .item()"), "{s}");
+    assert!(!s.contains("host sync not measured"), "{s}");
+    // Everything else is even: the host sync is not added into the step.
+    for even in ["data wait", "compute", "exposed comm", "optimizer"] {
+        assert!(!row(&s, even).contains('◆'), "{even}:\n{s}");
+    }
 }
 
 #[test]

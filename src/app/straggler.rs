@@ -541,10 +541,16 @@ pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> V
             0 => s.data_ms,
             1 => s.fwd_ms + (s.bwd_ms - comm).max(0.0),
             2 => comm,
-            _ => s.opt_ms,
+            3 => s.opt_ms,
+            _ => s.sync_ms.unwrap_or(0.0),
         }
     };
-    (0..SCORED_PHASES.len())
+    // Host sync is a row where every rank's steps carried it (attached scripts' workers).
+    let with_sync = samples
+        .iter()
+        .all(|(_, v)| v.iter().any(|s| s.sync_ms.is_some()));
+    let rows = SCORED_PHASES.len() + usize::from(with_sync);
+    (0..rows)
         .map(|p| {
             let per: BTreeMap<u32, f64> = samples
                 .iter()
@@ -557,7 +563,11 @@ pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> V
                 .max_by(|a, b| a.1.total_cmp(&b.1))
                 .unwrap_or((0, 0.0));
             PhaseScore {
-                phase: SCORED_PHASES[p].to_string(),
+                phase: SCORED_PHASES
+                    .get(p)
+                    .copied()
+                    .unwrap_or(HOST_SYNC)
+                    .to_string(),
                 ranks: per,
                 median_ms: med,
                 worst_rank,
@@ -568,10 +578,29 @@ pub fn phase_scores(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> V
         .collect()
 }
 
-/// What the per-phase table says of a host-sync phase: it is not one of them. ddptop's own
-/// loop has none per step (no `.item()`, no synchronize: workers/ddptop_worker/train.py); an
-/// attached script's (a `loss.item()`) lands in whichever phase it runs in, unseen as such.
-pub const HOST_SYNC_NOTE: &str = "host sync not measured: ddptop's loop has none per step, a script's falls in the phase it runs in";
+/// The host-sync row of `phase_scores`: the host time a rank's training thread was blocked in
+/// `.item()`, `.tolist()`, `.cpu()`, `float()` or `torch.cuda.synchronize()` per step
+/// (attached scripts; workers/ddptop_worker/attach_sync.py). It overlaps the rows above (the
+/// device is busy meanwhile), so it is not part of the step they add up to.
+pub const HOST_SYNC: &str = "host sync";
+
+/// What the table says under a host-sync row.
+pub const HOST_SYNC_ROW_NOTE: &str =
+    "host sync: host ms blocked in .item(), .cpu(), cuda.synchronize()…; overlaps the phases above";
+
+/// What the per-phase table says where it has no host-sync row: ddptop's own loop has no host
+/// sync per step (no `.item()`, no synchronize: workers/ddptop_worker/train.py); an attached
+/// script's is timed (`HOST_SYNC`) unless it compiles with torch.compile.
+pub const HOST_SYNC_NOTE: &str = "host sync not measured: ddptop's own loop has none; attached scripts' are timed (not under torch.compile)";
+
+/// The note under a per-phase table: what its host-sync row is, or why there is none.
+pub fn host_sync_note(rows: &[PhaseScore]) -> &'static str {
+    if rows.iter().any(|p| p.phase == HOST_SYNC) {
+        HOST_SYNC_ROW_NOTE
+    } else {
+        HOST_SYNC_NOTE
+    }
+}
 
 /// The per-phase table of `run` as the dashboard, `--json` and the report show it: as kept at
 /// its end (`RunView::straggler.phase_scores`, with the configured window; a stored run has
@@ -998,6 +1027,7 @@ pub fn record_step(rank: &mut RankView, s: &crate::protocol::Step) {
         bwd_ms: s.bwd_ms,
         opt_ms: s.opt_ms,
         comm_ms: None,
+        sync_ms: s.sync_ms,
     });
     while rank.recent_phases.len() > crate::run::view::PHASE_HISTORY {
         rank.recent_phases.pop_front();
@@ -1039,6 +1069,7 @@ mod tests {
                 bwd_ms: j(20.0) + c,
                 opt_ms: j(5.0),
                 comm_ms: Some(c),
+                sync_ms: None,
             });
         }
         r
@@ -1392,6 +1423,36 @@ mod tests {
         // Compute is even: nobody far from the median.
         assert!(table[1].worst_vs_median < 1.2, "{:?}", table[1]);
         assert!(phase_scores(&BTreeMap::new(), &StragglerConfig::default()).is_empty());
+        assert_eq!(host_sync_note(&table), HOST_SYNC_NOTE);
+    }
+
+    #[test]
+    fn a_rank_that_blocks_in_host_syncs_is_the_worst_of_a_host_sync_row() {
+        // Rank 0 logs its loss with .item() every step (6 ms blocked), the others 0.1 ms.
+        let mut rng = StdRng::seed_from_u64(23);
+        let mut ranks: Vec<RankView> = (0..4)
+            .map(|r| rank(r, 40, 1.0, 2.0, 0.02, &mut rng))
+            .collect();
+        for r in &mut ranks {
+            for s in &mut r.recent_phases {
+                s.sync_ms = Some(if r.rank == 0 { 6.0 } else { 0.1 });
+            }
+        }
+        let table = phase_scores(&run_of(ranks.clone()).ranks, &StragglerConfig::default());
+        let names: Vec<&str> = table.iter().map(|p| p.phase.as_str()).collect();
+        assert_eq!(names[..4], SCORED_PHASES);
+        assert_eq!(names[4], HOST_SYNC);
+        let sync = &table[4];
+        assert_eq!(sync.worst_rank, 0, "{sync:?}");
+        assert!((sync.worst_ms - 6.0).abs() < 1e-9 && (sync.median_ms - 0.1).abs() < 1e-9);
+        assert_eq!(host_sync_note(&table), HOST_SYNC_ROW_NOTE);
+        // A rank whose steps never carried it (ddptop's own worker beside attached ones does
+        // not happen, but a stale history can): no row rather than a made-up 0.
+        for s in &mut ranks[2].recent_phases {
+            s.sync_ms = None;
+        }
+        let table = phase_scores(&run_of(ranks).ranks, &StragglerConfig::default());
+        assert_eq!(table.len(), SCORED_PHASES.len());
     }
 
     #[test]
@@ -1667,6 +1728,7 @@ mod tests {
                     bwd_ms: bwd,
                     opt_ms: 5.0,
                     comm_ms: None,
+                    sync_ms: None,
                 });
                 for (count, call, kernel_ms) in [(1000u64, 0.010, 1.0), (500, 0.020, last_wait_ms)]
                 {
@@ -1780,6 +1842,7 @@ mod tests {
             fused: None,
             every: None,
             t_bwd: None,
+            sync_ms: None,
         };
         record_step(&mut r, &step(7));
         record_step(&mut r, &step(8));

@@ -433,6 +433,7 @@ mod tests {
             fused: None,
             every: None,
             t_bwd: None,
+            sync_ms: None,
         }
     }
 

@@ -308,6 +308,12 @@ pub struct Step {
     /// all-reduces come from NCCL's profiler plugin (docs/profiler.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub t_bwd: Option<f64>,
+    /// Host ms the rank's training thread spent blocked in host syncs during the step
+    /// (`.item()`, `.tolist()`, `.cpu()`, `float()` of a tensor, `torch.cuda.synchronize()`):
+    /// attached scripts only (workers/ddptop_worker/attach_sync.py). Overlaps the step's other
+    /// phases, which CUDA events time on the device.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

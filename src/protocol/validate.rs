@@ -339,6 +339,9 @@ fn check_step(s: &super::Step) -> Result<(), ProtocolError> {
     if let Some(x) = s.t_bwd {
         t(x)?;
     }
+    if let Some(x) = s.sync_ms {
+        ms("sync_ms", x)?;
+    }
     Ok(())
 }
 

@@ -41,9 +41,9 @@ pub fn blocks(run: &RunInfo) -> Vec<Block> {
              (`[stragglers] window`, 30 by default), then the median of the {} ranks and the \
              worst. Compute is forward + backward without the comm wait; exposed comm is the \
              wait after the last gradient bucket (the ranks that wait longest wait for a slower \
-             one). Not a phase here: {}.",
+             one). {}.",
             run.phase_scores[0].ranks.len(),
-            crate::app::straggler::HOST_SYNC_NOTE
+            crate::app::straggler::host_sync_note(&run.phase_scores)
         )),
         Block::Table { header, rows },
     ]

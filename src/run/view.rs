@@ -129,6 +129,8 @@ pub struct PhaseSample {
     /// Backward time after the last bucket was ready (the buckets message's `exposed_ms`):
     /// the all-reduce tail plus the wait for slower ranks. `None`: no buckets for this step.
     pub comm_ms: Option<f64>,
+    /// Host ms blocked in host syncs (`step.sync_ms`; attached scripts only).
+    pub sync_ms: Option<f64>,
 }
 
 /// One phase of the step over a run's newest window, per rank (medians, ms), with the median

@@ -310,6 +310,7 @@ impl Sim<'_> {
             loss: None,
             every: None,
             t_bwd: None,
+            sync_ms: None,
         }));
         step_ms
     }

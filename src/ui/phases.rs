@@ -3,7 +3,9 @@
 //! in the run's details (Enter) and a block of its own (`render`). Pure: it draws
 //! `app::straggler::phase_scores_of`, nothing else.
 
-use crate::app::straggler::{HOST_SYNC_NOTE, PhaseScore, StragglerConfig, phase_scores_of};
+use crate::app::straggler::{
+    HOST_SYNC, PhaseScore, StragglerConfig, host_sync_note, phase_scores_of,
+};
 use crate::run::RunView;
 use crate::ui::Theme;
 use crate::ui::fmt;
@@ -92,7 +94,14 @@ pub fn lines(t: &Theme, m: &PhasesModel) -> Vec<Line<'static>> {
         ),
         t.label,
     )));
-    let step_ms: f64 = m.rows.iter().map(|p| p.median_ms).sum();
+    // Host sync overlaps the other phases (the device is busy while the host waits): not a
+    // part of the step they add up to.
+    let step_ms: f64 = m
+        .rows
+        .iter()
+        .filter(|p| p.phase != HOST_SYNC)
+        .map(|p| p.median_ms)
+        .sum();
     for p in &m.rows {
         let hot = marked(p, step_ms);
         let mut spans = vec![
@@ -118,7 +127,7 @@ pub fn lines(t: &Theme, m: &PhasesModel) -> Vec<Line<'static>> {
         out.push(Line::from(spans));
     }
     out.push(Line::from(Span::styled(
-        format!("  {HOST_SYNC_NOTE}"),
+        format!("  {}", host_sync_note(&m.rows)),
         t.dim,
     )));
     out

@@ -160,6 +160,7 @@ pub fn step(rank: u32, step: u64) -> Step {
         loss: None,
         every: None,
         t_bwd: None,
+        sync_ms: None,
     }
 }
 

@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from . import attach_fsdp
 from . import attach_hooks as hooks
-from . import attach_plugin
+from . import attach_plugin, attach_sync
 from . import book, ddp_knobs, diagnose, nccl_lib, protocol
 from .attach_compile import CompileClock
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
@@ -178,6 +178,9 @@ class Session:
         # torch.compile: compile time, and the spans of counted-epoch steps that compiled (cut
         # out of the epoch's span under sampled timing).
         self.compile = CompileClock()
+        # Host syncs (`.item()`, `torch.cuda.synchronize()`...) timed per step (attach_sync).
+        self.sync = attach_sync.SyncClock()
+        self.sync_uninstall: Any = None
         self.span_cuts: list[tuple[Any, Any]] = []
         self.primary_opt: weakref.ref[torch.optim.Optimizer] | None = None
         self.explicit_steps = False
@@ -216,6 +219,8 @@ class Session:
                 self.slow.on_start = lambda text: self.client.log("warn", text)
         try:
             self.handles = hooks.install(self)
+            self.sync = attach_sync.SyncClock()  # counts the thread that runs the script
+            self.sync_uninstall = attach_sync.install(self.sync)
             self.compile.register_if_imported()
             attach_fsdp.install(_on_fully_shard, _fsdp_patch_failed)
             self.hooks_on = True
@@ -249,6 +254,7 @@ class Session:
         # A forked child (a DataLoader worker) shares the socket: it must never write to it.
         self.hooks_on = False
         self.client = Client.disabled()
+        self.sync.on = False
 
     def stop_hooks(self) -> None:
         self.hooks_on = False
@@ -258,6 +264,9 @@ class Session:
             except Exception:  # noqa: BLE001
                 pass
         self.handles = []
+        if self.sync_uninstall is not None:
+            self.sync_uninstall()
+            self.sync_uninstall = None
         for h in self.fsdp_handles:
             try:
                 h.remove()
@@ -322,6 +331,14 @@ class Session:
         """The script calls torch.compile: measure compiles from now on."""
         fsdp = self.fsdp_module()
         hooks.run_eagerly(list(self.records.keys()) + ([fsdp] if fsdp is not None else []))
+        if self.sync_uninstall is not None:
+            # Dynamo would inline the wraps and break its graph at the original call: an extra
+            # graph break the script does not have. So host syncs are not timed from now on.
+            self.sync_uninstall()
+            self.sync_uninstall = None
+            self.log_once("sync_compile", "info", "torch.compile: host syncs (.item(), "
+                          "torch.cuda.synchronize()...) are not timed from now on (no host-sync "
+                          "phase): ddptop's wraps would add graph breaks")
         if self.compile.register() and "compile_on" not in self.once:
             self.log_once("compile_on", "info", "torch.compile: steps that compile are left out "
                           "of samples/s; compile time is reported on its own")
@@ -623,6 +640,7 @@ class Session:
 
     def finish_step(self, samples: int | None) -> None:
         self.step_no += 1
+        sync_ms = self.sync.take()  # the script's host syncs since the last step's end
         if not self.pg_seen:
             self.pg_seen = process_group_initialized()
         self.client.step = self.step_no
@@ -655,6 +673,7 @@ class Session:
                 "timing": self.clock.method,
                 "samples": self.unreported_samples,  # every step since the last message
                 "t_bwd": self.cur_t_bwd,
+                "sync_ms": sync_ms,
             }
             self.unreported_samples = 0
             self.pending.push(self.cur)
@@ -681,6 +700,8 @@ class Session:
         extra: dict[str, Any] = {"every": self.time_every} if self.time_every > 1 else {}
         if sm.info.get("t_bwd") is not None:
             extra["t_bwd"] = sm.info["t_bwd"]
+        if sm.info.get("sync_ms") is not None:
+            extra["sync_ms"] = sm.info["sync_ms"]
         if info.compiled:
             extra["compiled"] = True
         self.client.send(
@@ -917,7 +938,7 @@ def cuda_sync_if_used() -> None:
     """The slow fault's wait starts when the GPU is done: on CUDA the host runs ahead, and a
     sleep would hide in the launch queue. A CPU script never touches CUDA here."""
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
+        attach_sync.original_synchronize()  # not the script's host sync: not counted
 
 
 def process_group_initialized() -> bool:

@@ -419,6 +419,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "every": opt(pos_int),
         "t_bwd": opt(nonneg),
         "compiled": opt(boolean),
+        "sync_ms": opt(nonneg),
     },
     "probe": {"live": opt(boolean)},
     "buckets": {"start_inferred": opt(boolean)},

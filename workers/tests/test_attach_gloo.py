@@ -101,6 +101,8 @@ def test_example_unmodified_full_instrumentation(server: FakeDdptop) -> None:
         assert all(m["samples"] == 32 and m["timing"] == "host" and m["sync"] for m in s)
         for m in s:
             assert m["step_ms"] > 0 and m["fwd_ms"] > 0 and m["bwd_ms"] > 0
+            # Its `total += loss.item()` is a host sync (on a CPU tensor it waits for nothing).
+            assert 0.0 <= m["sync_ms"] < m["step_ms"], m
             assert m["step_ms"] >= m["data_ms"] + m["fwd_ms"] + m["bwd_ms"] + m["opt_ms"] - 1e-6
         e = epochs[r]
         assert [(m["epoch"], m["warmup"]) for m in e] == [(0, True), (1, False)]

@@ -300,3 +300,68 @@ def test_a_forward_inside_optimizer_step_is_a_closure_step() -> None:
     assert s.cur_samples == 4 and "closure" in s.once and "fsdp_forward" in s.once
     s.start_step()
     assert not s.cur_closure
+
+
+def test_host_syncs_are_timed_on_the_scripts_thread_only_and_put_back() -> None:
+    """Issue 46's host-sync phase: the wraps add up the host time of `.item()`, `.tolist()`,
+    `.cpu()`, `float()` and `torch.cuda.synchronize()` on the thread that installed them, return
+    what the originals return, and `uninstall` leaves torch as it was."""
+    import threading
+    import time
+
+    from ddptop_worker import attach_sync
+
+    clock = attach_sync.SyncClock()
+    uninstall = attach_sync.install(clock)
+    try:
+        t = torch.tensor([1.5, 2.5])
+        assert t.sum().item() == 4.0 and t.tolist() == [1.5, 2.5] and float(t[0]) == 1.5
+        assert torch.equal(t.cpu(), t)
+        assert clock.calls == 4 and clock.ms > 0.0
+        clock.take()
+        # A wait inside a wrapped call is counted whole (here a sleep standing for the device).
+        slow = clock.timed(lambda: time.sleep(0.02))
+        slow()
+        assert 19.0 <= clock.take() < 200.0
+        assert clock.ms == 0.0 and clock.calls == 0
+        # Another thread (a DataLoader thread, ddptop's heartbeat) is not the training loop.
+        got: list[float] = []
+        th = threading.Thread(target=lambda: (got.append(t[0].item()), slow()))
+        th.start()
+        th.join()
+        assert got == [1.5] and clock.calls == 0 and clock.ms == 0.0
+    finally:
+        uninstall()
+    for name in attach_sync.TENSOR_METHODS:
+        assert name not in torch.Tensor.__dict__, name  # TensorBase's again, inherited
+    assert torch.cuda.synchronize is attach_sync.original_synchronize
+    torch.tensor(1.0).item()
+    assert clock.calls == 0
+
+
+def test_a_compiled_functions_graph_breaks_are_the_scripts_own_once_the_wraps_are_off() -> None:
+    """Dynamo inlines a Python wrap of `Tensor.item` and breaks at the C method inside it: one
+    graph break more than the script has. attach takes the wraps off at the first torch.compile
+    call (`on_compile_call`); this checks the reason for doing so, and that without the wraps the
+    breaks are the bare script's."""
+    from torch._dynamo.utils import counters
+
+    from ddptop_worker import attach_sync
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x * x.sum().item()
+
+    def breaks() -> int:
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(f, backend="eager")(torch.ones(3))
+        return sum(counters["graph_break"].values())
+
+    bare = breaks()
+    uninstall = attach_sync.install(attach_sync.SyncClock())
+    try:
+        wrapped = breaks()
+    finally:
+        uninstall()
+    assert wrapped > bare >= 1, (bare, wrapped)
+    assert breaks() == bare

@@ -428,6 +428,7 @@ mod tests {
                     bwd_ms: bwd + comm,
                     opt_ms: opt,
                     comm_ms: (step > 2).then_some(comm),
+                    sync_ms: None,
                 });
                 rank.recent_step_ms.push_back(data + fwd + bwd + comm + opt);
                 rank.step = step;
@@ -450,6 +451,7 @@ mod tests {
                 fused: None,
                 every: None,
                 t_bwd: None,
+                sync_ms: None,
             });
         }
         r
