@@ -219,8 +219,9 @@ class Session:
                 self.slow.on_start = lambda text: self.client.log("warn", text)
         try:
             self.handles = hooks.install(self)
-            self.sync = attach_sync.SyncClock()  # counts the thread that runs the script
-            self.sync_uninstall = attach_sync.install(self.sync)
+            if attach_sync.wanted():
+                self.sync = attach_sync.SyncClock()  # counts the thread that runs the script
+                self.sync_uninstall = attach_sync.install(self.sync)
             self.compile.register_if_imported()
             attach_fsdp.install(_on_fully_shard, _fsdp_patch_failed)
             self.hooks_on = True
@@ -640,7 +641,8 @@ class Session:
 
     def finish_step(self, samples: int | None) -> None:
         self.step_no += 1
-        sync_ms = self.sync.take()  # the script's host syncs since the last step's end
+        # The script's host syncs since the last step's end; none where the wraps are off.
+        sync_ms = self.sync.take() if self.sync_uninstall is not None else None
         if not self.pg_seen:
             self.pg_seen = process_group_initialized()
         self.client.step = self.step_no

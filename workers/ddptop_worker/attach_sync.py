@@ -27,6 +27,7 @@ tensor none of these waits for anything: `sync_ms` is then the calls' own host c
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -79,6 +80,12 @@ class SyncClock:
         """The ms since the last take (and start over)."""
         ms, self.ms, self.calls = self.ms, 0.0, 0
         return ms
+
+
+def wanted() -> bool:
+    """`DDPTOP_HOST_SYNC=0` leaves torch unwrapped (no host-sync row): the other arm of the
+    wraps' overhead measurement, and a way out should a wrap ever get in a script's way."""
+    return os.environ.get("DDPTOP_HOST_SYNC", "").strip() != "0"
 
 
 def install(clock: SyncClock) -> Callable[[], None]:
