@@ -43,13 +43,18 @@ def main() -> None:
     a = p.parse_args()
     dist.init_process_group(a.backend)
     rank = dist.get_rank()
-    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-    torch.cuda.set_device(dev)
+    if torch.cuda.is_available():
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        wait = torch.cuda.synchronize
+    else:  # a check of the script (and of host_sync_one_gpu.sh) on a machine without a GPU
+        dev, wait = torch.device("cpu"), (lambda: None)
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(a.layers):
         layers += [nn.Linear(a.hidden, a.hidden), nn.ReLU()]
-    model = DDP(nn.Sequential(*layers, nn.Linear(a.hidden, 10)).to(dev), device_ids=[dev.index])
+    net = nn.Sequential(*layers, nn.Linear(a.hidden, 10)).to(dev)
+    model = DDP(net, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x = torch.randn(a.batch, a.hidden, device=dev)
     y = torch.randint(0, 10, (a.batch,), device=dev)
@@ -58,7 +63,7 @@ def main() -> None:
     t0 = 0.0
     for step in range(a.steps):
         if step == 5:
-            torch.cuda.synchronize()
+            wait()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(x), y)
@@ -68,7 +73,7 @@ def main() -> None:
         opt.step()
         if syncs and a.sync_at == "end":
             total += loss.item()
-    torch.cuda.synchronize()
+    wait()
     dt = time.perf_counter() - t0
     if rank == 0:
         print(f"script: {(a.steps - 5) * a.batch / dt:.1f} samples/s per rank, "

@@ -16,7 +16,8 @@ B=$(ddptop_bin); R=$OUT/host_sync; mkdir -p "$R"
 ROUNDS=${ROUNDS:-4}
 S=scripts/device/host_sync_gpu.py
 GPU=(--backend gloo)
-SG=(--unhide-gpu)
+# EXTRA: more script arguments (a CPU check: EXTRA="--hidden 256 --layers 2 --batch 32").
+SG=(--unhide-gpu ${EXTRA:-})
 att() {  # att NAME DATA_DIR K [ddptop args] -- [script args]
   local name=$1 data=$2 k=$3; shift 3
   local t0; t0=$(date +%s.%N)
