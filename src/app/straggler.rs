@@ -152,6 +152,10 @@ pub struct RankScore {
     pub recent_from_step: u64,
     /// Median busy time over the quick test's samples (ms).
     pub recent_busy_ms: f64,
+    /// Median host-sync time (`step.sync_ms`, attached scripts), over the window and over the
+    /// quick test's samples: evidence only, not part of the busy time (it overlaps it).
+    pub sync_ms: Option<f64>,
+    pub recent_sync_ms: Option<f64>,
 }
 
 impl RankScore {
@@ -185,6 +189,7 @@ impl RankScore {
             comm_ms: self.recent_comm_ms,
             busy_ms: self.recent_busy_ms,
             from_step: self.recent_from_step,
+            sync_ms: self.recent_sync_ms,
             ..self.clone()
         }
     }
@@ -425,6 +430,10 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
                 median(v[quick..].iter().map(|s| phases_of(s)[p]).collect())
             });
             let recent_comms: Vec<f64> = v[quick..].iter().filter_map(|s| s.comm_ms).collect();
+            let sync_of = |v: &[PhaseSample]| {
+                let xs: Vec<f64> = v.iter().filter_map(|s| s.sync_ms).collect();
+                (!xs.is_empty()).then(|| median(xs))
+            };
             RankScore {
                 rank: *rank,
                 score: ratio(f_whole, whole[i]),
@@ -453,6 +462,8 @@ pub fn assess(ranks: &BTreeMap<u32, RankView>, cfg: &StragglerConfig) -> Option<
                 from_step: v.first().map_or(0, |s| s.step),
                 recent_from_step: v.get(quick).map_or(0, |s| s.step),
                 recent_busy_ms: recent[i],
+                sync_ms: sync_of(v),
+                recent_sync_ms: sync_of(&v[quick..]),
             }
         })
         .collect::<Vec<RankScore>>();
@@ -642,8 +653,26 @@ pub fn explain(this: &RankScore, all: &[RankScore]) -> (String, String) {
             ));
         }
     }
+    // A rank that blocks on its host more than the others (rank 0 logging `loss.item()` every
+    // step): the device phases above are where it shows, this is why.
+    let others_sync: Vec<f64> = others.iter().filter_map(|s| s.sync_ms).collect();
+    if let Some(own) = this.sync_ms
+        && !others_sync.is_empty()
+    {
+        let theirs = median(others_sync);
+        if own - theirs >= SYNC_EVIDENCE_MS {
+            evidence.push_str(&format!(
+                "; it blocks {own:.1} ms a step in host syncs (.item(), .cpu(), \
+                 cuda.synchronize()…), the others {theirs:.1} ms"
+            ));
+        }
+    }
     (PHASES[cause].to_string(), evidence)
 }
+
+/// A named rank's host syncs are quoted as evidence from this much above the others' (ms):
+/// below, a `.item()` of the loss waits for a few kernels and says nothing.
+pub const SYNC_EVIDENCE_MS: f64 = 0.5;
 
 /// Collectives every local rank has called that the last-to-call figure needs.
 const MIN_COMMON_COLLS: usize = 8;
@@ -1624,6 +1653,36 @@ mod tests {
         let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
         assert!(scores[1].is_straggler(0.9), "{scores:?}");
         assert_eq!(explain(&scores[1], &scores).0, "forward");
+    }
+
+    #[test]
+    fn a_named_ranks_host_syncs_are_quoted_where_they_stand_out() {
+        // Rank 1 logs its loss with .item() after its forward: 6 ms blocked, and its device
+        // idles meanwhile (it shows as data wait before the next step's work is queued).
+        let mut rng = StdRng::seed_from_u64(24);
+        let mut ranks = vec![
+            rank(0, 40, 1.0, 18.0, 0.02, &mut rng),
+            rank(1, 40, 19.0, 0.5, 0.02, &mut rng),
+        ];
+        for r in &mut ranks {
+            for s in &mut r.recent_phases {
+                s.sync_ms = Some(if r.rank == 1 { 6.0 } else { 0.2 });
+            }
+        }
+        let scores = assess(&run_of(ranks.clone()).ranks, &StragglerConfig::default()).unwrap();
+        assert!(scores[1].is_straggler(0.9), "{scores:?}");
+        let (phase, evidence) = explain(&scores[1], &scores);
+        assert_eq!(phase, "data wait");
+        assert!(
+            evidence.ends_with("; it blocks 6.0 ms a step in host syncs (.item(), .cpu(), cuda.synchronize()…), the others 0.2 ms"),
+            "{evidence}"
+        );
+        // The same lag without host syncs of its own: nothing said of them.
+        for s in &mut ranks[1].recent_phases {
+            s.sync_ms = Some(0.3);
+        }
+        let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
+        assert!(!explain(&scores[1], &scores).1.contains("host syncs"));
     }
 
     #[test]
