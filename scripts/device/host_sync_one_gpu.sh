@@ -36,7 +36,7 @@ for i in $(seq 1 "$ROUNDS"); do
   if ((i % 2)); then off "$i"; on "$i"; else on "$i"; off "$i"; fi
 done
 # C. the sampled path's straggler latency (1 step in 10 timed, as ddptop's NCCL runs)
-for i in 1 2 3; do
+for i in $(seq 1 "${SLOW_RUNS:-3}"); do
   DDPTOP_TIME_EVERY=10 att "slow_$i" "/tmp/hs-c$i" 2 "${GPU[@]}" --inject slow:1:1.5@200 --json -- $S "${SG[@]}" --sync-rank 99 --steps 1200
 done
 RUNS=${RUNS-zero1 jax attach}
@@ -71,7 +71,7 @@ for i in range(1, rounds + 1):
 if ratios:
     print(f"  median on/off {statistics.median(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
 print("C. slow:1:1.5@200 at k=2, sampled timing: latency slowdown -> named")
-for i in (1, 2, 3):
+for i in range(1, int(__import__("os").environ.get("SLOW_RUNS", "3")) + 1):
     r = run(f"slow_{i}")
     try:
         db = sqlite3.connect(f"file:/tmp/hs-c{i}/runs.db?mode=ro", uri=True)
