@@ -288,6 +288,54 @@ fn event_times(data: &std::path::Path, kind: &str, text: &str) -> Vec<(f64, Stri
         .collect()
 }
 
+/// `uptime`'s three load averages (1, 5 and 15 minutes), for a timing test's failure message.
+fn load_average() -> String {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let v: Vec<&str> = text.split_whitespace().take(3).collect();
+    format!("load average: {}", v.join(", "))
+}
+
+/// `ddptop run weak --k K` of the tiny model over gloo in a fresh data directory: `steps` steps
+/// an epoch at per-rank batch `batch` (2 epochs, the first warm-up), `extra` arguments and `env`
+/// set (each step timed unless `env` sets DDPTOP_TIME_EVERY). The data directory (its store)
+/// and the run's document, once ddptop exited 0 and left no process behind.
+fn weak_tiny_run(
+    py: &str,
+    k: u32,
+    batch: u32,
+    steps: u32,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, serde_json::Value) {
+    let d = tempfile::tempdir().unwrap();
+    let samples = (steps * batch * k).to_string();
+    let mut c = ddptop(d.path());
+    // This tree's workers, whichever target directory the binary was built in.
+    c.env("DDPTOP_PYTHON", py)
+        .env(
+            "DDPTOP_WORKERS_DIR",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
+        )
+        .env_remove("DDPTOP_TIME_EVERY")
+        .envs(env.iter().copied())
+        .args(["run", "weak", "--k", &k.to_string()])
+        .args(["--samples", &samples, "--batch", &batch.to_string()])
+        .args(["--epochs", "2", "--backend", "gloo"])
+        .args(["--model", "tiny", "--json"])
+        .args(extra);
+    let out = c.output().unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(
+        out.status.success(),
+        "{doc:#}\n{}\n{}",
+        output_tails(&doc),
+        load_average()
+    );
+    assert_no_survivors(&doc);
+    (d, doc["runs"][0].clone())
+}
+
 #[test]
 fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_nobody() {
     let _cpu = cpu_alone();
@@ -295,28 +343,10 @@ fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_n
     // Issue 46: from the instant rank 1 turns 1.5x slower mid-run (its worker logs "slowing
     // from now" at step 40, whose arrival ddptop stores) to the straggler record, at most 5 s.
     // Batch 8 of the tiny model: a few steps a second on a loaded 2-core host at k=4.
+    // 50 steps an epoch at per-rank batch 8, 2 epochs: 60 steps after the slowdown.
     let run = |k: u32, inject: Option<&str>| {
-        let d = tempfile::tempdir().unwrap();
-        // 50 steps an epoch at per-rank batch 8, 2 epochs: 60 steps after the slowdown.
-        let samples = (50 * 8 * k).to_string();
-        let mut c = ddptop(d.path());
-        c.env("DDPTOP_PYTHON", &py)
-            .env(
-                "DDPTOP_WORKERS_DIR",
-                concat!(env!("CARGO_MANIFEST_DIR"), "/workers"),
-            )
-            .args(["run", "weak", "--k", &k.to_string()])
-            .args(["--samples", &samples, "--batch", "8"])
-            .args(["--backend", "gloo", "--model", "tiny", "--json"]);
-        if let Some(f) = inject {
-            c.args(["--inject", f]);
-        }
-        let out = c.output().unwrap();
-        let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-        assert!(out.status.success(), "{doc:#}\n{}", output_tails(&doc));
-        assert_no_survivors(&doc);
-        (d, doc["runs"][0].clone())
+        let extra: Vec<&str> = inject.map_or(vec![], |f| vec!["--inject", f]);
+        weak_tiny_run(&py, k, 8, 50, &extra, &[])
     };
     let mut measured = Vec::new();
     // The slowdown in the data wait at k=2 and k=4. (`slow:1:1.5:compute@40` at k=2 was named
@@ -352,4 +382,123 @@ fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_n
     let (_d, healthy) = run(4, None);
     assert_eq!(healthy["status"], "completed", "{healthy:#}");
     assert_eq!(healthy["stragglers"], serde_json::json!([]), "{healthy:#}");
+}
+
+/// Issue 46, "no false stragglers": 10 healthy runs at k=2 and 10 at k=4 (the latency test's run
+/// without its fault: tiny model, batch 8 per rank, 100 steps, each step timed) name nobody.
+/// In the late lane (`slow` in its name): the runs time ranks against each other.
+#[test]
+fn gloo_ten_healthy_runs_at_k2_and_k4_name_no_slow_rank() {
+    let _cpu = cpu_alone();
+    let Some(py) = python() else { return };
+    // 100 steps is no more than the detector needs: it scores nothing before a full window
+    // (30 samples after the first 3 steps), then names a rank only after confirmation, so a run
+    // is assessed over its last ~67 steps (~2 s at k=2, ~4 s at k=4 on 2 cores); each run's
+    // wall time is mostly its start (torch imports: ~5 s at k=2, ~12 s at k=4).
+    let t0 = std::time::Instant::now();
+    let (mut lines, mut failed) = (Vec::new(), Vec::new());
+    for k in [2u32, 4] {
+        for i in 1..=10 {
+            let before = load_average();
+            let (_d, r) = weak_tiny_run(&py, k, 8, 50, &[], &[]);
+            let named = r["stragglers"].as_array().cloned().unwrap_or_default();
+            let starved = r["caveats"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c.as_str().is_some_and(|c| c.contains("CPU starvation")))
+                .count();
+            let mut line = format!(
+                "k={k} run {i}: {}, {:.1} ms/step, named {}, {starved} CPU-starvation caveat(s); \
+                 before: {before}; after: {}",
+                r["status"],
+                r["step_ms_median"].as_f64().unwrap_or(f64::NAN),
+                named.len(),
+                load_average()
+            );
+            for s in &named {
+                line.push_str(&format!(
+                    "\n    rank {} `{}` score {:.2} at step {} ({}): {}",
+                    s["rank"],
+                    s["phase"].as_str().unwrap_or("?"),
+                    s["score"].as_f64().unwrap_or(f64::NAN),
+                    s["step"],
+                    if s["active"] == true {
+                        "still named"
+                    } else {
+                        "un-named"
+                    },
+                    s["evidence"].as_str().unwrap_or("?")
+                ));
+            }
+            if r["status"] != "completed" || !named.is_empty() {
+                failed.push(format!("{line}\n    caveats: {}", r["caveats"]));
+            }
+            lines.push(line);
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    eprintln!("{}\n20 healthy runs in {wall:.0} s", lines.join("\n"));
+    assert!(
+        failed.is_empty(),
+        "{} of 20 healthy runs named a straggler or did not complete:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+/// Issue 46's 5 s on the sampled path: NCCL runs time 1 step in 10 after warm-up
+/// (`DDPTOP_TIME_EVERY=10`, set by src/supervisor/launch.rs); the gloo worker honours it too.
+/// The quick test and confirmation count run time, not samples, so a rank slowed 1.5x is
+/// still named within 5 s once the steps are fast enough: batch 2 at k=2, ~35-85 steps/s on 2
+/// cores. Measured (docs/results/raw/2026-12-05f-stragglers): k=2 batch 2 2.3-3.9 s in 12 runs
+/// (3 beside a busy loop), batch 8 (~35 steps/s) 3.3-3.9 s in 4; k=4 batch 2 (~30 steps/s)
+/// 3.0-4.3 s in 6, too near 5 s to assert, and k=4 batch 8 (~16 steps/s) 3.3-6.3 s in 3.
+#[test]
+fn gloo_slow_rank_timed_1_in_10_is_named_within_5_s_at_k2() {
+    let _cpu = cpu_alone();
+    let Some(py) = python() else { return };
+    // 300 steps an epoch: the warm-up epoch (every step timed) fills the window; the slowdown
+    // begins 105 steps (10 samples) into the sampled epoch, between two timed steps as it may
+    // on NCCL, with 195 steps to go.
+    let (k, fault) = (2u32, "slow:1:1.5@405");
+    let (d, r) = weak_tiny_run(
+        &py,
+        k,
+        2,
+        300,
+        &["--inject", fault],
+        &[("DDPTOP_TIME_EVERY", "10")],
+    );
+    let load = load_average();
+    assert_eq!(r["status"], "completed", "{r:#}");
+    let sampled = event_times(d.path(), "log", "steps timed 1 in 10 after warm-up");
+    assert!(!sampled.is_empty(), "not sampled: {r:#}");
+    let s = r["stragglers"].as_array().unwrap();
+    let steps_per_s = 1e3 / r["step_ms_median"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        !s.is_empty(),
+        "k={k} {fault}, timed 1 in 10: nobody named ({steps_per_s:.0} steps/s, {load})\n{r:#}"
+    );
+    assert_eq!(
+        (&s[0]["rank"], &s[0]["phase"]),
+        (&1.into(), &"data wait".into()),
+        "k={k} {fault}, timed 1 in 10 ({load}): {s:#?}"
+    );
+    assert!(s.iter().all(|x| x["rank"] == 1), "({load}): {s:#?}");
+    let start = event_times(d.path(), "log", "slowing from now");
+    assert_eq!(start.len(), 1, "k={k}: {start:?}");
+    let named = event_times(d.path(), "straggler", "\"rank\":1");
+    let latency = named[0].0 - start[0].0;
+    eprintln!(
+        "timed 1 in 10: k={k} {fault} named {latency:.2} s after the slowdown began (step {}), \
+         {steps_per_s:.0} steps/s, {load}",
+        s[0]["step"]
+    );
+    assert!(
+        (0.0..=5.0).contains(&latency),
+        "k={k} {fault}, timed 1 in 10: named {latency:.2} s after the slowdown began (step {}, \
+         {steps_per_s:.0} steps/s, {load}): {s:#?}",
+        s[0]["step"]
+    );
 }
