@@ -336,6 +336,30 @@ fn weak_tiny_run(
     (d, doc["runs"][0].clone())
 }
 
+/// A `slow:1:…@STEP` run's verdict: rank 1 named first, in `phase`, and nobody else ever (the
+/// ranks that wait for it are no stragglers); the seconds from its worker's "slowing from now"
+/// event to its straggler record (both stored in `data`'s runs.db), and the step it was named
+/// at. `ctx` heads every failure message.
+fn rank_1_named_after(
+    data: &std::path::Path,
+    r: &serde_json::Value,
+    phase: &str,
+    ctx: &str,
+) -> (f64, serde_json::Value) {
+    let s = r["stragglers"].as_array().unwrap();
+    assert!(!s.is_empty(), "{ctx}: nobody named\n{r:#}");
+    assert_eq!(
+        (&s[0]["rank"], &s[0]["phase"]),
+        (&1.into(), &phase.into()),
+        "{ctx}: {s:#?}"
+    );
+    assert!(s.iter().all(|x| x["rank"] == 1), "{ctx}: {s:#?}");
+    let start = event_times(data, "log", "slowing from now");
+    assert_eq!(start.len(), 1, "{ctx}: {start:?}");
+    let named = event_times(data, "straggler", "\"rank\":1");
+    (named[0].0 - start[0].0, s[0]["step"].clone())
+}
+
 #[test]
 fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_nobody() {
     let _cpu = cpu_alone();
@@ -358,24 +382,12 @@ fn gloo_slow_from_a_step_is_named_within_5_s_at_k2_and_k4_and_healthy_k4_names_n
     ] {
         let (d, r) = run(k, Some(fault));
         assert_eq!(r["status"], "completed", "{r:#}");
-        let s = r["stragglers"].as_array().unwrap();
-        assert!(!s.is_empty(), "k={k} {fault}: nobody named\n{r:#}");
-        assert_eq!(
-            (&s[0]["rank"], &s[0]["phase"]),
-            (&1.into(), &phase.into()),
-            "k={k} {fault}: {s:#?}"
-        );
-        // Nobody else, ever: the ranks that wait for it are no stragglers.
-        assert!(s.iter().all(|x| x["rank"] == 1), "k={k} {fault}: {s:#?}");
-        let start = event_times(d.path(), "log", "slowing from now");
-        assert_eq!(start.len(), 1, "k={k}: {start:?}");
-        let named = event_times(d.path(), "straggler", "\"rank\":1");
-        let latency = named[0].0 - start[0].0;
-        measured.push((k, fault, latency, s[0]["step"].clone()));
+        let (latency, step) = rank_1_named_after(d.path(), &r, phase, &format!("k={k} {fault}"));
+        measured.push((k, fault, latency, step.clone()));
         assert!(
             (0.0..=5.0).contains(&latency),
-            "k={k} {fault}: named {latency:.2} s after the slowdown began (step {}): {s:#?}",
-            s[0]["step"]
+            "k={k} {fault}: named {latency:.2} s after the slowdown began (step {step}): {:#?}",
+            r["stragglers"]
         );
     }
     eprintln!("latency (k, fault, s, step named): {measured:?}");
@@ -474,31 +486,21 @@ fn gloo_slow_rank_timed_1_in_10_is_named_within_5_s_at_k2() {
     assert_eq!(r["status"], "completed", "{r:#}");
     let sampled = event_times(d.path(), "log", "steps timed 1 in 10 after warm-up");
     assert!(!sampled.is_empty(), "not sampled: {r:#}");
-    let s = r["stragglers"].as_array().unwrap();
     let steps_per_s = 1e3 / r["step_ms_median"].as_f64().unwrap_or(f64::NAN);
-    assert!(
-        !s.is_empty(),
-        "k={k} {fault}, timed 1 in 10: nobody named ({steps_per_s:.0} steps/s, {load})\n{r:#}"
+    let (latency, step) = rank_1_named_after(
+        d.path(),
+        &r,
+        "data wait",
+        &format!("k={k} {fault}, timed 1 in 10 ({steps_per_s:.0} steps/s, {load})"),
     );
-    assert_eq!(
-        (&s[0]["rank"], &s[0]["phase"]),
-        (&1.into(), &"data wait".into()),
-        "k={k} {fault}, timed 1 in 10 ({load}): {s:#?}"
-    );
-    assert!(s.iter().all(|x| x["rank"] == 1), "({load}): {s:#?}");
-    let start = event_times(d.path(), "log", "slowing from now");
-    assert_eq!(start.len(), 1, "k={k}: {start:?}");
-    let named = event_times(d.path(), "straggler", "\"rank\":1");
-    let latency = named[0].0 - start[0].0;
     eprintln!(
-        "timed 1 in 10: k={k} {fault} named {latency:.2} s after the slowdown began (step {}), \
-         {steps_per_s:.0} steps/s, {load}",
-        s[0]["step"]
+        "timed 1 in 10: k={k} {fault} named {latency:.2} s after the slowdown began (step {step}), \
+         {steps_per_s:.0} steps/s, {load}"
     );
     assert!(
         (0.0..=5.0).contains(&latency),
-        "k={k} {fault}, timed 1 in 10: named {latency:.2} s after the slowdown began (step {}, \
-         {steps_per_s:.0} steps/s, {load}): {s:#?}",
-        s[0]["step"]
+        "k={k} {fault}, timed 1 in 10: named {latency:.2} s after the slowdown began (step {step}, \
+         {steps_per_s:.0} steps/s, {load}): {:#?}",
+        r["stragglers"]
     );
 }

@@ -1455,6 +1455,15 @@ mod tests {
         assert_eq!(host_sync_note(&table), HOST_SYNC_NOTE);
     }
 
+    /// Every step of each of `ranks` blocked `sync(rank)` ms in host syncs (`step.sync_ms`).
+    fn set_sync(ranks: &mut [RankView], sync: impl Fn(u32) -> Option<f64>) {
+        for r in ranks {
+            for s in &mut r.recent_phases {
+                s.sync_ms = sync(r.rank);
+            }
+        }
+    }
+
     #[test]
     fn a_rank_that_blocks_in_host_syncs_is_the_worst_of_a_host_sync_row() {
         // Rank 0 logs its loss with .item() every step (6 ms blocked), the others 0.1 ms.
@@ -1462,11 +1471,7 @@ mod tests {
         let mut ranks: Vec<RankView> = (0..4)
             .map(|r| rank(r, 40, 1.0, 2.0, 0.02, &mut rng))
             .collect();
-        for r in &mut ranks {
-            for s in &mut r.recent_phases {
-                s.sync_ms = Some(if r.rank == 0 { 6.0 } else { 0.1 });
-            }
-        }
+        set_sync(&mut ranks, |r| Some(if r == 0 { 6.0 } else { 0.1 }));
         let table = phase_scores(&run_of(ranks.clone()).ranks, &StragglerConfig::default());
         let names: Vec<&str> = table.iter().map(|p| p.phase.as_str()).collect();
         assert_eq!(names[..4], SCORED_PHASES);
@@ -1477,9 +1482,7 @@ mod tests {
         assert_eq!(host_sync_note(&table), HOST_SYNC_ROW_NOTE);
         // A rank whose steps never carried it (ddptop's own worker beside attached ones does
         // not happen, but a stale history can): no row rather than a made-up 0.
-        for s in &mut ranks[2].recent_phases {
-            s.sync_ms = None;
-        }
+        set_sync(&mut ranks[2..3], |_| None);
         let table = phase_scores(&run_of(ranks).ranks, &StragglerConfig::default());
         assert_eq!(table.len(), SCORED_PHASES.len());
     }
@@ -1664,11 +1667,7 @@ mod tests {
             rank(0, 40, 1.0, 18.0, 0.02, &mut rng),
             rank(1, 40, 19.0, 0.5, 0.02, &mut rng),
         ];
-        for r in &mut ranks {
-            for s in &mut r.recent_phases {
-                s.sync_ms = Some(if r.rank == 1 { 6.0 } else { 0.2 });
-            }
-        }
+        set_sync(&mut ranks, |r| Some(if r == 1 { 6.0 } else { 0.2 }));
         let scores = assess(&run_of(ranks.clone()).ranks, &StragglerConfig::default()).unwrap();
         assert!(scores[1].is_straggler(0.9), "{scores:?}");
         let (phase, evidence) = explain(&scores[1], &scores);
@@ -1678,9 +1677,7 @@ mod tests {
             "{evidence}"
         );
         // The same lag without host syncs of its own: nothing said of them.
-        for s in &mut ranks[1].recent_phases {
-            s.sync_ms = Some(0.3);
-        }
+        set_sync(&mut ranks[1..2], |_| Some(0.3));
         let scores = assess(&run_of(ranks).ranks, &StragglerConfig::default()).unwrap();
         assert!(!explain(&scores[1], &scores).1.contains("host syncs"));
     }

@@ -178,7 +178,8 @@ class Session:
         # torch.compile: compile time, and the spans of counted-epoch steps that compiled (cut
         # out of the epoch's span under sampled timing).
         self.compile = CompileClock()
-        # Host syncs (`.item()`, `torch.cuda.synchronize()`...) timed per step (attach_sync).
+        # Host syncs (`.item()`, `torch.cuda.synchronize()`...) timed per step (attach_sync); the
+        # clock counts the thread that makes the session, the one that runs the script.
         self.sync = attach_sync.SyncClock()
         self.sync_uninstall: Any = None
         self.span_cuts: list[tuple[Any, Any]] = []
@@ -220,7 +221,6 @@ class Session:
         try:
             self.handles = hooks.install(self)
             if attach_sync.wanted():
-                self.sync = attach_sync.SyncClock()  # counts the thread that runs the script
                 self.sync_uninstall = attach_sync.install(self.sync)
             self.compile.register_if_imported()
             attach_fsdp.install(_on_fully_shard, _fsdp_patch_failed)
@@ -257,6 +257,14 @@ class Session:
         self.client = Client.disabled()
         self.sync.on = False
 
+    def stop_sync_timing(self) -> bool:
+        """Put torch's host-sync calls back (attach_sync); True when they were wrapped."""
+        if self.sync_uninstall is None:
+            return False
+        self.sync_uninstall()
+        self.sync_uninstall = None
+        return True
+
     def stop_hooks(self) -> None:
         self.hooks_on = False
         for h in self.handles:
@@ -265,9 +273,7 @@ class Session:
             except Exception:  # noqa: BLE001
                 pass
         self.handles = []
-        if self.sync_uninstall is not None:
-            self.sync_uninstall()
-            self.sync_uninstall = None
+        self.stop_sync_timing()
         for h in self.fsdp_handles:
             try:
                 h.remove()
@@ -332,11 +338,9 @@ class Session:
         """The script calls torch.compile: measure compiles from now on."""
         fsdp = self.fsdp_module()
         hooks.run_eagerly(list(self.records.keys()) + ([fsdp] if fsdp is not None else []))
-        if self.sync_uninstall is not None:
+        if self.stop_sync_timing():
             # Dynamo would inline the wraps and break its graph at the original call: an extra
             # graph break the script does not have. So host syncs are not timed from now on.
-            self.sync_uninstall()
-            self.sync_uninstall = None
             self.log_once("sync_compile", "info", "torch.compile: host syncs (.item(), "
                           "torch.cuda.synchronize()...) are not timed from now on (no host-sync "
                           "phase): ddptop's wraps would add graph breaks")
