@@ -5,7 +5,7 @@
 #     loss.item() after its forward / after optimizer.step(), or nobody syncing;
 #  B. what the wraps cost: k=1, every step's loss.item(), attach with DDPTOP_HOST_SYNC=0 and
 #     without, interleaved (ABAB, $ROUNDS rounds), ddptop's samples/s and the script's own;
-#  C. a straggler on the sampled CUDA-event path: k=2, `--inject slow:1:1.5@200`, latency from
+#  C. a straggler on the sampled CUDA-event path (SLOW_EVERY, default auto): k=2, `--inject slow:1:1.5@200`, latency from
 #     the worker's "slowing from now" event to the straggler record (both stored in runs.db).
 # Then the remaining families of the smoke (RUNS, default "zero1 jax attach").
 #   scripts/device/host_sync_one_gpu.sh   (~6 minutes; table last, raw in $OUT/host_sync.tgz)
@@ -35,9 +35,9 @@ on() { att "on_$1" /tmp/hs-b 1 "${GPU[@]}" --json -- $S "${SG[@]}" --sync-rank -
 for i in $(seq 1 "$ROUNDS"); do
   if ((i % 2)); then off "$i"; on "$i"; else on "$i"; off "$i"; fi
 done
-# C. the sampled path's straggler latency (1 step in 10 timed, as ddptop's NCCL runs)
+# C. the sampled path's straggler latency (SLOW_EVERY: auto, ddptop's NCCL default; 10, the old)
 for i in $(seq 1 "${SLOW_RUNS:-3}"); do
-  DDPTOP_TIME_EVERY=10 att "slow_$i" "/tmp/hs-c$i" 2 "${GPU[@]}" --inject slow:1:1.5@200 --json -- $S "${SG[@]}" --sync-rank 99 --steps 1200
+  DDPTOP_TIME_EVERY=${SLOW_EVERY:-auto} att "slow_$i" "/tmp/hs-c$i" 2 "${GPU[@]}" --inject slow:1:1.5@200 --json -- $S "${SG[@]}" --sync-rank 99 --steps 1200
 done
 RUNS=${RUNS-zero1 jax attach}
 [ -n "$RUNS" ] && RUNS=$RUNS scripts/device/smoke_one_gpu.sh > "$R/smoke.txt" 2>&1
@@ -70,7 +70,7 @@ for i in range(1, rounds + 1):
     print(f"  round {i}: off {sa and round(sa, 1)}  on {sb and round(sb, 1)}  on/off {sa and sb and round(sb / sa, 4)}")
 if ratios:
     print(f"  median on/off {statistics.median(ratios):.4f} (min {min(ratios):.4f}, max {max(ratios):.4f})")
-print("C. slow:1:1.5@200 at k=2, sampled timing: latency slowdown -> named")
+print(f"C. slow:1:1.5@200 at k=2, sampled timing ({__import__('os').environ.get('SLOW_EVERY', 'auto')}): latency slowdown -> named")
 for i in range(1, int(__import__("os").environ.get("SLOW_RUNS", "3")) + 1):
     r = run(f"slow_{i}")
     try:
@@ -82,7 +82,7 @@ for i in range(1, int(__import__("os").environ.get("SLOW_RUNS", "3")) + 1):
     lat = f"{named[0][0] - start[0]:.2f} s" if start and named else "not named" if start else "no start event"
     s = r.get("stragglers") or []
     print(f"  run {i}: {r.get('status')} latency {lat}; named {[(x['rank'], x['phase'], x['step']) for x in s]}; "
-          f"samples/s {r.get('samples_per_s') and round(r['samples_per_s'])}")
+          f"samples/s {r.get('samples_per_s') and round(r['samples_per_s'])}; step {r.get('step_ms_median')} ms")
 try:
     print(open(f"{R}/smoke.txt").read()[-1500:])
 except OSError:

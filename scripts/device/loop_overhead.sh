@@ -6,7 +6,11 @@
 # loop under torchrun. Same model (d2l ResNet-18), per-rank batch 256, samples, epochs (epoch 0
 # warm-up). Figure: sum over ranks of each rank's mean samples/s over the timed epochs.
 # ARMS (default "bare ddptop noinst") may add ddptop10: ddptop with steps timed 1 in 10
-# (DDPTOP_TIME_EVERY=10); KS (default "2 1") picks the k values.
+# (DDPTOP_TIME_EVERY=10), and auto: ddptop's default on GPUs since the cadence change
+# (DDPTOP_TIME_EVERY=auto, about one step timed every 0.25 s); KS (default "2 1") picks the k
+# values, BATCH (default 256) the per-rank batch of every arm (a larger one: slower steps, where
+# auto times more of them):
+#   ARMS="bare ddptop10 auto" KS=1 BATCH=2048 BUDGET_S=240 scripts/device/loop_overhead.sh
 # Issue 48, the data path: book_loader = workers/scripts/book_loader.py under torchrun (the
 # book's loader loop: PIL images, torchvision Resize(64) + ToTensor, DataLoader num_workers=2,
 # DistributedSampler); loader = `ddptop run weak --data-path loader` (the same pipeline, in
@@ -27,7 +31,7 @@ set -u
 export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-data-overhead}
 PY=${DDPTOP_PYTHON}
 B=$(ddptop_bin)
-SAMPLES=${SAMPLES:-30000}; EPOCHS=${EPOCHS:-3}; BUDGET_S=${BUDGET_S:-230}
+SAMPLES=${SAMPLES:-30000}; EPOCHS=${EPOCHS:-3}; BUDGET_S=${BUDGET_S:-230}; BATCH=${BATCH:-256}
 RES="$OUT/loop_overhead.tsv"; : > "$RES"
 case " ${ARMS:-} " in *" book_loader "*|*" loader "*|*" loader_alt "*) need=1 ;; *) need=0 ;; esac
 (( need == 0 )) || need_torchvision || { echo "loop_overhead: the loader arms need torchvision (see $OUT/pip.log)"; exit 1; }
@@ -40,26 +44,26 @@ arm() {  # arm K -> appends "arm<TAB>k<TAB>samples/s" to $RES
   case $a in
     bare)
       timeout 150 $PY -m torch.distributed.run --standalone --nproc-per-node="$k" \
-        workers/scripts/bare_d2l.py --batch 256 --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
+        workers/scripts/bare_d2l.py --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
       sps=$($PY -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BARE_RESULT')]" "$f" | tail -1) ;;
     noinst)
       PYTHONPATH=workers timeout 150 $PY -m torch.distributed.run --standalone --nproc-per-node="$k" \
-        -m ddptop_worker train --backend nccl --model resnet18 --batch 256 --samples "$SAMPLES" \
+        -m ddptop_worker train --backend nccl --model resnet18 --batch "$BATCH" --samples "$SAMPLES" \
         --epochs "$EPOCHS" --no-instrument > "$f" 2>&1
       sps=$($PY -c "import re,sys;v=[float(m.group(1)) for m in re.finditer(r'rank \d+: ([0-9.]+) samples/s per rank', open(sys.argv[1]).read())];print(round(sum(v),1) if v else '')" "$f") ;;
     book_loader)
       timeout 300 $PY -m torch.distributed.run --standalone --nproc-per-node="$k" \
-        workers/scripts/book_loader.py --batch 256 --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
+        workers/scripts/book_loader.py --batch "$BATCH" --samples "$SAMPLES" --epochs "$EPOCHS" > "$f" 2>&1
       sps=$($PY -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BOOK_RESULT')]" "$f" | tail -1) ;;
     loader|fast_loader|device|loader_alt)
       local path=$a wd=${DDPTOP_WORKERS_DIR:-}; [ "$a" = fast_loader ] && path=fast-loader
       [ "$a" = loader_alt ] && { path=loader; wd=${ALT_WORKERS:?loader_alt needs ALT_WORKERS}; }
-      DDPTOP_WORKERS_DIR=$wd timeout 300 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
+      DDPTOP_WORKERS_DIR=$wd timeout 300 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch "$BATCH" \
         --samples "$SAMPLES" --epochs "$EPOCHS" --data-path "$path" --json > "$f" 2> "$f.stderr"
       sps=$($PY -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
-    ddptop|ddptop10)
-      local every=1; [ "$a" = ddptop10 ] && every=10
-      timeout 150 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch 256 \
+    ddptop|ddptop10|auto)
+      local every=1; [ "$a" = ddptop10 ] && every=10; [ "$a" = auto ] && every=auto
+      timeout 150 "$B" run weak --k "$k" --backend nccl --model resnet18 --batch "$BATCH" \
         --samples "$SAMPLES" --epochs "$EPOCHS" --env "DDPTOP_TIME_EVERY=$every" --json > "$f" 2> "$f.stderr"
       sps=$($PY -c "import json,sys;r=json.load(open(sys.argv[1]))['runs'][0];print(r['samples_per_s'] if r['status']=='completed' and r['samples_per_s'] else '')" "$f" 2>/dev/null) ;;
   esac
@@ -68,7 +72,7 @@ arm() {  # arm K -> appends "arm<TAB>k<TAB>samples/s" to $RES
 }
 
 nvidia-smi --query-gpu=index,name,clocks.sm,temperature.gpu --format=csv > "$OUT/gpus_before.csv" 2>&1
-log "binary $B; samples $SAMPLES, epochs $EPOCHS (epoch 0 warm-up), budget ${BUDGET_S} s"
+log "binary $B; samples $SAMPLES, batch $BATCH, epochs $EPOCHS (epoch 0 warm-up), budget ${BUDGET_S} s"
 round=0
 while :; do
   if [ $((round % 2)) -eq 0 ]; then order=${ARMS:-bare ddptop noinst}; else order=$(echo ${ARMS:-bare ddptop noinst} | tr ' ' '\n' | tac | tr '\n' ' '); fi
@@ -89,7 +93,8 @@ for a, k, v, rnd in rows:
 # for the data paths. "median" compares the medians; "rounds" is the median of the per-round
 # ratios (the two runs of a round were next to each other in time).
 ARMS = (("bare", "bare d2l", None), ("ddptop", "ddptop instr.", "bare"),
-        ("ddptop10", "instr. 1 in 10", "bare"), ("noinst", "--no-instrument", "bare"),
+        ("ddptop10", "instr. 1 in 10", "bare"), ("auto", "instr. auto", "bare"),
+        ("noinst", "--no-instrument", "bare"),
         ("book_loader", "book's loader", None), ("loader", "--data-path loader", "book_loader"),
         ("fast_loader", "fast-loader", "book_loader"), ("device", "device data", "book_loader"),
         ("loader_alt", "loader, ALT_WORKERS", "book_loader"))

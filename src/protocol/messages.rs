@@ -299,8 +299,9 @@ pub struct Step {
     /// `step_ms` is measured and the three parts are sent as 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fused: Option<bool>,
-    /// Timed every Nth step only (`train --time-every N`); `samples` then counts every sample
-    /// since the previous step message, so throughput from step messages stays right.
+    /// Steps since the previous step message, this one included (sampled timing: `--time-every
+    /// N` or `auto`); `samples` then counts every sample in them, so throughput from step
+    /// messages stays right.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every: Option<u32>,
     /// Host time (the clock of `t`, CLOCK_MONOTONIC) at which the DDP module's forward returned

@@ -371,11 +371,13 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             set("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", format!("{d}/fr_pipe_"));
             set("DDPTOP_FR_DIR", d.to_string());
             if spec.backend == Backend::Nccl && std::env::var_os("DDPTOP_TIME_EVERY").is_none() {
-                // After warm-up, GPU runs time 1 step in 10 (events, hook timing, a step
-                // message): on one H200 that is 99.7% of a bare loop, every step 97.9%
-                // (docs/performance.md). Samples are still all counted; `--env
-                // DDPTOP_TIME_EVERY=1` times every step.
-                set("DDPTOP_TIME_EVERY", "10".into());
+                // After warm-up, GPU runs time about one step every 0.25 s of run time (events,
+                // hook timing, a step message): 1 in 8 at 40 steps/s, every step at 2 steps/s,
+                // so a slowed rank is named within 5 s at any step rate while the cost stays
+                // bounded by time (workers/ddptop_worker/cadence.py; 1 in 10 was 99.7% of a
+                // bare loop on one H200, every step 97.9%: docs/performance.md). Samples are
+                // still all counted; `--env DDPTOP_TIME_EVERY=1` times every step, `=10` 1 in 10.
+                set("DDPTOP_TIME_EVERY", "auto".into());
             }
             let worker = spec.kind().worker(&spec.worker_input());
             for (k, v) in spec.kind().worker_env(&spec.worker_input()) {
@@ -467,7 +469,9 @@ pub fn why_set(var: &str) -> Option<&'static str> {
         "DDPTOP_SOCKET" | "DDPTOP_TOKEN" | "DDPTOP_RUN_ID" => "how each rank reaches ddptop",
         "DDPTOP_BACKEND" => "the backend the bootstrap reports before the script's process group",
         "DDPTOP_FR_DIR" => "where a rank writes its flight recorder and stacks on a hang",
-        "DDPTOP_TIME_EVERY" => "time 1 step in N after warm-up (every step is still counted)",
+        "DDPTOP_TIME_EVERY" => {
+            "time 1 step in N after warm-up, or `auto`: about one every 0.25 s (all are counted)"
+        }
         "DDPTOP_INJECT" => "the fault asked for with --inject",
         "DDPTOP_NODE" => "the node name a rank reports",
         "NCCL_DEBUG" => "NCCL's INFO log: the transport it chose and the variables it read",
@@ -898,9 +902,9 @@ mod tests {
         let own_cmd = command_for(&own, &ctx(dir, Some(&py))).unwrap();
         assert_eq!(own_cmd.env.get("DDPTOP_NCCL_PLUGIN"), None);
         assert_eq!(env("PYTHONPATH").as_deref(), Some("/repo/workers"));
-        // GPU runs time 1 step in 10 after warm-up, unless ddptop's own environment says.
+        // GPU runs time by run time after warm-up, unless ddptop's own environment says.
         if std::env::var_os("DDPTOP_TIME_EVERY").is_none() {
-            assert_eq!(env("DDPTOP_TIME_EVERY").as_deref(), Some("10"));
+            assert_eq!(env("DDPTOP_TIME_EVERY").as_deref(), Some("auto"));
         }
         // A toggle set to None removes the variable from the launch.
         assert_eq!(cmd.env.get("NCCL_ALGO"), Some(&None));

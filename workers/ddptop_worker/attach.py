@@ -32,6 +32,8 @@ from . import attach_plugin, attach_sync
 from . import book, ddp_knobs, diagnose, nccl_lib, protocol
 from .attach_compile import CompileClock
 from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
+from .cadence import Cadence
+from .cadence import describe as cadence_describe
 from .client import Client
 from .faults import Fault, SlowRank
 from .fr_env import add_legacy_names
@@ -167,7 +169,7 @@ class Session:
         self.cur_samples = 0
         self.cur_samples_known = True
         # Sampled timing (attach_steps): which steps carry events, and the epoch's span.
-        self.time_every = time_every_from_env()
+        self.cadence = Cadence.of(time_every_from_env())
         self.cur_timed = True
         self.cur_forwarded = False
         self.cur_t0 = 0.0  # host time at the step's start (data wait of untimed steps)
@@ -398,7 +400,7 @@ class Session:
         self.client.log(
             "info",
             f"DDP module watched: {params} params, {grad_bytes} gradient bytes on {device}, "
-            f"backend {backend}, timing {self.clock.method}",
+            f"backend {backend}, timing {self.clock.method}{self.cadence_words()}",
         )
         if backend is not None and self.client.enabled:
             hello_backend, _ = _hello_backend(int(os.environ.get("LOCAL_RANK", "0") or 0))
@@ -520,14 +522,18 @@ class Session:
 
     # ------------------------------------------------------------------ one step
 
+    def cadence_words(self) -> str:
+        said = cadence_describe(self.cadence.setting)
+        return f", {said}" if said else ""
+
     def start_step(self) -> None:
         self.cur = StepMarks()
         self.cur_t_bwd = None
         self.cur_closure = False
         n = self.step_no + 1
-        self.cur_timed = is_timed(n, self.time_every)
-        self.cur_forwarded = False
         self.cur_t0 = time.perf_counter()
+        self.cur_timed = is_timed(n, self.cadence, self.cur_t0)
+        self.cur_forwarded = False
         self.cur_data_ms = 0.0
         if self.cur_timed:
             self.cur.marks["start"] = self.clock.mark()
@@ -678,6 +684,7 @@ class Session:
                 "info": info,
                 "timing": self.clock.method,
                 "samples": self.unreported_samples,  # every step since the last message
+                "covered": self.cadence.covered(info.step),
                 "t_bwd": self.cur_t_bwd,
                 "sync_ms": sync_ms,
             }
@@ -703,7 +710,8 @@ class Session:
 
         bwd_end = "opt0" if "opt0" in m else "opt1"
         step_ms, data_ms = span("start", "opt1"), span("start", "fwd0")
-        extra: dict[str, Any] = {"every": self.time_every} if self.time_every > 1 else {}
+        covered = int(sm.info.get("covered", 1))  # steps its samples cover
+        extra: dict[str, Any] = {"every": covered} if covered > 1 else {}
         if sm.info.get("t_bwd") is not None:
             extra["t_bwd"] = sm.info["t_bwd"]
         if sm.info.get("sync_ms") is not None:

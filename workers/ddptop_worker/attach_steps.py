@@ -4,8 +4,9 @@ In attach mode a step is one optimizer step (or one `ddptop_worker.step()` call)
 or two late. An epoch is what lies between two `DistributedSampler.set_epoch` calls with different
 values; a script that never calls it has one epoch, 0.
 
-Sampled timing (`DDPTOP_TIME_EVERY=N`, ddptop's default on GPUs, as for its own runs): after
-the warm-up steps only every Nth step carries CUDA events and a `step` message; the others are
+Sampled timing (`DDPTOP_TIME_EVERY=N`, or `auto`, ddptop's default on GPUs, as for its own runs:
+N from the step time, cadence.py): after the warm-up steps only every Nth step carries CUDA events
+and a `step` message; the others are
 counted (samples, host data wait) and an epoch's time is then the span from its first counted
 step's start to its last step's end (two events per epoch), not a sum of step times; so is
 an epoch's time with every step timed (`Account.close_epoch`).
@@ -28,18 +29,24 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .cadence import Cadence, parse_every
+
 WARMUP_STEPS = 3
 
 
 def time_every_from_env() -> int:
-    """`DDPTOP_TIME_EVERY` (ddptop sets 10 on GPUs), else 1: every step timed."""
-    raw = os.environ.get("DDPTOP_TIME_EVERY", "").strip()
-    return int(raw) if raw.isdigit() and int(raw) >= 1 else 1
+    """`DDPTOP_TIME_EVERY`: N, or cadence.AUTO (ddptop's default on GPUs); else 1: every step."""
+    try:
+        return parse_every(os.environ.get("DDPTOP_TIME_EVERY", ""))
+    except ValueError:
+        return 1
 
 
-def is_timed(step: int, every: int) -> bool:
-    """Whether step `step` (1-based) carries events: every warm-up step, then 1 in `every`."""
-    return step <= WARMUP_STEPS or step % every == 0
+def is_timed(step: int, cadence: Cadence, now: float) -> bool:
+    """Whether step `step` (1-based), starting at host time `now`, carries events: every warm-up
+    step, then the cadence's (which it tells each step's start)."""
+    timed = cadence.start(step, now)
+    return step <= WARMUP_STEPS or timed
 
 
 @dataclass

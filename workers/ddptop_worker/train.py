@@ -10,7 +10,9 @@ The hot loop is kept as close as possible to the book's bare loop (zero_grad(set
 forward, backward, step, on slices of device-resident data): an untimed step does nothing else;
 no `.item()`, no synchronize, no per-step allocation of marks. With `--time-every N` only every
 Nth step of the timed epochs carries events and a `step` message (whose `samples` then counts
-every step since the previous message, and `every` says N); the warm-up epoch is timed in full.
+every step since the previous message, and `every` says how many steps that is); with `auto`
+(ddptop's default on GPUs) N follows the step time, about one timed step every 0.25 s
+(cadence.py). The warm-up epoch is timed in full.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from . import book, diagnose, models
+from . import book, cadence, diagnose, models
 from .client import Client, write_line
 from .data import Data, DataConfig, add_data_args
 from .faults import Fault, SlowRank
@@ -71,7 +73,7 @@ class TrainSettings:
     lr: float = 0.1
     instrument: bool = True
     kernel_timing: bool = True
-    time_every: int = 1
+    time_every: int = 1  # cadence.AUTO, or 1 in N
     buckets_every: int = 1
     control_every: int = 5
     probe_block_steps: int = 10
@@ -104,16 +106,23 @@ class TrainSettings:
         """Checks the settings for this world size; returns the per-rank batch."""
         if self.epochs < 1 or self.batch < 1 or self.data.samples < 1:
             raise WorkerError("--epochs, --batch and --samples must be >= 1")
-        counts = (self.time_every, self.buckets_every, self.control_every, self.probe_block_steps)
+        counts = (self.buckets_every, self.control_every, self.probe_block_steps)
         if min(counts) < 1 or self.probe_warmup_steps < 0:
             raise WorkerError(
-                "--time-every, --buckets-every, --control-every and --probe-block-steps must be "
-                ">= 1, --probe-warmup-steps >= 0"
+                "--buckets-every, --control-every and --probe-block-steps must be >= 1, "
+                "--probe-warmup-steps >= 0"
             )
         per_rank = self.batch if self.experiment == "weak" else self.batch // world_size
         if per_rank < 1:
             raise WorkerError(f"strong scaling: global batch {self.batch} < {world_size} ranks")
         return per_rank
+
+
+def every_arg(raw: str) -> int:
+    try:
+        return cadence.parse_every(raw)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -149,10 +158,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--time-every",
-        type=int,
+        type=every_arg,
         default=os.environ.get("DDPTOP_TIME_EVERY") or 1,  # argparse applies type= to it
-        help="timed epochs: events and a step message on every Nth step only "
-        "(default: $DDPTOP_TIME_EVERY or 1)",
+        help="timed epochs: events and a step message on every Nth step only, or 'auto': "
+        "about one step every 0.25 s of run time (default: $DDPTOP_TIME_EVERY or 1)",
     )
     p.add_argument(
         "--buckets-every", type=int, default=1, help="send a buckets message every N steps"
@@ -212,6 +221,14 @@ class Trainer:
     unreported_samples: int = 0  # samples since the last step message
     out_of_data: bool = False  # the `uneven` fault ended this rank's loop
     _slow: SlowRank | None = None
+    _cadence: cadence.Cadence | None = None
+
+    @property
+    def cadence(self) -> cadence.Cadence:
+        """Which steps after warm-up are timed (warm-up steps all are)."""
+        if self._cadence is None:
+            self._cadence = cadence.Cadence.of(self.s.time_every)
+        return self._cadence
 
     @property
     def fault(self) -> Fault | None:
@@ -428,7 +445,7 @@ class Trainer:
         # Epoch 0 is warm-up, unless it is the only one (then it is all there is to time).
         st = EpochStats(epoch, warmup=epoch == 0 and self.s.epochs > 1)
         inst = self.s.instrument
-        time_every = 1 if st.warmup else self.s.time_every
+        cad = self.cadence
         control_every = self.s.control_every
         fault = self.fault
         rank, k = self.rt.rank, self.rt.world_size
@@ -456,6 +473,7 @@ class Trainer:
                 self.out_of_data = True
                 break
             t0 = time.perf_counter()
+            timed = cad.start(self.global_step + 1, t0) or st.warmup
             x, y = next(batches)
             n = int(y.shape[0])  # the batch, or the book loader's last, partial one
             if slow is not None and slow.phase == "data":
@@ -464,7 +482,7 @@ class Trainer:
             t1 = time.perf_counter()
             st.data_wait_ms += (t1 - t0) * 1000.0
             self.global_step += 1
-            if inst and self.global_step % time_every == 0:
+            if inst and timed:
                 sm = StepMarks()
                 sm.marks["start"] = self.clock.mark()
                 self.timed_step(x, y, sm)
@@ -474,7 +492,7 @@ class Trainer:
                     "warmup": st.warmup,
                     "samples": self.unreported_samples + n,
                     "data_ms": (t1 - t0) * 1000.0,
-                    "every": time_every,
+                    "every": cad.covered(self.global_step),  # steps its samples cover
                 }
                 self.unreported_samples = 0
                 self.pending.push(sm)
@@ -571,7 +589,8 @@ def train(s: TrainSettings) -> int:
                 else "bucket starts inferred (no kernel durations on "
                 f"{rt.backend if rt.backend != 'nccl' else 'this run'})"
             )
-            every = f", steps timed 1 in {s.time_every} after warm-up" if s.time_every > 1 else ""
+            sampled = cadence.describe(s.time_every)
+            every = f", {sampled}" if sampled else ""
             client.log(
                 "info",
                 f"{s.experiment} scaling: k={k}, per-rank batch {per_rank} "

@@ -133,11 +133,12 @@ def test_bootstrap_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> Non
 
 def test_sampled_timing_counts_every_step_and_takes_the_epochs_span() -> None:
     from ddptop_worker.attach_steps import is_timed
+    from ddptop_worker.cadence import Cadence
 
-    every = 10
+    every = Cadence.of(10)
     a = Account()
     for n in range(1, 104):
-        timed = is_timed(n, every)
+        timed = is_timed(n, every, now=0.01 * n)
         a.add(info(n, 0), step_ms=10.0 if timed else None, data_ms=1.0)
     # 100 counted steps, of which 10 timed (steps 10, 20, ..., 100); the span says 1.25 s.
     done = a.close_epoch(None, span_ms=1250.0)
@@ -161,14 +162,18 @@ def test_every_step_timed_takes_the_span_and_without_one_the_sum_of_step_times()
 
 def test_time_every_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from ddptop_worker.attach_steps import is_timed, time_every_from_env
+    from ddptop_worker.cadence import AUTO, Cadence
 
     monkeypatch.setenv("DDPTOP_TIME_EVERY", "10")
     assert time_every_from_env() == 10
+    monkeypatch.setenv("DDPTOP_TIME_EVERY", "auto")
+    assert time_every_from_env() == AUTO
     for bad in ("", "0", "x"):
         monkeypatch.setenv("DDPTOP_TIME_EVERY", bad)
         assert time_every_from_env() == 1
-    assert all(is_timed(n, 10) for n in range(1, WARMUP_STEPS + 1))
-    assert [n for n in range(4, 31) if is_timed(n, 10)] == [10, 20, 30]
+    ten = Cadence.of(10)
+    assert all(is_timed(n, ten, now=n) for n in range(1, WARMUP_STEPS + 1))
+    assert [n for n in range(4, 31) if is_timed(n, ten, now=n)] == [10, 20, 30]
 
 
 def test_a_step_that_compiled_is_counted_as_a_step_and_left_out_of_throughput() -> None:

@@ -10,7 +10,7 @@ import inspect
 import pytest
 
 from ddptop_worker import __main__ as cli
-from ddptop_worker import allreduce, probe, runtime, train
+from ddptop_worker import allreduce, cadence, probe, runtime, train
 from ddptop_worker.data import DataConfig
 from ddptop_worker.runtime import WorkerError
 
@@ -55,10 +55,13 @@ def test_train_settings_hold_every_option(monkeypatch: pytest.MonkeyPatch) -> No
 def test_time_every_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DDPTOP_TIME_EVERY", "10")
     assert train.TrainSettings.from_args(parse(["train"])).time_every == 10
-    monkeypatch.setenv("DDPTOP_TIME_EVERY", "ten")
-    with pytest.raises(SystemExit) as e:  # argparse's one-line usage error, exit 2
-        parse(["train"])
-    assert e.value.code == 2
+    monkeypatch.setenv("DDPTOP_TIME_EVERY", "auto")
+    assert train.TrainSettings.from_args(parse(["train"])).time_every == cadence.AUTO
+    for bad in ("ten", "0"):
+        monkeypatch.setenv("DDPTOP_TIME_EVERY", bad)
+        with pytest.raises(SystemExit) as e:  # argparse's one-line usage error, exit 2
+            parse(["train"])
+        assert e.value.code == 2
 
 
 @pytest.mark.parametrize(
@@ -66,7 +69,7 @@ def test_time_every_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatc
     [
         (["train", "--epochs", "0"], 1, "--epochs, --batch and --samples must be >= 1"),
         (["train", "--experiment", "strong", "--batch", "2"], 4, "global batch 2 < 4 ranks"),
-        (["train", "--time-every", "0"], 1, "--time-every"),
+        (["train", "--buckets-every", "0"], 1, "--buckets-every"),
     ],
 )
 def test_train_settings_are_checked_once(argv: list[str], k: int, msg: str) -> None:

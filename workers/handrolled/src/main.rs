@@ -58,12 +58,27 @@ struct Args {
     #[arg(long, env = "DDPTOP_DATASET_DIR")]
     data_dir: Option<PathBuf>,
     /// After warm-up, time and report every N-th step; the others run without draining the
-    /// devices (ddptop sets DDPTOP_TIME_EVERY=10 on GPUs, as for the Python workers).
-    #[arg(long, env = "DDPTOP_TIME_EVERY", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    /// devices. `auto` (ddptop's default on GPUs) is 10 here: the Python workers pick N from
+    /// the step time so that a slowed rank is named within 5 s, but this one process drives
+    /// every replica, so no replica can straggle behind another process.
+    #[arg(long, env = "DDPTOP_TIME_EVERY", default_value = "1", value_parser = time_every_arg)]
     time_every: u64,
     /// Send a buckets message every N steps.
     #[arg(long, default_value_t = 1)]
     buckets_every: u64,
+}
+
+/// `--time-every`: a whole number >= 1, or `auto` (1 in 10).
+fn time_every_arg(raw: &str) -> Result<u64, String> {
+    match raw.trim() {
+        "auto" => Ok(10),
+        n => match n.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => Err(format!(
+                "must be a whole number >= 1 or 'auto', not '{raw}'"
+            )),
+        },
+    }
 }
 
 /// Ask Linux to SIGTERM this process when its parent (ddptop) dies: an extra orphan guard.
@@ -257,6 +272,20 @@ fn main() {
             client.close("error");
             eprintln!("ddptop-handrolled (rank {rank}): error: {msg}");
             std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::time_every_arg;
+
+    #[test]
+    fn time_every_is_a_whole_number_or_auto() {
+        assert_eq!(time_every_arg("auto"), Ok(10));
+        assert_eq!(time_every_arg("3"), Ok(3));
+        for bad in ["0", "", "ten", "-1"] {
+            assert!(time_every_arg(bad).unwrap_err().contains("'auto'"), "{bad}");
         }
     }
 }

@@ -1,0 +1,103 @@
+"""Which steps carry timing events after warm-up: 1 in N, or about one every quarter second.
+
+A timed step costs a GPU run a fixed amount (CUDA events, and the host waits for the step to
+end): on one H200 the book's loop ran at 97.9% of a bare loop with every step timed, 99.7% with
+1 in 10 (docs/performance.md). `DDPTOP_TIME_EVERY=N` times 1 step in N, whatever the step time:
+at 40 steps/s 1 in 10 gives the straggler detector 4 samples a second, but a model at 2 steps/s
+gets one every 5 s and a rank that slows is named ~40 s late instead of within 5 s.
+
+`DDPTOP_TIME_EVERY=auto` (ddptop's default on GPUs) picks N from the step time instead, so that
+a timed step comes every 0.2-0.45 s of run time: N in 1, 2, 4, ... 64. The cost is then bounded
+by run time (at most 5 timed steps a second; a timed step of the book's ResNet-18 cost ~0.8 ms
+on an H100: <= 0.4%), not by step count, and the detector's samples cover the same run time at
+any step rate, close enough that 5 + 3 of them come within 5 s (docs/stragglers.md, "Sampling
+by run time").
+
+Ranks pick alone, because an attached script offers no collective to agree on, but they pick
+alike: at the first timed step 0.8 s of run time after the previous pick, from the wall time of
+the steps in between (which lock-step DDP makes the same on every rank), with a hysteresis wider
+than their jitter. By run time, not every 8 steps: at 5 steps/s 8 steps are 1.6 s, and a rank
+slowed 1.5x was named 4.4-4.6 s late while N caught up. And N is a power of two with a step
+timed where `step % N == 0`: a rank that picked 4 still times every step that a rank at 8
+times, so two ranks that pick apart for a moment still share their timed steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AUTO = 0  # the setting's value for `auto`
+START = 8  # auto's N before the first pick: 1 in 8, about the old 1 in 10
+MAX_EVERY = 64
+FINER_S = 0.45  # timed steps further apart than this in run time: halve N
+COARSER_S = 0.4  # steps timed twice as far apart would still be within this: double N
+PICK_S = 0.8  # the run time a pick reads at least (2-4 timed steps: one step's jitter averages out)
+
+
+def parse_every(raw: str) -> int:
+    """`auto` → AUTO, a whole number ≥ 1 → itself; anything else is a ValueError."""
+    text = raw.strip().lower()
+    if text == "auto":
+        return AUTO
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise ValueError(f"time-every must be a whole number >= 1 or 'auto', not {raw!r}")
+
+
+def describe(setting: int) -> str:
+    """For the worker's first log line."""
+    if setting == AUTO:
+        band = f"{COARSER_S / 2:g}-{FINER_S:g} s"
+        return f"one step timed every {band} after warm-up (1 in 1-{MAX_EVERY})"
+    return f"steps timed 1 in {setting} after warm-up" if setting > 1 else ""
+
+
+def pick(every: int, step_s: float) -> int:
+    """The next N, from the current one and the run time of one step."""
+    if step_s <= 0.0:
+        return every
+    n = every
+    while n > 1 and n * step_s > FINER_S:
+        n //= 2
+    if n == every:
+        while n < MAX_EVERY and 2 * n * step_s <= COARSER_S:
+            n *= 2
+    return n
+
+
+@dataclass
+class Cadence:
+    """One rank's choice of timed steps (steps are numbered from 1, as the workers count)."""
+
+    setting: int  # AUTO, or a fixed N
+    every: int = 1
+    last_timed: int = 0
+    _pick_t: float | None = None
+    _pick_step: int = 0
+
+    @staticmethod
+    def of(setting: int) -> Cadence:
+        return Cadence(setting, START if setting == AUTO else setting)
+
+    @property
+    def auto(self) -> bool:
+        return self.setting == AUTO
+
+    def start(self, step: int, now: float) -> bool:
+        """Step `step` starts at host time `now` (seconds): whether it is timed. At a timed step
+        `PICK_S` or more after the previous pick, `auto` re-picks N from the steps in between;
+        this step is timed by the old N, the next one by the new."""
+        timed = step % self.every == 0
+        if timed and self.auto:
+            if self._pick_t is None:
+                self._pick_t, self._pick_step = now, step
+            elif now - self._pick_t >= PICK_S and step > self._pick_step:
+                self.every = pick(self.every, (now - self._pick_t) / (step - self._pick_step))
+                self._pick_t, self._pick_step = now, step
+        return timed
+
+    def covered(self, step: int) -> int:
+        """Steps since the previous timed step (this one included); marks `step` timed."""
+        n = max(1, step - self.last_timed)
+        self.last_timed = step
+        return n

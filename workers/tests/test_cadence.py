@@ -1,0 +1,85 @@
+"""Which steps a sampled run times: 1 in N, or `auto`, by run time (ddptop_worker/cadence.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ddptop_worker.cadence import (
+    AUTO,
+    COARSER_S,
+    FINER_S,
+    MAX_EVERY,
+    Cadence,
+    parse_every,
+)
+
+
+def run(cad: Cadence, step_times: list[float], jitter: float = 0.0, seed: int = 0) -> list[int]:
+    """Steps one rank times, its clock read at each step's start as the workers do."""
+    rng = random.Random(seed)
+    now, timed = 0.0, []
+    for step, dt in enumerate(step_times, start=1):
+        if cad.start(step, now):
+            timed.append(step)
+        now += dt * (1.0 + rng.uniform(-jitter, jitter))
+    return timed
+
+
+def test_the_setting_is_a_whole_number_or_auto() -> None:
+    assert parse_every("auto") == parse_every(" AUTO ") == AUTO
+    assert parse_every("10") == 10 and parse_every("1") == 1
+    for bad in ("", "0", "-1", "ten", "2.5"):
+        with pytest.raises(ValueError, match="'auto'"):
+            parse_every(bad)
+
+
+def test_a_fixed_cadence_times_1_in_n_whatever_the_step_time() -> None:
+    for step_s in (0.001, 0.5):
+        cad = Cadence.of(10)
+        assert run(cad, [step_s] * 100) == list(range(10, 101, 10))
+        assert cad.every == 10
+
+
+@pytest.mark.parametrize(
+    ("step_s", "every"),
+    [(0.0005, MAX_EVERY), (0.004, MAX_EVERY), (0.025, 16), (0.052, 8), (0.0625, 4), (0.12, 2),
+     (0.3, 1), (3.0, 1)],
+)
+def test_auto_times_a_step_every_fifth_to_half_a_second(step_s: float, every: int) -> None:
+    cad = Cadence.of(AUTO)
+    timed = run(cad, [step_s] * max(400, int(8 / step_s)))  # 8 s of run time at least
+    assert cad.every == every
+    gaps = {(b - a) * step_s for a, b in zip(timed[-5:], timed[-4:])}
+    if 1 < every < MAX_EVERY:  # within the band unless held at an end of the range
+        assert all(COARSER_S / 2 < g <= FINER_S for g in gaps), gaps
+
+
+def test_auto_follows_a_mid_run_slowdown_at_its_next_timed_step() -> None:
+    # 40 steps/s timed 1 in 16 (0.4 s apart); from step 400 the steps take 90 ms: 1 in 16 would
+    # space timed steps 1.44 s apart, the cadence goes to 1 in 4 (0.36 s).
+    cad = Cadence.of(AUTO)
+    timed = run(cad, [0.025] * 400 + [0.09] * 100)
+    assert cad.every == 4
+    after = [s for s in timed if s > 400]
+    # the first timed step after the slowdown reads it (16 -> 4: 0.36 s), the next follows 4
+    assert after[0] == 416 and after[1:4] == [420, 424, 428], after[:4]
+
+
+def test_lock_step_ranks_with_jitter_share_their_timed_steps() -> None:
+    # Every step time from 1 ms to 0.4 s, each rank's clock 10% jittery on its own: the ranks
+    # pick the same N almost always, and where they do not (at a band's edge), a power of two
+    # makes the coarser rank's timed steps a subset of the finer one's: of the steps the rank
+    # with fewer timed steps timed, the other timed nearly all.
+    for i in range(60):
+        step_s = 0.001 * (1.1**i)
+        a, b = Cadence.of(AUTO), Cadence.of(AUTO)
+        ta = {s for s in run(a, [step_s] * 400, jitter=0.1, seed=i) if s > 100}
+        tb = {s for s in run(b, [step_s] * 400, jitter=0.1, seed=1000 + i) if s > 100}
+        assert len(ta & tb) >= 0.9 * min(len(ta), len(tb)), (step_s, sorted(ta ^ tb))
+
+
+def test_covered_counts_the_steps_since_the_previous_timed_one() -> None:
+    cad = Cadence.of(AUTO)
+    assert [cad.covered(s) for s in (1, 2, 3, 8, 16, 20)] == [1, 1, 1, 5, 8, 4]
