@@ -37,7 +37,7 @@ for sw in "single star" "threads ring"; do
 done
 
 # The drain's cost: single+star at k=2 on ResNet-18, every step timed (each step drains every GPU
-# at each phase boundary: DDPTOP_TIME_EVERY=1) against 1 step in 10 (ddptop's GPU default; the
+# at each phase boundary: DDPTOP_TIME_EVERY=1) against 1 step in 10 (ddptop's GPU default `auto` here; the
 # other nine issue their work without a drain), interleaved twice. docs/handrolled.md.
 for rep in 1 2; do
   for every in 1 10; do

@@ -7,7 +7,7 @@
 # warm-up). Figure: sum over ranks of each rank's mean samples/s over the timed epochs.
 # ARMS (default "bare ddptop noinst") may add ddptop10: ddptop with steps timed 1 in 10
 # (DDPTOP_TIME_EVERY=10), and auto: ddptop's default on GPUs since the cadence change
-# (DDPTOP_TIME_EVERY=auto, about one step timed every 0.25 s); KS (default "2 1") picks the k
+# (DDPTOP_TIME_EVERY=auto, one step timed every 0.2-0.45 s); KS (default "2 1") picks the k
 # values, BATCH (default 256) the per-rank batch of every arm (a larger one: slower steps, where
 # auto times more of them):
 #   ARMS="bare ddptop10 auto" KS=1 BATCH=2048 BUDGET_S=240 scripts/device/loop_overhead.sh

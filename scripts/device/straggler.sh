@@ -9,7 +9,16 @@
 #            profiler plugin (no comm hook: the comm waits come from NCCL's all-reduces,
 #            `straggler::comm_from_plugin`), without and with `--inject slow:1:1.5`: nobody, then
 #            rank 1 "data wait"; needs .carry/libnccl_profiler_ddptop.so beside the binary
-# ONLY (default "healthy slow shared attach_healthy attach_slow") picks parts. Needs .carry/ddptop (or target/release/ddptop).
+#   Issue 46, the 5 s from a mid-run slowdown on NCCL (latency: the worker's "slowing from now"
+#   event to the straggler record, both in runs.db; printed per run):
+#   mid / mid_noplugin / mid10  `run weak --k 2 --inject slow:1:1.5@200`: ddptop's default (its
+#            plugin, `auto` timing), `--no-nccl-profiler`, and timed 1 in 10 (the old default)
+#   attach_mid / attach_mid_noplugin  the same fault on `attach --k 2` of examples/train_ddp.py
+#            (waits from the plugin; without it, from the comm hook)
+#   KS="2 4" repeats the mid parts at each k (k=4 needs 4 GPUs).
+# ONLY (default "healthy slow shared attach_healthy attach_slow") picks parts, e.g.
+#   ONLY="mid mid_noplugin mid10 attach_mid attach_mid_noplugin" scripts/device/straggler.sh
+# Needs .carry/ddptop (or target/release/ddptop).
 # Raw --json of every run in $OUT/raw, nvidia-smi clocks/power/temperature sampled during each run
 # in $OUT/raw/NAME.smi.csv (to check the evidence's GPU clause), a summary in $OUT/straggler.log.
 set -u
@@ -45,6 +54,22 @@ run() {  # run NAME GLOBAL_FLAGS -- SUBCOMMAND ARGS...
   kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
   log "$name rc=$rc wall=$(( $(date +%s) - t0 )) s"
   summary "$f.json"
+  latency "$f.json"
+}
+latency() {  # seconds from the run's "slowing from now" event to its first straggler record
+  python3 - "$1" "$DDPTOP_DATA_DIR/runs.db" <<'PY' 2>&1 | tee -a "$OUT/straggler.log"
+import json, sqlite3, sys
+try:
+    run = json.load(open(sys.argv[1]))["runs"][0]["run_id"]
+except Exception:  # noqa: BLE001 - no document: nothing to time
+    sys.exit(0)
+db = sqlite3.connect(f"file:{sys.argv[2]}?mode=ro", uri=True)
+rows = db.execute("SELECT unix, type, body FROM events WHERE run_id = ? ORDER BY seq", (run,)).fetchall()
+start = next((u for u, t, b in rows if t == "log" and "slowing from now" in b), None)
+named = next((u for u, t, b in rows if t == "straggler"), None)
+if start is not None:
+    print(f"   latency {named - start:.2f} s" if named is not None else "   latency: never named")
+PY
 }
 ONLY=${ONLY:-healthy slow shared attach_healthy attach_slow}
 case " $ONLY " in *" healthy "*) run healthy -- run weak --k 2 --backend nccl --samples "$SAMPLES";; esac
@@ -55,6 +80,15 @@ case " $ONLY " in *" attach_healthy "*) run attach_healthy -- attach --k 2 --bac
   -- "${EX[@]}";; esac
 case " $ONLY " in *" attach_slow "*) run attach_slow -- attach --k 2 --backend nccl \
   --inject slow:1:1.5 -- "${EX[@]}";; esac
+for k in ${KS:-2}; do
+  MID=(run weak --k "$k" --backend nccl --samples "$SAMPLES" --inject slow:1:1.5@200)
+  case " $ONLY " in *" mid "*) run "mid_k$k" -- "${MID[@]}";; esac
+  case " $ONLY " in *" mid_noplugin "*) run "mid_noplugin_k$k" --no-nccl-profiler -- "${MID[@]}";; esac
+  case " $ONLY " in *" mid10 "*) run "mid10_k$k" -- "${MID[@]}" --env DDPTOP_TIME_EVERY=10;; esac
+  AMID=(attach --k "$k" --backend nccl --inject slow:1:1.5@200 -- "${EX[@]}")
+  case " $ONLY " in *" attach_mid "*) run "attach_mid_k$k" -- "${AMID[@]}";; esac
+  case " $ONLY " in *" attach_mid_noplugin "*) run "attach_mid_noplugin_k$k" --no-nccl-profiler -- "${AMID[@]}";; esac
+done
 case " $ONLY " in *" shared "*)
   # The competitor: back-to-back 8k matmuls on GPU 1 until stopped (its pid, below).
   CUDA_VISIBLE_DEVICES=1 "$DDPTOP_PYTHON" -c '

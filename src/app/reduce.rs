@@ -374,9 +374,11 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     }
 }
 
-/// Samples of one step of a `step` message: with `every` N > 1 (attach times 1 step in N) the
-/// message counts every sample since the rank's previous one, so it is divided by the steps in
-/// between; `None` where that is not known (no previous message) or not one batch size.
+/// Samples of one step of a `step` message: with `every` > 1 (sampled timing: the message covers
+/// that many steps) it counts every sample since the rank's previous message, so it is divided
+/// by the steps in between (which a probe's steps, counted by ddptop's own worker but not
+/// covered, make no multiple: then unknown); `None` where that is not known (no previous
+/// message) or not one batch size.
 fn one_step_samples(s: &crate::protocol::Step, previous: Option<u64>) -> Option<u64> {
     if s.every.unwrap_or(1) <= 1 {
         return Some(s.samples);

@@ -684,7 +684,7 @@ class Session:
                 "info": info,
                 "timing": self.clock.method,
                 "samples": self.unreported_samples,  # every step since the last message
-                "covered": self.cadence.covered(info.step),
+                "covered": self.cadence.covered(),
                 "t_bwd": self.cur_t_bwd,
                 "sync_ms": sync_ms,
             }
@@ -861,6 +861,7 @@ class Session:
         self.span_start = self.span_end = None
         self.span_cuts = []
         self.unreported_samples = 0  # an epoch's leftover is in its epoch message
+        self.cadence.new_epoch(step_open=True)  # the open step is the next epoch's
         done = self.account.close_epoch(next_epoch, span_ms)
         if done is None:
             return

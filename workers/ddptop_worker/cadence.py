@@ -8,18 +8,19 @@ gets one every 5 s and a rank that slows is named ~40 s late instead of within 5
 
 `DDPTOP_TIME_EVERY=auto` (ddptop's default on GPUs) picks N from the step time instead, so that
 a timed step comes every 0.2-0.45 s of run time: N in 1, 2, 4, ... 64. The cost is then bounded
-by run time (at most 5 timed steps a second; a timed step of the book's ResNet-18 cost ~0.8 ms
-on an H100: <= 0.4%), not by step count, and the detector's samples cover the same run time at
-any step rate, close enough that 5 + 3 of them come within 5 s (docs/stragglers.md, "Sampling
-by run time").
+by run time (at most 5 timed steps a second for steps of 3.5 ms or more; a timed step of the
+book's ResNet-18 cost ~0.8 ms on an H100: <= 0.4%), not by step count, and the detector's
+samples cover the same run time at any step rate, close enough that 5 + 3 of them come within
+5 s (docs/stragglers.md, "Sampling by run time").
 
 Ranks pick alone, because an attached script offers no collective to agree on, but they pick
 alike: at the first timed step 0.8 s of run time after the previous pick, from the wall time of
-the steps in between (which lock-step DDP makes the same on every rank), with a hysteresis wider
-than their jitter. By run time, not every 8 steps: at 5 steps/s 8 steps are 1.6 s, and a rank
-slowed 1.5x was named 4.4-4.6 s late while N caught up. And N is a power of two with a step
-timed where `step % N == 0`: a rank that picked 4 still times every step that a rank at 8
-times, so two ranks that pick apart for a moment still share their timed steps.
+the steps in between (which lock-step DDP makes the same on every rank; pauses between epochs
+and probes left out), with a hysteresis wider than their jitter. By run time, not every 8
+steps: at 5 steps/s 8 steps are 1.6 s, and a rank slowed 1.5x was named 4.4-4.6 s late while N
+caught up. And N is a power of two with a step timed where `step % N == 0`: a rank that picked
+4 still times every step that a rank at 8 times, so two ranks that pick apart for a moment
+still share their timed steps.
 """
 
 from __future__ import annotations
@@ -71,9 +72,12 @@ class Cadence:
 
     setting: int  # AUTO, or a fixed N
     every: int = 1
-    last_timed: int = 0
-    _pick_t: float | None = None
-    _pick_step: int = 0
+    _step: int = 0  # the last step started, and whether it was timed (a step may start twice)
+    _timed: bool = False
+    _since: int = 0  # steps started since the last timed one's message
+    _last_t: float | None = None  # the last step's start; None after a pause
+    _run_s: float = 0.0  # run time and steps read since the last pick (pauses left out)
+    _run_steps: int = 0
 
     @staticmethod
     def of(setting: int) -> Cadence:
@@ -85,19 +89,36 @@ class Cadence:
 
     def start(self, step: int, now: float) -> bool:
         """Step `step` starts at host time `now` (seconds): whether it is timed. At a timed step
-        `PICK_S` or more after the previous pick, `auto` re-picks N from the steps in between;
-        this step is timed by the old N, the next one by the new."""
-        timed = step % self.every == 0
-        if timed and self.auto:
-            if self._pick_t is None:
-                self._pick_t, self._pick_step = now, step
-            elif now - self._pick_t >= PICK_S and step > self._pick_step:
-                self.every = pick(self.every, (now - self._pick_t) / (step - self._pick_step))
-                self._pick_t, self._pick_step = now, step
-        return timed
+        with `PICK_S` of run time read since the previous pick, `auto` re-picks N from it; this
+        step is timed by the old N, the next one by the new. Starting the same step again (an
+        attached script's step restarted) changes nothing and answers the same."""
+        if step == self._step:
+            return self._timed
+        self._step, self._since = step, self._since + 1
+        if self._last_t is not None:
+            self._run_s += now - self._last_t
+            self._run_steps += 1
+        self._last_t = now
+        self._timed = step % self.every == 0
+        if self._timed and self.auto and self._run_s >= PICK_S:
+            self.every = pick(self.every, self._run_s / self._run_steps)
+            self._run_s, self._run_steps = 0.0, 0
+        return self._timed
 
-    def covered(self, step: int) -> int:
-        """Steps since the previous timed step (this one included); marks `step` timed."""
-        n = max(1, step - self.last_timed)
-        self.last_timed = step
+    def pause(self) -> None:
+        """Not training until the next step (an epoch's end, evaluation, a probe): the time until
+        then is left out of the next pick."""
+        self._last_t = None
+
+    def new_epoch(self, step_open: bool = False) -> None:
+        """An epoch ended: its untimed steps are in its epoch message, not the next step's. With
+        `step_open` the next epoch's first step has started already (an attached script's step
+        starts when the previous one ends) and counts for the next message."""
+        self.pause()
+        self._since = 1 if step_open else 0
+
+    def covered(self) -> int:
+        """Steps the message of a timed step covers: those started since the previous one's."""
+        n = max(1, self._since)
+        self._since = 0
         return n

@@ -435,6 +435,7 @@ class Trainer:
             self.probe_block += 1
         self.rt.synchronize()
         st.excluded_s += time.perf_counter() - t0
+        self.cadence.pause()  # the probe is no training step time
         self.client.phase = "train"
         self.send_plan()  # the probe's steps extend the run
 
@@ -492,7 +493,7 @@ class Trainer:
                     "warmup": st.warmup,
                     "samples": self.unreported_samples + n,
                     "data_ms": (t1 - t0) * 1000.0,
-                    "every": cad.covered(self.global_step),  # steps its samples cover
+                    "every": cad.covered(),  # steps its samples cover
                 }
                 self.unreported_samples = 0
                 self.pending.push(sm)
@@ -516,6 +517,7 @@ class Trainer:
         st.steps = i
         st.seconds = max(0.0, time.perf_counter() - t_epoch - st.excluded_s)
         self.unreported_samples = 0  # an epoch's leftover is in its epoch message
+        self.cadence.new_epoch()
         if inst:
             self.flush(force=True)
             if st.steps > 0:

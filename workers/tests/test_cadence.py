@@ -11,6 +11,7 @@ from ddptop_worker.cadence import (
     COARSER_S,
     FINER_S,
     MAX_EVERY,
+    START,
     Cadence,
     parse_every,
 )
@@ -80,6 +81,48 @@ def test_lock_step_ranks_with_jitter_share_their_timed_steps() -> None:
         assert len(ta & tb) >= 0.9 * min(len(ta), len(tb)), (step_s, sorted(ta ^ tb))
 
 
-def test_covered_counts_the_steps_since_the_previous_timed_one() -> None:
+def test_covered_counts_the_steps_started_since_the_previous_message() -> None:
+    cad = Cadence.of(4)
+    said = []
+    for step in range(1, 11):
+        if cad.start(step, now=step) and step > 1:
+            said.append((step, cad.covered()))
+        if step == 1:
+            said.append((step, cad.covered()))  # a warm-up step, timed whatever the cadence
+    assert said == [(1, 1), (4, 3), (8, 4)]
+    # An epoch ends after step 10: steps 9-10 are its epoch message's; a probe (steps that
+    # never start here) and a step started twice count nothing.
+    cad.new_epoch()
+    for step in (11, 11, 12):
+        timed = cad.start(step, now=step)
+    assert timed and cad.covered() == 2
+    # An attached script's epoch ends with its next step already started: that one counts.
+    cad.start(13, now=13)
+    cad.new_epoch(step_open=True)
+    cad.start(13, now=13)
+    assert not cad.start(14, now=14) and not cad.start(15, now=15)
+    assert cad.start(16, now=16) and cad.covered() == 4
+
+
+def test_a_step_started_twice_keeps_its_answer_even_across_a_pick() -> None:
+    # 10 ms steps from 1 in 8: the pick at step 88 (0.8 s read) doubles N; step 88 stays timed.
     cad = Cadence.of(AUTO)
-    assert [cad.covered(s) for s in (1, 2, 3, 8, 16, 20)] == [1, 1, 1, 5, 8, 4]
+    for step in range(1, 88):
+        cad.start(step, now=0.01 * step)
+    assert cad.every == 8 and cad.start(88, now=0.88)
+    assert cad.every > 8 and cad.start(88, now=0.885)
+
+
+def test_pauses_are_left_out_of_the_step_time() -> None:
+    # 25 ms steps with a 5 s evaluation after every 100: without the pause, a pick reading it
+    # would see ~75 ms steps and time 1 in 4; with it, 1 in 16 throughout.
+    cad = Cadence.of(AUTO)
+    now, seen = 0.0, set()
+    for step in range(1, 1001):
+        cad.start(step, now)
+        seen.add(cad.every)
+        now += 0.025
+        if step % 100 == 0:
+            cad.pause()
+            now += 5.0
+    assert seen == {START, 16}

@@ -152,7 +152,8 @@ pub fn run(
         } else {
             settings.time_every.max(1)
         };
-        let mut unreported = 0i64;
+        // Samples and steps since the last step message (this epoch's: an epoch reports its own).
+        let (mut unreported, mut untimed) = (0i64, 0u64);
         let perms = data.permutations(epoch);
         for d in group.devices() {
             crate::replica::sync(d);
@@ -185,14 +186,15 @@ pub fn run(
                     samples: unreported + data.batch,
                     data_ms,
                     buckets: out.steps % every == 0,
-                    every: time_every,
+                    every: untimed + 1, // the steps its samples cover
                 };
-                unreported = 0;
+                (unreported, untimed) = (0, 0);
                 emit_step(client, group, &st, &info);
             } else {
                 group.step_untimed(&batches, settings.bn_train)?;
                 client.set_step(out.steps);
                 unreported += data.batch;
+                untimed += 1;
             }
         }
         // Untimed steps may still be running: the epoch ends when the devices are done.

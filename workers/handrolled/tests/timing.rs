@@ -50,12 +50,13 @@ fn only_every_nth_step_after_warm_up_is_timed_and_reported() {
             .collect();
         let mut want: Vec<(u64, u64, u64)> = (1..=8).map(|i| (i, 4, 1)).collect();
         // Epoch 1 (steps 9-16): 9 (its own 4 samples), 12 and 15 (3 steps each); 16's samples
-        // are in the epoch message. Epoch 2 (17-24): 18 (17 and 18), 21, 24.
+        // are in the epoch message. Epoch 2 (17-24): 18 (17 and 18), 21, 24. `every` is the
+        // steps a message's samples cover.
         want.extend([
-            (9, 4, 3),
+            (9, 4, 1),
             (12, 12, 3),
             (15, 12, 3),
-            (18, 8, 3),
+            (18, 8, 2),
             (21, 12, 3),
             (24, 12, 3),
         ]);
