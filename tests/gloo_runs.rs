@@ -459,7 +459,7 @@ fn gloo_ten_healthy_runs_at_k2_and_k4_name_no_slow_rank() {
     );
 }
 
-/// Issue 46's 5 s on the sampled path: NCCL runs time about one step every 0.25 s of run time
+/// Issue 46's 5 s on the sampled path: NCCL runs time one step every 0.2-0.45 s of run time
 /// after warm-up (`DDPTOP_TIME_EVERY=auto`, set by src/supervisor/launch.rs, the cadence of
 /// workers/ddptop_worker/cadence.py); the gloo worker honours it too. k=2 at batch 2 (~35-85
 /// steps/s on 2 cores: 1 in 8 or 16) and k=4 at batch 8 (~10-16 steps/s: 1 in 2 or 4), where

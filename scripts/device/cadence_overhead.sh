@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The cost of the `auto` timing cadence (DDPTOP_TIME_EVERY=auto, ddptop's GPU default since
-# 2026-12-05: about one step timed every 0.25 s) against the old fixed 1 in 10 and the bare d2l
+# 2026-12-05: one step timed every 0.2-0.45 s) against the old fixed 1 in 10 and the bare d2l
 # loop, on one GPU, k=1, interleaved (scripts/device/loop_overhead.sh's rounds, order reversed
-# every other round): batch 256 (the book's, ~25 ms steps on an H200: auto times 1 in 8) and
-# batch 1024 (~4x slower steps: auto times 1 in 2, where 1 in 10 would space timed steps ~1 s).
+# every other round): batch 256 (the book's, ~52 ms steps on an H100: auto times 1 in 8) and
+# batch 1024 (~4x slower steps: auto times 1 in 2, where 1 in 10 would space timed steps ~2 s).
 #   scripts/device/cadence_overhead.sh   (~8 minutes; tables last, raw in $OUT/cadence.tgz)
 set -u
 cd "$(dirname "$0")/../.."

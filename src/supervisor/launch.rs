@@ -371,8 +371,8 @@ pub fn command_for(spec: &RunSpec, ctx: &LaunchContext) -> anyhow::Result<Comman
             set("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", format!("{d}/fr_pipe_"));
             set("DDPTOP_FR_DIR", d.to_string());
             if spec.backend == Backend::Nccl && std::env::var_os("DDPTOP_TIME_EVERY").is_none() {
-                // After warm-up, GPU runs time about one step every 0.25 s of run time (events,
-                // hook timing, a step message): 1 in 8 at 40 steps/s, every step at 2 steps/s,
+                // After warm-up, GPU runs time one step every 0.2-0.45 s of run time (events,
+                // hook timing, a step message): 1 in 16 at 40 steps/s, every step at 2 steps/s,
                 // so a slowed rank is named within 5 s at any step rate while the cost stays
                 // bounded by time (workers/ddptop_worker/cadence.py; 1 in 10 was 99.7% of a
                 // bare loop on one H200, every step 97.9%: docs/performance.md). Samples are
@@ -470,7 +470,7 @@ pub fn why_set(var: &str) -> Option<&'static str> {
         "DDPTOP_BACKEND" => "the backend the bootstrap reports before the script's process group",
         "DDPTOP_FR_DIR" => "where a rank writes its flight recorder and stacks on a hang",
         "DDPTOP_TIME_EVERY" => {
-            "time 1 step in N after warm-up, or `auto`: about one every 0.25 s (all are counted)"
+            "time 1 step in N after warm-up, or `auto`: one every 0.2-0.45 s (all are counted)"
         }
         "DDPTOP_INJECT" => "the fault asked for with --inject",
         "DDPTOP_NODE" => "the node name a rank reports",

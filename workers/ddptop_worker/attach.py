@@ -400,7 +400,8 @@ class Session:
         self.client.log(
             "info",
             f"DDP module watched: {params} params, {grad_bytes} gradient bytes on {device}, "
-            f"backend {backend}, timing {self.clock.method}{self.cadence_words()}",
+            f"backend {backend}, timing {self.clock.method}"
+            f"{cadence_describe(self.cadence.setting)}",
         )
         if backend is not None and self.client.enabled:
             hello_backend, _ = _hello_backend(int(os.environ.get("LOCAL_RANK", "0") or 0))
@@ -521,10 +522,6 @@ class Session:
         )
 
     # ------------------------------------------------------------------ one step
-
-    def cadence_words(self) -> str:
-        said = cadence_describe(self.cadence.setting)
-        return f", {said}" if said else ""
 
     def start_step(self) -> None:
         self.cur = StepMarks()

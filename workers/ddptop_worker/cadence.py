@@ -46,11 +46,12 @@ def parse_every(raw: str) -> int:
 
 
 def describe(setting: int) -> str:
-    """For the worker's first log line."""
+    """The clause the workers' first log line ends with (", ..."), or "" when every step is
+    timed."""
     if setting == AUTO:
         band = f"{COARSER_S / 2:g}-{FINER_S:g} s"
-        return f"one step timed every {band} after warm-up (1 in 1-{MAX_EVERY})"
-    return f"steps timed 1 in {setting} after warm-up" if setting > 1 else ""
+        return f", one step timed every {band} after warm-up (1 in 1-{MAX_EVERY})"
+    return f", steps timed 1 in {setting} after warm-up" if setting > 1 else ""
 
 
 def pick(every: int, step_s: float) -> int:

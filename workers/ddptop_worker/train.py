@@ -11,7 +11,7 @@ forward, backward, step, on slices of device-resident data): an untimed step doe
 no `.item()`, no synchronize, no per-step allocation of marks. With `--time-every N` only every
 Nth step of the timed epochs carries events and a `step` message (whose `samples` then counts
 every step since the previous message, and `every` says how many steps that is); with `auto`
-(ddptop's default on GPUs) N follows the step time, about one timed step every 0.25 s
+(ddptop's default on GPUs) N follows the step time, one timed step every 0.2-0.45 s
 (cadence.py). The warm-up epoch is timed in full.
 """
 
@@ -161,7 +161,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=every_arg,
         default=os.environ.get("DDPTOP_TIME_EVERY") or 1,  # argparse applies type= to it
         help="timed epochs: events and a step message on every Nth step only, or 'auto': "
-        "about one step every 0.25 s of run time (default: $DDPTOP_TIME_EVERY or 1)",
+        "one step every 0.2-0.45 s of run time (default: $DDPTOP_TIME_EVERY or 1)",
     )
     p.add_argument(
         "--buckets-every", type=int, default=1, help="send a buckets message every N steps"
@@ -591,8 +591,7 @@ def train(s: TrainSettings) -> int:
                 else "bucket starts inferred (no kernel durations on "
                 f"{rt.backend if rt.backend != 'nccl' else 'this run'})"
             )
-            sampled = cadence.describe(s.time_every)
-            every = f", {sampled}" if sampled else ""
+            every = cadence.describe(s.time_every)
             client.log(
                 "info",
                 f"{s.experiment} scaling: k={k}, per-rank batch {per_rank} "
