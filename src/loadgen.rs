@@ -162,6 +162,7 @@ fn step_msg(rank: u32, step: u64, t: f64) -> WorkerMsg {
         every: None,
         t_bwd: None,
         sync_ms: None,
+        exposed_ms: None,
     })
 }
 

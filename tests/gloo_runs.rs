@@ -464,7 +464,9 @@ fn gloo_ten_healthy_runs_at_k2_and_k4_name_no_slow_rank() {
 /// workers/ddptop_worker/cadence.py); the gloo worker honours it too. k=2 at batch 2 (~35-85
 /// steps/s on 2 cores: 1 in 8 or 16) and k=4 at batch 8 (~10-16 steps/s: 1 in 2 or 4), where
 /// the old fixed 1 in 10 named the rank 3.3-6.3 s late at 16 steps/s and 10.5-11.7 s at 10
-/// (docs/stragglers.md, "Sampling by run time"; raw docs/results/raw/2026-12-05h-cadence).
+/// (docs/stragglers.md, "Sampling by run time"; raw docs/results/raw/2026-12-05h-cadence). The
+/// bucket timeline is sampled as on CUDA too (`DDPTOP_TIMELINE_EVERY=4`): the comm wait the
+/// score subtracts comes from the step messages on 3 timed steps in 4.
 #[test]
 fn gloo_slow_rank_sampled_by_run_time_is_named_within_5_s_at_k2_and_k4() {
     let _cpu = cpu_alone();
@@ -483,12 +485,19 @@ fn gloo_slow_rank_sampled_by_run_time_is_named_within_5_s_at_k2_and_k4() {
             batch,
             per_epoch,
             &["--inject", fault],
-            &[("DDPTOP_TIME_EVERY", "auto")],
+            // As on CUDA: 3 timed steps in 4 send their comm wait in the step message (ready
+            // marks only), the 4th a whole bucket timeline.
+            &[
+                ("DDPTOP_TIME_EVERY", "auto"),
+                ("DDPTOP_TIMELINE_EVERY", "4"),
+            ],
         );
         let load = load_average();
         assert_eq!(r["status"], "completed", "k={k}: {r:#}");
         let sampled = event_times(d.path(), "log", "one step timed every ");
         assert!(!sampled.is_empty(), "k={k}: not sampled: {r:#}");
+        let lines = event_times(d.path(), "log", "bucket timeline on 1 timed step in 4");
+        assert!(!lines.is_empty(), "k={k}: the timeline not sampled: {r:#}");
         let steps_per_s = 1e3 / r["step_ms_median"].as_f64().unwrap_or(f64::NAN);
         let ctx = format!("k={k} {fault}, sampled by run time ({steps_per_s:.0} steps/s, {load})");
         let (latency, step) = rank_1_named_after(d.path(), &r, "data wait", &ctx);

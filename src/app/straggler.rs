@@ -1055,7 +1055,9 @@ pub fn record_step(rank: &mut RankView, s: &crate::protocol::Step) {
         fwd_ms: s.fwd_ms,
         bwd_ms: s.bwd_ms,
         opt_ms: s.opt_ms,
-        comm_ms: None,
+        // Steps timed without their bucket timeline carry the comm wait themselves; a buckets
+        // message of the same step (record_buckets) says the same.
+        comm_ms: s.exposed_ms,
         sync_ms: s.sync_ms,
     });
     while rank.recent_phases.len() > crate::run::view::PHASE_HISTORY {
@@ -1899,6 +1901,7 @@ mod tests {
             every: None,
             t_bwd: None,
             sync_ms: None,
+            exposed_ms: None,
         };
         record_step(&mut r, &step(7));
         record_step(&mut r, &step(8));
@@ -1915,6 +1918,15 @@ mod tests {
         record_buckets(&mut r, &b);
         let comms: Vec<_> = r.recent_phases.iter().map(|s| s.comm_ms).collect();
         assert_eq!(comms, [Some(0.5), None]);
+        // A step timed without its timeline (ready marks only) carries its own comm wait.
+        record_step(
+            &mut r,
+            &crate::protocol::Step {
+                exposed_ms: Some(2.5),
+                ..step(9)
+            },
+        );
+        assert_eq!(r.recent_phases.back().unwrap().comm_ms, Some(2.5));
     }
 
     /// GPU rows for ranks 0..n on GPUs 0..n (pid 100 + rank): gpu_evidence's fixture.

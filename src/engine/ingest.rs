@@ -434,6 +434,7 @@ mod tests {
             every: None,
             t_bwd: None,
             sync_ms: None,
+            exposed_ms: None,
         }
     }
 

@@ -315,6 +315,13 @@ pub struct Step {
     /// phases, which CUDA events time on the device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync_ms: Option<f64>,
+    /// The rank's exposed communication in this step (ms): the wait from its last gradient
+    /// bucket being ready to the backward's end, as in a `buckets` message. Sent on timed steps
+    /// whose buckets were marked at their ready point only, without the full timeline (whose
+    /// completion marks cost ~1 ms of GPU time a step, docs/stragglers.md); the straggler
+    /// score's comm wait then comes from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exposed_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -342,6 +342,9 @@ fn check_step(s: &super::Step) -> Result<(), ProtocolError> {
     if let Some(x) = s.sync_ms {
         ms("sync_ms", x)?;
     }
+    if let Some(x) = s.exposed_ms {
+        ms("exposed_ms", x)?;
+    }
     Ok(())
 }
 

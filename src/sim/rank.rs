@@ -311,6 +311,7 @@ impl Sim<'_> {
             every: None,
             t_bwd: None,
             sync_ms: None,
+            exposed_ms: None,
         }));
         step_ms
     }

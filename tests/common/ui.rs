@@ -161,6 +161,7 @@ pub fn step(rank: u32, step: u64) -> Step {
         every: None,
         t_bwd: None,
         sync_ms: None,
+        exposed_ms: None,
     }
 }
 

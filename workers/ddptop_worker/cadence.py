@@ -1,15 +1,18 @@
 """Which steps carry timing events after warm-up: 1 in N, or about one every quarter second.
 
-A timed step costs a GPU run a fixed amount (CUDA events, and the host waits for the step to
-end): on one H200 the book's loop ran at 97.9% of a bare loop with every step timed, 99.7% with
-1 in 10 (docs/performance.md). `DDPTOP_TIME_EVERY=N` times 1 step in N, whatever the step time:
-at 40 steps/s 1 in 10 gives the straggler detector 4 samples a second, but a model at 2 steps/s
-gets one every 5 s and a rank that slows is named ~40 s late instead of within 5 s.
+A timed step costs a GPU run GPU time, measured on an H100 (scripts/device/timed_step_cost.py,
+docs/stragglers.md "What a timed step costs"): its five step events ~0.04 ms, a ready mark per
+gradient bucket ~0.13 ms together, and the bucket timeline's completion marks ~0.95 ms. So a
+timed step takes the ready marks (the exposed comm the straggler score needs) and only one timed
+step in `TIMELINE_EVERY` the whole timeline. `DDPTOP_TIME_EVERY=N` times 1 step in N, whatever
+the step time: at 40 steps/s 1 in 10 gives the straggler detector 4 samples a second, but a
+model at 2 steps/s gets one every 5 s and a rank that slows is named ~40 s late instead of
+within 5 s.
 
 `DDPTOP_TIME_EVERY=auto` (ddptop's default on GPUs) picks N from the step time instead, so that
 a timed step comes every 0.2-0.45 s of run time: N in 1, 2, 4, ... 64. The cost is then bounded
-by run time (at most 5 timed steps a second for steps of 3.5 ms or more; a timed step of the
-book's ResNet-18 cost ~0.8 ms on an H100: <= 0.4%), not by step count, and the detector's
+by run time (at most 5 timed steps a second for steps of 3.5 ms or more: with the costs above
+<= 0.2 ms + 0.95 ms / 4 each, <= 0.25% of the run), not by step count, and the detector's
 samples cover the same run time at any step rate, close enough that 5 + 3 of them come within
 5 s (docs/stragglers.md, "Sampling by run time").
 
@@ -33,6 +36,7 @@ MAX_EVERY = 64
 FINER_S = 0.45  # timed steps further apart than this in run time: halve N
 COARSER_S = 0.4  # steps timed twice as far apart would still be within this: double N
 PICK_S = 0.8  # the run time a pick reads at least (2-4 timed steps: one step's jitter averages out)
+TIMELINE_EVERY = 4  # one timed step in 4 takes its full bucket timeline (CUDA; see above)
 
 
 def parse_every(raw: str) -> int:
@@ -75,6 +79,7 @@ class Cadence:
     every: int = 1
     _step: int = 0  # the last step started, and whether it was timed (a step may start twice)
     _timed: bool = False
+    _by: int = 1  # the N that step was timed by (a pick at it changes `every` for the next)
     _since: int = 0  # steps started since the last timed one's message
     _last_t: float | None = None  # the last step's start; None after a pause
     _run_s: float = 0.0  # run time and steps read since the last pick (pauses left out)
@@ -100,11 +105,19 @@ class Cadence:
             self._run_s += now - self._last_t
             self._run_steps += 1
         self._last_t = now
+        self._by = self.every
         self._timed = step % self.every == 0
         if self._timed and self.auto and self._run_s >= PICK_S:
             self.every = pick(self.every, self._run_s / self._run_steps)
             self._run_s, self._run_steps = 0.0, 0
         return self._timed
+
+    def timeline(self, every: int = TIMELINE_EVERY) -> bool:
+        """Whether the step just started also takes its full bucket timeline (on CUDA): one timed
+        step in `every`, by step number, so ranks timing by the same N take the same ones. The
+        other timed steps mark their buckets' ready points only, which give the exposed comm the
+        straggler score needs at a seventh of the cost."""
+        return self._timed and self._step % (every * self._by) == 0
 
     def pause(self) -> None:
         """Not training until the next step (an epoch's end, evaluation, a probe): the time until

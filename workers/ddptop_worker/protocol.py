@@ -420,6 +420,7 @@ WORKER_OPTIONAL: Final[dict[str, dict[str, Check]]] = {
         "t_bwd": opt(nonneg),
         "compiled": opt(boolean),
         "sync_ms": opt(nonneg),
+        "exposed_ms": opt(nonneg),
     },
     "probe": {"live": opt(boolean)},
     "buckets": {"start_inferred": opt(boolean)},

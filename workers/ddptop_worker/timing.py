@@ -76,6 +76,11 @@ class BucketRecord:
     done: Optional[Mark] = None
     work: Any = None  # the all-reduce's Work, kept when kernel timing is on
     kernel_ms: Optional[float] = None  # NCCL's own measure of the kernel, once resolved
+    # False: only the ready mark is taken (no `done`): the step's exposed comm without its
+    # timeline. A done mark is an event recorded in the all-reduce future's callback, on the
+    # callback's side stream, and costs ~1 ms of GPU time a step on an H100 where the ready
+    # marks together cost ~0.13 ms (scripts/device/timed_step_cost.py --split).
+    timeline: bool = True
 
 
 @dataclass
@@ -134,7 +139,7 @@ def _complete(s: StepMarks) -> bool:
     if not Clock.done(s.last()):
         return False
     for b in s.buckets or []:
-        if b.done is None or not Clock.done(b.done):
+        if b.timeline and (b.done is None or not Clock.done(b.done)):
             return False
     return True
 
@@ -142,6 +147,8 @@ def _complete(s: StepMarks) -> bool:
 def _wait(s: StepMarks) -> None:
     Clock.wait(s.last())
     for b in s.buckets or []:
+        if not b.timeline:
+            continue  # its ready mark is before the step's last one
         # The done callback runs once the all-reduce future completes; the step's last mark is
         # after finalize_backward waited for every bucket, so this loop is short.
         deadline = time.monotonic() + 60.0
@@ -192,6 +199,18 @@ def bucket_timeline(
     return spans, last_ready, exposed
 
 
+def exposed_from_ready(
+    records: list[BucketRecord], bwd_start: Mark, bwd_end: Mark
+) -> Optional[tuple[float, float]]:
+    """(bwd_compute_ms, exposed_ms) from the ready marks alone, as `bucket_timeline` reckons
+    them (the last bucket in all-reduce order was ready at bwd_compute_ms; the backward ended
+    exposed_ms later); None without a bucket."""
+    if not records:
+        return None
+    last_ready = max(0.0, Clock.ms(bwd_start, records[-1].ready))
+    return last_ready, max(0.0, Clock.ms(bwd_start, bwd_end) - last_ready)
+
+
 class BucketTimer:
     """State of the timing comm hook. The hook always all-reduces (like DDP's default hook);
     it records marks only while `recording` is on, into the list set by `begin_step`."""
@@ -209,6 +228,7 @@ class BucketTimer:
         self.kernel_timing = kernel_timing  # keep each Work to ask NCCL for its kernel time
         self.kernel_error: Optional[str] = None  # why kernel timing stopped, if it did
         self._current: Optional[list[BucketRecord]] = None
+        self._timeline = True  # the current step's buckets get done marks too
         self._lock = threading.Lock()
         self._avg: Optional[bool] = None
         # The `slowlink:MS` fault (faults.py): seconds each all-reduce completes late.
@@ -232,9 +252,12 @@ class BucketTimer:
                 self.kernel_timing = False
                 self.kernel_error = f"{type(e).__name__}: {e}"
 
-    def begin_step(self) -> Optional[list[BucketRecord]]:
+    def begin_step(self, timeline: bool = True) -> Optional[list[BucketRecord]]:
+        """The list this step's buckets go to (None while not recording); `timeline` False
+        takes their ready marks only."""
         with self._lock:
             self._current = [] if self.recording else None
+            self._timeline = timeline
             return self._current
 
     def end_step(self) -> None:
@@ -251,10 +274,12 @@ def timed_allreduce_hook(
     """DDP's default all-reduce (the mean over ranks), with ready/done marks."""
     buf = bucket.buffer()
     with state._lock:
-        records = state._current
+        records, timeline = state._current, state._timeline
     rec: Optional[BucketRecord] = None
     if records is not None:
-        rec = BucketRecord(bucket.index(), buf.numel() * buf.element_size(), state.clock.mark())
+        rec = BucketRecord(
+            bucket.index(), buf.numel() * buf.element_size(), state.clock.mark(), timeline=timeline
+        )
         records.append(rec)
     group = state.pg if state.pg is not None else dist.group.WORLD
     if state.average_in_collective(group):
@@ -265,7 +290,7 @@ def timed_allreduce_hook(
         buf.div_(dist.get_world_size(group))  # gloo has no AVG
         work = dist.all_reduce(buf, group=group, async_op=True)
     assert work is not None
-    if rec is not None and state.kernel_timing:
+    if rec is not None and rec.timeline and state.kernel_timing:
         rec.work = work
     fut = work.get_future()
     clock = state.clock
@@ -275,7 +300,7 @@ def timed_allreduce_hook(
     def _done(f: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
         if delay > 0.0:
             time.sleep(delay)  # injected slow link: the bucket's all-reduce ends this late
-        if rec is not None:
+        if rec is not None and rec.timeline:
             rec.done = clock.mark()
         return f.value()[0]
 

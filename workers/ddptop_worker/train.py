@@ -48,6 +48,7 @@ from .timing import (
     Pending,
     StepMarks,
     bucket_timeline,
+    exposed_from_ready,
     parse_bucket_sizes,
     rebuilt_bucket_sizes,
     start_inferred,
@@ -75,6 +76,7 @@ class TrainSettings:
     kernel_timing: bool = True
     time_every: int = 1  # cadence.AUTO, or 1 in N
     buckets_every: int = 1
+    timeline_every: int = 0  # 1 timed step in N takes its bucket timeline; 0: by the device
     control_every: int = 5
     probe_block_steps: int = 10
     probe_warmup_steps: int = 3
@@ -95,6 +97,7 @@ class TrainSettings:
             kernel_timing=a.kernel_timing,
             time_every=a.time_every,
             buckets_every=a.buckets_every,
+            timeline_every=a.timeline_every,
             control_every=a.control_every,
             probe_block_steps=a.probe_block_steps,
             probe_warmup_steps=a.probe_warmup_steps,
@@ -107,10 +110,10 @@ class TrainSettings:
         if self.epochs < 1 or self.batch < 1 or self.data.samples < 1:
             raise WorkerError("--epochs, --batch and --samples must be >= 1")
         counts = (self.buckets_every, self.control_every, self.probe_block_steps)
-        if min(counts) < 1 or self.probe_warmup_steps < 0:
+        if min(counts) < 1 or self.probe_warmup_steps < 0 or self.timeline_every < 0:
             raise WorkerError(
                 "--buckets-every, --control-every and --probe-block-steps must be >= 1, "
-                "--probe-warmup-steps >= 0"
+                "--probe-warmup-steps and --timeline-every >= 0"
             )
         per_rank = self.batch if self.experiment == "weak" else self.batch // world_size
         if per_rank < 1:
@@ -165,6 +168,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--buckets-every", type=int, default=1, help="send a buckets message every N steps"
+    )
+    p.add_argument(
+        "--timeline-every",
+        type=int,
+        default=int(os.environ.get("DDPTOP_TIMELINE_EVERY") or 0),
+        help="one timed step in N takes its whole bucket timeline (a buckets message); the "
+        "others mark their buckets' ready points only and send the exposed comm in the step "
+        f"message. 0: {cadence.TIMELINE_EVERY} on CUDA, where a timeline's completion marks "
+        "cost ~1 ms a step, 1 on CPU (default: $DDPTOP_TIMELINE_EVERY or 0)",
     )
     p.add_argument(
         "--control-every", type=int, default=5, help="ranks agree on commands every N steps"
@@ -268,11 +280,13 @@ class Trainer:
         self.opt.step()
         self.last_loss = loss
 
-    def timed_step(self, x: torch.Tensor, y: torch.Tensor, sm: StepMarks) -> None:
+    def timed_step(
+        self, x: torch.Tensor, y: torch.Tensor, sm: StepMarks, timeline: bool = True
+    ) -> None:
         mark = self.clock.mark
         self.opt.zero_grad(set_to_none=True)
         if self.btimer is not None:
-            sm.buckets = self.btimer.begin_step()
+            sm.buckets = self.btimer.begin_step(timeline)
         sm.marks["fwd0"] = mark()
         loss = self.loss_fn(self.ddp(x), y)
         self.compute_delay()
@@ -305,6 +319,11 @@ class Trainer:
         buckets = self.buckets_fields(sm, step_no)
         if buckets is not None:
             msgs.append(("buckets", buckets))
+        elif sm.buckets and not sm.buckets[0].timeline:
+            # Ready marks only: the exposed comm rides on the step message.
+            got = exposed_from_ready(sm.buckets, sm.marks["bwd0"], sm.marks["bwd1"])
+            if got is not None:
+                step["exposed_ms"] = got[1]
         self.client.send_many(msgs)
 
     def buckets_fields(self, sm: StepMarks, step_no: int) -> dict[str, Any] | None:
@@ -447,6 +466,8 @@ class Trainer:
         st = EpochStats(epoch, warmup=epoch == 0 and self.s.epochs > 1)
         inst = self.s.instrument
         cad = self.cadence
+        # Host marks cost nothing: on CPU every timed step takes its whole timeline.
+        tl_every = self.s.timeline_every or (cadence.TIMELINE_EVERY if self.clock.cuda else 1)
         control_every = self.s.control_every
         fault = self.fault
         rank, k = self.rt.rank, self.rt.world_size
@@ -486,7 +507,7 @@ class Trainer:
             if inst and timed:
                 sm = StepMarks()
                 sm.marks["start"] = self.clock.mark()
-                self.timed_step(x, y, sm)
+                self.timed_step(x, y, sm, timeline=tl_every == 1 or cad.timeline(tl_every))
                 sm.info = {
                     "step": self.global_step,
                     "epoch": epoch,
@@ -592,12 +613,19 @@ def train(s: TrainSettings) -> int:
                 f"{rt.backend if rt.backend != 'nccl' else 'this run'})"
             )
             every = cadence.describe(s.time_every)
+            tl = s.timeline_every or (cadence.TIMELINE_EVERY if clock.cuda else 1)
+            lines = (
+                f", bucket timeline on 1 timed step in {tl} (the others: exposed comm only)"
+                if tl > 1
+                else ""
+            )
             client.log(
                 "info",
                 f"{s.experiment} scaling: k={k}, per-rank batch {per_rank} "
                 f"(global {per_rank * k}), {data.steps_per_epoch} steps/epoch, data "
                 f"{data.description} via the {s.data.path} path, model {s.model} "
-                f"({models.count_params(net)} params), timing {clock.method}{every}; {kernels}",
+                f"({models.count_params(net)} params), timing {clock.method}{every}{lines}; "
+                f"{kernels}",
             )
         # cudnn.benchmark tries every convolution algorithm in the first steps: say so, so the
         # watchdog shows why they are slow (train.run_epoch leaves the phase after step 2).

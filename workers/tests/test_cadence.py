@@ -12,6 +12,7 @@ from ddptop_worker.cadence import (
     FINER_S,
     MAX_EVERY,
     START,
+    TIMELINE_EVERY,
     Cadence,
     parse_every,
 )
@@ -126,3 +127,30 @@ def test_pauses_are_left_out_of_the_step_time() -> None:
             cad.pause()
             now += 5.0
     assert seen == {START, 16}
+
+
+def test_one_timed_step_in_four_takes_the_timeline_by_the_n_it_was_timed_by() -> None:
+    fixed = Cadence.of(2)
+    lines = [step for step in range(1, 41) if fixed.start(step, float(step)) and fixed.timeline()]
+    assert lines == list(range(2 * TIMELINE_EVERY, 41, 2 * TIMELINE_EVERY))
+    # auto: 30 ms steps start at 1 in 8 and pick 1 in 8 (0.24 s); a slowdown to 0.2 s steps
+    # picks 1 in 2 at the next timed step after 0.8 s of it. Each timeline step is a timed step
+    # at a multiple of 4 x the N that timed it, whichever N came after.
+    cad, now, timed, lines, by = Cadence.of(AUTO), 0.0, [], [], []
+    for step in range(1, 201):
+        n = cad.every
+        if cad.start(step, now):
+            timed.append(step)
+            if cad.timeline():
+                lines.append(step)
+                by.append(n)
+        now += 0.03 if step <= 100 else 0.2
+    assert lines and set(lines) <= set(timed)
+    assert all(step % (TIMELINE_EVERY * n) == 0 for step, n in zip(lines, by))
+    assert {8, 2} <= set(by), by  # lines came at both cadences
+    late = [s for s in timed if s > 150]
+    assert [s for s in lines if s > 150] == [s for s in late if s % (2 * TIMELINE_EVERY) == 0]
+    assert len(late) == 25 and len([s for s in lines if s > 150]) == 7  # 1 in 4 of them
+    # a step that was not timed takes no timeline, whatever its number
+    once = Cadence.of(8)
+    assert not once.start(4 * TIMELINE_EVERY + 1, 0.0) and not once.timeline()

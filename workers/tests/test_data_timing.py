@@ -20,6 +20,7 @@ from ddptop_worker.timing import (
     Pending,
     StepMarks,
     bucket_timeline,
+    exposed_from_ready,
     parse_bucket_sizes,
     start_inferred,
 )
@@ -249,6 +250,79 @@ def test_pending_resolves_host_marks_immediately() -> None:
     done = p.pop_ready()
     assert [s.info["i"] for s in done] == [0, 1, 2] and len(p) == 0
     assert Clock.ms(0.0, 0.5) == 500.0
+
+
+def test_ready_marks_alone_give_the_timelines_exposed_comm() -> None:
+    t0 = 10.0
+    full = [
+        BucketRecord(0, 100, t0 + 0.001, t0 + 0.0030),
+        BucketRecord(1, 200, t0 + 0.002, t0 + 0.0050),
+        BucketRecord(2, 300, t0 + 0.006, t0 + 0.0065),
+    ]
+    _, bwd_compute, exposed = bucket_timeline(full, t0, t0 + 0.0071)
+    ready_only = [BucketRecord(r.index, r.nbytes, r.ready, None, timeline=False) for r in full]
+    got = exposed_from_ready(ready_only, t0, t0 + 0.0071)
+    assert got is not None
+    assert got[0] == pytest.approx(bwd_compute) and got[1] == pytest.approx(exposed)
+    assert got[1] == pytest.approx(1.1)
+    assert exposed_from_ready([], t0, t0 + 0.001) is None
+    # a backward that ended before its last ready mark (clock jitter) exposes nothing
+    assert exposed_from_ready(ready_only, t0, t0 + 0.005) == (pytest.approx(6.0), 0.0)
+
+
+def test_pending_does_not_wait_for_done_marks_a_step_did_not_take() -> None:
+    p = Pending(lag=0)
+    p.push(StepMarks(marks={"a": 0.0, "b": 0.5},
+                     buckets=[BucketRecord(0, 1, 0.1, None, timeline=False)], info={"i": 0}))
+    assert [s.info["i"] for s in p.pop_ready()] == [0]  # not stuck on the missing done mark
+    p = Pending(lag=2)
+    p.push(StepMarks(marks={"a": 0.0, "b": 0.5},
+                     buckets=[BucketRecord(0, 1, 0.1, None)], info={"i": 1}))
+    assert p.pop_ready() == []  # a timeline step waits for its callback's mark
+    p._q[0].buckets[0].done = 0.3  # type: ignore[index]
+    assert [s.info["i"] for s in p.pop_ready()] == [1]
+
+
+class _HookWork:
+    def __init__(self, fut: torch.futures.Future[list[torch.Tensor]]) -> None:
+        self.fut = fut
+
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        return self.fut
+
+
+class _Bucket:
+    def __init__(self, buf: torch.Tensor) -> None:
+        self.buf = buf
+
+    def buffer(self) -> torch.Tensor:
+        return self.buf
+
+    def index(self) -> int:
+        return 0
+
+
+def test_the_hook_marks_ready_only_when_the_step_takes_no_timeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ddptop_worker.timing as timing_mod
+
+    bt = BucketTimer(Clock(torch.device("cpu")), process_group=object())  # type: ignore[arg-type]
+    bt.recording = True
+    bt._avg = False  # gloo's path: divide, then sum
+    monkeypatch.setattr(timing_mod.dist, "get_world_size", lambda group=None: 1)
+    for timeline in (True, False):
+        fut: torch.futures.Future[list[torch.Tensor]] = torch.futures.Future()
+        monkeypatch.setattr(timing_mod.dist, "all_reduce", lambda *a, **k: _HookWork(fut))
+        recs = bt.begin_step(timeline)
+        assert recs is not None
+        buf = torch.ones(4)
+        out = timing_mod.timed_allreduce_hook(bt, _Bucket(buf))  # type: ignore[arg-type]
+        fut.set_result([buf])
+        assert torch.equal(out.wait(), buf)
+        bt.end_step()
+        assert len(recs) == 1 and recs[0].timeline is timeline
+        assert (recs[0].done is not None) is timeline, "done marks only on timeline steps"
 
 
 def test_parse_bucket_sizes() -> None:

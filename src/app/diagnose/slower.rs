@@ -452,6 +452,7 @@ mod tests {
                 every: None,
                 t_bwd: None,
                 sync_ms: None,
+                exposed_ms: None,
             });
         }
         r
