@@ -118,7 +118,7 @@ pub struct RankScore {
     pub busy_ms: f64,
     /// Median of each of `PHASES` (backward without its comm wait).
     pub phases: [f64; 4],
-    /// Median comm wait, where buckets messages gave one.
+    /// Median comm wait, where buckets messages or steps' `exposed_ms` gave one.
     pub comm_ms: Option<f64>,
     /// The step the window ends at.
     pub step: u64,
@@ -268,8 +268,8 @@ fn busy(s: &PhaseSample) -> f64 {
 }
 
 /// The newest `n` samples of a rank that can be scored, oldest first, up to step `last`. Once a
-/// rank has sent one buckets message, its steps without one are not ready (the comm wait of its
-/// newest step is still on the way) — counting them as no wait would make it look slow. Read
+/// rank has sent one comm wait (a buckets message, or a step's `exposed_ms`), its steps without
+/// one are not ready (the buckets message of its newest step is still on the way) — counting them as no wait would make it look slow. Read
 /// from the newest back: at 1,024 ranks, copying each rank's whole history (256 steps) five
 /// times a second was 7% of the engine's CPU.
 fn usable(rank: &RankView, last: u64, n: usize) -> Vec<PhaseSample> {

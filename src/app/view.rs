@@ -162,8 +162,8 @@ impl View {
         self.freeze = Freeze::Frozen(Box::new(FrozenStep {
             run_id: run.id.clone(),
             rank,
-            opt_ms: same_step(rv, &b).map(|s| s.opt_ms),
-            data_ms: same_step(rv, &b).map(|s| s.data_ms),
+            opt_ms: same_step(rv, &b).map(|(opt, _)| opt),
+            data_ms: same_step(rv, &b).map(|(_, data)| data),
             source: choice.source,
             buckets: b,
         }));
@@ -171,10 +171,59 @@ impl View {
     }
 }
 
-/// The rank's last step message when it belongs to the timeline's step (its optimizer and data
-/// wait are drawn beside the buckets).
-pub fn same_step<'a>(rv: &'a RankView, b: &Buckets) -> Option<&'a crate::protocol::Step> {
+/// The optimizer and data wait (ms) of the timeline's step, drawn beside its buckets: that
+/// step's own phase record (on GPUs only 1 timed step in 4 sends its timeline, so the rank's
+/// last step message is mostly a later step), else the last step message when it is the step
+/// or its neighbour (NCCL's collectives matched to a step).
+pub fn same_step(rv: &RankView, b: &Buckets) -> Option<(f64, f64)> {
+    if let Some(s) = rv.recent_phases.iter().rev().find(|s| s.step == b.step) {
+        return Some((s.opt_ms, s.data_ms));
+    }
     rv.last_step
         .as_ref()
         .filter(|st| st.step.abs_diff(b.step) <= 1)
+        .map(|st| (st.opt_ms, st.data_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::view::PhaseSample;
+
+    fn phase(step: u64, opt_ms: f64, data_ms: f64) -> PhaseSample {
+        PhaseSample {
+            step,
+            data_ms,
+            fwd_ms: 10.0,
+            bwd_ms: 20.0,
+            opt_ms,
+            comm_ms: Some(1.0),
+            sync_ms: None,
+        }
+    }
+
+    fn buckets_of(step: u64) -> Buckets {
+        Buckets {
+            rank: 0,
+            step,
+            t: 0.0,
+            rebuilt: true,
+            bwd_compute_ms: 15.0,
+            exposed_ms: 1.0,
+            buckets: vec![],
+            start_inferred: None,
+        }
+    }
+
+    #[test]
+    fn the_timelines_own_step_gives_its_optimizer_and_data_wait() {
+        // Steps 8..=14 timed, the timeline only at 8: the last step message is 14's.
+        let mut rv = RankView::default();
+        for step in 8..=14 {
+            rv.recent_phases
+                .push_back(phase(step, step as f64, 0.1 * step as f64));
+        }
+        assert_eq!(same_step(&rv, &buckets_of(8)), Some((8.0, 0.8)));
+        assert_eq!(same_step(&rv, &buckets_of(30)), None);
+    }
 }

@@ -170,8 +170,14 @@ impl Engine {
                 self.state.push_message(Level::Warn, Some(run), line);
             }
         }
-        // A buckets message completes its step's split: DDP slower than one rank (issue 44).
-        if matches!(msg, WorkerMsg::Buckets(_)) {
+        // A buckets message completes its step's split: DDP slower than one rank (issue 44); so
+        // does a step message that carries its comm wait (3 timed steps in 4 on GPUs).
+        let split = match msg {
+            WorkerMsg::Buckets(_) => true,
+            WorkerMsg::Step(s) => s.exposed_ms.is_some(),
+            _ => false,
+        };
+        if split {
             self.judge_while_stepping(run);
         }
         // All but a few lines of a run: nothing below (byes, results, hellos) concerns them.

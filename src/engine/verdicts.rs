@@ -11,7 +11,7 @@ use crate::run::DiagnosisKind;
 use crate::store::EventRow;
 
 impl Engine {
-    /// Judge `run` after one of its buckets messages.
+    /// Judge `run` after one of its buckets messages, or a step message with its comm wait.
     pub(super) fn judge_while_stepping(&mut self, run: &str) {
         let Some(v) = self.state.run(run) else {
             return;

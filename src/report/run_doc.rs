@@ -110,7 +110,8 @@ pub struct RunDetail {
     /// The all-reduce sweep's rows (completed allreduce runs).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bench: Option<Value>,
-    /// Each rank's last bucket timeline and the median over the timed steps.
+    /// Each rank's last bucket timeline and the median over the steps that sent one (on GPUs 1
+    /// timed step in 4).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -158,7 +158,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         // NCCL's collectives matched a step: that step, not a median of the hook's steps.
         let step = rv.and_then(|r| same_step(r, pb));
         let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
-        let (opt_ms, data_ms) = (step.map(|s| s.opt_ms), step.map(|s| s.data_ms));
+        let (opt_ms, data_ms) = (step.map(|s| s.0), step.map(|s| s.1));
         gantt(ctx, run, pb, None, opt_ms, data_ms, None, sub, buf);
         return;
     }
@@ -174,8 +174,7 @@ pub fn render(ctx: &Ctx, area: Rect, buf: &mut Buffer) {
         return;
     };
     let step = rv.and_then(|r| same_step(r, b));
-    let opt_ms = step.map(|st| st.opt_ms);
-    let data_ms = step.map(|st| st.data_ms);
+    let (opt_ms, data_ms) = (step.map(|st| st.0), step.map(|st| st.1));
     let sub = Rect::new(inner.x, inner.y + y, inner.width, inner.height - y);
     // The median over the last N steps (one step is noise); `f` freezes a single step instead.
     let stats = rv.and_then(|r| predict::timeline_stats(r, v.timeline_window()));

@@ -172,7 +172,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--timeline-every",
         type=int,
-        default=int(os.environ.get("DDPTOP_TIMELINE_EVERY") or 0),
+        default=os.environ.get("DDPTOP_TIMELINE_EVERY") or 0,  # argparse applies type= to it
         help="one timed step in N takes its whole bucket timeline (a buckets message); the "
         "others mark their buckets' ready points only and send the exposed comm in the step "
         f"message. 0: {cadence.TIMELINE_EVERY} on CUDA, where a timeline's completion marks "
@@ -299,6 +299,18 @@ class Trainer:
             self.btimer.end_step()
         self.last_loss = loss
 
+    def takes_timeline(self, tl_every: int, warmup: bool) -> bool:
+        """Whether the step just started takes its whole bucket timeline, not its buckets' ready
+        marks only: 1 timed step in `tl_every` (in warm-up, where every step is timed, 1 step in
+        `tl_every`, so the first timeline comes a few steps in), and only on steps whose buckets
+        message `--buckets-every` lets through (a timeline nobody sends costs ~1 ms for nothing)."""
+        step = self.global_step
+        if step % self.s.buckets_every != 0:
+            return False
+        if tl_every == 1:
+            return True
+        return step % tl_every == 0 if warmup else self.cadence.timeline(tl_every)
+
     def emit(self, sm: StepMarks) -> None:
         """The step's line, and its buckets' when they were timed, in one write."""
         info = sm.info
@@ -319,8 +331,9 @@ class Trainer:
         buckets = self.buckets_fields(sm, step_no)
         if buckets is not None:
             msgs.append(("buckets", buckets))
-        elif sm.buckets and not sm.buckets[0].timeline:
-            # Ready marks only: the exposed comm rides on the step message.
+        elif sm.buckets:
+            # Ready marks only (or a timeline that came out empty): the exposed comm rides on
+            # the step message.
             got = exposed_from_ready(sm.buckets, sm.marks["bwd0"], sm.marks["bwd1"])
             if got is not None:
                 step["exposed_ms"] = got[1]
@@ -507,7 +520,7 @@ class Trainer:
             if inst and timed:
                 sm = StepMarks()
                 sm.marks["start"] = self.clock.mark()
-                self.timed_step(x, y, sm, timeline=tl_every == 1 or cad.timeline(tl_every))
+                self.timed_step(x, y, sm, timeline=self.takes_timeline(tl_every, st.warmup))
                 sm.info = {
                     "step": self.global_step,
                     "epoch": epoch,

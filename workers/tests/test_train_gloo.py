@@ -142,35 +142,48 @@ def test_train_strong_loader_path_timing_every_third_step(server: FakeDdptop) ->
     assert any("via the loader path" in m and "steps timed 1 in 3" in m for m in logs)
 
 
-def test_timeline_on_one_timed_step_in_four_the_others_carry_exposed_comm(server: FakeDdptop) -> None:
-    # What NCCL runs do by default (`--timeline-every` 0 means 4 on CUDA): the bucket timeline's
-    # completion marks cost ~1 ms of GPU time a step, the ready marks a seventh of that.
+@pytest.mark.parametrize(
+    ("flags", "timeline_at", "timed_epoch_lines"),
+    [
+        # What NCCL runs do by default (`--timeline-every` 0 means 4 on CUDA): the timeline's
+        # completion marks cost ~1 ms of GPU time a step, the ready marks a seventh of that.
+        # Warm-up (every step timed): 1 step in 4; then 1 timed step in 4 (steps % (4 x 2)).
+        (["--time-every", "2", "--timeline-every", "4"],
+         lambda m: m["step"] % (4 if m["warmup"] else 8) == 0, [24, 32]),
+        # `--buckets-every 3`: no timeline where no buckets message may go; those steps send
+        # their exposed comm instead.
+        (["--time-every", "1", "--timeline-every", "1", "--buckets-every", "3"],
+         lambda m: m["step"] % 3 == 0, [18, 21, 24, 27, 30]),
+    ],
+    ids=["timeline-every-4", "buckets-every-3"],
+)
+def test_timed_steps_send_their_timeline_or_their_exposed_comm(
+    server: FakeDdptop, flags: list[str], timeline_at: Any, timed_epoch_lines: list[int]
+) -> None:
     p = run(
         server,
         ["train", "--model", "tiny", "--samples", "1024", "--batch", "32", "--epochs", "2",
-         "--backend", "gloo", "--time-every", "2", "--timeline-every", "4"],
+         "--backend", "gloo", *flags],
     )
     assert p.returncode == 0, p.stderr[-3000:]
     check_common(server, "train", 2)
     for r, s in by_rank(server, "step").items():
         lines = {m["step"] for m in by_rank(server, "buckets")[r]}
         # bucket timing starts once DDP reports its rebuilt buckets (a step or two in), then
-        # every step sent has either its timeline or its exposed comm
+        # every step sent has either its timeline or its exposed comm, never both
         first = min(m["step"] for m in s if m["step"] in lines or "exposed_ms" in m)
         assert first <= 5, first
         recorded = [m for m in s if m["step"] >= first]
-        # timelines: the steps timed 1 in 2 whose number is a multiple of 4 x 2, warm-up or not
-        assert sorted(lines) == [m["step"] for m in recorded if m["step"] % 8 == 0]
+        assert sorted(lines) == [m["step"] for m in recorded if timeline_at(m)]
         for m in recorded:
             if m["step"] in lines:
                 assert "exposed_ms" not in m, m
             else:
                 assert m["exposed_ms"] >= 0.0, m  # ready marks only: the comm wait rides along
-        # the timed epoch sends steps 18, 20, ... 32 (1 in 2), two of them with a timeline
-        assert [m["step"] for m in s if not m["warmup"]] == list(range(18, 33, 2))
-        assert sorted(x for x in lines if x > 16) == [24, 32]
-    logs = [m["msg"] for m in server.messages("log")]
-    assert any("bucket timeline on 1 timed step in 4" in m for m in logs)
+        assert sorted(x for x in lines if x > 16) == timed_epoch_lines  # 16 steps an epoch
+    if "4" in flags:
+        logs = [m["msg"] for m in server.messages("log")]
+        assert any("bucket timeline on 1 timed step in 4" in m for m in logs)
 
 
 def test_train_no_instrument(server: FakeDdptop) -> None:
