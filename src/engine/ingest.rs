@@ -170,14 +170,7 @@ impl Engine {
                 self.state.push_message(Level::Warn, Some(run), line);
             }
         }
-        // A buckets message completes its step's split: DDP slower than one rank (issue 44); so
-        // does a step message that carries its comm wait (3 timed steps in 4 on GPUs).
-        let split = match msg {
-            WorkerMsg::Buckets(_) => true,
-            WorkerMsg::Step(s) => s.exposed_ms.is_some(),
-            _ => false,
-        };
-        if split {
+        if completes_split(msg) {
             self.judge_while_stepping(run);
         }
         // All but a few lines of a run: nothing below (byes, results, hellos) concerns them.
@@ -391,6 +384,17 @@ pub(super) fn nccl_reads(
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect();
     nccl_log::toggles_read(dir, &set)
+}
+
+/// Whether `msg` completes its step's split (busy time against comm wait), after which DDP
+/// slower than one rank is judged (issue 44): a buckets message, or a step message that carries
+/// its comm wait (3 timed steps in 4 on GPUs, docs/stragglers.md).
+fn completes_split(msg: &WorkerMsg) -> bool {
+    match msg {
+        WorkerMsg::Buckets(_) => true,
+        WorkerMsg::Step(s) => s.exposed_ms.is_some(),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
