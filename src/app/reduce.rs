@@ -191,12 +191,11 @@ fn on_step(run: &mut RunView, rank_id: u32, s: &crate::protocol::Step, now: Inst
             rank.recent_bwd.pop_front();
         }
     }
-    let previous = rank.last_step.as_ref().map(|p| p.step);
     rank.last_step = Some(s.clone());
     crate::app::straggler::record_step(rank, s);
     if run.spec.kind().runs_user_script() {
         // The script's batch as its steps showed it (ddptop sets none of its settings).
-        if let Some(batch) = one_step_samples(s, previous) {
+        if let Some(batch) = one_step_samples(s) {
             *run.seen.observed.step_samples.entry(batch).or_default() += 1;
         }
         run.seen.observed.steps = run.seen.observed.steps.max(s.step);
@@ -374,16 +373,13 @@ pub fn finish(run: &mut RunView, status: RunStatus, reason: Option<String>, unix
     }
 }
 
-/// Samples of one step of a `step` message: with `every` > 1 (sampled timing: the message covers
-/// that many steps) it counts every sample since the rank's previous message, so it is divided
-/// by the steps in between (which a probe's steps, counted by ddptop's own worker but not
-/// covered, make no multiple: then unknown); `None` where that is not known (no previous
-/// message) or not one batch size.
-fn one_step_samples(s: &crate::protocol::Step, previous: Option<u64>) -> Option<u64> {
-    if s.every.unwrap_or(1) <= 1 {
-        return Some(s.samples);
-    }
-    let covered = s.step.checked_sub(previous?).filter(|n| *n > 0)?;
+/// Samples of one step of a `step` message: `every` (absent: 1) is the number of steps its
+/// `samples` cover (docs/protocol.md; sampled timing), so one step's is their quotient; `None`
+/// where that is not one batch size (a partial batch among them). Not the step numbers' gap
+/// since the previous message: at an epoch's start the gap spans the previous epoch's untimed
+/// steps, whose samples went into its epoch message.
+fn one_step_samples(s: &crate::protocol::Step) -> Option<u64> {
+    let covered = u64::from(s.every.unwrap_or(1).max(1));
     s.samples
         .is_multiple_of(covered)
         .then(|| s.samples / covered)
@@ -567,7 +563,7 @@ mod tests {
     }
 
     #[test]
-    fn an_attached_runs_batch_from_steps_timed_one_in_ten_is_one_steps_samples() {
+    fn an_attached_runs_batch_from_sampled_steps_is_their_samples_over_every() {
         // Seen on an H200 (attach sets DDPTOP_TIME_EVERY=10 on GPUs): a batch of 32 was shown
         // as 320, the samples of the ten steps one message covers.
         let now = Instant::now();
@@ -583,20 +579,29 @@ mod tests {
             ))
             .unwrap()
         };
-        // Warm-up steps 1-3 one message each, then steps 4-10 in one, then 11-20, 21-30.
+        // Warm-up steps 1-3 one message each, then steps 4-10 in one (`every`: the 7 steps its
+        // samples cover), then 11-20, 21-30; a new epoch's first message covers its own 4 steps
+        // (41-44) though the previous message was step 30's, and one message has a partial batch.
         for (n, samples, every) in [
             (1, 32, ""),
             (2, 32, ""),
             (3, 32, ""),
-            (10, 224, r#","every":10"#),
+            (10, 224, r#","every":7"#),
             (20, 320, r#","every":10"#),
             (30, 320, r#","every":10"#),
+            (44, 128, r#","every":4"#),
+            (54, 308, r#","every":10"#),
         ] {
             apply_worker(&mut run, &step(n, samples, every), now);
         }
         assert_eq!(run.seen.observed.per_rank_batch(), Some(32));
-        assert_eq!(run.seen.observed.step_samples.get(&320), None);
-        // A first message with `every` and nothing before it: its batch is not known.
+        assert_eq!(run.seen.observed.step_samples.get(&32), Some(&7));
+        assert_eq!(
+            run.seen.observed.step_samples.len(),
+            1,
+            "no 320, 224/10, 128/14 or 308/10"
+        );
+        // A first message with `every` and nothing before it says its batch too.
         let mut fresh = RunView::new(
             "s".into(),
             RunSpec::new(Experiment::Attach, 1, Backend::Nccl),
@@ -604,7 +609,7 @@ mod tests {
             0.0,
         );
         apply_worker(&mut fresh, &step(10, 320, r#","every":10"#), now);
-        assert_eq!(fresh.seen.observed.per_rank_batch(), None);
+        assert_eq!(fresh.seen.observed.per_rank_batch(), Some(32));
     }
 
     #[test]
