@@ -269,9 +269,9 @@ fn busy(s: &PhaseSample) -> f64 {
 
 /// The newest `n` samples of a rank that can be scored, oldest first, up to step `last`. Once a
 /// rank has sent one comm wait (a buckets message, or a step's `exposed_ms`), its steps without
-/// one are not ready (the buckets message of its newest step is still on the way) — counting them as no wait would make it look slow. Read
-/// from the newest back: at 1,024 ranks, copying each rank's whole history (256 steps) five
-/// times a second was 7% of the engine's CPU.
+/// one are not ready (the buckets message of its newest step is still on the way) — counting
+/// them as no wait would make it look slow. Read from the newest back: at 1,024 ranks, copying
+/// each rank's whole history (256 steps) five times a second was 7% of the engine's CPU.
 fn usable(rank: &RankView, last: u64, n: usize) -> Vec<PhaseSample> {
     let with_comm = rank.recent_phases.iter().rev().any(|s| s.comm_ms.is_some());
     let mut v: Vec<PhaseSample> = rank

@@ -299,12 +299,19 @@ class Trainer:
             self.btimer.end_step()
         self.last_loss = loss
 
-    def takes_timeline(self, tl_every: int, warmup: bool) -> bool:
+    @property
+    def timeline_every(self) -> int:
+        """1 timed step in N takes its whole bucket timeline: `--timeline-every`, else 4 on CUDA
+        (a timeline's completion marks cost ~1 ms a step there), 1 on CPU (host marks cost
+        nothing)."""
+        return self.s.timeline_every or (cadence.TIMELINE_EVERY if self.clock.cuda else 1)
+
+    def takes_timeline(self, warmup: bool) -> bool:
         """Whether the step just started takes its whole bucket timeline, not its buckets' ready
-        marks only: 1 timed step in `tl_every` (in warm-up, where every step is timed, 1 step in
-        `tl_every`, so the first timeline comes a few steps in), and only on steps whose buckets
+        marks only: 1 timed step in `timeline_every` (in warm-up, where every step is timed, 1
+        step in it, so the first timeline comes a few steps in), and only on steps whose buckets
         message `--buckets-every` lets through (a timeline nobody sends costs ~1 ms for nothing)."""
-        step = self.global_step
+        step, tl_every = self.global_step, self.timeline_every
         if step % self.s.buckets_every != 0:
             return False
         if tl_every == 1:
@@ -479,8 +486,6 @@ class Trainer:
         st = EpochStats(epoch, warmup=epoch == 0 and self.s.epochs > 1)
         inst = self.s.instrument
         cad = self.cadence
-        # Host marks cost nothing: on CPU every timed step takes its whole timeline.
-        tl_every = self.s.timeline_every or (cadence.TIMELINE_EVERY if self.clock.cuda else 1)
         control_every = self.s.control_every
         fault = self.fault
         rank, k = self.rt.rank, self.rt.world_size
@@ -520,7 +525,7 @@ class Trainer:
             if inst and timed:
                 sm = StepMarks()
                 sm.marks["start"] = self.clock.mark()
-                self.timed_step(x, y, sm, timeline=self.takes_timeline(tl_every, st.warmup))
+                self.timed_step(x, y, sm, timeline=self.takes_timeline(st.warmup))
                 sm.info = {
                     "step": self.global_step,
                     "epoch": epoch,
@@ -626,7 +631,7 @@ def train(s: TrainSettings) -> int:
                 f"{rt.backend if rt.backend != 'nccl' else 'this run'})"
             )
             every = cadence.describe(s.time_every)
-            tl = s.timeline_every or (cadence.TIMELINE_EVERY if clock.cuda else 1)
+            tl = tr.timeline_every
             lines = (
                 f", bucket timeline on 1 timed step in {tl} (the others: exposed comm only)"
                 if tl > 1
