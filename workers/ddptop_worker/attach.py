@@ -31,8 +31,16 @@ from . import attach_hooks as hooks
 from . import attach_plugin, attach_sync
 from . import book, ddp_knobs, diagnose, nccl_lib, protocol
 from .attach_compile import CompileClock
-from .attach_steps import WARMUP_STEPS, Account, StepInfo, is_timed, time_every_from_env
-from .cadence import Cadence
+from .attach_steps import (
+    WARMUP_STEPS,
+    Account,
+    StepInfo,
+    is_timed,
+    takes_timeline,
+    time_every_from_env,
+    timeline_every_from_env,
+)
+from .cadence import TIMELINE_EVERY, Cadence
 from .cadence import describe as cadence_describe
 from .client import Client
 from .faults import Fault, SlowRank
@@ -45,6 +53,7 @@ from .timing import (
     Pending,
     StepMarks,
     bucket_timeline,
+    exposed_from_ready,
     rebuilt_bucket_sizes,
     start_inferred,
 )
@@ -170,6 +179,8 @@ class Session:
         self.cur_samples_known = True
         # Sampled timing (attach_steps): which steps carry events, and the epoch's span.
         self.cadence = Cadence.of(time_every_from_env())
+        self.timeline_n = timeline_every_from_env()  # 0: ddptop's default (`timeline_every`)
+        self.cur_end: list[Mark] | None = None  # the step's backward-end marks (hook path)
         self.cur_timed = True
         self.cur_forwarded = False
         self.cur_t0 = 0.0  # host time at the step's start (data wait of untimed steps)
@@ -526,6 +537,7 @@ class Session:
     def start_step(self) -> None:
         self.cur = StepMarks()
         self.cur_t_bwd = None
+        self.cur_end = None
         self.cur_closure = False
         n = self.step_no + 1
         self.cur_t0 = time.perf_counter()
@@ -582,7 +594,7 @@ class Session:
                 m["fwd0"] = self.clock.mark()
                 if (rec is not None and rec.timer is not None and rec.timer.recording
                         and self.instrument == "full"):
-                    self.cur.buckets = rec.timer.begin_step()
+                    self.begin_buckets(rec.timer)
         n = hooks.leading_dim(args, kwargs)
         if n is None:
             self.cur_samples_known = False
@@ -591,6 +603,24 @@ class Session:
                           "can say it)")
         else:
             self.cur_samples += n
+
+    @property
+    def timeline_every(self) -> int:
+        """1 timed step in N takes its whole bucket timeline: `DDPTOP_TIMELINE_EVERY`, else 4 on
+        CUDA (its done marks cost ~1 ms a step there), 1 on CPU; 1 once backward-end marks fail
+        (the other timed steps' exposed comm needs them)."""
+        timer = self.watched_record()
+        if timer is not None and timer[1].timer is not None and timer[1].timer.end_error:
+            return 1
+        return self.timeline_n or (TIMELINE_EVERY if self.clock.cuda else 1)
+
+    def begin_buckets(self, timer: BucketTimer) -> None:
+        """Time this step's buckets: the whole timeline on 1 timed step in `timeline_every`,
+        else ready marks only; the backward's end on both (its exposed comm, as ddptop's own
+        runs reckon it: the backward's end minus the last bucket's ready mark)."""
+        timeline = takes_timeline(self.step_no + 1, self.cadence, self.timeline_every)
+        self.cur.buckets = timer.begin_step(timeline, end_mark=True)
+        self.cur_end = timer.step_end
 
     def on_forward_post(self, module: DDP) -> None:
         if torch.is_grad_enabled() and module.training and "fwd0" in self.cur.marks:
@@ -684,6 +714,7 @@ class Session:
                 "covered": self.cadence.covered(),
                 "t_bwd": self.cur_t_bwd,
                 "sync_ms": sync_ms,
+                "end": self.cur_end,
             }
             self.unreported_samples = 0
             self.pending.push(self.cur)
@@ -715,6 +746,13 @@ class Session:
             extra["sync_ms"] = sm.info["sync_ms"]
         if info.compiled:
             extra["compiled"] = True
+        records = sm.buckets or []
+        end_mark = self.backward_end(sm)
+        timeline = any(r.timeline for r in records)
+        if records and not timeline and "fwd1" in m and end_mark is not None:
+            got = exposed_from_ready(records, m["fwd1"], end_mark)
+            if got is not None:
+                extra["exposed_ms"] = got[1]
         self.client.send(
             "step",
             step=info.step,
@@ -731,11 +769,30 @@ class Session:
             **extra,
         )
         self.account.add(info, step_ms, data_ms)
-        records = [r for r in (sm.buckets or []) if r.done is not None]
-        if records and "fwd1" in m:
-            self.emit_buckets(info.step, records, m["fwd1"])
+        done = [r for r in records if r.done is not None]
+        if timeline and done and "fwd1" in m:
+            self.emit_buckets(info.step, done, m["fwd1"], end_mark)
 
-    def emit_buckets(self, step: int, records: list[BucketRecord], bwd_start: Mark) -> None:
+    def backward_end(self, sm: StepMarks) -> Mark | None:
+        """The step's last backward-end mark, complete; None when it took none. A step whose
+        buckets were marked but whose backward left no end mark turns the marks off: the engine
+        callback that takes it did not run, so every timed step takes its timeline again."""
+        ends = sm.info.get("end")
+        if ends:
+            Clock.wait(ends[-1])  # queued before the optimizer's marks: done or nearly
+            return ends[-1]
+        wr = self.watched_record()
+        timer = wr[1].timer if wr is not None else None
+        if ends is not None and sm.buckets and timer is not None and timer.end_error is None:
+            timer.end_error = "a backward's buckets were all-reduced but its end was not marked"
+        if timer is not None and timer.end_error:
+            self.log_once("end_mark", "warn", f"backward-end marks unavailable ({timer.end_error})"
+                          ": every timed step takes its whole bucket timeline from now on")
+        return None
+
+    def emit_buckets(
+        self, step: int, records: list[BucketRecord], bwd_start: Mark, bwd_end: Mark | None
+    ) -> None:
         wr = self.watched_record()
         timer = wr[1].timer if wr is not None else None
         if timer is not None:
@@ -746,7 +803,10 @@ class Session:
                 timer.kernel_error = None
         last_done = records[-1].done
         assert last_done is not None
-        spans, bwd_compute, exposed = bucket_timeline(records, bwd_start, last_done)
+        # The backward's end (its comm waits included) where it was marked, as for the steps
+        # with ready marks only; else the last bucket's completion.
+        end = bwd_end if bwd_end is not None else last_done
+        spans, bwd_compute, exposed = bucket_timeline(records, bwd_start, end)
         if not spans:
             return
         buckets = []

@@ -49,6 +49,24 @@ def is_timed(step: int, cadence: Cadence, now: float) -> bool:
     return step <= WARMUP_STEPS or timed
 
 
+def timeline_every_from_env() -> int:
+    """`DDPTOP_TIMELINE_EVERY`: 1 timed step in N takes its whole bucket timeline; 0 (unset,
+    or not a positive integer) leaves it to ddptop: 4 on CUDA, 1 on CPU (as `--timeline-every`)."""
+    try:
+        return max(0, int(os.environ.get("DDPTOP_TIMELINE_EVERY", "") or 0))
+    except ValueError:
+        return 0
+
+
+def takes_timeline(step: int, cadence: Cadence, every: int) -> bool:
+    """Whether timed step `step` (1-based) takes its whole bucket timeline rather than its
+    buckets' ready marks and the backward's end: 1 timed step in `every`, by the cadence's step
+    numbers (as ddptop's own runs), and in warm-up, where every step is timed, 1 step in it."""
+    if every <= 1:
+        return True
+    return step % every == 0 if step <= WARMUP_STEPS else cadence.timeline(every)
+
+
 @dataclass
 class EpochTally:
     epoch: int

@@ -229,6 +229,8 @@ class BucketTimer:
         self.kernel_error: Optional[str] = None  # why kernel timing stopped, if it did
         self._current: Optional[list[BucketRecord]] = None
         self._timeline = True  # the current step's buckets get done marks too
+        self._end: Optional[list[Mark]] = None  # receives the step's backward-end mark
+        self.end_error: Optional[str] = None  # why backward-end marks stopped, if they did
         self._lock = threading.Lock()
         self._avg: Optional[bool] = None
         # The `slowlink:MS` fault (faults.py): seconds each all-reduce completes late.
@@ -252,17 +254,59 @@ class BucketTimer:
                 self.kernel_timing = False
                 self.kernel_error = f"{type(e).__name__}: {e}"
 
-    def begin_step(self, timeline: bool = True) -> Optional[list[BucketRecord]]:
+    def begin_step(
+        self, timeline: bool = True, end_mark: bool = False
+    ) -> Optional[list[BucketRecord]]:
         """The list this step's buckets go to (None while not recording); `timeline` False
-        takes their ready marks only."""
+        takes their ready marks only. `end_mark` also marks the backward's end (`step_end`)."""
         with self._lock:
             self._current = [] if self.recording else None
             self._timeline = timeline
+            wants_end = self.recording and end_mark and self.end_error is None
+            self._end = [] if wants_end else None
             return self._current
+
+    @property
+    def step_end(self) -> Optional[list[Mark]]:
+        """The list the current step's backward-end marks go to (one per backward that
+        all-reduced, once it returned; the last is the step's); None when not asked for."""
+        return self._end
 
     def end_step(self) -> None:
         with self._lock:
             self._current = None
+            self._end = None
+
+    def mark_after_finalize(self, into: list[Mark]) -> None:
+        """Mark the backward's end as a caller of `loss.backward()` sees it (its comm waits
+        included) for a script whose loop ddptop does not own: `ddptop attach` has no line after
+        the backward to mark. Called from each backward's first bucket hook. DDP's reducer queues its
+        `finalize_backward` (which waits for every bucket's all-reduce, on the host for gloo and
+        on the current stream for NCCL) as an autograd-engine final callback when the step's
+        last bucket is ready, so after this one; a callback queued while the engine runs its
+        final callbacks runs after those already queued: so `after` runs right after
+        finalize_backward. A failure turns the marks off (`end_error`): never raises into the
+        backward."""
+        clock = self.clock
+        try:
+            engine: Any = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
+        except AttributeError as e:
+            self.end_error = f"{type(e).__name__}: {e}"
+            return
+
+        def after() -> None:
+            into.append(clock.mark())
+
+        def before() -> None:
+            try:
+                engine.queue_callback(after)
+            except Exception as e:  # noqa: BLE001 - engine internals; never break the backward
+                self.end_error = f"{type(e).__name__}: {e}"
+
+        try:
+            engine.queue_callback(before)
+        except Exception as e:  # noqa: BLE001 - e.g. not inside a backward
+            self.end_error = f"{type(e).__name__}: {e}"
 
     def register(self, ddp: torch.nn.parallel.DistributedDataParallel) -> None:
         ddp.register_comm_hook(state=self, hook=timed_allreduce_hook)
@@ -274,13 +318,16 @@ def timed_allreduce_hook(
     """DDP's default all-reduce (the mean over ranks), with ready/done marks."""
     buf = bucket.buffer()
     with state._lock:
-        records, timeline = state._current, state._timeline
+        records, timeline, end = state._current, state._timeline, state._end
     rec: Optional[BucketRecord] = None
     if records is not None:
         rec = BucketRecord(
             bucket.index(), buf.numel() * buf.element_size(), state.clock.mark(), timeline=timeline
         )
         records.append(rec)
+        if end is not None and bucket.index() == 0:
+            # Bucket 0 is all-reduced first in every backward: one end mark per backward.
+            state.mark_after_finalize(end)
     group = state.pg if state.pg is not None else dist.group.WORLD
     if state.average_in_collective(group):
         # NCCL averages inside the all-reduce: no separate div_ kernel on the compute stream

@@ -100,7 +100,7 @@ def test_example_unmodified_full_instrumentation(server: FakeDdptop) -> None:
         assert [m["warmup"] for m in s] == [True] * 3 + [False] * (2 * STEPS_PER_EPOCH - 3)
         assert all(m["samples"] == 32 and m["timing"] == "host" and m["sync"] for m in s)
         for m in s:
-            assert m["step_ms"] > 0 and m["fwd_ms"] > 0 and m["bwd_ms"] > 0
+            assert m["step_ms"] > 0 and m["fwd_ms"] > 0 and m["bwd_ms"] > 0, str(m)
             # Its `total += loss.item()` is a host sync (on a CPU tensor it waits for nothing).
             assert 0.0 <= m["sync_ms"] < m["step_ms"], m
             assert m["step_ms"] >= m["data_ms"] + m["fwd_ms"] + m["bwd_ms"] + m["opt_ms"] - 1e-6
@@ -289,3 +289,30 @@ def test_no_process_group_no_ddp_is_reported_as_independent(server: FakeDdptop, 
         assert res["samples_per_s"] is None
         assert [m["step"] for m in by_rank(server, "step")[r]] == [1, 2, 3, 4, 5]
         assert all(m["samples"] == 0 for m in by_rank(server, "step")[r])
+
+
+@pytest.mark.parametrize("time_every", ["1", "2"])
+def test_timed_steps_send_their_timeline_or_their_exposed_comm(
+    server: FakeDdptop, time_every: str
+) -> None:
+    # ddptop's CUDA default (1 timed step in 4 takes the whole timeline, the others ready marks
+    # and the backward's end) asked for on CPU, where it would otherwise time every timeline.
+    p = run_attached(server, "train_ddp.py", DDPTOP_TIMELINE_EVERY="4",
+                     DDPTOP_TIME_EVERY=time_every)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert server.bad == [], server.bad
+    n = int(time_every)
+    for r in (0, 1):
+        assert not [m for m in logs(server, r, "warn") if "backward-end" in m]
+        steps = by_rank(server, "step")[r]
+        timelines = {m["step"]: m for m in by_rank(server, "buckets")[r]}
+        exposed = {m["step"]: m["exposed_ms"] for m in steps if "exposed_ms" in m}
+        assert timelines and exposed, (sorted(timelines), sorted(exposed))
+        first = min([*timelines, *exposed])
+        after = [m["step"] for m in steps if m["step"] >= first]
+        assert not set(timelines) & set(exposed), "never both"
+        assert sorted([*timelines, *exposed]) == after, "every timed step has one of them"
+        # the warm-up's 1 step in 4, then the timed steps whose number 4N divides
+        assert all(s % 4 == 0 if s <= 3 else s % (4 * n) == 0 for s in timelines), sorted(timelines)
+        assert all(0.0 <= v < 1000.0 for v in exposed.values())
+        assert all(s % n == 0 for s in exposed if s > 3)
