@@ -25,19 +25,22 @@ att() {  # att NAME DATA_DIR K [ddptop args] -- [script args]
   echo "$name rc=$? wall=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN {printf "%.1f", a - b}') s" | tee -a "$R/steps.log"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$R/gpu.txt" 2>&1
+PARTS=${PARTS:-A B C}  # e.g. PARTS=C RUNS= SLOW_STEPS=500: the straggler latency only
 # A. who syncs
+if [[ " $PARTS " == *" A "* ]]; then
 att fwd0 /tmp/hs-a 2 "${GPU[@]}" --json -- $S "${SG[@]}" --sync-rank 0 --sync-at forward
 att end0 /tmp/hs-a 2 "${GPU[@]}" --json -- $S "${SG[@]}" --sync-rank 0 --sync-at end
 att none /tmp/hs-a 2 "${GPU[@]}" --json -- $S "${SG[@]}" --sync-rank 99
+fi
 # B. the wraps' cost, interleaved ABBA (a drift over the rounds cancels out)
 off() { DDPTOP_HOST_SYNC=0 att "off_$1" /tmp/hs-b 1 "${GPU[@]}" --json -- $S "${SG[@]}" --sync-rank -1 --steps 1000; }
 on() { att "on_$1" /tmp/hs-b 1 "${GPU[@]}" --json -- $S "${SG[@]}" --sync-rank -1 --steps 1000; }
-for i in $(seq 1 "$ROUNDS"); do
+[[ " $PARTS " == *" B "* ]] && for i in $(seq 1 "$ROUNDS"); do
   if ((i % 2)); then off "$i"; on "$i"; else on "$i"; off "$i"; fi
 done
 # C. the sampled path's straggler latency (SLOW_EVERY: auto, ddptop's NCCL default; 10, the old)
-for i in $(seq 1 "${SLOW_RUNS:-3}"); do
-  DDPTOP_TIME_EVERY=${SLOW_EVERY:-auto} att "slow_$i" "/tmp/hs-c$i" 2 "${GPU[@]}" --inject slow:1:1.5@200 --json -- $S "${SG[@]}" --sync-rank 99 --steps 1200
+[[ " $PARTS " == *" C "* ]] && for i in $(seq 1 "${SLOW_RUNS:-3}"); do
+  DDPTOP_TIME_EVERY=${SLOW_EVERY:-auto} att "slow_$i" "/tmp/hs-c$i" 2 "${GPU[@]}" --inject slow:1:1.5@200 --json -- $S "${SG[@]}" --sync-rank 99 --steps "${SLOW_STEPS:-1200}"
 done
 RUNS=${RUNS-zero1 jax attach}
 [ -n "$RUNS" ] && RUNS=$RUNS scripts/device/smoke_one_gpu.sh > "$R/smoke.txt" 2>&1
@@ -81,8 +84,16 @@ for i in range(1, int(__import__("os").environ.get("SLOW_RUNS", "3")) + 1):
         start, named = [], [(0, str(e))]
     lat = f"{named[0][0] - start[0]:.2f} s" if start and named else "not named" if start else "no start event"
     s = r.get("stragglers") or []
+    # What the timed steps carried (the sampled bucket timeline: buckets messages on 1 timed step
+    # in 4, exposed_ms in the step message on the others), from the run's archive.
+    try:
+        arch = [json.loads(l) for l in open(f"/tmp/hs-c{i}/runs/{r['run_id']}/steps.jsonl")]
+        carried = (f"timelines {sum(m.get('type') == 'buckets' for m in arch)}, exposed_ms on "
+                   f"{sum('exposed_ms' in m for m in arch if m.get('type') == 'step')} step messages")
+    except Exception as e:  # noqa: BLE001
+        carried = f"no archive ({type(e).__name__})"
     print(f"  run {i}: {r.get('status')} latency {lat}; named {[(x['rank'], x['phase'], x['step']) for x in s]}; "
-          f"samples/s {r.get('samples_per_s') and round(r['samples_per_s'])}; step {r.get('step_ms_median')} ms")
+          f"samples/s {r.get('samples_per_s') and round(r['samples_per_s'])}; step {r.get('step_ms_median')} ms; {carried}")
 try:
     print(open(f"{R}/smoke.txt").read()[-1500:])
 except OSError:
