@@ -775,16 +775,22 @@ class Session:
 
     def backward_end(self, sm: StepMarks) -> Mark | None:
         """The step's last backward-end mark, complete; None when it took none. A step whose
-        buckets were marked but whose backward left no end mark turns the marks off: the engine
-        callback that takes it did not run, so every timed step takes its timeline again."""
+        buckets were marked but whose backward left no end mark, or one before its last bucket
+        was ready, turns the marks off: the engine callback did not run where it should, so every
+        timed step takes its whole timeline again (the steps already marked send neither)."""
         ends = sm.info.get("end")
-        if ends:
-            Clock.wait(ends[-1])  # queued before the optimizer's marks: done or nearly
-            return ends[-1]
         wr = self.watched_record()
         timer = wr[1].timer if wr is not None else None
-        if ends is not None and sm.buckets and timer is not None and timer.end_error is None:
-            timer.end_error = "a backward's buckets were all-reduced but its end was not marked"
+        why = None
+        if ends:
+            Clock.wait(ends[-1])  # queued before the optimizer's marks: done or nearly
+            if not sm.buckets or Clock.ms(sm.buckets[-1].ready, ends[-1]) >= 0.0:
+                return ends[-1]
+            why = "a backward's end was marked before its last bucket was ready"
+        elif ends is not None and sm.buckets:
+            why = "a backward's buckets were all-reduced but its end was not marked"
+        if why is not None and timer is not None and timer.end_error is None:
+            timer.end_error = why
         if timer is not None and timer.end_error:
             self.log_once("end_mark", "warn", f"backward-end marks unavailable ({timer.end_error})"
                           ": every timed step takes its whole bucket timeline from now on")

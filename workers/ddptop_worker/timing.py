@@ -280,13 +280,12 @@ class BucketTimer:
     def mark_after_finalize(self, into: list[Mark]) -> None:
         """Mark the backward's end as a caller of `loss.backward()` sees it (its comm waits
         included) for a script whose loop ddptop does not own: `ddptop attach` has no line after
-        the backward to mark. Called from each backward's first bucket hook. DDP's reducer queues its
-        `finalize_backward` (which waits for every bucket's all-reduce, on the host for gloo and
-        on the current stream for NCCL) as an autograd-engine final callback when the step's
-        last bucket is ready, so after this one; a callback queued while the engine runs its
-        final callbacks runs after those already queued: so `after` runs right after
-        finalize_backward. A failure turns the marks off (`end_error`): never raises into the
-        backward."""
+        the backward to mark. Called from each backward's last bucket hook. DDP's reducer queues
+        its `finalize_backward` (which waits for every bucket's all-reduce, on the host for gloo
+        and on the current stream for NCCL) as an autograd-engine final callback once that hook
+        returned, so after `before`; a callback queued while the engine runs its final callbacks
+        runs after those already queued: so `after` runs right after finalize_backward. A
+        failure turns the marks off (`end_error`): never raises into the backward."""
         clock = self.clock
         try:
             engine: Any = torch.autograd.Variable._execution_engine  # type: ignore[attr-defined]
@@ -295,7 +294,10 @@ class BucketTimer:
             return
 
         def after() -> None:
-            into.append(clock.mark())
+            try:
+                into.append(clock.mark())
+            except Exception as e:  # noqa: BLE001 - an error here would fail the backward
+                self.end_error = f"{type(e).__name__}: {e}"
 
         def before() -> None:
             try:
@@ -325,8 +327,10 @@ def timed_allreduce_hook(
             bucket.index(), buf.numel() * buf.element_size(), state.clock.mark(), timeline=timeline
         )
         records.append(rec)
-        if end is not None and bucket.index() == 0:
-            # Bucket 0 is all-reduced first in every backward: one end mark per backward.
+        if end is not None and bucket.is_last():
+            # One end mark per backward, queued from the hook of the bucket whose readiness makes
+            # the reducer queue finalize_backward right after it: into the same graph task (a
+            # reentrant checkpoint runs part of the backward as a nested one).
             state.mark_after_finalize(end)
     group = state.pg if state.pg is not None else dist.group.WORLD
     if state.average_in_collective(group):

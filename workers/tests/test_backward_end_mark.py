@@ -1,12 +1,16 @@
 """The backward-end mark `ddptop attach` takes for its ready-only steps (timing.py,
 `BucketTimer.mark_after_finalize`), on a real DDP over a one-rank gloo group in this process:
-the mark must come after DDP's finalize_backward waited for every bucket's all-reduce, which the
-injected slow link (each all-reduce ends `delay_s` late) makes visible."""
+the mark must come after DDP's finalize_backward waited for every bucket's all-reduce. The test's
+hook wraps ddptop's and completes each bucket's future DELAY_S later from a timer thread: only
+finalize_backward waits for that, so a mark taken before it cannot be DELAY_S after the last
+ready mark, whichever thread the all-reduce's own callback ran on."""
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -14,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddptop_worker.timing import BucketTimer, Clock, exposed_from_ready
+from ddptop_worker.timing import BucketTimer, Clock, exposed_from_ready, timed_allreduce_hook
 
 DELAY_S = 0.05
 
@@ -38,16 +42,27 @@ def ddp() -> Iterator[DDP]:
         dist.destroy_process_group()
 
 
+def late_hook(state, bucket):  # type: ignore[no-untyped-def]  # no annotations: DDP checks them
+    """ddptop's timing hook, its result handed to DDP DELAY_S after the all-reduce ended."""
+    inner = timed_allreduce_hook(state, bucket)
+    out: torch.futures.Future[Any] = torch.futures.Future()
+
+    def later(f: torch.futures.Future[Any]) -> None:
+        threading.Timer(DELAY_S, lambda: out.set_result(f.value())).start()
+
+    inner.add_done_callback(later)
+    return out
+
+
 def step(model: DDP) -> None:
     model(torch.randn(16, 64)).sum().backward()
 
 
 def test_the_end_mark_follows_every_buckets_all_reduce(ddp: DDP) -> None:
     timer = BucketTimer(Clock(torch.device("cpu")), ddp.process_group)
-    timer.register(ddp)
+    ddp.register_comm_hook(state=timer, hook=late_hook)
     step(ddp)  # iteration 0 (DDP's rebuild), untimed
     timer.recording = True
-    timer.delay_s = DELAY_S
     for timeline in (False, True):
         t0 = Clock(torch.device("cpu")).mark()
         records = timer.begin_step(timeline, end_mark=True)
@@ -58,8 +73,8 @@ def test_the_end_mark_follows_every_buckets_all_reduce(ddp: DDP) -> None:
         assert records and len(records) >= 2, records
         assert end is not None and len(end) == 1, "one mark, once the backward returned"
         last_ready = max(r.ready for r in records)
-        # finalize_backward waited for the last all-reduce, which ended DELAY_S after its ready
-        # mark: a mark taken before it (the callback queued in the wrong place) would not see it
+        # finalize_backward waited for the last bucket's future, done DELAY_S after its hook:
+        # a mark taken before it (a callback queued once, from the hook) would not see that
         assert Clock.ms(last_ready, end[0]) >= DELAY_S * 1000.0 * 0.9
         got = exposed_from_ready(records, t0, end[0])
         assert got is not None and got[1] >= DELAY_S * 1000.0 * 0.9

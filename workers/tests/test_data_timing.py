@@ -301,6 +301,9 @@ class _Bucket:
     def index(self) -> int:
         return 0
 
+    def is_last(self) -> bool:
+        return True
+
 
 def test_the_hook_marks_ready_only_when_the_step_takes_no_timeline(
     monkeypatch: pytest.MonkeyPatch,
