@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `ddptop attach`'s sampled bucket timeline on a real GPU (k=1, NCCL; at k=1 NCCL's profiler
-# plugin reports no collective, so ddptop's comm hook times the buckets): 1 timed step in 4 takes
+# `ddptop attach`'s sampled bucket timeline on a real GPU, on the comm-hook path (NCCL without
+# the profiler plugin, or gloo on CUDA tensors; attach times no communication at k=1, so the
+# default K=1 NCCL run checks nothing but the cost arms' plumbing: use SCRIPT below): 1 timed step in 4 takes
 # the whole timeline, the others their buckets' ready marks and the backward's end (an autograd
 # final callback queued to run after DDP's finalize_backward, timing.py mark_after_finalize).
 #   (a) check: every timed step after the hook starts has its timeline or `exposed_ms`, never
@@ -20,9 +21,13 @@ export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-data-attach-tl}
 B=$(ddptop_bin); PY=$DDPTOP_PYTHON
 R=$OUT/attach_tl; mkdir -p "$R"
 BATCH=${BATCH:-1024}; SAMPLES=${SAMPLES:-50000}; BUDGET_S=${BUDGET_S:-330}
-SCRIPT=(workers/scripts/bare_d2l.py --batch "$BATCH" --samples "$SAMPLES" --epochs 2)
+# SCRIPT (words) replaces the attached script, e.g. two gloo ranks sharing one GPU (attach times
+# no communication at k=1, and NCCL refuses two ranks on one device):
+#   K=2 BACKEND=gloo SCRIPT="scripts/device/host_sync_gpu.py --unhide-gpu --sync-rank 99 --steps 150" ONLY=check
+read -ra SCRIPT <<< "${SCRIPT:-workers/scripts/bare_d2l.py --batch $BATCH --samples $SAMPLES --epochs 2}"
 log() { echo "== $(date -u +%T) $*" | tee -a "$R/steps.log"; }
-bare_figure() { $PY -c "import json,sys;[print(json.loads(l.split(' ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if l.startswith('BARE_RESULT')]" "$1" 2>/dev/null | tail -1; }
+# The script's own figure; under attach its output lines carry torchrun's "[default0]:" prefix.
+bare_figure() { $PY -c "import json,sys;[print(json.loads(l.split('BARE_RESULT ',1)[1])['samples_per_s']) for l in open(sys.argv[1]) if 'BARE_RESULT ' in l]" "$1" 2>/dev/null | tail -1; }
 output_log() { $PY -c "import json,sys;print(json.load(open(sys.argv[1]))['runs'][0].get('output_log') or '')" "$1" 2>/dev/null; }
 
 attach_run() {  # attach_run NAME [ENV=VAL...] -> $R/NAME.json, its script's output in $R/NAME.out
