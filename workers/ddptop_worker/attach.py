@@ -685,7 +685,13 @@ class Session:
         self.client.step = self.step_no
         wr = self.watched_record()
         if wr is not None and wr[1].timer is not None:
-            wr[1].timer.end_step()
+            timer = wr[1].timer
+            timer.end_step()
+            if self.cur_end is not None and self.cur.buckets and not self.cur_end:
+                # The backward returned without its end mark: the next steps take the whole
+                # timeline at once, not when this step resolves (on CUDA up to 2 steps later).
+                timer.end_error = timer.end_error or (
+                    "a backward's buckets were all-reduced but its end was not marked")
         known = samples is not None or (self.cur_samples_known and self.cur_forwarded)
         n = samples if samples is not None else (self.cur_samples if known else 0)
         compiled = self.compile.take() > 0.0

@@ -316,3 +316,43 @@ def test_timed_steps_send_their_timeline_or_their_exposed_comm(
         assert all(s % 4 == 0 if s <= 3 else s % (4 * n) == 0 for s in timelines), sorted(timelines)
         assert all(0.0 <= v < 1000.0 for v in exposed.values())
         assert all(s % n == 0 for s in exposed if s > 3)
+
+
+TL_EVERY = 3  # bucket timing starts at step 4: its ready-only case, the one that sends neither
+
+
+def test_without_backward_end_marks_every_timed_step_takes_its_timeline(
+    server: FakeDdptop, tmp_path: Any
+) -> None:
+    # An autograd engine that accepts final callbacks and never runs them: the fallback path
+    # (one warning, the whole timeline from the next step on, one step with neither).
+    wrapper = tmp_path / "no_final_callbacks.py"
+    wrapper.write_text(
+        "import runpy, sys, torch\n"
+        "class NoFinalCallbacks:\n"
+        "    def __init__(self, real): self.real = real\n"
+        "    def queue_callback(self, cb): pass\n"
+        "    def __getattr__(self, name): return getattr(self.real, name)\n"
+        "torch.autograd.Variable._execution_engine = NoFinalCallbacks(\n"
+        "    torch.autograd.Variable._execution_engine)\n"
+        f"sys.argv[0] = {os.path.join(EXAMPLES, 'train_ddp.py')!r}\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    p = run_attached(server, str(wrapper), DDPTOP_TIMELINE_EVERY=str(TL_EVERY))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "mean loss" in p.stdout
+    for r in (0, 1):
+        warns = [m for m in logs(server, r, "warn") if "backward-end marks unavailable" in m]
+        assert len(warns) == 1, logs(server, r)
+        steps = by_rank(server, "step")[r]
+        timelines = sorted(m["step"] for m in by_rank(server, "buckets")[r])
+        assert not [m for m in steps if "exposed_ms" in m]
+        (first,) = [int(m.rsplit(" ", 1)[1]) for m in logs(server, r)
+                    if m.startswith("buckets rebuilt:")]  # "... timing buckets from step N"
+        after = [m["step"] for m in steps if m["step"] >= first]
+        neither = sorted(set(after) - set(timelines))
+        # The first marked step finds its end mark missing: ready marks only where TL_EVERY
+        # does not divide its number (it then sends neither), else its timeline with the last
+        # bucket's completion as the backward's end. From the next step on, every timeline.
+        assert neither == ([] if first % TL_EVERY == 0 else [first]), (first, neither, timelines)
+        assert timelines == [s for s in after if s != first or first % TL_EVERY == 0], timelines
