@@ -36,11 +36,10 @@ from .attach_steps import (
     Account,
     StepInfo,
     is_timed,
-    takes_timeline,
     time_every_from_env,
     timeline_every_from_env,
 )
-from .cadence import TIMELINE_EVERY, Cadence
+from .cadence import Cadence, timeline_every
 from .cadence import describe as cadence_describe
 from .client import Client
 from .faults import Fault, SlowRank
@@ -606,19 +605,20 @@ class Session:
 
     @property
     def timeline_every(self) -> int:
-        """1 timed step in N takes its whole bucket timeline: `DDPTOP_TIMELINE_EVERY`, else 4 on
-        CUDA (its done marks cost ~1 ms a step there), 1 on CPU; 1 once backward-end marks fail
-        (the other timed steps' exposed comm needs them)."""
+        """1 timed step in N takes its whole bucket timeline (`cadence.timeline_every`, from
+        `DDPTOP_TIMELINE_EVERY`); 1 once backward-end marks fail (the other timed steps' exposed
+        comm needs them)."""
         timer = self.watched_record()
         if timer is not None and timer[1].timer is not None and timer[1].timer.end_error:
             return 1
-        return self.timeline_n or (TIMELINE_EVERY if self.clock.cuda else 1)
+        return timeline_every(self.timeline_n, self.clock.cuda)
 
     def begin_buckets(self, timer: BucketTimer) -> None:
         """Time this step's buckets: the whole timeline on 1 timed step in `timeline_every`,
         else ready marks only; the backward's end on both (its exposed comm, as ddptop's own
         runs reckon it: the backward's end minus the last bucket's ready mark)."""
-        timeline = takes_timeline(self.step_no + 1, self.cadence, self.timeline_every)
+        n = self.step_no + 1
+        timeline = self.cadence.takes_timeline(n, n <= WARMUP_STEPS, self.timeline_every)
         self.cur.buckets = timer.begin_step(timeline, end_mark=True)
         self.cur_end = timer.step_end
 
@@ -787,16 +787,13 @@ class Session:
         ends = sm.info.get("end")
         wr = self.watched_record()
         timer = wr[1].timer if wr is not None else None
-        why = None
         if ends:
             Clock.wait(ends[-1])  # queued before the optimizer's marks: done or nearly
             if not sm.buckets or Clock.ms(sm.buckets[-1].ready, ends[-1]) >= 0.0:
                 return ends[-1]
-            why = "a backward's end was marked before its last bucket was ready"
-        elif ends is not None and sm.buckets:
-            why = "a backward's buckets were all-reduced but its end was not marked"
-        if why is not None and timer is not None and timer.end_error is None:
-            timer.end_error = why
+            if timer is not None and timer.end_error is None:
+                timer.end_error = "a backward's end was marked before its last bucket was ready"
+        # (A backward that left no end mark set end_error in finish_step, before this.)
         if timer is not None and timer.end_error:
             self.log_once("end_mark", "warn", f"backward-end marks unavailable ({timer.end_error})"
                           ": every timed step takes its whole bucket timeline from now on")

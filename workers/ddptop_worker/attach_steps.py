@@ -58,15 +58,6 @@ def timeline_every_from_env() -> int:
         return 0
 
 
-def takes_timeline(step: int, cadence: Cadence, every: int) -> bool:
-    """Whether timed step `step` (1-based) takes its whole bucket timeline rather than its
-    buckets' ready marks and the backward's end: 1 timed step in `every`, by the cadence's step
-    numbers (as ddptop's own runs), and in warm-up, where every step is timed, 1 step in it."""
-    if every <= 1:
-        return True
-    return step % every == 0 if step <= WARMUP_STEPS else cadence.timeline(every)
-
-
 @dataclass
 class EpochTally:
     epoch: int

@@ -39,6 +39,13 @@ PICK_S = 0.8  # the run time a pick reads at least (2-4 timed steps: one step's 
 TIMELINE_EVERY = 4  # one timed step in 4 takes its full bucket timeline (CUDA; see above)
 
 
+def timeline_every(setting: int, cuda: bool) -> int:
+    """1 timed step in N takes its whole bucket timeline: the setting (`--timeline-every`,
+    `DDPTOP_TIMELINE_EVERY`), else TIMELINE_EVERY on CUDA (a timeline's completion marks cost
+    ~1 ms a step there) and 1 on CPU (host marks cost nothing)."""
+    return setting or (TIMELINE_EVERY if cuda else 1)
+
+
 def parse_every(raw: str) -> int:
     """`auto` → AUTO, a whole number ≥ 1 → itself; anything else is a ValueError."""
     text = raw.strip().lower()
@@ -118,6 +125,14 @@ class Cadence:
         other timed steps mark their buckets' ready points only, which give the exposed comm the
         straggler score needs at a seventh of the cost."""
         return self._timed and self._step % (every * self._by) == 0
+
+    def takes_timeline(self, step: int, warmup: bool, every: int) -> bool:
+        """Whether timed step `step` takes its whole bucket timeline rather than its buckets'
+        ready marks only: 1 timed step in `every` (`timeline`), and in warm-up, where every
+        step is timed, 1 step in `every`, so the first timeline comes a few steps in."""
+        if every <= 1:
+            return True
+        return step % every == 0 if warmup else self.timeline(every)
 
     def pause(self) -> None:
         """Not training until the next step (an epoch's end, evaluation, a probe): the time until

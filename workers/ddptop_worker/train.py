@@ -301,22 +301,18 @@ class Trainer:
 
     @property
     def timeline_every(self) -> int:
-        """1 timed step in N takes its whole bucket timeline: `--timeline-every`, else 4 on CUDA
-        (a timeline's completion marks cost ~1 ms a step there), 1 on CPU (host marks cost
-        nothing)."""
-        return self.s.timeline_every or (cadence.TIMELINE_EVERY if self.clock.cuda else 1)
+        """1 timed step in N takes its whole bucket timeline (`cadence.timeline_every`)."""
+        return cadence.timeline_every(self.s.timeline_every, self.clock.cuda)
 
     def takes_timeline(self, warmup: bool) -> bool:
         """Whether the step just started takes its whole bucket timeline, not its buckets' ready
         marks only: 1 timed step in `timeline_every` (in warm-up, where every step is timed, 1
         step in it, so the first timeline comes a few steps in), and only on steps whose buckets
         message `--buckets-every` lets through (a timeline nobody sends costs ~1 ms for nothing)."""
-        step, tl_every = self.global_step, self.timeline_every
+        step = self.global_step
         if step % self.s.buckets_every != 0:
             return False
-        if tl_every == 1:
-            return True
-        return step % tl_every == 0 if warmup else self.cadence.timeline(tl_every)
+        return self.cadence.takes_timeline(step, warmup, self.timeline_every)
 
     def emit(self, sm: StepMarks) -> None:
         """The step's line, and its buckets' when they were timed, in one write."""

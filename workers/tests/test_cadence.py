@@ -15,6 +15,7 @@ from ddptop_worker.cadence import (
     TIMELINE_EVERY,
     Cadence,
     parse_every,
+    timeline_every,
 )
 
 
@@ -154,3 +155,20 @@ def test_one_timed_step_in_four_takes_the_timeline_by_the_n_it_was_timed_by() ->
     # a step that was not timed takes no timeline, whatever its number
     once = Cadence.of(8)
     assert not once.start(4 * TIMELINE_EVERY + 1, 0.0) and not once.timeline()
+
+
+def test_takes_timeline_in_warm_up_by_step_number_after_it_by_the_cadence() -> None:
+    fixed = Cadence.of(2)
+    # warm-up (every step timed): 1 step in `every` by its own number
+    assert [s for s in range(1, 13) if fixed.takes_timeline(s, True, 4)] == [4, 8, 12]
+    # after it: the cadence's timed steps whose number 4N divides
+    after = [s for s in range(13, 41)
+             if fixed.start(s, float(s)) and fixed.takes_timeline(s, False, 4)]
+    assert after == [16, 24, 32, 40]
+    # every 1: the timeline on every step asked about
+    assert all(fixed.takes_timeline(s, w, 1) for s in (3, 5) for w in (True, False))
+
+
+def test_timeline_every_defaults_by_device() -> None:
+    assert timeline_every(0, cuda=True) == TIMELINE_EVERY and timeline_every(0, cuda=False) == 1
+    assert timeline_every(3, cuda=True) == 3 and timeline_every(3, cuda=False) == 3
