@@ -11,11 +11,16 @@
 #            rank 1 "data wait"; needs .carry/libnccl_profiler_ddptop.so beside the binary
 #   Issue 46, the 5 s from a mid-run slowdown on NCCL (latency: the worker's "slowing from now"
 #   event to the straggler record, both in runs.db; printed per run):
-#   mid / mid_noplugin / mid10  `run weak --k 2 --inject slow:1:1.5@200`: ddptop's default (its
+#   mid / mid_noplugin / mid10  `run weak --k 2 --inject slow:1:1.5@SLOW_AT`: ddptop's default (its
 #            plugin, `auto` timing), `--no-nccl-profiler`, and timed 1 in 10 (the old default)
 #   attach_mid / attach_mid_noplugin  the same fault on `attach --k 2` of examples/train_ddp.py
 #            (waits from the plugin; without it, from the comm hook)
 #   KS="2 4" repeats the mid parts at each k (k=4 needs 4 GPUs).
+#   SLOW_AT (default 200) is the step the mid-run slowdown starts at: keep it past the detector's
+#   first full window (step 34: 3 skipped + 30), or the latency includes the window filling.
+#   BACKEND=gloo runs every part on gloo instead (CPU: a dry run of this script's plumbing, e.g.
+#   `BACKEND=gloo SAMPLES=24000 SLOW_AT=40 ONLY="mid attach_mid" DDPTOP_BIN=target/release/ddptop`);
+#   its latencies are gloo's, not NCCL's.
 # ONLY (default "healthy slow shared attach_healthy attach_slow") picks parts, e.g.
 #   ONLY="mid mid_noplugin mid10 attach_mid attach_mid_noplugin" scripts/device/straggler.sh
 # Needs .carry/ddptop (or target/release/ddptop).
@@ -28,6 +33,7 @@ export DDPTOP_DATA_DIR=${DDPTOP_DATA_DIR:-/tmp/ddptop-data-straggler}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT/raw"
 B=${DDPTOP_BIN:-.carry/ddptop}; [ -x "$B" ] || B=target/release/ddptop
 SAMPLES=${SAMPLES:-200000}
+BACKEND=${BACKEND:-nccl} SLOW_AT=${SLOW_AT:-200}
 log() { echo "== $(date -u +%T) $*" | tee -a "$OUT/straggler.log"; }
 summary() {  # the run's status, steps/s and stragglers, one line each
   python3 - "$1" <<'PY' 2>&1 | tee -a "$OUT/straggler.log"
@@ -72,20 +78,20 @@ if start is not None:
 PY
 }
 ONLY=${ONLY:-healthy slow shared attach_healthy attach_slow}
-case " $ONLY " in *" healthy "*) run healthy -- run weak --k 2 --backend nccl --samples "$SAMPLES";; esac
-case " $ONLY " in *" slow "*) run slow -- run weak --k 2 --backend nccl --samples "$SAMPLES" \
+case " $ONLY " in *" healthy "*) run healthy -- run weak --k 2 --backend "$BACKEND" --samples "$SAMPLES";; esac
+case " $ONLY " in *" slow "*) run slow -- run weak --k 2 --backend "$BACKEND" --samples "$SAMPLES" \
   --inject slow:1:1.5;; esac
-EX=(examples/train_ddp.py --samples 40000 --epochs 2)
-case " $ONLY " in *" attach_healthy "*) run attach_healthy -- attach --k 2 --backend nccl \
+EX=(examples/train_ddp.py --samples "${EX_SAMPLES:-40000}" --epochs 2)
+case " $ONLY " in *" attach_healthy "*) run attach_healthy -- attach --k 2 --backend "$BACKEND" \
   -- "${EX[@]}";; esac
-case " $ONLY " in *" attach_slow "*) run attach_slow -- attach --k 2 --backend nccl \
+case " $ONLY " in *" attach_slow "*) run attach_slow -- attach --k 2 --backend "$BACKEND" \
   --inject slow:1:1.5 -- "${EX[@]}";; esac
 for k in ${KS:-2}; do
-  MID=(run weak --k "$k" --backend nccl --samples "$SAMPLES" --inject slow:1:1.5@200)
+  MID=(run weak --k "$k" --backend "$BACKEND" --samples "$SAMPLES" --inject slow:1:1.5@$SLOW_AT)
   case " $ONLY " in *" mid "*) run "mid_k$k" -- "${MID[@]}";; esac
   case " $ONLY " in *" mid_noplugin "*) run "mid_noplugin_k$k" --no-nccl-profiler -- "${MID[@]}";; esac
   case " $ONLY " in *" mid10 "*) run "mid10_k$k" -- "${MID[@]}" --env DDPTOP_TIME_EVERY=10;; esac
-  AMID=(attach --k "$k" --backend nccl --inject slow:1:1.5@200 -- "${EX[@]}")
+  AMID=(attach --k "$k" --backend "$BACKEND" --inject slow:1:1.5@$SLOW_AT -- "${EX[@]}")
   case " $ONLY " in *" attach_mid "*) run "attach_mid_k$k" -- "${AMID[@]}";; esac
   case " $ONLY " in *" attach_mid_noplugin "*) run "attach_mid_noplugin_k$k" --no-nccl-profiler -- "${AMID[@]}";; esac
 done
@@ -99,7 +105,7 @@ while True:
 ' > "$OUT/raw/competitor.log" 2>&1 &
   comp=$!
   sleep 10  # its CUDA context and first kernels
-  run shared --shared-gpus -- run weak --k 2 --backend nccl --samples "$SAMPLES"
+  run shared --shared-gpus -- run weak --k 2 --backend "$BACKEND" --samples "$SAMPLES"
   kill "$comp"; wait "$comp" 2>/dev/null;;
 esac
 log "GPU compute processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"

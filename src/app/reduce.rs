@@ -287,21 +287,23 @@ fn on_result(run: &mut RunView, rank_id: u32, r: &crate::protocol::ResultMsg) {
     }
     run.note_torch_seen(r);
     let o = &mut run.seen.observed;
-    // A run used a process group / a DDP module when any rank did.
-    let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
-        (None, x) | (x, None) => x,
-        (Some(x), Some(y)) => Some(x || y),
-    };
-    o.process_group = any(o.process_group, r.process_group);
-    o.ddp_module = any(o.ddp_module, r.ddp_module);
-    for a in r.ddp_args.iter().flatten() {
-        if !o.ddp_args.contains(a) {
-            o.ddp_args.push(a.clone());
+    if let Some(a) = r.family.attach() {
+        // A run used a process group / a DDP module when any rank did.
+        let any = |a: Option<bool>, b: Option<bool>| match (a, b) {
+            (None, x) | (x, None) => x,
+            (Some(x), Some(y)) => Some(x || y),
+        };
+        o.process_group = any(o.process_group, a.process_group);
+        o.ddp_module = any(o.ddp_module, a.ddp_module);
+        for arg in a.ddp_args.iter().flatten() {
+            if !o.ddp_args.contains(arg) {
+                o.ddp_args.push(arg.clone());
+            }
         }
-    }
-    o.epochs = o.epochs.max(r.epochs_seen);
-    if let Some(c) = crate::run::view::Compiled::of(r) {
-        o.compile = Some(o.compile.map_or(c, |x| x.max(c)));
+        o.epochs = o.epochs.max(a.epochs_seen);
+        if let Some(c) = crate::run::view::Compiled::of(a) {
+            o.compile = Some(o.compile.map_or(c, |x| x.max(c)));
+        }
     }
     o.steps = o.steps.max(r.step);
     run.figures.aggregate = Aggregate::of(run);

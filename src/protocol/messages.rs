@@ -1,5 +1,7 @@
 //! Serde types for every protocol v1 message, both directions.
 
+use super::result::ResultMsg;
+use super::settings::Strategy;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -401,18 +403,6 @@ pub struct Bench {
     pub busbw_gbs: f64,
 }
 
-/// How a rank's parameters, gradients and optimizer state are laid out (`memory.strategy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Strategy {
-    Ddp,
-    /// DDP with `ZeroRedundancyOptimizer`: the optimizer state sharded over the ranks.
-    Zero1,
-    Fsdp,
-    JaxData,
-    JaxFsdp,
-}
-
 /// The allocator counters are required keys but null on CPU, where there is no allocator
 /// counter (`Option::deserialize` keeps a missing key an error, unlike a plain `Option`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -675,131 +665,6 @@ pub enum FindingKind {
     /// breaks by reason and recompiles. A verdict when they are a storm, or the run is slower
     /// than the same script eager (`app::diagnose::compile`).
     CompileRegression,
-}
-
-/// The families a `result` may name, by their wire names: the protocol's word for each
-/// `run::Experiment` (a layer above this one, so not named here). `tests/protocol_fixtures.rs`
-/// holds this list, the families and the Python client's `EXPERIMENTS` equal, in order.
-pub const EXPERIMENT_NAMES: &[&str] = &[
-    "weak",
-    "strong",
-    "probe",
-    "allreduce",
-    "jax",
-    "fsdp",
-    "attach",
-    "handrolled",
-    "zero1",
-];
-
-/// A `result`'s experiment: one of [`EXPERIMENT_NAMES`], never a free string (a message naming
-/// another is refused when read).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
-pub struct ExperimentName(String);
-
-impl TryFrom<String> for ExperimentName {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        if EXPERIMENT_NAMES.contains(&s.as_str()) {
-            Ok(ExperimentName(s))
-        } else {
-            Err(format!(
-                "unknown experiment `{s}` (one of: {})",
-                EXPERIMENT_NAMES.join(", ")
-            ))
-        }
-    }
-}
-
-impl From<ExperimentName> for String {
-    fn from(e: ExperimentName) -> String {
-        e.0
-    }
-}
-
-impl ExperimentName {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResultMsg {
-    pub rank: u32,
-    pub step: u64,
-    pub t: f64,
-    /// The family that measured it, by its name (an unknown name refuses the message, as an
-    /// unknown optimizer does).
-    pub experiment: ExperimentName,
-    pub samples_per_s: Option<f64>,
-    pub timed_epochs: u32,
-    pub params: Option<u64>,
-    pub grad_bytes: Option<u64>,
-    pub bucket_bytes: Vec<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub optimizer: Option<Optimizer>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strategy: Option<Strategy>,
-    /// Attach: whether the script's process group was initialized by the end (or at any step).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process_group: Option<bool>,
-    /// Attach: whether the script wrapped a model in DistributedDataParallel.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ddp_module: Option<bool>,
-    /// Attach: which of DDP's tuned constructor arguments (`bucket_cap_mb`, `static_graph`,
-    /// `gradient_as_bucket_view`) the script passed itself, by keyword or position.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ddp_args: Option<Vec<String>>,
-    /// Attach: distinct `DistributedSampler.set_epoch` values (absent: never called).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub epochs_seen: Option<u32>,
-    /// Attach, a script that used torch.compile: seconds spent compiling (dynamo's compile
-    /// callbacks), dynamo compiles, of which recompiles, and the steps that contained a compile
-    /// (left out of `samples_per_s`, like warm-up steps).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compile_s: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compiles: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recompiles: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub compile_steps: Option<u64>,
-    /// `torch.get_float32_matmul_precision()` at the end of the run (the book sets `high`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub matmul_precision: Option<MatmulPrecision>,
-    /// `torch.backends.cudnn.benchmark` at the end of the run (the book sets it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cudnn_benchmark: Option<bool>,
-    /// The JAX worker's `jax_default_matmul_precision` (`tensorfloat32`, the book's "high", by
-    /// default), as `jax.config` read it at the end of the run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jax_matmul_precision: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MatmulPrecision {
-    Highest,
-    High,
-    Medium,
-}
-
-impl MatmulPrecision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MatmulPrecision::Highest => "highest",
-            MatmulPrecision::High => "high",
-            MatmulPrecision::Medium => "medium",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Optimizer {
-    Sgd,
-    Adam,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

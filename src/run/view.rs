@@ -528,8 +528,8 @@ pub struct Compiled {
 }
 
 impl Compiled {
-    /// One rank's `result`; `None` when it compiled nothing.
-    pub fn of(r: &crate::protocol::ResultMsg) -> Option<Compiled> {
+    /// One attached rank's `result`; `None` when it compiled nothing.
+    pub fn of(r: &crate::protocol::AttachResult) -> Option<Compiled> {
         let s = r.compile_s.filter(|s| s.is_finite() && *s >= 0.0)?;
         Some(Compiled {
             ms: (s * 1000.0).round() as u64,
@@ -624,12 +624,13 @@ impl RunView {
     /// Keep the PyTorch settings a `result` reports (rank 0's win; any rank's until then).
     /// The live reducer and the store's reload both record them here.
     pub fn note_torch_seen(&mut self, r: &crate::protocol::ResultMsg) {
-        if let (Some(m), Some(c)) = (r.matmul_precision, r.cudnn_benchmark)
+        if let Some(t) = r.family.torch()
+            && let (Some(m), Some(c)) = (t.matmul_precision, t.cudnn_benchmark)
             && (self.seen.torch.is_none() || r.rank == 0)
         {
             self.seen.torch = Some((m, c));
         }
-        if let Some(p) = &r.jax_matmul_precision {
+        if let Some(p) = r.family.jax().and_then(|j| j.jax_matmul_precision.as_ref()) {
             self.seen.jax_matmul_precision = Some(p.clone());
         }
     }

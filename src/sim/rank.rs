@@ -530,32 +530,18 @@ impl Sim<'_> {
         self.set_phase(Phase::Done);
         let sps = (!timed.is_empty()).then(|| timed.iter().sum::<f64>() / timed.len() as f64);
         // Every family is a protocol name (tests/protocol_fixtures.rs checks the two lists).
-        let experiment =
-            crate::protocol::ExperimentName::try_from(self.args.experiment.as_str().to_string())
-                .expect("the family's name is in protocol::EXPERIMENT_NAMES");
+        let family = crate::protocol::FamilyResult::empty(self.args.experiment.as_str())
+            .expect("the family's name is in protocol::EXPERIMENT_NAMES");
         self.client.send(&WorkerMsg::Result(ResultMsg {
             rank: self.rank,
             step: self.step,
             t: self.client.t(),
-            experiment,
             samples_per_s: sps,
             timed_epochs: timed.len() as u32,
             params: Some(costmodel::RESNET18_PARAMS),
             grad_bytes: Some(costmodel::RESNET18_GRAD_BYTES),
             bucket_bytes: self.layout.iter().map(|b| b.0).collect(),
-            optimizer: None,
-            strategy: None,
-            matmul_precision: None,
-            cudnn_benchmark: None,
-            jax_matmul_precision: None,
-            process_group: None,
-            ddp_module: None,
-            ddp_args: None,
-            epochs_seen: None,
-            compile_s: None,
-            compiles: None,
-            recompiles: None,
-            compile_steps: None,
+            family,
         }));
         self.client.send(&WorkerMsg::Bye(Bye {
             rank: self.rank,

@@ -153,6 +153,31 @@ EXPERIMENTS: Final = (
     "zero1",
 )
 DDP_ARGS: Final = ("bucket_cap_mb", "static_graph", "gradient_as_bucket_view")
+# A result's own optional fields, by family (Rust: `protocol::FamilyResult`'s records). Another
+# family's field is an unknown key there and is ignored here too, so both sides accept the same
+# lines (tests/fixtures/protocol/cases.jsonl).
+_TORCH_RESULT: Final = ("optimizer", "matmul_precision", "cudnn_benchmark")
+_ATTACH_RESULT: Final = (
+    "process_group",
+    "ddp_module",
+    "ddp_args",
+    "epochs_seen",
+    "compile_s",
+    "compiles",
+    "recompiles",
+    "compile_steps",
+)
+RESULT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "weak": _TORCH_RESULT,
+    "strong": _TORCH_RESULT,
+    "probe": _TORCH_RESULT,
+    "allreduce": (),
+    "jax": ("optimizer", "jax_matmul_precision"),
+    "fsdp": (*_TORCH_RESULT, "strategy"),
+    "attach": (*_TORCH_RESULT, *_ATTACH_RESULT),
+    "handrolled": _TORCH_RESULT,
+    "zero1": (*_TORCH_RESULT, "strategy"),
+}
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
 BYE_REASONS: Final = ("done", "stopped", "error")
 PROBE_MODES: Final = ("synced", "no_sync")
@@ -525,7 +550,11 @@ def validate(msg: Any, direction: Direction) -> str:
         if not check(msg[name]):
             raise ProtocolError(f"{mtype}: bad field {name}={msg[name]!r} ({check.__name__})")
     if direction == "worker":
-        for name, check in WORKER_OPTIONAL.get(mtype, {}).items():
+        optional = WORKER_OPTIONAL.get(mtype, {})
+        if mtype == "result":
+            own = RESULT_FIELDS[msg["experiment"]]
+            optional = {n: c for n, c in optional.items() if n in own}
+        for name, check in optional.items():
             if name in msg and not check(msg[name]):
                 raise ProtocolError(f"{mtype}: bad field {name}={msg[name]!r} ({check.__name__})")
         if mtype in ("hello", "nccl_hello") and msg["rank"] >= msg["world_size"]:

@@ -179,3 +179,17 @@ def test_older_messages_stay_valid() -> None:
     for name in (f"doc_{t}" for t in old):
         case = next(c for c in CASES if c["name"] == name)
         assert protocol.parse_line(case["raw"], "worker")["type"] == case["type"]
+
+
+def test_every_family_lists_its_own_result_fields() -> None:
+    """Each family has its own result fields (Rust: `protocol::FamilyResult`), and every optional
+    result field belongs to one family at least: none is checked for nobody."""
+    assert tuple(protocol.RESULT_FIELDS) == protocol.EXPERIMENTS
+    own = {name for fields in protocol.RESULT_FIELDS.values() for name in fields}
+    assert own == set(protocol.WORKER_OPTIONAL["result"])
+    # An attach field on an attach result is checked; on a weak one it is an unknown key.
+    base = {"v": 1, "type": "result", "rank": 0, "step": 1, "t": 1.0, "samples_per_s": None}
+    base |= {"timed_epochs": 0, "params": None, "grad_bytes": None, "bucket_bytes": []}
+    with pytest.raises(protocol.ProtocolError, match="process_group"):
+        protocol.validate(base | {"experiment": "attach", "process_group": "yes"}, "worker")
+    assert protocol.validate(base | {"experiment": "weak", "process_group": "yes"}, "worker")
