@@ -27,8 +27,12 @@ try:
 except Exception as e:  # noqa: BLE001
     print(f"{name}\trc={rc}\tno run document ({type(e).__name__})"); sys.exit()
 sps = r.get("samples_per_s")
-# torch_seen comes from rank 0's `result` only: null when a torch family's result was refused.
-seen = "result read" if r.get("torch_seen") or r["experiment"] == "jax" else "no result"
+# Read from the ranks' `result` only, each from its family's own record: torch_seen (a torch
+# family's settings), jax_matmul_precision (JAX's), process_group (an attached script's
+# instrumentation). Null when the result was refused or its family's fields were not read.
+own = {"jax": ["jax_matmul_precision"], "attach": ["torch_seen", "process_group"]}
+keys = own.get(r["experiment"], ["torch_seen"])
+seen = "result read" if all(r.get(k) is not None for k in keys) else "no result: " + ",".join(keys)
 print(f"{name}\trc={rc}\t{r['status']}\t{sps and round(sps, 1)} samples/s\tbad lines {r.get('bad_lines')}\t{seen}\t{r['run_id']}")
 PY
 }
