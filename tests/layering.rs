@@ -849,6 +849,39 @@ fn code_outside_the_family_files_asks_the_family_instead_of_naming_it() {
     );
 }
 
+/// The protocol's word for each family, `protocol::FamilyResult` (a layer below `run`, so not
+/// `Experiment`), is named only in its own file, `src/protocol/result.rs`: code elsewhere asks a
+/// result for what it carries (`attach()`, `torch()`, `jax()`) and never chooses by its family.
+#[test]
+fn a_results_family_is_named_only_where_it_is_defined() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let own = std::fs::read_to_string(src.join("protocol/result.rs")).unwrap();
+    let variants = [("FamilyResult", enum_variants(&own, "FamilyResult"))];
+    assert!(
+        variants[0].1.len() >= 9,
+        "found only {:?} in FamilyResult: the parser is broken",
+        variants[0].1
+    );
+    let mut paths = Vec::new();
+    rust_files(&src, &mut paths);
+    let mut out = Vec::new();
+    for f in paths {
+        let rel = f.strip_prefix(&src).unwrap();
+        if rel == Path::new("protocol/result.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, line) in dispatch_lines(&text, &variants) {
+            out.push(format!("src/{}:{n}: {line}", rel.display()));
+        }
+    }
+    assert!(
+        out.is_empty(),
+        "a result's family named outside src/protocol/result.rs (ask the result instead):\n{}",
+        out.join("\n")
+    );
+}
+
 #[test]
 fn a_dispatch_line_is_a_named_variant_in_program_code() {
     let family = "pub enum Experiment {\n    /// Doc.\n    #[value(skip)]\n    Weak,\n    Jax {\n        sharding: X,\n    },\n}\n";

@@ -295,9 +295,9 @@ fn on_result(run: &mut RunView, rank_id: u32, r: &crate::protocol::ResultMsg) {
         };
         o.process_group = any(o.process_group, a.process_group);
         o.ddp_module = any(o.ddp_module, a.ddp_module);
-        for arg in a.ddp_args.iter().flatten() {
-            if !o.ddp_args.contains(arg) {
-                o.ddp_args.push(arg.clone());
+        for arg in a.ddp_args.iter().flatten().map(|a| a.as_str()) {
+            if !o.ddp_args.iter().any(|x| x == arg) {
+                o.ddp_args.push(arg.to_string());
             }
         }
         o.epochs = o.epochs.max(a.epochs_seen);

@@ -32,6 +32,8 @@ pub enum ProtocolError {
     Implausible(&'static str, f64),
     #[error("field `{0}` has too many or too long entries")]
     TooMany(&'static str),
+    #[error("field `{0}` must not be empty")]
+    Empty(&'static str),
 }
 
 /// Plausible upper bounds per kind of field. Finite is not enough: a step time of 1.7e308 ms

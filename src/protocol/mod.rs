@@ -1,7 +1,8 @@
 //! Protocol v1: the JSON Lines messages between workers and ddptop (see docs/protocol.md).
 //!
-//! `messages` holds the serde types (a `result` in `result`, the setting words in `settings`), `validate` the rules serde cannot express (ranges,
-//! finiteness), `framing` the newline framing with its hard line limit.
+//! `messages` holds the serde types (a `result` in `result`, the setting words in `settings`),
+//! `validate` the rules serde cannot express (ranges, finiteness), `framing` the newline framing
+//! with its hard line limit.
 
 pub mod agent;
 pub mod bounds;
@@ -17,7 +18,8 @@ pub use framing::{LineReader, LineSplitter, MAX_LINE_BYTES, ReadOutcome};
 pub use messages::*;
 pub use nccl::{NcclBatch, NcclColl, NcclFuncSum, NcclHello, NcclInflight};
 pub use result::{
-    AttachResult, EXPERIMENT_NAMES, FamilyResult, JaxResult, ResultMsg, ShardedResult, TorchResult,
+    AttachResult, DdpArg, EXPERIMENT_NAMES, FamilyResult, JaxResult, ResultMsg, ShardedResult,
+    TorchResult,
 };
 pub use settings::{MatmulPrecision, Optimizer, Strategy};
 pub use validate::{parse_control, parse_worker};

@@ -92,10 +92,10 @@ pub struct AttachResult {
     /// Whether the script wrapped a model in DistributedDataParallel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddp_module: Option<bool>,
-    /// Which of DDP's tuned constructor arguments (`bucket_cap_mb`, `static_graph`,
-    /// `gradient_as_bucket_view`) the script passed itself, by keyword or position.
+    /// Which of DDP's tuned constructor arguments the script passed itself, by keyword or
+    /// position.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ddp_args: Option<Vec<String>>,
+    pub ddp_args: Option<Vec<DdpArg>>,
     /// Distinct `DistributedSampler.set_epoch` values (absent: never called).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epochs_seen: Option<u32>,
@@ -110,6 +110,23 @@ pub struct AttachResult {
     pub recompiles: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compile_steps: Option<u64>,
+}
+
+/// DDP's constructor arguments ddptop tunes (`run::ddp`), as an attached script may pass them
+/// itself (`ddptop tune --attach` then leaves DDP's constructor alone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum DdpArg {
+    BucketCapMb,
+    StaticGraph,
+    GradientAsBucketView,
+}
+
+impl DdpArg {
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
 }
 
 impl FamilyResult {
@@ -155,6 +172,7 @@ impl FamilyResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::WorkerMsg;
 
     fn parse(fields: &str) -> Result<ResultMsg, serde_json::Error> {
         serde_json::from_str(&format!(
@@ -175,10 +193,7 @@ mod tests {
             (at.process_group, at.ddp_module, at.epochs_seen, at.compiles),
             (Some(true), Some(true), Some(2), Some(3))
         );
-        assert_eq!(
-            at.ddp_args.as_deref(),
-            Some(&["static_graph".to_string()][..])
-        );
+        assert_eq!(at.ddp_args.as_deref(), Some(&[DdpArg::StaticGraph][..]));
         let torch = a.family.torch().unwrap();
         assert_eq!(
             (torch.matmul_precision, torch.cudnn_benchmark),
@@ -206,12 +221,20 @@ mod tests {
         );
         assert_eq!(j.family.torch(), None, "JAX reports no PyTorch settings");
 
-        for m in [a, z, j] {
+        let all = parse(r#""experiment":"allreduce""#).unwrap();
+        assert_eq!(all.family, FamilyResult::Allreduce {});
+        for m in [a, z, j, all] {
             let wire = serde_json::to_value(&m).unwrap();
             assert_eq!(wire["experiment"], m.family.name(), "{wire}");
             assert!(wire.get("family").is_none(), "flat on the wire: {wire}");
             let back: ResultMsg = serde_json::from_value(wire).unwrap();
             assert_eq!(back, m);
+            // And as a worker line, inside `WorkerMsg`'s own tag, through the real parser.
+            let line = WorkerMsg::Result(m.clone()).to_line();
+            match crate::protocol::parse_worker(line.trim_end()) {
+                Ok(WorkerMsg::Result(back)) => assert_eq!(back, m, "{line}"),
+                other => panic!("{line}: {other:?}"),
+            }
         }
     }
 

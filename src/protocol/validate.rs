@@ -205,6 +205,16 @@ pub fn check_numbers(msg: &WorkerMsg) -> Result<(), ProtocolError> {
             if let Some(x) = r.samples_per_s {
                 upto("samples_per_s", x, SAMPLES_PER_S)?;
             }
+            if let Some(x) = r.family.attach().and_then(|a| a.compile_s) {
+                upto("compile_s", x, SECONDS)?;
+            }
+            if r.family
+                .jax()
+                .and_then(|j| j.jax_matmul_precision.as_deref())
+                == Some("")
+            {
+                return Err(ProtocolError::Empty("jax_matmul_precision"));
+            }
         }
         WorkerMsg::Bye(m) => t(m.t)?,
         WorkerMsg::Plan(m) => {
