@@ -819,17 +819,27 @@ fn family_dispatch(src: &Path) -> Vec<String> {
             "found only {vs:?} in enum {e}: the parser is broken"
         );
     }
+    named_outside(src, &variants, |rel| rel.starts_with("run/family"))
+}
+
+/// Every dispatch line naming one of `variants` under `src`, in the files `own` does not claim
+/// (paths relative to `src`), as `file:line: code`.
+fn named_outside(
+    src: &Path,
+    variants: &[(&str, Vec<String>)],
+    own: impl Fn(&Path) -> bool,
+) -> Vec<String> {
     let mut paths = Vec::new();
     rust_files(src, &mut paths);
     paths.sort();
     let mut out = Vec::new();
     for f in paths {
         let rel = f.strip_prefix(src).unwrap();
-        if rel.starts_with("run/family") {
+        if own(rel) {
             continue;
         }
         let text = std::fs::read_to_string(&f).unwrap();
-        for (n, line) in dispatch_lines(&text, &variants) {
+        for (n, line) in dispatch_lines(&text, variants) {
             out.push(format!("src/{}:{n}: {line}", rel.display()));
         }
     }
@@ -862,19 +872,9 @@ fn a_results_family_is_named_only_where_it_is_defined() {
         "found only {:?} in FamilyResult: the parser is broken",
         variants[0].1
     );
-    let mut paths = Vec::new();
-    rust_files(&src, &mut paths);
-    let mut out = Vec::new();
-    for f in paths {
-        let rel = f.strip_prefix(&src).unwrap();
-        if rel == Path::new("protocol/result.rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&f).unwrap();
-        for (n, line) in dispatch_lines(&text, &variants) {
-            out.push(format!("src/{}:{n}: {line}", rel.display()));
-        }
-    }
+    let out = named_outside(&src, &variants, |rel| {
+        rel == Path::new("protocol/result.rs")
+    });
     assert!(
         out.is_empty(),
         "a result's family named outside src/protocol/result.rs (ask the result instead):\n{}",

@@ -130,8 +130,9 @@ proptest! {
 }
 
 /// What a worker's `result` may name is ddptop's families, in the same order, on both sides of
-/// the wire: the Python client's `EXPERIMENTS` and the protocol's `EXPERIMENT_NAMES` (a family
-/// added to `run::Experiment` alone would have its results refused).
+/// the wire: the Python client's `RESULT_FIELDS` (its `EXPERIMENTS` are their keys) and the
+/// protocol's `EXPERIMENT_NAMES` (a family added to `run::Experiment` alone would have its
+/// results refused).
 #[test]
 fn the_python_clients_experiments_are_the_families() {
     let path = format!(
@@ -139,15 +140,14 @@ fn the_python_clients_experiments_are_the_families() {
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(path).unwrap();
-    let start = text
-        .find("EXPERIMENTS: Final = (")
-        .expect("EXPERIMENTS in protocol.py");
-    let body = &text[start..];
-    let body = &body[body.find('(').unwrap() + 1..body.find(')').unwrap()];
-    let python: Vec<String> = body
-        .split(',')
-        .map(|s| s.trim().trim_matches('"').to_string())
-        .filter(|s| !s.is_empty())
+    // The keys of `RESULT_FIELDS = {`, one `    "name": fields,` line each, up to its `}`.
+    let python: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("RESULT_FIELDS: "))
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .filter_map(|l| l.strip_prefix("    \"")?.split_once("\":"))
+        .map(|(name, _)| name.to_string())
         .collect();
     let families: Vec<String> = <ddptop::run::Experiment as strum::IntoEnumIterator>::iter()
         .map(|e| e.as_str().to_string())
@@ -158,10 +158,10 @@ fn the_python_clients_experiments_are_the_families() {
         .collect();
     assert_eq!(
         python, families,
-        "workers/ddptop_worker/protocol.py EXPERIMENTS"
+        "workers/ddptop_worker/protocol.py RESULT_FIELDS"
     );
     assert_eq!(
         protocol, families,
-        "src/protocol/messages.rs EXPERIMENT_NAMES"
+        "src/protocol/result.rs EXPERIMENT_NAMES"
     );
 }

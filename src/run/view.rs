@@ -528,9 +528,10 @@ pub struct Compiled {
 }
 
 impl Compiled {
-    /// One attached rank's `result`; `None` when it compiled nothing.
+    /// One attached rank's `result`; `None` when it compiled nothing. `compile_s` was range-
+    /// checked when the line was read (`protocol::validate::check_numbers`, stored lines too).
     pub fn of(r: &crate::protocol::AttachResult) -> Option<Compiled> {
-        let s = r.compile_s.filter(|s| s.is_finite() && *s >= 0.0)?;
+        let s = r.compile_s?;
         Some(Compiled {
             ms: (s * 1000.0).round() as u64,
             compiles: r.compiles.unwrap_or(0),

@@ -139,23 +139,11 @@ STRATEGIES: Final = ("ddp", "zero1", "fsdp", "jax_data", "jax_fsdp")
 SHARDINGS: Final = ("data", "fsdp")
 HLO_OPS: Final = ("all_reduce", "all_gather", "reduce_scatter")
 OPTIMIZERS: Final = ("sgd", "adam")
-# ddptop's families (`run::Experiment`; tests/protocol_fixtures.rs holds the two lists equal): a
-# result names the one it measured.
-EXPERIMENTS: Final = (
-    "weak",
-    "strong",
-    "probe",
-    "allreduce",
-    "jax",
-    "fsdp",
-    "attach",
-    "handrolled",
-    "zero1",
-)
 DDP_ARGS: Final = ("bucket_cap_mb", "static_graph", "gradient_as_bucket_view")
-# A result's own optional fields, by family (Rust: `protocol::FamilyResult`'s records). Another
-# family's field is an unknown key there and is ignored here too, so both sides accept the same
-# lines (tests/fixtures/protocol/cases.jsonl).
+# ddptop's families, each with its result's own optional fields (Rust: `protocol::FamilyResult`'s
+# records; tests/protocol_fixtures.rs holds the families equal to `run::Experiment`'s, in order):
+# a result names the family it measured. Another family's field is an unknown key in Rust and is
+# ignored here too, so both sides accept the same lines (tests/fixtures/protocol/cases.jsonl).
 _TORCH_RESULT: Final = ("optimizer", "matmul_precision", "cudnn_benchmark")
 _ATTACH_RESULT: Final = (
     "process_group",
@@ -178,6 +166,7 @@ RESULT_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "handrolled": _TORCH_RESULT,
     "zero1": (*_TORCH_RESULT, "strategy"),
 }
+EXPERIMENTS: Final = tuple(RESULT_FIELDS)
 LOG_LEVELS: Final = ("debug", "info", "warn", "error")
 BYE_REASONS: Final = ("done", "stopped", "error")
 PROBE_MODES: Final = ("synced", "no_sync")
